@@ -1,0 +1,80 @@
+"""Train and load the joint BPE tokenizer.
+
+Byte-level pre-tokenization with the full byte alphabet means every string — umlauts, ß, „quotes“, double spaces,
+characters never seen in training — encodes and decodes back exactly; nothing maps to <unk>.
+"""
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+# Order fixes the ids: pad 0, bos 1, eos 2, unk 3 — the defaults of TransformerMTConfig.
+SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+
+
+def _lines(files: Iterable[str | Path]) -> Iterator[str]:
+    for path in files:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                yield line.rstrip("\n")
+
+
+def train_tokenizer(
+    texts: Iterable[str] | None = None,
+    files: Iterable[str | Path] | None = None,
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    model_max_length: int = 256,
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on `texts` (an iterator of sentences) and/or `files` (one sentence per line).
+
+    Give it both sides of the parallel corpus: one vocabulary serves encoder, decoder and the tied output layer.
+    """
+    if texts is None and files is None:
+        raise ValueError("train_tokenizer needs texts (an iterable of sentences) or files (paths, one per line).")
+    files = [Path(path) for path in files or []]
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"Tokenizer training file not found: {path}")
+    special_tokens = list(SPECIAL_TOKENS.values())
+    if vocab_size < 256 + len(special_tokens):
+        raise ValueError(f"vocab_size must be at least {256 + len(special_tokens)} (bytes + special tokens).")
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=special_tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+
+    def corpus() -> Iterator[str]:
+        if texts is not None:
+            yield from texts
+        yield from _lines(files)
+
+    bpe.train_from_iterator(corpus(), trainer=trainer)
+    # Every sequence (source and target) ends in </s>: the decoder learns to stop, the encoder sees the end.
+    eos = SPECIAL_TOKENS["eos_token"]
+    bpe.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, bpe.token_to_id(eos))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,  # keep decoding exact: no space removal before punctuation
+        **SPECIAL_TOKENS,
+    )
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """Load a saved tokenizer folder, with a clear error when it is not one."""
+    path = Path(path)
+    if not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"No tokenizer at {path}: expected {path / 'tokenizer.json'} (train one first).")
+    return AutoTokenizer.from_pretrained(str(path))

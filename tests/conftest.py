@@ -1,0 +1,74 @@
+"""Shared fixtures: a tiny tokenizer and tiny models built in milliseconds, never touching the network."""
+
+import os
+
+# Before any Hugging Face import: never wait on the unreachable Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
+from tokenizer import train_tokenizer  # noqa: E402
+
+DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
+
+# A handful of parallel sentences we wrote for the tests.
+PAIRS = [
+    ("A dog runs in the park.", "Ein Hund rennt im Park."),
+    ("Two men are working.", "Zwei Männer arbeiten."),
+    ("A girl in a red dress is smiling.", "Ein Mädchen in einem roten Kleid lächelt."),
+    ("The children play on the street.", "Die Kinder spielen auf der Straße."),
+    ("A woman reads a book.", "Eine Frau liest ein Buch."),
+    ("Three people ride bicycles.", "Drei Leute fahren Fahrrad."),
+    ("A man sings on a stage.", "Ein Mann singt auf einer Bühne."),
+    ("The cat sleeps on the sofa.", "Die Katze schläft auf dem Sofa."),
+]
+
+
+def tiny_config(tokenizer, **overrides) -> TransformerMTConfig:
+    settings = dict(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_attention_heads=4,
+        d_ff=64,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    settings.update(overrides)
+    return TransformerMTConfig(**settings)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A 400-token byte-level BPE trained on the test sentences."""
+    texts = [text for pair in PAIRS for text in pair]
+    return train_tokenizer(texts=texts * 4, vocab_size=400, min_frequency=1, model_max_length=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tokenizer):
+    """A randomly initialised 2+2-layer model, d_model 32, in eval mode."""
+    torch.manual_seed(0)
+    return TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer)).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_model, tiny_tokenizer, tmp_path_factory):
+    """A saved folder (model + tokenizer), the layout train.py writes and the app loads."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder

@@ -4,6 +4,7 @@
 repos, the requests huggingface_hub 1.x/2.x sends:
 
 - `POST /api/repos/create` (JSON: name, organization, type, sdk, visibility) → `{"url": ...}`, 409 if it exists;
+- `POST /api/validate-yaml` (sent when a README.md is uploaded) → 400 if its front matter is not a YAML mapping;
 - `POST /api/{type}s/{repo_id}/preupload/{revision}` → every file is a regular git blob (`uploadMode: "regular"`),
   so no LFS / Xet storage is involved and every byte travels in the commit itself;
 - `POST /api/{type}s/{repo_id}/commit/{revision}` (ndjson: header, then `file` items with base64 content,
@@ -24,6 +25,9 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import yaml
+
+_FRONT_MATTER = re.compile(r"^---\s*\n(.*?)\n---\s*(?:\n|$)", re.DOTALL)
 _REPO_PATH = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<repo_id>[^/]+/[^/]+)(?P<rest>/.*)?$")
 _TYPE_FROM_PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space"}
 _URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
@@ -119,6 +123,8 @@ class LoopbackHub:
         try:
             if method == "POST" and path == "/api/repos/create":
                 return self._create_repo(request, json.loads(body))
+            if method == "POST" and path == "/api/validate-yaml":
+                return self._validate_yaml(request, json.loads(body))
             match = _REPO_PATH.match(path)
             if match:
                 repo_type = _TYPE_FROM_PLURAL[match["type"]]
@@ -149,6 +155,16 @@ class LoopbackHub:
                 repo_id, repo_type, payload.get("sdk"), payload.get("visibility") == "private"
             )
         _reply(request, 200, {"url": url, "name": repo_id})
+
+    def _validate_yaml(self, request, payload: dict) -> None:
+        match = _FRONT_MATTER.match(payload["content"])
+        try:
+            metadata = yaml.safe_load(match[1]) if match else {}
+        except yaml.YAMLError as error:
+            return _reply(request, 400, {"errors": [{"message": f"Invalid YAML: {error}"}], "warnings": []})
+        if metadata is not None and not isinstance(metadata, dict):
+            return _reply(request, 400, {"errors": [{"message": "The metadata must be a mapping"}], "warnings": []})
+        _reply(request, 200, {"errors": [], "warnings": []})
 
     def _preupload(self, request, payload: dict) -> None:
         files = [

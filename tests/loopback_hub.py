@@ -65,7 +65,10 @@ class LoopbackHub:
         return f"http://{host}:{port}"
 
     def start(self) -> "LoopbackHub":
-        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback-hub", daemon=True)
+        # A short poll interval makes stop() return at once instead of after up to half a second.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-hub", daemon=True
+        )
         self._thread.start()
         return self
 

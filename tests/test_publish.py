@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
+from loopback_hub import LoopbackHub
 
 import publish
-from loopback_hub import LoopbackHub
 from publish import PublishError, push_folder
 
 TOKEN = "hf_loopback_write_token"

@@ -111,6 +111,9 @@ def build_tiny_marian(folder: Path) -> Path:
         eos_token_id=vocab["</s>"],
         decoder_start_token_id=pad_id,
         share_encoder_decoder_embeddings=True,
+        # With the usual 0.02 a random model says the same thing whatever the input; wide weights make its
+        # (meaningless) translations depend on the source sentence, so mix-ups in batching would show.
+        init_std=1.0,
     )
     torch.manual_seed(0)
     model = MarianMTModel(config).eval()

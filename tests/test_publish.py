@@ -94,8 +94,8 @@ def test_wrong_token_is_a_clear_error(hub, tiny_model_dir):
     assert hub.repos == {}
 
 
-def test_offline_mode_fails_fast_and_says_so(tiny_model_dir):
-    assert constants.is_offline_mode()  # set by conftest before any Hugging Face import
+def test_offline_mode_fails_fast_and_says_so(monkeypatch, tiny_model_dir):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, as conftest sets before imports
     started = time.perf_counter()
     with pytest.raises(PublishError, match="HF_HUB_OFFLINE") as error:
         push_folder(tiny_model_dir, "someone/tiny")

@@ -1,0 +1,146 @@
+"""compare.py on a few lines of the real test set, with our tiny model and a tiny local MarianMT."""
+
+import json
+import time
+
+import pytest
+import torch
+from conftest import DATA_DIR, tiny_config
+from huggingface_hub import constants
+from tiny_marian import build_tiny_marian
+
+import compare
+from metrics import corpus_scores
+from modeling import TransformerMTForConditionalGeneration
+
+NUM_LINES = 6
+SETTINGS = {"num_beams": 2, "max_new_tokens": 12, "batch_size": 4}
+OFFLINE_HUB_ID = "Helsinki-NLP/opus-mt-en-de"
+ROW_KEYS = {"model", "bleu", "chrf", "num_parameters", "seconds", "sentences_per_second", "error"}
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Offline mode whatever the environment says, so that no test ever downloads a real model."""
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture(scope="session")
+def tiny_marian_dir(tmp_path_factory):
+    return build_tiny_marian(tmp_path_factory.mktemp("tiny-marian"))
+
+
+@pytest.fixture(scope="session")
+def source_sensitive_model_dir(tiny_tokenizer, tmp_path_factory):
+    """A tiny model of ours with wide random weights: unlike the 0.02 init, its output changes with the input."""
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, init_std=0.5))
+    folder = tmp_path_factory.mktemp("source-sensitive-model")
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def test_files():
+    """(source file, reference file, sources, references) for the real test_2016_flickr set."""
+    source, reference = DATA_DIR / "test_2016_flickr.en", DATA_DIR / "test_2016_flickr.de"
+    assert source.is_file() and reference.is_file(), f"Multi30k test files are missing under {DATA_DIR}"
+    sources = source.read_text(encoding="utf-8").splitlines()[:NUM_LINES]
+    references = reference.read_text(encoding="utf-8").splitlines()[:NUM_LINES]
+    return source, reference, sources, references
+
+
+def run_cli(tmp_path, models, source, reference, *extra):
+    output = tmp_path / "results" / "comparison.json"
+    argv = ["--models", *map(str, models), "--source", str(source), "--reference", str(reference)]
+    argv += ["--num-beams", str(SETTINGS["num_beams"]), "--max-new-tokens", str(SETTINGS["max_new_tokens"])]
+    argv += ["--batch-size", str(SETTINGS["batch_size"]), "--limit", str(NUM_LINES), "--output", str(output), *extra]
+    return compare.main(argv), output
+
+
+def test_command_scores_both_models_and_writes_json_and_table(tmp_path, capsys, test_files, tiny_model_dir,
+                                                              tiny_marian_dir):  # fmt: skip
+    source, reference, sources, references = test_files
+    code, output = run_cli(tmp_path, [tiny_model_dir, tiny_marian_dir], source, reference)
+
+    assert code == 0
+    comparison = json.loads(output.read_text(encoding="utf-8"))
+    assert comparison["num_sentences"] == NUM_LINES and comparison["num_beams"] == SETTINGS["num_beams"]
+    assert comparison["source_file"] == str(source) and comparison["reference_file"] == str(reference)
+    assert [system["model"] for system in comparison["systems"]] == [str(tiny_model_dir), str(tiny_marian_dir)]
+
+    for system in comparison["systems"]:
+        assert set(system) == ROW_KEYS and system["error"] is None
+        model, tokenizer = compare.load_model(system["model"])
+        hypotheses = compare.translate(model, tokenizer, sources, **SETTINGS)
+        assert {"bleu": system["bleu"], "chrf": system["chrf"]} == corpus_scores(hypotheses, references)
+        assert system["num_parameters"] == sum(parameter.numel() for parameter in model.parameters())
+        assert system["seconds"] >= 0 and system["sentences_per_second"] > 0
+
+    table = output.with_suffix(".md").read_text(encoding="utf-8")
+    assert table in capsys.readouterr().out
+    assert f"| {tiny_model_dir} | {comparison['systems'][0]['bleu']:.2f} |" in table
+    assert f"| {tiny_marian_dir} | {comparison['systems'][1]['bleu']:.2f} |" in table
+
+
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_translate_keeps_input_order(which, test_files, source_sensitive_model_dir, tiny_marian_dir):
+    model, tokenizer = compare.load_model(str(source_sensitive_model_dir if which == "ours" else tiny_marian_dir))
+    sources = test_files[2]
+    one_by_one = [compare.translate(model, tokenizer, [sentence], 1, 12, 1)[0] for sentence in sources]
+    batched = compare.translate(model, tokenizer, sources, num_beams=1, max_new_tokens=12, batch_size=4)
+    assert batched == one_by_one
+    assert len(set(batched)) > 2  # different sentences get different outputs, so a mix-up would show
+
+
+def test_score_model_row_matches_its_translations(test_files, tiny_marian_dir):
+    _, _, sources, references = test_files
+    row = compare.score_model(str(tiny_marian_dir), sources, references, **SETTINGS)
+    assert row["error"] is None and len(row["translations"]) == NUM_LINES
+    assert {"bleu": row["bleu"], "chrf": row["chrf"]} == corpus_scores(row["translations"], references)
+
+
+def test_offline_hub_id_gets_an_error_row_fast_and_others_are_scored(offline, tmp_path, test_files, tiny_model_dir):
+    source, reference, sources, references = test_files
+    started = time.perf_counter()
+    row = compare.score_model(OFFLINE_HUB_ID, sources, references, **SETTINGS)
+    assert time.perf_counter() - started < 10
+    assert row["bleu"] is None and row["num_parameters"] is None
+    assert row["error"].startswith("could not be loaded: the Hugging Face Hub is unreachable (offline)")
+
+    code, output = run_cli(tmp_path, [OFFLINE_HUB_ID, tiny_model_dir], source, reference)
+    assert code == 0
+    hub_row, ours = json.loads(output.read_text(encoding="utf-8"))["systems"]
+    assert hub_row["model"] == OFFLINE_HUB_ID and hub_row["error"] == row["error"] and hub_row["chrf"] is None
+    assert ours["error"] is None and ours["bleu"] is not None
+    assert row["error"] in output.with_suffix(".md").read_text(encoding="utf-8")
+
+
+def test_no_model_scored_is_a_failure_that_writes_nothing(offline, tmp_path, capsys, test_files):
+    source, reference, _, _ = test_files
+    code, output = run_cli(tmp_path, [OFFLINE_HUB_ID, tmp_path / "no-such-model"], source, reference)
+    assert code != 0
+    assert not output.exists()
+    err = capsys.readouterr()
+    assert "no model could be scored" in err.err
+    assert "there is no model folder at" in err.out
+
+
+def test_missing_source_file_is_named(tmp_path, capsys, test_files, tiny_model_dir):
+    _, reference, _, _ = test_files
+    missing = tmp_path / "missing.en"
+    code, output = run_cli(tmp_path, [tiny_model_dir], missing, reference)
+    assert code != 0 and not output.exists()
+    assert str(missing) in capsys.readouterr().err
+
+
+def test_unequal_line_counts_name_both_files(tmp_path, capsys, test_files, tiny_model_dir):
+    _, _, sources, references = test_files
+    source, reference = tmp_path / "short.en", tmp_path / "long.de"
+    source.write_text("\n".join(sources[:3]) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(references) + "\n", encoding="utf-8")
+    code, output = run_cli(tmp_path, [tiny_model_dir], source, reference)
+    assert code != 0 and not output.exists()
+    message = capsys.readouterr().err
+    assert str(source) in message and str(reference) in message

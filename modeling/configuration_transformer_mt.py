@@ -32,8 +32,9 @@ class TransformerMTConfig(PreTrainedConfig):
         max_position_embeddings (`int`, defaults to 256):
             Longest sequence (in tokens) the sinusoidal table covers, for source and target alike.
         norm_placement (`str`, defaults to `"post"`):
-            `"post"`: LayerNorm(x + Dropout(Sublayer(x))), the paper's choice. `"pre"`: x + Dropout(Sublayer(LayerNorm(x)))
-            with a final LayerNorm after each stack, a common and more stable variant.
+            `"post"`: LayerNorm(x + Dropout(Sublayer(x))), the paper's choice.
+            `"pre"`: x + Dropout(Sublayer(LayerNorm(x))) with a final LayerNorm after each stack, a common and more
+            stable variant.
         layer_norm_eps (`float`, defaults to 1e-5):
             Epsilon of every LayerNorm.
         tie_word_embeddings (`bool`, defaults to `True`):

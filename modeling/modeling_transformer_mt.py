@@ -114,7 +114,8 @@ class MultiHeadAttention(nn.Module):
         if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
             layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
             return layer.keys, layer.values
-        keys, values = self._split_heads(self.k_proj(key_value_states)), self._split_heads(self.v_proj(key_value_states))
+        keys = self._split_heads(self.k_proj(key_value_states))  # (B, h, S, d_k)
+        values = self._split_heads(self.v_proj(key_value_states))
         if past_key_values is not None:
             keys, values = past_key_values.cross_attention_cache.update(keys, values, self.layer_idx)
             past_key_values.is_updated[self.layer_idx] = True
@@ -472,7 +473,10 @@ def set_translation_defaults(generation_config, config: TransformerMTConfig) -> 
     generation_config.num_beams = 4
     generation_config.length_penalty = 0.6
     generation_config.early_stopping = True
-    generation_config.max_length = config.max_position_embeddings
+    # The bound is max_new_tokens, not max_length: a default max_length clashes (with a warning) with every
+    # caller's max_new_tokens. The decoder start token takes position 0: start + new tokens fill the table.
+    generation_config.max_length = None
+    generation_config.max_new_tokens = config.max_position_embeddings - 1
     generation_config.decoder_start_token_id = config.decoder_start_token_id
     generation_config.bos_token_id = config.bos_token_id
     generation_config.eos_token_id = config.eos_token_id
@@ -513,6 +517,13 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
 
     def get_decoder(self, modality=None):
         return self.model.decoder
+
+    def generate(self, *args, **kwargs):
+        # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the default max_new_tokens
+        # instead of being overridden by it.
+        if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
+            kwargs["max_new_tokens"] = None
+        return super().generate(*args, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -1,0 +1,471 @@
+"""The Transformer as a Hugging Face model: shapes, masks, loss, caching, generation, attentions, saving, config."""
+
+import json
+import logging
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import PAIRS, tiny_config
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
+from modeling.modeling_transformer_mt import sinusoidal_table
+
+SOURCES = [source for source, _ in PAIRS]
+TARGETS = [target for _, target in PAIRS]
+
+
+def make_batch(tokenizer, pairs=PAIRS):
+    """Padded source + labels, with -100 on label padding (what DataCollatorForSeq2Seq produces)."""
+    batch = tokenizer([s for s, _ in pairs], text_target=[t for _, t in pairs], padding=True, return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    return batch
+
+
+@pytest.fixture(scope="module")
+def trained_model(tiny_tokenizer):
+    """Trained for 60 steps: outputs depend on the source and end (or not) at varied lengths, unlike a random init
+    that repeats one token whatever it reads."""
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, dropout=0.0, label_smoothing=0.0))
+    batch = make_batch(tiny_tokenizer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(60):
+        optimizer.zero_grad()
+        model(**batch).loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_tokenizer):
+    """Four sources of different lengths, right-padded."""
+    return tiny_tokenizer(SOURCES[:4], padding=True, return_tensors="pt")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Forward pass: shapes, dtypes, loss
+
+
+@torch.no_grad()
+def test_forward_returns_logits_loss_encoder_output_and_attentions_of_the_right_shapes(tiny_model, tiny_tokenizer):
+    config = tiny_model.config
+    batch = make_batch(tiny_tokenizer)
+    batch_size, source_length = batch["input_ids"].shape
+    target_length = batch["labels"].shape[1]
+    heads = config.num_attention_heads
+
+    out = tiny_model(**batch, output_attentions=True)
+
+    assert out.logits.shape == (batch_size, target_length, config.vocab_size)
+    assert out.logits.dtype == torch.float32
+    assert out.loss.shape == () and out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    assert out.encoder_last_hidden_state.shape == (batch_size, source_length, config.d_model)
+    assert len(out.encoder_attentions) == config.encoder_layers
+    assert len(out.decoder_attentions) == len(out.cross_attentions) == config.decoder_layers
+    for weights in out.encoder_attentions:
+        assert weights.shape == (batch_size, heads, source_length, source_length)
+    for weights in out.decoder_attentions:
+        assert weights.shape == (batch_size, heads, target_length, target_length)
+    for weights in out.cross_attentions:
+        assert weights.shape == (batch_size, heads, target_length, source_length)
+    assert out.past_key_values is None  # labels given: scoring, no cache
+
+
+def smoothed_cross_entropy_by_hand(logits, labels, epsilon):
+    """(1 - eps) * NLL of the label + eps * mean NLL over the vocabulary, averaged over positions not marked -100."""
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    kept = labels != -100
+    nll = -log_probs[kept].gather(-1, labels[kept].unsqueeze(-1)).squeeze(-1)
+    uniform = -log_probs[kept].mean(-1)
+    return ((1 - epsilon) * nll + epsilon * uniform).mean()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_loss_is_label_smoothed_cross_entropy_with_the_configs_epsilon(tiny_tokenizer, epsilon):
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, label_smoothing=epsilon)).eval()
+    batch = make_batch(tiny_tokenizer)
+
+    out = model(**batch)
+
+    expected = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], epsilon)
+    assert torch.allclose(out.loss.double(), expected, atol=1e-5)
+    reference = F.cross_entropy(
+        out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=epsilon
+    )
+    assert torch.allclose(out.loss, reference, atol=1e-6)
+    if epsilon:
+        unsmoothed = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], 0.0)
+        assert not torch.allclose(out.loss.double(), unsmoothed, atol=1e-3)
+
+
+@torch.no_grad()
+def test_loss_ignores_label_positions_marked_minus_100(tiny_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer)
+    decoder_input_ids = tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    labels = batch["labels"].clone()
+    labels[:, -1] = -100  # also ignore the last position of the longest sentences
+    # Changing the last decoder input changes the logits at the last position only (causality)...
+    changed_decoder_input_ids = decoder_input_ids.clone()
+    changed_decoder_input_ids[:, -1] = 7
+
+    out = tiny_model(**inputs, decoder_input_ids=decoder_input_ids, labels=labels)
+    changed = tiny_model(**inputs, decoder_input_ids=changed_decoder_input_ids, labels=labels)
+
+    assert not torch.allclose(out.logits[:, -1], changed.logits[:, -1], atol=1e-3)
+    # ...and the loss, which ignores that position, does not change;
+    assert torch.allclose(out.loss, changed.loss, atol=1e-6)
+    # it is the smoothed cross-entropy over exactly the unmarked positions,
+    expected = smoothed_cross_entropy_by_hand(out.logits, labels, tiny_model.config.label_smoothing)
+    assert torch.allclose(out.loss.double(), expected, atol=1e-5)
+    # and scoring the last position as well gives a different loss.
+    counted = tiny_model(**inputs, decoder_input_ids=decoder_input_ids, labels=batch["labels"]).loss
+    assert not torch.allclose(out.loss, counted, atol=1e-4)
+
+
+@torch.no_grad()
+def test_labels_alone_drive_teacher_forcing(tiny_model, tiny_tokenizer):
+    """With labels only, the decoder reads the labels shifted right behind the start token (-100 read as padding)."""
+    batch = make_batch(tiny_tokenizer)
+    shifted = tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    assert (shifted[:, 0] == tiny_model.config.decoder_start_token_id).all()
+    real = batch["labels"][:, :-1] != -100
+    assert torch.equal(shifted[:, 1:][real], batch["labels"][:, :-1][real])
+    assert (shifted[:, 1:][~real] == tiny_model.config.pad_token_id).all()
+
+    implicit = tiny_model(**batch).logits
+    explicit = tiny_model(**batch, decoder_input_ids=shifted).logits
+    assert torch.equal(implicit, explicit)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Masks: causality and padding
+
+
+@torch.no_grad()
+def test_changing_later_target_tokens_never_changes_earlier_logits(tiny_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer)
+    decoder_input_ids = tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = tiny_model(**inputs, decoder_input_ids=decoder_input_ids).logits
+    generator = torch.Generator().manual_seed(0)
+    for cut in (1, 4, decoder_input_ids.shape[1] - 1):
+        changed = decoder_input_ids.clone()
+        changed[:, cut:] = torch.randint(4, tiny_model.config.vocab_size, changed[:, cut:].shape, generator=generator)
+        changed_logits = tiny_model(**inputs, decoder_input_ids=changed).logits
+        assert torch.allclose(changed_logits[:, :cut], logits[:, :cut], atol=1e-5)
+        assert not torch.allclose(changed_logits[:, cut:], logits[:, cut:], atol=1e-3)
+
+
+@torch.no_grad()
+def test_source_padding_changes_no_output_at_real_positions(tiny_model, tiny_tokenizer):
+    alone = tiny_tokenizer(SOURCES[1:2], return_tensors="pt")  # the shortest source, no padding
+    padded = tiny_tokenizer(SOURCES[1:3], padding=True, return_tensors="pt")  # padded to a longer neighbour
+    length = alone["input_ids"].shape[1]
+    assert padded["input_ids"].shape[1] > length
+    assert torch.equal(padded["input_ids"][0, :length], alone["input_ids"][0])
+    decoder_input_ids = tiny_tokenizer(TARGETS[1:3], padding=True, return_tensors="pt")["input_ids"]
+
+    out_alone = tiny_model(**alone, decoder_input_ids=decoder_input_ids[:1])
+    out_padded = tiny_model(**padded, decoder_input_ids=decoder_input_ids)
+
+    encoded_alone, encoded_padded = out_alone.encoder_last_hidden_state, out_padded.encoder_last_hidden_state
+    assert torch.allclose(encoded_padded[0, :length], encoded_alone[0], atol=1e-5)
+    assert torch.allclose(out_padded.logits[0], out_alone.logits[0], atol=1e-5)
+
+    # Without the attention mask the padding leaks in: the mask is what makes the outputs equal.
+    unmasked = tiny_model(input_ids=padded["input_ids"], decoder_input_ids=decoder_input_ids)
+    assert not torch.allclose(unmasked.logits[0], out_alone.logits[0], atol=1e-3)
+
+
+@torch.no_grad()
+def test_target_padding_changes_no_output_at_real_positions(tiny_model, tiny_tokenizer):
+    source = tiny_tokenizer(SOURCES[:1], return_tensors="pt")
+    decoder_input_ids = tiny_tokenizer(TARGETS[:1], return_tensors="pt")["input_ids"]
+    length = decoder_input_ids.shape[1]
+    pad = torch.full((1, 5), tiny_tokenizer.pad_token_id)
+    padded_ids = torch.cat([decoder_input_ids, pad], dim=1)
+    decoder_attention_mask = (padded_ids != tiny_tokenizer.pad_token_id).long()
+
+    plain = tiny_model(**source, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    padded = tiny_model(
+        **source, decoder_input_ids=padded_ids, decoder_attention_mask=decoder_attention_mask, output_attentions=True
+    )
+
+    assert torch.allclose(padded.logits[:, :length], plain.logits, atol=1e-5)
+    assert torch.isfinite(padded.logits).all()
+    for weights in padded.decoder_attentions:
+        assert (weights[..., length:] == 0).all()  # no query, real or padding, reads a padded target key
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Incremental decoding and generation
+
+
+@torch.no_grad()
+def test_cached_incremental_decoding_equals_the_full_forward_pass(trained_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer, PAIRS[:4])
+    decoder_input_ids = trained_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    mask = batch["attention_mask"]
+    full = trained_model(input_ids=batch["input_ids"], attention_mask=mask, decoder_input_ids=decoder_input_ids)
+
+    encoder_outputs = trained_model.get_encoder()(batch["input_ids"], attention_mask=mask)
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    step_logits = []
+    for position in range(decoder_input_ids.shape[1]):
+        step = trained_model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=mask,
+            decoder_input_ids=decoder_input_ids[:, position : position + 1],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = step.past_key_values
+        step_logits.append(step.logits)
+        assert cache.get_seq_length() == position + 1
+
+    assert torch.allclose(torch.cat(step_logits, dim=1), full.logits, atol=1e-4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generate_gives_the_same_ids_with_and_without_cache(trained_model, sources, num_beams):
+    settings = dict(num_beams=num_beams, do_sample=False, max_new_tokens=20)
+    cached = trained_model.generate(**sources, use_cache=True, **settings)
+    uncached = trained_model.generate(**sources, use_cache=False, **settings)
+    assert torch.equal(cached, uncached)
+    # Not a degenerate model: the four sentences get different translations.
+    assert len({tuple(row.tolist()) for row in cached}) == len(cached)
+
+
+@torch.no_grad()
+def greedy_translate(model, input_ids, attention_mask, max_new_tokens):
+    """Readable greedy decoding: encode once, then append the most likely next token until every sentence has
+    produced </s> or the length runs out; finished sentences are padded."""
+    config = model.config
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask=attention_mask)
+    output = torch.full((input_ids.shape[0], 1), config.decoder_start_token_id)
+    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits = model(
+            encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=output, use_cache=False
+        ).logits
+        next_token = logits[:, -1].argmax(dim=-1)
+        next_token = next_token.masked_fill(finished, config.pad_token_id)
+        output = torch.cat([output, next_token[:, None]], dim=1)
+        finished |= next_token == config.eos_token_id
+        if finished.all():
+            break
+    return output
+
+
+@torch.no_grad()
+def test_generate_greedy_equals_a_greedy_decoder_written_by_hand(trained_model, tiny_tokenizer):
+    sources = tiny_tokenizer(SOURCES, padding=True, return_tensors="pt")
+    expected = greedy_translate(trained_model, sources["input_ids"], sources["attention_mask"], max_new_tokens=25)
+    generated = trained_model.generate(**sources, num_beams=1, do_sample=False, max_new_tokens=25)
+    assert torch.equal(generated, expected)
+    # The oracle exercised both endings: some sentences stopped at </s>, and sentences finished at different steps.
+    ended = (expected == trained_model.config.eos_token_id).any(dim=1)
+    assert ended.any()
+    assert len({int((row != trained_model.config.pad_token_id).sum()) for row in expected}) > 1
+
+
+@torch.no_grad()
+def test_sampling_with_a_fixed_seed_returns_valid_repeatable_ids(trained_model, sources):
+    settings = dict(do_sample=True, num_beams=1, top_k=0, max_new_tokens=15)
+    torch.manual_seed(123)
+    first = trained_model.generate(**sources, **settings)
+    torch.manual_seed(123)
+    second = trained_model.generate(**sources, **settings)
+    assert torch.equal(first, second)
+    assert first.shape[0] == sources["input_ids"].shape[0] and 2 <= first.shape[1] <= 16
+    assert (first[:, 0] == trained_model.config.decoder_start_token_id).all()
+    assert ((first >= 0) & (first < trained_model.config.vocab_size)).all()
+
+
+class _RecordWarnings(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@torch.no_grad()
+def test_generate_length_bounds_give_no_clash_warning_and_stay_inside_the_positions(tiny_model, sources):
+    handler = _RecordWarnings()
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with_new_tokens = tiny_model.generate(**sources, num_beams=1, max_new_tokens=5)
+            with_max_length = tiny_model.generate(**sources, num_beams=1, max_length=7)
+            # The untrained model never emits </s>: the default bound must stop it at the last position.
+            unbounded = tiny_model.generate(**sources, num_beams=1)
+    finally:
+        library_logger.removeHandler(handler)
+    messages = handler.messages + [str(warning.message) for warning in caught]
+    assert not [message for message in messages if "max_length" in message or "max_new_tokens" in message]
+    assert with_new_tokens.shape[1] == 1 + 5
+    assert with_max_length.shape[1] == 7
+    assert unbounded.shape[1] == tiny_model.config.max_position_embeddings
+
+
+@torch.no_grad()
+def test_asking_for_more_tokens_than_the_positions_hold_fails_clearly(tiny_model, sources):
+    positions = tiny_model.config.max_position_embeddings
+    # The untrained model never emits </s>; the last new token is never fed back, so P + 1 needs position P.
+    with pytest.raises(ValueError, match="longer than this model's max_position_embeddings"):
+        tiny_model.generate(**sources, num_beams=1, max_new_tokens=positions + 1)
+    long_source = torch.ones(1, positions + 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="Truncate the input"):
+        tiny_model(input_ids=long_source, decoder_input_ids=long_source[:, :1])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Attention weights
+
+
+@torch.no_grad()
+def test_output_attentions_returns_exact_masked_softmax_weights(trained_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer, PAIRS[:4])
+    decoder_input_ids = trained_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    source_padding = batch["attention_mask"] == 0  # (B, S)
+    assert source_padding.any()
+
+    with_weights = trained_model(**inputs, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    without = trained_model(**inputs, decoder_input_ids=decoder_input_ids)
+
+    assert without.encoder_attentions is None and without.cross_attentions is None
+    assert torch.allclose(with_weights.logits, without.logits, atol=1e-5)
+    assert torch.allclose(with_weights.encoder_last_hidden_state, without.encoder_last_hidden_state, atol=1e-5)
+    config = trained_model.config
+    assert len(with_weights.encoder_attentions) == config.encoder_layers
+    assert len(with_weights.decoder_attentions) == len(with_weights.cross_attentions) == config.decoder_layers
+    every_layer = with_weights.encoder_attentions + with_weights.decoder_attentions + with_weights.cross_attentions
+    for weights in every_layer:
+        assert torch.allclose(weights.sum(dim=-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+        assert (weights >= 0).all()
+    key_is_padding = source_padding[:, None, None, :]  # (B, 1, 1, S)
+    for weights in with_weights.encoder_attentions + with_weights.cross_attentions:
+        assert (weights.masked_select(key_is_padding) == 0).all()
+        assert (weights.masked_select(~key_is_padding) > 0).all()
+    target_length = decoder_input_ids.shape[1]
+    future = torch.ones(target_length, target_length, dtype=torch.bool).triu(diagonal=1)  # (T, T), key j > query i
+    for weights in with_weights.decoder_attentions:
+        assert (weights.masked_select(future) == 0).all()
+        assert (weights.masked_select(~future) > 0).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Saving and loading
+
+
+def assert_same_model_after_round_trip(original, loaded, tokenizer):
+    batch = make_batch(tokenizer, PAIRS[:3])
+    with torch.no_grad():
+        assert torch.equal(loaded(**batch).logits, original(**batch).logits)
+    shared = loaded.model.shared.weight
+    assert loaded.lm_head.weight is shared
+    assert loaded.model.encoder.embed_tokens.weight is shared
+    assert loaded.model.decoder.embed_tokens.weight is shared
+    config = loaded.config
+    fresh_table = sinusoidal_table(config.max_position_embeddings, config.d_model)
+    for stack in (loaded.model.encoder, loaded.model.decoder):
+        assert torch.equal(stack.embed_positions.table, fresh_table)
+    for field in ("num_beams", "length_penalty", "early_stopping", "max_length", "max_new_tokens",
+                  "decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id"):
+        assert getattr(loaded.generation_config, field) == getattr(original.generation_config, field), field
+
+
+def test_save_and_load_round_trip_keeps_outputs_tied_weights_positions_and_generation_config(
+    tiny_model, tiny_tokenizer, tiny_model_dir
+):
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir).eval()
+    assert isinstance(loaded, TransformerMTForConditionalGeneration)
+    assert loaded.config.to_diff_dict() == tiny_model.config.to_diff_dict()
+    assert_same_model_after_round_trip(tiny_model, loaded, tiny_tokenizer)
+    assert loaded.generation_config.num_beams == 4 and loaded.generation_config.length_penalty == 0.6
+    # One stored copy of the embedding matrix; the fixed position table is rebuilt, not stored.
+    with safe_open(tiny_model_dir / "model.safetensors", "pt") as weights:
+        stored = set(weights.keys())
+    assert "model.shared.weight" in stored
+    assert not stored & {"lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}
+    assert not [key for key in stored if "embed_positions" in key]
+
+
+def test_pre_norm_variant_round_trips_too(tiny_tokenizer, tmp_path):
+    torch.manual_seed(1)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, norm_placement="pre")).eval()
+    assert model.model.encoder.final_norm is not None and model.model.decoder.final_norm is not None
+    model.save_pretrained(tmp_path)
+
+    loaded = TransformerMTForConditionalGeneration.from_pretrained(tmp_path).eval()
+
+    assert loaded.config.norm_placement == "pre"
+    assert_same_model_after_round_trip(model, loaded, tiny_tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Configuration and Auto classes
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(d_model=30, num_attention_heads=4), "divisible by num_attention_heads"),
+        (dict(norm_placement="sandwich"), "norm_placement must be one of"),
+        (dict(vocab_size=100, pad_token_id=100), r"pad_token_id \(100\) must lie inside the vocabulary"),
+        (dict(eos_token_id=-1), "eos_token_id"),
+        (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
+        (dict(attention_dropout=-0.1), "attention_dropout must lie in"),
+        (dict(label_smoothing=1.5), "label_smoothing must lie in"),
+        (dict(encoder_layers=0), "encoder_layers must be a positive integer"),
+        (dict(d_model=33, num_attention_heads=3), "must be even"),
+    ],
+)
+def test_a_bad_config_raises_a_clear_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerMTConfig(**overrides)
+
+
+def test_a_bad_saved_config_fails_loading_with_the_same_error(tiny_model_dir, tmp_path):
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    config["num_attention_heads"] = 5
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="divisible by num_attention_heads"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_auto_classes_know_the_model_type(tiny_tokenizer):
+    config = AutoConfig.for_model(
+        "transformer_mt", vocab_size=len(tiny_tokenizer), d_model=32, num_attention_heads=4, d_ff=64,
+        encoder_layers=1, decoder_layers=1,
+    )
+    assert type(config) is TransformerMTConfig
+    assert type(AutoModelForSeq2SeqLM.from_config(config)) is TransformerMTForConditionalGeneration
+    assert type(AutoModel.from_config(config)) is TransformerMTModel
+
+
+def test_saved_folder_carries_auto_map_and_the_modeling_code(tiny_model_dir):
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert config["model_type"] == "transformer_mt"
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_transformer_mt.TransformerMTConfig",
+        "AutoModelForSeq2SeqLM": "modeling_transformer_mt.TransformerMTForConditionalGeneration",
+    }
+    for code_file in ("configuration_transformer_mt.py", "modeling_transformer_mt.py"):
+        assert (tiny_model_dir / code_file).is_file()
+    assert (tiny_model_dir / "generation_config.json").is_file()
+    assert (tiny_model_dir / "tokenizer.json").is_file()

@@ -1,0 +1,91 @@
+"""A saved folder loads and translates with `trust_remote_code=True` in a fresh Python that never imports the project,
+as it would from the Hub."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import PAIRS, ROOT, tiny_config
+
+from modeling import TransformerMTForConditionalGeneration
+
+SOURCES = [source for source, _ in PAIRS[:4]] + ["A dog sings on the sofa."]
+
+# Runs in the subprocess: Auto classes only, then reports what it generated and which modules it imported.
+LOAD_AND_TRANSLATE = r"""
+import json, sys
+from pathlib import Path
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+
+folder, project_root, sources = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+batch = tokenizer(sources, padding=True, return_tensors="pt")
+ids = model.generate(**batch, num_beams=4, max_new_tokens=20)
+from_project = sorted(
+    name for name, module in list(sys.modules.items())
+    if project_root in Path(getattr(module, "__file__", None) or "/").resolve().parents
+)
+print(json.dumps({
+    "config_class": f"{type(config).__module__}.{type(config).__name__}",
+    "model_class": f"{type(model).__module__}.{type(model).__name__}",
+    "input_ids": batch["input_ids"].tolist(),
+    "ids": ids.tolist(),
+    "modules_from_project": from_project,
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def saved_folder(tiny_tokenizer, tmp_path_factory):
+    """A briefly trained tiny model (so its translations depend on the source) saved with its tokenizer."""
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, dropout=0.0))
+    batch = tiny_tokenizer([s for s, _ in PAIRS], text_target=[t for _, t in PAIRS], padding=True, return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tiny_tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(60):
+        optimizer.zero_grad()
+        model(**batch).loss.backward()
+        optimizer.step()
+    folder = tmp_path_factory.mktemp("remote-code") / "transformer-en-de-tiny"
+    model.eval().save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder, model
+
+
+@pytest.mark.slow
+def test_folder_loads_with_trust_remote_code_without_the_project_and_generates_the_same_ids(
+    saved_folder, tiny_tokenizer, tmp_path
+):
+    folder, model = saved_folder
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_TRANSLATE, str(folder), str(ROOT), json.dumps(SOURCES)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+
+    # The classes came from the code copied into the folder, and nothing was imported from the project.
+    assert report["config_class"].startswith("transformers_modules.")
+    assert report["config_class"].endswith("configuration_transformer_mt.TransformerMTConfig")
+    assert report["model_class"].startswith("transformers_modules.")
+    assert report["model_class"].endswith("modeling_transformer_mt.TransformerMTForConditionalGeneration")
+    assert report["modules_from_project"] == []
+
+    batch = tiny_tokenizer(SOURCES, padding=True, return_tensors="pt")
+    assert report["input_ids"] == batch["input_ids"].tolist()
+    with torch.no_grad():
+        expected = model.generate(**batch, num_beams=4, max_new_tokens=20)
+    assert report["ids"] == expected.tolist()
+    assert len({tuple(row) for row in report["ids"]}) > 1  # translations differ by source: a real comparison

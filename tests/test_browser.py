@@ -1,0 +1,83 @@
+"""A real Chromium (Debian's, driven by Playwright) uses the page: types, translates, sees both panels and heatmaps."""
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from tiny_marian import build_tiny_marian
+from transformers import GenerationConfig
+
+import app
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+SCREENSHOT = ROOT / "test-artifacts" / "app.png"
+
+
+@pytest.fixture(scope="module")
+def page_url(tiny_model_dir, tmp_path_factory):
+    ours = tmp_path_factory.mktemp("ours")
+    shutil.copytree(tiny_model_dir, ours, dirs_exist_ok=True)
+    generation = GenerationConfig.from_pretrained(ours)
+    generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]  # keep outputs non-empty
+    generation.save_pretrained(ours)
+    marian = build_tiny_marian(tmp_path_factory.mktemp("marian"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo = app.build_demo(str(ours), str(marian))
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (or `make browser`).")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def test_type_translate_and_see_both_panels_and_heatmaps(page_url, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(page_url)
+    page.locator("#marian-status").get_by_text("ready").wait_for(timeout=60_000)
+
+    page.locator("#english textarea").fill("A dog runs in the park.")
+    page.locator("#reference textarea").fill("Ein Hund rennt im Park.")
+    page.locator("#translate").click()
+
+    ours_details = page.locator("#ours-details")
+    ours_details.get_by_text("Tokens generated").wait_for(timeout=60_000)
+    page.locator("#marian-details").get_by_text("Tokens generated").wait_for(timeout=60_000)
+    assert page.locator("#ours-translation textarea").input_value() != ""
+    assert "Sentence BLEU" in ours_details.inner_text()
+    assert "Sentence BLEU" in page.locator("#marian-details").inner_text()
+    # matplotlib figures arrive as images inside the plot components.
+    page.locator("#ours-heatmap img").wait_for(timeout=60_000)
+    page.locator("#marian-heatmap img").wait_for(timeout=60_000)
+    assert page.locator("#ours-heatmap img").bounding_box()["height"] > 50
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.close()
+
+
+def test_empty_input_shows_a_message_not_an_error(page_url, browser):
+    page = browser.new_page()
+    page.goto(page_url)
+    page.locator("#translate").click()
+
+    page.locator("#notice").get_by_text("Type an English sentence").wait_for(timeout=30_000)
+    assert page.get_by_text("Error", exact=True).count() == 0
+    page.close()

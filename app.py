@@ -797,21 +797,22 @@ def build_demo(our_model: str = DEFAULT_MODEL, marian_model: str = DEFAULT_MARIA
                 with gr.Row():
                     text = gr.Textbox(label="English", lines=4, placeholder="Type one or more English sentences.",
                                       elem_id="english")
-                    reference = gr.Textbox(label="Reference translation (optional, German)", lines=4,
+                    reference = gr.Textbox("", label="Reference translation (optional, German)", lines=4,
                                            elem_id="reference")
                 translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
-                notice = gr.Markdown(elem_id="notice")
+                notice = gr.Markdown(label="Notice", elem_id="notice")
                 with gr.Row(equal_height=False):
                     with gr.Column():
                         gr.Markdown(f"### {OURS_NAME}\n`{ours.reference}`")
-                        ours_text = gr.Textbox(label="German", lines=4, interactive=False, elem_id="ours-translation")
-                        ours_details = gr.Markdown(elem_id="ours-details")
+                        ours_text = gr.Textbox(label="Our translation (German)", lines=4, interactive=False,
+                                               elem_id="ours-translation")
+                        ours_details = gr.Markdown(label="Our details", elem_id="ours-details")
                     with gr.Column():
                         gr.Markdown(f"### {MARIAN_NAME}\n`{marian.reference}`")
-                        marian_state = gr.Markdown(marian.status(), elem_id="marian-status")
-                        marian_text = gr.Textbox(label="German", lines=4, interactive=False,
+                        marian_state = gr.Markdown(marian.status(), label="MarianMT status", elem_id="marian-status")
+                        marian_text = gr.Textbox(label="MarianMT translation (German)", lines=4, interactive=False,
                                                  elem_id="marian-translation")
-                        marian_details = gr.Markdown(elem_id="marian-details")
+                        marian_details = gr.Markdown(label="MarianMT details", elem_id="marian-details")
                 gr.Examples(EXAMPLES, inputs=[text, reference], label="Examples (with references)",
                             cache_examples=False)
                 gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
@@ -820,8 +821,9 @@ def build_demo(our_model: str = DEFAULT_MODEL, marian_model: str = DEFAULT_MARIA
                     layer = gr.Dropdown(choices=[(label, index) for index, label in enumerate(layer_choices)],
                                         value=0, label="Layer")
                 with gr.Row():
-                    ours_plot = gr.Plot(label=f"{OURS_NAME} cross-attention", elem_id="ours-heatmap")
-                    marian_plot = gr.Plot(label=f"{MARIAN_NAME} cross-attention", elem_id="marian-heatmap")
+                    ours_plot = gr.Plot(label=f"{OURS_NAME} cross-attention", show_label=False, elem_id="ours-heatmap")
+                    marian_plot = gr.Plot(label=f"{MARIAN_NAME} cross-attention", show_label=False,
+                                          elem_id="marian-heatmap")
             with gr.Tab("File"):
                 gr.Markdown("One English sentence per line (UTF-8). Optionally a German reference file with the "
                             "same number of lines for corpus BLEU and chrF.")
@@ -831,10 +833,11 @@ def build_demo(our_model: str = DEFAULT_MODEL, marian_model: str = DEFAULT_MARIA
                                              type="filepath")
                 file_button = gr.Button("Translate file", variant="primary")
                 file_output = gr.File(label="Translations (TSV)")
-                file_summary = gr.Markdown()
+                file_summary = gr.Markdown(label="Summary")
             with gr.Tab("Corpus comparison"):
-                comparison_summary = gr.Markdown()
-                comparison_rows = gr.Dataframe(headers=COMPARISON_HEADERS, interactive=False, wrap=True)
+                comparison_summary = gr.Markdown(label="Notes")
+                comparison_rows = gr.Dataframe(headers=COMPARISON_HEADERS, label="Corpus results", interactive=False,
+                                               wrap=True)
         attention_state = gr.State()
         timer = gr.Timer(1.0)
 

@@ -117,6 +117,16 @@ def test_translate_endpoint(client, translators):
     assert notice == ""
 
 
+def test_translate_endpoint_with_only_text_uses_the_page_defaults(client, translators):
+    ours, marian = translators
+
+    answer = client.predict(text="Two dogs are playing in the snow.", api_name="/translate")
+
+    expected = app.translate_text("Two dogs are playing in the snow.", "beam search", 4,
+                                  min(128, ours.max_new_tokens), ours=ours, marian=marian)
+    assert answer[0] == expected.ours.translation and answer[2] == expected.marian.translation
+
+
 def test_translate_endpoint_with_empty_text_answers_a_message(client):
     answer = client.predict("   ", "greedy", 1, 10, "", api_name="/translate")
 

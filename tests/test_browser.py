@@ -50,6 +50,8 @@ def browser():
 
 def test_type_translate_and_see_both_panels_and_heatmaps(page_url, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(page_url)
     page.locator("#marian-status").get_by_text("ready").wait_for(timeout=60_000)
 
@@ -68,8 +70,18 @@ def test_type_translate_and_see_both_panels_and_heatmaps(page_url, browser):
     page.locator("#marian-heatmap img").wait_for(timeout=60_000)
     assert page.locator("#ours-heatmap img").bounding_box()["height"] > 50
 
+    # Another layer redraws the heatmaps (a new image arrives).
+    before = page.locator("#ours-heatmap img").get_attribute("src")
+    page.get_by_label("Layer").click()
+    page.get_by_role("option", name="layer 1").click()
+    page.wait_for_function(
+        "before => document.querySelector('#ours-heatmap img')?.getAttribute('src') !== before", arg=before,
+        timeout=30_000,
+    )
+
     SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert errors == []
     page.close()
 
 

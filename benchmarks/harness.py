@@ -1,0 +1,167 @@
+"""What every benchmark shares: threads, the shipped-size config, real Multi30k batches, and A/B timing.
+
+Both sides of a comparison run in one process on the same inputs, alternating A, B, A, B, ... after a warm-up,
+so that a background load on the machine slows both alike: absolute times drift, the ratio holds.
+"""
+
+import argparse
+import os
+
+# Before any Hugging Face import: never wait on the unreachable Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from modeling import TransformerMTConfig  # noqa: E402
+from tokenizer import load_tokenizer, train_tokenizer  # noqa: E402
+
+DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
+SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
+
+# The shipped model's settings, for when its folder is not there: d_model 256, 3+3 layers, 4 heads, d_ff 1024.
+SHIPPED_SIZE = dict(
+    d_model=256,
+    encoder_layers=3,
+    decoder_layers=3,
+    num_attention_heads=4,
+    d_ff=1024,
+    dropout=0.2,
+    attention_dropout=0.1,
+)
+
+
+def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test; figures are noisier)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2, all cores)")
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    return args
+
+
+def read_lines(split: str, language: str) -> list[str]:
+    with open(DATA_DIR / f"{split}.{language}", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def benchmark_tokenizer():
+    """The shipped model's tokenizer if there is one, else the same recipe trained here (about 2 s)."""
+    if (SHIPPED_DIR / "tokenizer.json").is_file():
+        return load_tokenizer(SHIPPED_DIR)
+    return train_tokenizer(files=[DATA_DIR / "train.en", DATA_DIR / "train.de"], vocab_size=8000)
+
+
+def shipped_config(tokenizer=None, **overrides) -> TransformerMTConfig:
+    """The shipped model's config if it exists, else the shipped size with the tokenizer's special ids."""
+    if (SHIPPED_DIR / "config.json").is_file():
+        config = TransformerMTConfig.from_pretrained(SHIPPED_DIR)
+        for name, value in overrides.items():
+            setattr(config, name, value)
+        return config
+    settings = dict(SHIPPED_SIZE, vocab_size=8000)
+    if tokenizer is not None:
+        settings.update(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+        )
+    settings.update(overrides)
+    return TransformerMTConfig(**settings)
+
+
+def config_source() -> str:
+    return str(SHIPPED_DIR / "config.json") if (SHIPPED_DIR / "config.json").is_file() else "default shipped size"
+
+
+def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """`count` random sentence pairs (English, German) of a Multi30k split, the same ones on every run."""
+    english, german = read_lines(split, "en"), read_lines(split, "de")
+    chosen = random.Random(seed).sample(range(len(english)), count)
+    return [english[i] for i in chosen], [german[i] for i in chosen]
+
+
+def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Random batches of training pairs, padded per batch as the training collator does; pad labels are -100."""
+    english, german = sample_sentences("train", batch_size * count, seed)
+    batches = []
+    for start in range(0, batch_size * count, batch_size):
+        source = tokenizer(english[start : start + batch_size], padding=True, return_tensors="pt")
+        target = tokenizer(text_target=german[start : start + batch_size], padding=True, return_tensors="pt")
+        labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
+        batches.append({"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels})
+    return batches
+
+
+def alternate(sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, "Timings"]:
+    """Time each side round-robin (A, B, A, B, ...) after `warmup` untimed rounds."""
+    for _ in range(warmup):
+        for run in sides.values():
+            run()
+    timings = {name: Timings() for name in sides}
+    for _ in range(rounds):
+        for name, run in sides.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            timings[name].wall.append(time.perf_counter() - wall)
+            timings[name].cpu.append(time.process_time() - cpu)
+    return timings
+
+
+class Timings:
+    """Wall-clock and process CPU seconds per call.
+
+    Wall time is the figure; CPU time is the cross-check on a shared machine: other processes stretch wall time
+    but not the CPU time this process spends (with one thread; with more, idle threads spinning count too).
+    """
+
+    def __init__(self):
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    @property
+    def seconds(self) -> float:
+        return median(self.wall)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return median(self.cpu)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: list[float]) -> str:
+    """Median with the interquartile range, as text: noisy machines deserve error bars."""
+    if len(values) < 4:
+        return f"{median(values):.4g}"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{median(values):.4g} [{q1:.4g}, {q3:.4g}]"
+
+
+def print_table(header: list[str], rows: list[list[object]]) -> None:
+    """A Markdown table on stdout, ready for the README."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+
+
+def describe_machine(threads: int) -> str:
+    return f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible"

@@ -121,9 +121,9 @@ def load_translator(reference: str, name: str, *, eager_attention: bool = False,
     `trust_remote_code=True` runs the modeling code saved beside our weights (a Hub id works like a folder).
     `eager_attention` is for models whose default attention kernel cannot return the weights the heatmaps need.
     """
+    tokenizer = AutoTokenizer.from_pretrained(reference, **load_kwargs)
     if eager_attention:
         load_kwargs["attn_implementation"] = "eager"
-    tokenizer = AutoTokenizer.from_pretrained(reference, **load_kwargs)
     model = AutoModelForSeq2SeqLM.from_pretrained(reference, **load_kwargs).eval()
     return Translator(name=name, reference=reference, model=model, tokenizer=tokenizer)
 
@@ -492,25 +492,25 @@ class InputFileError(ValueError):
 def read_lines(path: str | Path | None, what: str) -> list[str]:
     """Lines of an uploaded UTF-8 text file, refusing binary, empty and oversized files."""
     if path is None:
-        raise InputFileError(f"Upload {what} first.")
+        raise InputFileError(f"Upload the {what} first.")
     path = Path(path)
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise InputFileError(f"{what} is {size:,} bytes; the limit here is {MAX_FILE_BYTES:,}.")
+        raise InputFileError(f"The {what} ({path.name}) has {size:,} bytes; the limit here is {MAX_FILE_BYTES:,}.")
     data = path.read_bytes()
     if b"\x00" in data:
         raise InputFileError(
-            f"{what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
+            f"The {what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
         )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputFileError(
-            f"{what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
+            f"The {what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
         ) from None
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
-        raise InputFileError(f"{what} ({path.name}) has no text.")
+        raise InputFileError(f"The {what} ({path.name}) has no text.")
     return lines
 
 
@@ -535,8 +535,8 @@ def translate_file(
     """Translate a file (one sentence per line) with both systems into a TSV; corpus BLEU/chrF with references."""
     try:
         beams, max_new_tokens = _decoding_settings(decoding, num_beams, max_new_tokens)
-        lines = read_lines(source_file, "The English file")
-        references = read_lines(reference_file, "The reference file") if reference_file else None
+        lines = read_lines(source_file, "English file")
+        references = read_lines(reference_file, "reference file") if reference_file else None
     except (InputFileError, TypeError, ValueError) as error:
         return FileResult(None, f"⚠️ {error}")
     if references is not None and len(references) != len(lines):
@@ -614,52 +614,63 @@ COMPARISON_HEADERS = ["System", "Test set", "Sentences", "BLEU", "chrF", "Parame
 
 
 def _read_json(path: Path) -> tuple[dict | None, str]:
+    """The file's JSON object, or None and a note saying why not ("" when the file is simply absent)."""
     if not path.is_file():
         return None, ""
     try:
-        return json.loads(path.read_text(encoding="utf-8")), ""
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         return None, f"{path.name} could not be read ({_first_line(error)})."
+    return (data, "") if isinstance(data, dict) else (None, f"{path.name} is not a JSON object.")
 
 
 def _number(value, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else ""
 
 
-def comparison_table(
-    our_model: str, comparison_path: Path = COMPARISON_PATH
-) -> tuple[str, list[list[str]]]:
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else ""
+
+
+def _evaluation_rows(evaluation: dict) -> list[list[str]]:
+    """eval_results.json: one row per evaluated split ({"bleu", "chrf", ...}), besides num_parameters."""
+    rows = []
+    for split, result in evaluation.items():
+        if isinstance(result, dict) and "bleu" in result:
+            beams = f"beam {result['num_beams']}" if result.get("num_beams") else ""
+            rows.append([f"{OURS_NAME}, eval_results.json", split, _count(result.get("num_sentences")),
+                         _number(result["bleu"]), _number(result.get("chrf")),
+                         _millions(evaluation.get("num_parameters")), "", beams])
+    return rows
+
+
+def _comparison_rows(comparison: dict) -> list[list[str]]:
+    """compare.py's JSON: one row per system, its error (if any) in the note."""
+    test_set = Path(str(comparison.get("source_file") or "")).stem
+    beams = f"beam {comparison.get('num_beams', '?')}"
+    return [
+        [str(system.get("model", "?")), test_set, _count(comparison.get("num_sentences")),
+         _number(system.get("bleu")), _number(system.get("chrf")), _millions(system.get("num_parameters")),
+         _number(system.get("sentences_per_second"), 1), str(system.get("error") or beams)]
+        for system in comparison.get("systems", []) if isinstance(system, dict)
+    ]
+
+
+def comparison_table(our_model: str, comparison_path: Path = COMPARISON_PATH) -> tuple[str, list[list[str]]]:
     """A Markdown summary and table rows from our model's eval_results.json and the comparison JSON, where present."""
     rows, notes = [], []
     folder = Path(our_model)
     evaluation, problem = _read_json(folder / "eval_results.json") if folder.is_dir() else (None, "")
-    if problem:
-        notes.append(problem)
+    notes += [problem] if problem else []
     if evaluation:
-        for split, result in evaluation.items():
-            if isinstance(result, dict) and "bleu" in result:
-                beams = f"beam {result['num_beams']}" if result.get("num_beams") else ""
-                rows.append([
-                    f"{OURS_NAME}, eval_results.json", split, f"{result.get('num_sentences', ''):,}"
-                    if isinstance(result.get("num_sentences"), int) else "",
-                    _number(result["bleu"]), _number(result.get("chrf")),
-                    _millions(evaluation.get("num_parameters")), "", beams,
-                ])
+        rows += _evaluation_rows(evaluation)
     comparison, problem = _read_json(comparison_path)
-    if problem:
-        notes.append(problem)
+    notes += [problem] if problem else []
     if comparison:
-        test_set = Path(comparison.get("source_file") or "").stem
-        for system in comparison.get("systems", []):
-            rows.append([
-                system.get("model", "?"), test_set, f"{comparison.get('num_sentences', 0):,}",
-                _number(system.get("bleu")), _number(system.get("chrf")),
-                _millions(system.get("num_parameters")), _number(system.get("sentences_per_second"), 1),
-                system.get("error") or f"beam {comparison.get('num_beams', '?')}",
-            ])
+        rows += _comparison_rows(comparison)
         notes.append(
             f"`{comparison_path.name}`: {comparison.get('num_sentences', '?')} sentences of "
-            f"`{comparison.get('source_file', '?')}`, beam {comparison.get('num_beams', '?')}, both systems on the "
+            f"`{comparison.get('source_file', '?')}`, beam {comparison.get('num_beams', '?')}, every system on the "
             "same machine (`python compare.py`)."
         )
     if not rows:
@@ -718,11 +729,11 @@ data. Both translate the same input with the same decoding settings."""
 
 
 def build_demo(our_model: str = DEFAULT_MODEL, marian_model: str = DEFAULT_MARIAN_MODEL, *,
-               comparison_path: Path = COMPARISON_PATH, marian_load_kwargs: dict | None = None) -> gr.Blocks:
+               comparison_path: Path = COMPARISON_PATH) -> gr.Blocks:
     """Load our model (raising ModelUnavailableError if it cannot be), start loading MarianMT, build the page."""
     our_model = resolve_our_model(our_model)
     ours = load_our_translator(our_model)
-    marian = BackgroundModel(marian_model, MARIAN_NAME, **(marian_load_kwargs or {}))
+    marian = BackgroundModel(marian_model, MARIAN_NAME)
     layer_choices = ["mean over layers and heads"] + [f"layer {n + 1}" for n in range(ours.num_layers)]
 
     def translate(text, decoding, num_beams, max_new_tokens, reference):

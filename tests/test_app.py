@@ -246,7 +246,7 @@ def test_reference_with_other_line_count_is_a_message(ours, marian, tmp_path):
 
 
 def test_missing_upload_is_a_message(ours, marian):
-    assert "Upload The English file first" in app.translate_file(None, ours=ours, marian=marian).summary
+    assert "Upload the English file first" in app.translate_file(None, ours=ours, marian=marian).summary
 
 
 # ------------------------------------------------------------------------------------------------ MarianMT offline
@@ -338,6 +338,10 @@ def test_comparison_table_absent_or_broken_is_a_plain_message(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     summary, rows = app.comparison_table(str(tmp_path), tmp_path / "broken.json")
     assert rows == [] and "broken.json could not be read" in summary
+
+    (tmp_path / "list.json").write_text("[1, 2]")
+    summary, rows = app.comparison_table(str(tmp_path), tmp_path / "list.json")
+    assert rows == [] and "list.json is not a JSON object" in summary
 
 
 def test_demo_has_the_named_endpoints(ours, marian_dir):

@@ -49,7 +49,7 @@ Signatures: `{{ test.bleu_signature }}`, `{{ test.chrf_signature }}`.
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 model_id = "{{ model_id }}"
-tokenizer = AutoTokenizer.from_pretrained(model_id)
+tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
 model = AutoModelForSeq2SeqLM.from_pretrained(model_id, trust_remote_code=True)
 batch = tokenizer(["A man is riding a bicycle down the street."], return_tensors="pt")
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))

@@ -25,6 +25,7 @@ from transformers import (
     HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
+    TrainerCallback,
     set_seed,
 )
 from transformers.trainer_utils import get_last_checkpoint
@@ -188,6 +189,17 @@ def tokenize(tokenizer, sources, targets, data_args: DataArguments) -> Dataset:
     )
 
 
+class StartingStep(TrainerCallback):
+    """Remembers the step this process started training at: 0, or the step of the checkpoint it resumed."""
+
+    step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.step = state.global_step
+        if self.step:
+            print(f"[train] resumed at step {self.step} of {state.max_steps}")
+
+
 def build_compute_metrics(tokenizer):
     bleu, chrf = SacreBleu(), ChrF()
 
@@ -308,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer),
+        callbacks=[starting_step := StartingStep()],
     )
     started = time.time()
     train_result = trainer.train(resume_from_checkpoint=resume)
@@ -322,6 +335,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer.save_pretrained(output_dir)
     results = {
         "num_parameters": num_parameters,
+        "trained_steps": {"from": starting_step.step, "to": trainer.state.global_step},
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "validation_curve": validation_curve(trainer.state.log_history),
     }

@@ -1,0 +1,47 @@
+"""The committed default model: loads like a Hub download and translates Multi30k test sentences above a BLEU floor."""
+
+import pytest
+import torch
+from conftest import DATA_DIR, ROOT
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from metrics import corpus_scores
+
+SHIPPED = ROOT / "models" / "transformer-en-de"
+NUM_SENTENCES = 200
+# The shipped model scores well above this on these sentences (see README, Results); a broken model, tokenizer or
+# decoding scores near zero.
+BLEU_FLOOR = 30.0
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    assert (SHIPPED / "model.safetensors").is_file(), f"the default model is missing at {SHIPPED}"
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(SHIPPED, trust_remote_code=True).eval()
+    return model, tokenizer
+
+
+def test_shipped_folder_is_small_and_complete():
+    size = sum(path.stat().st_size for path in SHIPPED.rglob("*") if path.is_file())
+    assert size < 60 * 1024**2
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "README.md", "eval_results.json",
+                 "modeling_transformer_mt.py", "configuration_transformer_mt.py"):
+        assert (SHIPPED / name).is_file(), name
+    assert not list(SHIPPED.glob("checkpoint-*"))
+
+
+@pytest.mark.slow
+def test_shipped_model_bleu_on_test_2016_flickr(shipped):
+    model, tokenizer = shipped
+    sources = (DATA_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:NUM_SENTENCES]
+    references = (DATA_DIR / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:NUM_SENTENCES]
+    hypotheses = []
+    with torch.inference_mode():
+        for start in range(0, len(sources), 50):
+            batch = tokenizer(sources[start : start + 50], return_tensors="pt", padding=True)
+            ids = model.generate(**batch, num_beams=4, max_new_tokens=96)
+            hypotheses += tokenizer.batch_decode(ids, skip_special_tokens=True)
+    scores = corpus_scores(hypotheses, references)
+    print(f"shipped model on the first {NUM_SENTENCES} test sentences: {scores}")
+    assert scores["bleu"] >= BLEU_FLOOR, scores

@@ -264,6 +264,19 @@ def resolve_resume(value: str | None, output_dir: str) -> str | bool | None:
     return value
 
 
+def without_resume_flag(argv: list[str]) -> list[str]:
+    """The command that trains this model from scratch: a resumed run is the same run."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.startswith("--resume_from_checkpoint"):
+            skip = "=" not in arg
+        else:
+            kept.append(arg)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     data_args, tokenizer_args, model_args, training_args = parse_arguments(argv)
@@ -355,7 +368,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[test] {data_args.test_split}: {json.dumps(results[data_args.test_split])}")
     (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
-    command = "python train.py " + shlex.join(argv)
+    command = "python train.py " + shlex.join(without_resume_flag(argv))
     write_model_card(
         output_dir,
         config=config,

@@ -11,38 +11,41 @@ import sacrebleu
 _FEATURES = datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")})
 
 
-class SacreBleu(evaluate.Metric):
+class _SacreBleuMetric(evaluate.Metric):
+    """An `evaluate` metric whose score is one of sacreBLEU's corpus metrics with its default settings."""
+
+    scorer = None  # a sacrebleu metric class
+    description = ""
+    citation = ""
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=self.description,
+            citation=self.citation,
+            inputs_description="predictions and references: lists of detokenised strings, one reference each.",
+            features=_FEATURES,
+        )
+
+    def _compute(self, predictions, references):
+        scorer = self.scorer()
+        score = scorer.corpus_score(predictions, [references])
+        return {"score": score.score, "signature": str(scorer.get_signature())}
+
+
+class SacreBleu(_SacreBleuMetric):
     """Corpus BLEU by sacreBLEU (cased, 13a tokenisation)."""
 
-    def _info(self):
-        return evaluate.MetricInfo(
-            description="Corpus BLEU computed by sacreBLEU with its default settings.",
-            citation="Post 2018, A Call for Clarity in Reporting BLEU Scores.",
-            inputs_description="predictions and references: lists of detokenised strings, one reference each.",
-            features=_FEATURES,
-        )
-
-    def _compute(self, predictions, references):
-        bleu = sacrebleu.BLEU()
-        score = bleu.corpus_score(predictions, [references])
-        return {"score": score.score, "signature": str(bleu.get_signature())}
+    scorer = sacrebleu.BLEU
+    description = "Corpus BLEU computed by sacreBLEU with its default settings."
+    citation = "Post 2018, A Call for Clarity in Reporting BLEU Scores."
 
 
-class ChrF(evaluate.Metric):
+class ChrF(_SacreBleuMetric):
     """Corpus chrF by sacreBLEU (character 6-grams, beta 2)."""
 
-    def _info(self):
-        return evaluate.MetricInfo(
-            description="Corpus chrF computed by sacreBLEU with its default settings.",
-            citation="Popović 2015, chrF: character n-gram F-score for automatic MT evaluation.",
-            inputs_description="predictions and references: lists of detokenised strings, one reference each.",
-            features=_FEATURES,
-        )
-
-    def _compute(self, predictions, references):
-        chrf = sacrebleu.CHRF()
-        score = chrf.corpus_score(predictions, [references])
-        return {"score": score.score, "signature": str(chrf.get_signature())}
+    scorer = sacrebleu.CHRF
+    description = "Corpus chrF computed by sacreBLEU with its default settings."
+    citation = "Popović 2015, chrF: character n-gram F-score for automatic MT evaluation."
 
 
 def corpus_scores(predictions: list[str], references: list[str]) -> dict[str, float]:

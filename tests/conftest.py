@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from transformers import GenerationConfig  # noqa: E402
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
 from tokenizer import train_tokenizer  # noqa: E402
@@ -71,4 +74,16 @@ def tiny_model_dir(tiny_model, tiny_tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-model")
     tiny_model.save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def app_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny folder with <s> and <pad> banned from its output: a random model favours them and they decode to
+    nothing, while the app's tests want translations to look at."""
+    folder = tmp_path_factory.mktemp("app-model")
+    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
+    generation = GenerationConfig.from_pretrained(folder)
+    generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]
+    generation.save_pretrained(folder)
     return folder

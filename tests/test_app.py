@@ -3,14 +3,12 @@
 import csv
 import io
 import json
-import shutil
 import time
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 from tiny_marian import build_tiny_marian
-from transformers import GenerationConfig
 
 import app
 import metrics
@@ -19,15 +17,8 @@ SENTENCE = "A dog runs in the park."
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_model_dir, tmp_path_factory):
-    """The tiny model, with <s> and <pad> banned from its output: a random model favours them, and they decode to
-    nothing, while these tests want translations to look at."""
-    folder = tmp_path_factory.mktemp("ours")
-    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
-    generation = GenerationConfig.from_pretrained(folder)
-    generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]
-    generation.save_pretrained(folder)
-    return app.load_our_translator(str(folder))
+def ours(app_model_dir):
+    return app.load_our_translator(str(app_model_dir))
 
 
 @pytest.fixture(scope="module")

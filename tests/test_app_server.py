@@ -14,7 +14,6 @@ import pytest
 from conftest import ROOT
 from gradio_client import Client, handle_file
 from tiny_marian import build_tiny_marian
-from transformers import GenerationConfig
 
 import app
 import metrics
@@ -31,12 +30,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def model_dirs(tiny_model_dir, tmp_path_factory):
+def model_dirs(app_model_dir, tmp_path_factory):
     ours = tmp_path_factory.mktemp("ours")
-    shutil.copytree(tiny_model_dir, ours, dirs_exist_ok=True)
-    generation = GenerationConfig.from_pretrained(ours)
-    generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]  # keep outputs non-empty
-    generation.save_pretrained(ours)
+    shutil.copytree(app_model_dir, ours, dirs_exist_ok=True)
     (ours / "eval_results.json").write_text(json.dumps({"test_2016_flickr": {"bleu": 12.34, "chrf": 45.6}}))
     return ours, build_tiny_marian(tmp_path_factory.mktemp("marian"))
 
@@ -56,8 +52,8 @@ def server(model_dirs):
         while True:
             if process.poll() is not None:
                 pytest.fail(f"app.py exited with {process.returncode}:\n{process.stdout.read()}")
-            if time.monotonic() - started > 90:
-                pytest.fail("app.py did not answer within 90 s")
+            if time.monotonic() - started > 180:  # a generous bound: start-up speed is measured in benchmarks/
+                pytest.fail("app.py did not answer within 180 s")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
@@ -87,10 +83,6 @@ def translators(model_dirs):
     """The same models loaded in this process, to check what the server answers."""
     ours, marian = model_dirs
     return app.load_our_translator(str(ours)), app.load_translator(str(marian), app.MARIAN_NAME, eager_attention=True)
-
-
-def test_page_answers_quickly(server):
-    assert server[1] < 60
 
 
 def test_every_named_endpoint_is_listed(client):

@@ -1,13 +1,11 @@
 """A real Chromium (Debian's, driven by Playwright) uses the page: types, translates, sees both panels and heatmaps."""
 
-import shutil
 import socket
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 from tiny_marian import build_tiny_marian
-from transformers import GenerationConfig
 
 import app
 
@@ -20,12 +18,8 @@ SCREENSHOT = ROOT / "test-artifacts" / "app.png"
 
 
 @pytest.fixture(scope="module")
-def page_url(tiny_model_dir, tmp_path_factory):
-    ours = tmp_path_factory.mktemp("ours")
-    shutil.copytree(tiny_model_dir, ours, dirs_exist_ok=True)
-    generation = GenerationConfig.from_pretrained(ours)
-    generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]  # keep outputs non-empty
-    generation.save_pretrained(ours)
+def page_url(app_model_dir, tmp_path_factory):
+    ours = app_model_dir
     marian = build_tiny_marian(tmp_path_factory.mktemp("marian"))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -97,12 +97,21 @@ def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], 
 
 
 def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """Random batches of training pairs, padded per batch as the training collator does; pad labels are -100."""
-    english, german = sample_sentences("train", batch_size * count, seed)
+    """`count` training batches as the training run sees them: grouped by length, padded per batch, pads -100.
+
+    Like the Trainer's group_by_length sampler: a random megabatch of 50 batches is sorted by source length and
+    cut into batches; `count` of them, evenly spread from the longest to the shortest, are returned.
+    """
+    per_megabatch = 50
+    english, german = sample_sentences("train", batch_size * per_megabatch, seed)
+    lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
+    order = sorted(range(len(english)), key=lambda index: -lengths[index])
+    picks = [round(k * (per_megabatch - 1) / max(count - 1, 1)) for k in range(count)]
     batches = []
-    for start in range(0, batch_size * count, batch_size):
-        source = tokenizer(english[start : start + batch_size], padding=True, return_tensors="pt")
-        target = tokenizer(text_target=german[start : start + batch_size], padding=True, return_tensors="pt")
+    for pick in picks:
+        chosen = order[pick * batch_size : (pick + 1) * batch_size]
+        source = tokenizer([english[i] for i in chosen], padding=True, return_tensors="pt")
+        target = tokenizer(text_target=[german[i] for i in chosen], padding=True, return_tensors="pt")
         labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
         batches.append({"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels})
     return batches

@@ -58,7 +58,9 @@ def matmul_peak(dtype: torch.dtype, size: int, repeats: int) -> float:
 def main():
     args = harness.parse_args(
         __doc__.splitlines()[0],
-        lambda parser: parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch"),
+        lambda parser: parser.add_argument(
+            "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
+        ),
     )
     tokenizer = harness.benchmark_tokenizer()
     config = harness.shipped_config(tokenizer)

@@ -1,0 +1,125 @@
+"""Lower-precision inference on the CPU: BLEU/chrF on test_2016_flickr and speed, against float32.
+
+Variants of one trained model, all decoding the same sentences with the same settings (`compare.translate`):
+- float32: the model as loaded;
+- bf16 weights: `model.to(torch.bfloat16)` (half the bytes to read per step);
+- bf16 autocast: float32 weights, matmuls in bf16 under `torch.autocast("cpu")`;
+- int8 dynamic: `torch.ao.quantization.quantize_dynamic` of every `nn.Linear` (int8 weights, activations
+  quantized per batch).
+A variant is worth offering only if its BLEU is within 0.3 of float32. Batches are alternated across variants
+(each batch of sentences is translated by every variant in turn), so a background load slows all alike.
+
+    python benchmarks/inference_precision.py [--quick] [--model models/transformer-en-de]
+"""
+
+import copy
+import warnings
+from pathlib import Path
+
+import harness
+import torch
+from torch import nn
+
+from compare import translate
+from metrics import corpus_scores
+from modeling import TransformerMTForConditionalGeneration
+from tokenizer import load_tokenizer
+
+MAX_BLEU_DROP = 0.3
+
+
+class Autocast:
+    """A model whose generate() runs under bf16 autocast."""
+
+    def __init__(self, model):
+        self.model = model
+        self.config, self.generation_config, self.device = model.config, model.generation_config, model.device
+
+    def eval(self):
+        return self
+
+    def generate(self, **kwargs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.model.generate(**kwargs)
+
+
+def int8_dynamic(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8)
+
+
+def options(parser):
+    parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="a saved model folder")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: the model's)")
+    parser.add_argument("--num-beams", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=32)
+
+
+def main():
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    if not (args.model / "config.json").is_file():
+        raise SystemExit(f"No trained model at {args.model}: this benchmark needs real weights (train one first).")
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    model = TransformerMTForConditionalGeneration.from_pretrained(args.model).eval()
+    variants = {
+        "float32": model,
+        "bf16 weights": copy.deepcopy(model).to(torch.bfloat16),
+        "bf16 autocast": Autocast(model),
+        "int8 dynamic": int8_dynamic(model),
+    }
+    sources = harness.read_lines("test_2016_flickr", "en")
+    references = harness.read_lines("test_2016_flickr", "de")
+    if args.quick:
+        sources, references = sources[:160], references[:160]
+
+    translations = {name: [] for name in variants}
+    timings = {name: harness.Timings() for name in variants}
+    for start in range(0, len(sources), args.batch_size):
+        chunk = sources[start : start + args.batch_size]
+        step = harness.alternate(
+            {
+                name: lambda variant=variant, name=name, chunk=chunk: translations[name].extend(
+                    translate(variant, tokenizer, chunk, num_beams=args.num_beams, batch_size=args.batch_size)
+                )
+                for name, variant in variants.items()
+            },
+            rounds=1,
+            warmup=0,
+        )
+        for name, timing in step.items():
+            timings[name].wall += timing.wall
+            timings[name].cpu += timing.cpu
+
+    print(f"# Inference precision ({harness.describe_machine(args.threads)}; model: {args.model})")
+    print(
+        f"# test_2016_flickr, {len(sources)} sentences, beam {args.num_beams}, batches of {args.batch_size}; "
+        f"BLEU/chrF: cased sacreBLEU; a variant passes if BLEU drops by at most {MAX_BLEU_DROP}"
+    )
+    baseline = corpus_scores(translations["float32"], references)
+    base_seconds, base_cpu = sum(timings["float32"].wall), sum(timings["float32"].cpu)
+    rows = []
+    for name in variants:
+        scores = corpus_scores(translations[name], references)
+        seconds, cpu = sum(timings[name].wall), sum(timings[name].cpu)
+        change = scores["bleu"] - baseline["bleu"]
+        rows.append(
+            [
+                name,
+                f"{scores['bleu']:.2f}",
+                f"{scores['chrf']:.2f}",
+                f"{change:+.2f}",
+                f"{len(sources) / seconds:.1f}",
+                f"{base_seconds / seconds:.2f}x",
+                f"{base_cpu / cpu:.2f}x",
+                "yes" if -change <= MAX_BLEU_DROP else "no",
+            ]
+        )
+    harness.print_table(
+        ["variant", "BLEU", "chrF", "BLEU vs float32", "sentences/s", "speed-up (wall)", "speed-up (CPU)", "passes"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()

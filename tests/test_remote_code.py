@@ -26,10 +26,15 @@ model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).ev
 tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 batch = tokenizer(sources, padding=True, return_tensors="pt")
 ids = model.generate(**batch, num_beams=4, max_new_tokens=20)
-from_project = sorted(
-    name for name, module in list(sys.modules.items())
-    if project_root in Path(getattr(module, "__file__", None) or "/").resolve().parents
-)
+environment = Path(sys.prefix).resolve()  # a virtual environment may live inside the project folder
+
+
+def from_project_sources(module) -> bool:
+    path = Path(getattr(module, "__file__", None) or "/").resolve()
+    return project_root in path.parents and environment not in path.parents
+
+
+from_project = sorted(name for name, module in list(sys.modules.items()) if from_project_sources(module))
 print(json.dumps({
     "config_class": f"{type(config).__module__}.{type(config).__name__}",
     "model_class": f"{type(model).__module__}.{type(model).__name__}",

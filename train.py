@@ -212,7 +212,7 @@ def build_compute_metrics(tokenizer):
         return {
             "bleu": bleu.compute(predictions=hypotheses, references=references)["score"],
             "chrf": chrf.compute(predictions=hypotheses, references=references)["score"],
-            "mean_length": sum(sum(t != tokenizer.pad_token_id for t in p) for p in predictions) / max(len(predictions), 1),
+            "mean_length": sum(len(tokenizer.tokenize(text)) for text in hypotheses) / max(len(hypotheses), 1),
         }
 
     return compute_metrics

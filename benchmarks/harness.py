@@ -54,7 +54,10 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def read_lines(split: str, language: str) -> list[str]:
-    with open(DATA_DIR / f"{split}.{language}", encoding="utf-8") as handle:
+    path = DATA_DIR / f"{split}.{language}"
+    if not path.is_file():
+        raise SystemExit(f"Multi30k not found: expected {path} (the benchmarks read the data beside the repository).")
+    with open(path, encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in handle]
 
 

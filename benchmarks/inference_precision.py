@@ -13,6 +13,7 @@ A variant is worth offering only if its BLEU is within 0.3 of float32. Batches a
 """
 
 import copy
+import sys
 import warnings
 from pathlib import Path
 
@@ -54,6 +55,8 @@ def options(parser):
     parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: the model's)")
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="the app's default bound")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N test sentences")
 
 
 def main():
@@ -70,8 +73,9 @@ def main():
     }
     sources = harness.read_lines("test_2016_flickr", "en")
     references = harness.read_lines("test_2016_flickr", "de")
-    if args.quick:
-        sources, references = sources[:160], references[:160]
+    limit = 160 if args.quick else args.limit
+    if limit:
+        sources, references = sources[:limit], references[:limit]
 
     translations = {name: [] for name in variants}
     timings = {name: harness.Timings() for name in variants}
@@ -80,7 +84,7 @@ def main():
         step = harness.alternate(
             {
                 name: lambda variant=variant, name=name, chunk=chunk: translations[name].extend(
-                    translate(variant, tokenizer, chunk, num_beams=args.num_beams, batch_size=args.batch_size)
+                    translate(variant, tokenizer, chunk, args.num_beams, args.max_new_tokens, args.batch_size)
                 )
                 for name, variant in variants.items()
             },
@@ -90,10 +94,13 @@ def main():
         for name, timing in step.items():
             timings[name].wall += timing.wall
             timings[name].cpu += timing.cpu
+        done = start + len(chunk)
+        print(f"{done}/{len(sources)} sentences, {sum(sum(t.wall) for t in timings.values()):.0f} s", file=sys.stderr)
 
     print(f"# Inference precision ({harness.describe_machine(args.threads)}; model: {args.model})")
     print(
-        f"# test_2016_flickr, {len(sources)} sentences, beam {args.num_beams}, batches of {args.batch_size}; "
+        f"# test_2016_flickr, {len(sources)} sentences, beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, "
+        f"batches of {args.batch_size}; "
         f"BLEU/chrF: cased sacreBLEU; a variant passes if BLEU drops by at most {MAX_BLEU_DROP}"
     )
     baseline = corpus_scores(translations["float32"], references)

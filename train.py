@@ -220,6 +220,8 @@ def build_compute_metrics(tokenizer):
 
 def score_test_set(trainer, tokenizer, test_dataset, references, num_beams, length_penalty):
     """Beam search over the test sources; BLEU and chrF against the untouched reference lines."""
+    # Length-grouped sampling applies to evaluation too and would shuffle the sentences: keep the file's order.
+    trainer.args.train_sampling_strategy = "sequential"
     output = trainer.predict(test_dataset, metric_key_prefix="test", num_beams=num_beams, length_penalty=length_penalty)
     predictions = [[t for t in row if t >= 0] for row in output.predictions.tolist()]
     hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
@@ -341,6 +343,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     # The best checkpoint (by validation BLEU) is loaded back at the end of training. Evaluation rewrote the
     # generation config with global defaults: restore the translation defaults before scoring and saving.
+    # Score and save exactly what a user will download: the best checkpoint, loaded the way users load it.
+    if trainer.state.best_model_checkpoint:
+        trainer.model = trainer.model_wrapped = TransformerMTForConditionalGeneration.from_pretrained(
+            trainer.state.best_model_checkpoint
+        )
     model = trainer.model
     model.generation_config = GenerationConfig()
     set_translation_defaults(model.generation_config, model.config)

@@ -139,6 +139,23 @@ def test_output_folder_loads_in_a_fresh_process(trained_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_test_translations_are_the_saved_models_in_file_order(trained_run):
+    """The scored translations come from the saved folder, line by line in the order of the test file."""
+    output_dir, _, _ = trained_run
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir).eval()
+    sources = (DATA_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:8]
+    saved = (output_dir / "translations.test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    expected = []
+    for source in sources:  # one at a time: no padding, nothing to reorder
+        ids = model.generate(**tokenizer([source], return_tensors="pt"))
+        expected += tokenizer.batch_decode(ids, skip_special_tokens=True)
+    assert saved == expected
+
+
+@pytest.mark.slow
 def test_push_uploads_the_folder(trained_run):
     output_dir, _, uploaded = trained_run
     assert uploaded == folder_files(output_dir)

@@ -1,0 +1,597 @@
+"""The Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), as a Hugging Face model.
+
+Reads bottom-up: sinusoidal positions (3.5) -> masks -> multi-head attention (3.2) -> position-wise feed-forward
+(3.3) -> encoder and decoder layers (3.1) -> pretrained base with weight init -> encoder, decoder -> the
+encoder-decoder model and the model with the tied output projection (3.4) that `generate()` drives.
+
+This file imports only torch, transformers and its sibling configuration file, so a saved model folder carries it
+to the Hub and loads with `trust_remote_code=True`.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+
+from .configuration_transformer_mt import TransformerMTConfig
+
+
+def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    inverse_frequency = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
+    table = torch.zeros(num_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inverse_frequency)
+    table[:, 1::2] = torch.cos(position * inverse_frequency)
+    return table  # (P, d_model)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed (not learned) sinusoidal position encodings, added to the scaled token embeddings."""
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__()
+        self.num_positions = config.max_position_embeddings
+        self.d_model = config.d_model
+        # Not persistent: it is a function of the config, so it is rebuilt (in `_init_weights`) rather than saved.
+        self.register_buffer("table", sinusoidal_table(self.num_positions, self.d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        if offset + length > self.num_positions:
+            raise ValueError(
+                f"Sequence of {offset + length} tokens is longer than this model's max_position_embeddings "
+                f"({self.num_positions}). Truncate the input (tokenizer(..., truncation=True)) or generate fewer "
+                f"tokens (max_new_tokens)."
+            )
+        return self.table[offset : offset + length]  # (T, d_model)
+
+
+def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Mask out padding keys: (B, S) with 1 for real tokens -> (B, 1, 1, S) boolean, True where attending is allowed."""
+    if attention_mask is None:
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+def causal_mask(query_length: int, key_length: int, device: torch.device) -> torch.Tensor:
+    """Mask out subsequent positions: query i (the last `query_length` of `key_length` positions) sees keys <= i."""
+    offset = key_length - query_length  # tokens already in the cache
+    query_positions = torch.arange(query_length, device=device)[:, None] + offset
+    key_positions = torch.arange(key_length, device=device)[None, :]
+    return key_positions <= query_positions  # (T, S)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of broadcastable boolean masks, skipping absent ones."""
+    present = [mask for mask in masks if mask is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for mask in present[1:]:
+        combined = combined & mask
+    return combined
+
+
+class MultiHeadAttention(nn.Module):
+    """softmax(QK^T / sqrt(d_k)) V over h heads, concatenated and projected by W_O; self- or cross-attention."""
+
+    def __init__(self, config: TransformerMTConfig, is_cross_attention: bool = False, layer_idx: int | None = None):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.d_model // config.num_attention_heads  # d_k = d_v = d_model / h
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        self.attention_dropout = config.attention_dropout
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = states.shape
+        return states.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d_k)
+
+    def _keys_and_values(
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, past_key_values: Cache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_cross_attention:
+            keys, values = self._split_heads(self.k_proj(hidden_states)), self._split_heads(self.v_proj(hidden_states))
+            if past_key_values is not None:
+                cache = past_key_values.self_attention_cache
+                keys, values = cache.update(keys, values, self.layer_idx)  # (B, h, past + T, d_k)
+            return keys, values
+        # Cross-attention keys/values depend only on the encoder output: computed once per source, then reused.
+        if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
+            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+            return layer.keys, layer.values
+        keys = self._split_heads(self.k_proj(key_value_states))  # (B, h, S, d_k)
+        values = self._split_heads(self.v_proj(key_value_states))
+        if past_key_values is not None:
+            keys, values = past_key_values.cross_attention_cache.update(keys, values, self.layer_idx)
+            past_key_values.is_updated[self.layer_idx] = True
+        return keys, values
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, length, d_model = hidden_states.shape
+        queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
+        keys, values = self._keys_and_values(hidden_states, key_value_states, past_key_values)  # (B, h, S, d_k)
+        dropout = self.attention_dropout if self.training else 0.0
+        if output_attentions:
+            # The explicit path, so that the returned weights are exactly the softmax that multiplies V.
+            scores = queries @ keys.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, h, T, S)
+            if attention_mask is not None:
+                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+            weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
+            context = F.dropout(weights, p=dropout, training=self.training) @ values  # (B, h, T, d_k)
+        else:
+            weights = None
+            context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=attention_mask, dropout_p=dropout)
+        context = context.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, h * d_k)
+        return self.out_proj(context), weights
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately."""
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(F.relu(self.fc1(hidden_states))))
+
+
+class ResidualLayer(nn.Module):
+    """Residual connections around sub-layers: post-norm LayerNorm(x + Dropout(Sublayer(x))) or pre-norm."""
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__()
+        self.pre_norm = config.norm_placement == "pre"
+        self.dropout = nn.Dropout(config.dropout)
+
+    def sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        return norm(hidden_states) if self.pre_norm else hidden_states
+
+    def add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        hidden_states = residual + self.dropout(sublayer_output)
+        return hidden_states if self.pre_norm else norm(hidden_states)
+
+
+class EncoderLayer(ResidualLayer):
+    """Self-attention, then the feed-forward network, each wrapped in a residual connection and LayerNorm."""
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__(config)
+        self.self_attn = MultiHeadAttention(config)
+        self.self_attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        attended, self_attn_weights = self.self_attn(
+            self.sublayer_input(hidden_states, self.self_attn_norm),
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+        )
+        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
+        transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
+        hidden_states = self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)
+        return hidden_states, self_attn_weights
+
+
+class DecoderLayer(ResidualLayer):
+    """Masked self-attention, cross-attention over the encoder output, then the feed-forward network."""
+
+    def __init__(self, config: TransformerMTConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = MultiHeadAttention(config, layer_idx=layer_idx)
+        self.self_attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.cross_attn = MultiHeadAttention(config, is_cross_attention=True, layer_idx=layer_idx)
+        self.cross_attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states,
+        encoder_hidden_states,
+        self_attn_mask=None,
+        cross_attn_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+    ):
+        attended, self_attn_weights = self.self_attn(
+            self.sublayer_input(hidden_states, self.self_attn_norm),
+            attention_mask=self_attn_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
+        attended, cross_attn_weights = self.cross_attn(
+            self.sublayer_input(hidden_states, self.cross_attn_norm),
+            key_value_states=encoder_hidden_states,
+            attention_mask=cross_attn_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
+        transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
+        hidden_states = self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)
+        return hidden_states, self_attn_weights, cross_attn_weights
+
+
+class TransformerMTPreTrainedModel(PreTrainedModel):
+    """Weight init and loading/saving shared by the encoder-decoder classes."""
+
+    config_class = TransformerMTConfig
+    config: TransformerMTConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            # std d_model^-0.5: the sqrt(d_model) scaling then gives unit-variance inputs (and a sane tied output).
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEncoding):
+            # from_pretrained builds on the meta device and never loads this buffer: rebuild it every time.
+            init.copy_(module.table, sinusoidal_table(module.num_positions, module.d_model))
+
+
+class TransformerMTEncoder(nn.Module):
+    """N encoder layers over scaled token embeddings plus positions."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: TransformerMTConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.final_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_placement == "pre" else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+    ) -> BaseModelOutput:
+        positions = self.embed_positions(input_ids.shape[1])  # (S, d_model)
+        hidden_states = self.dropout(self.embed_tokens(input_ids) * self.embed_scale + positions)  # (B, S, d_model)
+        mask = padding_mask(attention_mask)  # (B, 1, 1, S)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, attention_mask=mask, output_attentions=output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+
+
+class TransformerMTDecoder(nn.Module):
+    """N decoder layers: causal self-attention over the target so far, cross-attention over the encoder output."""
+
+    def __init__(self, config: TransformerMTConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
+        self.final_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_placement == "pre" else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        query_length = input_ids.shape[1]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        positions = self.embed_positions(query_length, offset=past_length)  # (T, d_model)
+        hidden_states = self.dropout(self.embed_tokens(input_ids) * self.embed_scale + positions)  # (B, T, d_model)
+
+        key_length = past_length + query_length
+        # One new token may see everything cached: no causal mask needed (and SDPA runs unmasked).
+        future = causal_mask(query_length, key_length, input_ids.device) if query_length > 1 else None  # (T, S)
+        self_attn_mask = combine_masks(future, padding_mask(attention_mask))  # (B, 1, T, S)
+        cross_attn_mask = padding_mask(encoder_attention_mask)  # (B, 1, 1, S_src)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                encoder_hidden_states,
+                self_attn_mask=self_attn_mask,
+                cross_attn_mask=cross_attn_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self_attentions += (self_weights,)
+                all_cross_attentions += (cross_weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+
+
+class TransformerMTModel(TransformerMTPreTrainedModel):
+    """The bare encoder-decoder, with one embedding matrix shared by source and target (joint BPE vocabulary)."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.encoder = TransformerMTEncoder(config, self.shared)
+        self.decoder = TransformerMTDecoder(config, self.shared)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, value):
+        self.shared = value
+        self.encoder.embed_tokens = value
+        self.decoder.embed_tokens = value
+
+    def get_encoder(self, modality=None):
+        return self.encoder
+
+    def get_decoder(self, modality=None):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        output_attentions = bool(output_attentions)
+        output_hidden_states = bool(output_hidden_states)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        if not use_cache:
+            past_key_values = None
+
+        if encoder_outputs is None:
+            if input_ids is None:
+                raise ValueError("Pass input_ids (the source) or precomputed encoder_outputs.")
+            encoder_outputs = self.encoder(
+                input_ids,
+                attention_mask=attention_mask,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None:
+            raise ValueError("Pass decoder_input_ids, or labels to the model with a language-modeling head.")
+
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            encoder_outputs.last_hidden_state,
+            attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder reads the target shifted one position right, starting with the start token."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
+
+
+def set_translation_defaults(generation_config, config: TransformerMTConfig) -> None:
+    """The paper's decoding (beam 4, length penalty 0.6), up to the longest target the positions allow."""
+    generation_config.num_beams = 4
+    generation_config.length_penalty = 0.6
+    generation_config.early_stopping = True
+    # The bound is max_new_tokens, not max_length: a default max_length clashes (with a warning) with every
+    # caller's max_new_tokens. The decoder start token takes position 0: start + new tokens fill the table.
+    generation_config.max_length = None
+    generation_config.max_new_tokens = config.max_position_embeddings - 1
+    generation_config.decoder_start_token_id = config.decoder_start_token_id
+    generation_config.bos_token_id = config.bos_token_id
+    generation_config.eos_token_id = config.eos_token_id
+    generation_config.pad_token_id = config.pad_token_id
+
+
+class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, GenerationMixin):
+    """The Transformer with its pre-softmax projection tied to the shared embedding; `generate()` translates."""
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__(config)
+        self.model = TransformerMTModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Every alias of the one embedding matrix, target -> source, so saving and loading keep a single tensor.
+        self._tied_weights_keys = {
+            "model.encoder.embed_tokens.weight": "model.shared.weight",
+            "model.decoder.embed_tokens.weight": "model.shared.weight",
+        }
+        if config.tie_word_embeddings:
+            self._tied_weights_keys["lm_head.weight"] = "model.shared.weight"
+        self.post_init()
+        set_translation_defaults(self.generation_config, config)
+
+    def get_input_embeddings(self):
+        return self.model.shared
+
+    def set_input_embeddings(self, value):
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def get_encoder(self, modality=None):
+        return self.model.encoder
+
+    def get_decoder(self, modality=None):
+        return self.model.decoder
+
+    def generate(self, *args, **kwargs):
+        # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the default max_new_tokens
+        # instead of being overridden by it.
+        if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
+            kwargs["max_new_tokens"] = None
+        return super().generate(*args, **kwargs)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        """Cross-entropy with label smoothing (section 5.4), ignoring label positions set to -100."""
+        # Only scored positions reach the float32 log-softmax: target padding is a third of a batch or more, and
+        # upcasting and normalising its logits over the whole vocabulary cost about 15% of a training step.
+        scored = labels != -100  # (B, T)
+        loss = F.cross_entropy(
+            logits[scored].float(),  # (N, vocab) float32: bf16 log-softmax over the vocabulary is too coarse
+            labels[scored],
+            label_smoothing=self.config.label_smoothing,
+            reduction="sum" if num_items_in_batch is not None else "mean",
+        )
+        if num_items_in_batch is not None:
+            # The Trainer passes the token count over all accumulated micro-batches: a true per-token mean.
+            loss = loss / num_items_in_batch
+        return loss
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False  # training and scoring read the whole target at once
+            if decoder_input_ids is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
+        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "TransformerMTPreTrainedModel",
+    "TransformerMTModel",
+    "TransformerMTForConditionalGeneration",
+]

@@ -61,7 +61,9 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 Trained with the project's `train.py` (Seq2SeqTrainer; Adam β=(0.9, 0.98), ε=1e-9, linear warm-up then inverse
 square root decay, label smoothing {{ config.label_smoothing }}, gradient clipping, bf16 autocast), selecting the
-checkpoint with the best validation BLEU:
+{% if averaged %}checkpoint with the best validation BLEU, then averaging the weights of checkpoints {{ averaged | join(", ") }}
+(the paper averages its last checkpoints; chosen because it scored higher on validation):{% else %}checkpoint with the best
+validation BLEU:{% endif %}
 
 ```bash
 {{ command }}
@@ -95,6 +97,7 @@ def write_model_card(
     test_split: str,
     command: str,
     hub_model_id: str | None = None,
+    averaged: list[str] | None = None,
 ) -> ModelCard:
     """Write `folder/README.md` and return the card."""
     folder = Path(folder)
@@ -136,6 +139,7 @@ def write_model_card(
         test_split=test_split,
         curve=results.get("validation_curve", []),
         command=command,
+        averaged=averaged,
     )
     card.save(folder / "README.md")
     return card

@@ -32,9 +32,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 import data
 from metrics import ChrF, SacreBleu
+from model_card import write_model_card
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
-from model_card import write_model_card
 from tokenizer import load_tokenizer, train_tokenizer
 
 # The paper's recipe (section 5.3-5.4) as defaults; anything given on the command line overrides them
@@ -84,8 +84,8 @@ _config_fields = {f.name: f for f in dataclasses.fields(TransformerMTConfig)}
 ModelArguments = dataclasses.make_dataclass(
     "ModelArguments",
     [
-        (name, _config_fields[name].type, field(default=_config_fields[name].default, metadata={"help": _config_help(name)}))
-        for name in ARCHITECTURE_FIELDS
+        (name, config_field.type, field(default=config_field.default, metadata={"help": _config_help(name)}))
+        for name, config_field in ((name, _config_fields[name]) for name in ARCHITECTURE_FIELDS)
     ],
 )
 

@@ -147,12 +147,12 @@ def test_test_translations_are_the_saved_models_in_file_order(trained_run):
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(output_dir).eval()
     sources = (DATA_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:8]
-    saved = (output_dir / "translations.test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    saved = (output_dir / "translations.test_2016_flickr.de").read_text(encoding="utf-8")
     expected = []
     for source in sources:  # one at a time: no padding, nothing to reorder
-        ids = model.generate(**tokenizer([source], return_tensors="pt"))
+        ids = model.generate(**tokenizer([source], return_tensors="pt", truncation=True))  # as train.py
         expected += tokenizer.batch_decode(ids, skip_special_tokens=True)
-    assert saved == expected
+    assert saved == "\n".join(expected) + "\n"  # a barely trained model may emit newlines: compare the whole file
 
 
 @pytest.mark.slow

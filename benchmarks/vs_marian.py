@@ -203,9 +203,9 @@ def main():
         [
             "model",
             "parameters",
+            "float32 weights (MiB)",
             "ms per sentence (batch 1)",
             f"sentences/s (batch {args.batch_size})",
-            "float32 weights (MiB)",
             "peak RSS (MiB)",
         ],
         rows,

@@ -35,6 +35,7 @@ def average_checkpoints(checkpoints: list[Path]) -> TransformerMTForConditionalG
             if tensor.is_floating_point():
                 tensor.copy_(torch.stack([state[name] for state in states]).mean(dim=0))
     # Checkpoints carry the generation config the evaluation loop left behind: restore the translation defaults.
+    averaged.config.use_cache = True  # the Trainer saved checkpoints with the cache turned off
     averaged.generation_config = GenerationConfig()
     set_translation_defaults(averaged.generation_config, averaged.config)
     return averaged

@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
             trainer.state.best_model_checkpoint
         )
     model = trainer.model
+    model.config.use_cache = True  # the Trainer turns the cache off for training; users decode with it
     model.generation_config = GenerationConfig()
     set_translation_defaults(model.generation_config, model.config)
     trainer.save_model(output_dir)

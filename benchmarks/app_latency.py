@@ -89,10 +89,12 @@ def main():
         environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
         command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder)]
         command += ["--marian-model", marian, "--port", str(port)]
+        launched = time.perf_counter()
         server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
         try:
             url = f"http://127.0.0.1:{port}/"
             wait_until_up(url, server)
+            startup_seconds = time.perf_counter() - launched  # offline start-up to a page that answers
 
             def call(client, sentence):
                 return client.predict(
@@ -145,6 +147,7 @@ def main():
     harness.print_table(
         ["figure", "value"],
         [
+            ["offline start-up to a page that answers (s)", f"{startup_seconds:.1f}"],
             ["latency p50 (ms)", f"{1000 * statistics.median(latencies):.0f}"],
             ["latency p95 (ms)", f"{1000 * percentile(latencies, 0.95):.0f}"],
             ["sequential throughput (sentences/s)", f"{requests / sum(latencies):.1f}"],

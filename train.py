@@ -35,7 +35,7 @@ from metrics import ChrF, SacreBleu
 from model_card import write_model_card
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
-from tokenizer import load_tokenizer, train_tokenizer
+from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 
 # The paper's recipe (section 5.3-5.4) as defaults; anything given on the command line overrides them
 # (argparse keeps the last occurrence of a flag).
@@ -312,14 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     tokenizer = prepare_tokenizer(tokenizer_args, output_dir, train_sources, train_targets, max_positions)
 
-    config = TransformerMTConfig(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-        **dataclasses.asdict(model_args),
-    )
+    config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
     model = TransformerMTForConditionalGeneration(config)
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
@@ -403,5 +396,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     main()

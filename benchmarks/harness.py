@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from modeling import TransformerMTConfig  # noqa: E402
-from tokenizer import load_tokenizer, train_tokenizer  # noqa: E402
+from tokenizer import config_token_fields, load_tokenizer, train_tokenizer  # noqa: E402
 
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
@@ -77,13 +77,7 @@ def shipped_config(tokenizer=None, **overrides) -> TransformerMTConfig:
         return config
     settings = dict(SHIPPED_SIZE, vocab_size=8000)
     if tokenizer is not None:
-        settings.update(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.bos_token_id,
-        )
+        settings.update(config_token_fields(tokenizer))
     settings.update(overrides)
     return TransformerMTConfig(**settings)
 
@@ -97,6 +91,21 @@ def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], 
     english, german = read_lines(split, "en"), read_lines(split, "de")
     chosen = random.Random(seed).sample(range(len(english)), count)
     return [english[i] for i in chosen], [german[i] for i in chosen]
+
+
+def training_setup(description: str):
+    """Arguments, shipped-size config, rounds and real Multi30k batches for a training benchmark."""
+    args = parse_args(
+        description,
+        lambda parser: parser.add_argument(
+            "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
+        ),
+    )
+    tokenizer = benchmark_tokenizer()
+    config = shipped_config(tokenizer)
+    rounds, batches_per_round = (3, 2) if args.quick else (8, 4)
+    batches = training_batches(tokenizer, args.batch_size, batches_per_round)
+    return args, config, rounds, batches
 
 
 def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:

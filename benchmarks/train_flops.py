@@ -56,16 +56,7 @@ def matmul_peak(dtype: torch.dtype, size: int, repeats: int) -> float:
 
 
 def main():
-    args = harness.parse_args(
-        __doc__.splitlines()[0],
-        lambda parser: parser.add_argument(
-            "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
-        ),
-    )
-    tokenizer = harness.benchmark_tokenizer()
-    config = harness.shipped_config(tokenizer)
-    rounds, batches_per_round = (3, 2) if args.quick else (8, 4)
-    batches = harness.training_batches(tokenizer, args.batch_size, batches_per_round)
+    args, config, rounds, batches = harness.training_setup(__doc__.splitlines()[0])
     flops_per_round = sum(
         training_matmul_flops(config, args.batch_size, batch["input_ids"].shape[1], batch["labels"].shape[1])
         for batch in batches

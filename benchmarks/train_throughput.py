@@ -137,16 +137,7 @@ def adamw(model):
 
 
 def main():
-    args = harness.parse_args(
-        __doc__.splitlines()[0],
-        lambda parser: parser.add_argument(
-            "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
-        ),
-    )
-    tokenizer = harness.benchmark_tokenizer()
-    config = harness.shipped_config(tokenizer)
-    rounds, batches_per_round = (3, 2) if args.quick else (8, 4)
-    batches = harness.training_batches(tokenizer, args.batch_size, batches_per_round)
+    args, config, rounds, batches = harness.training_setup(__doc__.splitlines()[0])
     target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
 
     torch.manual_seed(0)

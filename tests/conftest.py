@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from transformers import GenerationConfig  # noqa: E402
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
-from tokenizer import train_tokenizer  # noqa: E402
+from tokenizer import config_token_fields, train_tokenizer  # noqa: E402
 
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 
@@ -38,17 +38,13 @@ PAIRS = [
 
 def tiny_config(tokenizer, **overrides) -> TransformerMTConfig:
     settings = dict(
-        vocab_size=len(tokenizer),
+        config_token_fields(tokenizer),
         d_model=32,
         encoder_layers=2,
         decoder_layers=2,
         num_attention_heads=4,
         d_ff=64,
         max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
     )
     settings.update(overrides)
     return TransformerMTConfig(**settings)

@@ -72,6 +72,17 @@ def train_tokenizer(
     )
 
 
+def config_token_fields(tokenizer) -> dict:
+    """The model config fields this tokenizer decides: vocabulary size and the special token ids."""
+    return {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.bos_token_id,  # the target shifted right starts with <s>
+    }
+
+
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """Load a saved tokenizer folder, with a clear error when it is not one."""
     path = Path(path)

@@ -39,7 +39,7 @@ from huggingface_hub import constants as hub_constants  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 
-from metrics import corpus_scores, sentence_scores  # noqa: E402
+from transformer_en_de.evaluation import corpus_scores, sentence_scores  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"

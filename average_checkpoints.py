@@ -18,9 +18,9 @@ import torch
 from transformers import GenerationConfig
 
 import compare
-import data
-from metrics import ChrF, SacreBleu
-from model_card import write_model_card
+from transformer_en_de import data
+from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.model_card import write_model_card
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer

@@ -10,115 +10,18 @@ the JSON as .md). A model that cannot be loaded gets a row with the reason and t
 """
 
 import argparse
-import copy
 import json
-import socket
+import os
 import sys
-import time
-import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
-from huggingface_hub import constants
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from data import DataError, read_parallel
-from metrics import ChrF, SacreBleu, corpus_scores
-
-HUB_CONNECT_TIMEOUT_S = 3.0
-
-
-# ---------------------------------------------------------------------------------------------------- translation
-
-
-def translate(
-    model,
-    tokenizer,
-    sentences: list[str],
-    num_beams: int = 4,
-    max_new_tokens: int = 256,
-    batch_size: int = 32,
-    length_penalty: float | None = None,
-) -> list[str]:
-    """Translate `sentences` in batches of similar length (less padding) and return them in the input order.
-
-    `max_new_tokens` is capped by the decoder's position table; `length_penalty=None` keeps the model's own.
-    """
-    if not sentences:
-        return []
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit:
-        max_new_tokens = min(max_new_tokens, limit - 1)  # the decoder start token takes position 0
-    generation_config = copy.deepcopy(model.generation_config)
-    # max_length from a checkpoint's config would clash (with a warning) with max_new_tokens.
-    generation_config.max_length = None
-    generation_config.num_beams = num_beams
-    generation_config.max_new_tokens = max_new_tokens
-    if length_penalty is not None:
-        generation_config.length_penalty = length_penalty
-    if num_beams == 1:  # greedy search: beam-only settings do nothing, and transformers warns about them
-        generation_config.length_penalty, generation_config.early_stopping = 1.0, False
-
-    lengths = [len(ids) for ids in tokenizer(sentences, truncation=True)["input_ids"]]
-    order = sorted(range(len(sentences)), key=lambda index: lengths[index], reverse=True)
-    translations: list[str] = [""] * len(sentences)
-    model.eval()
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
-            batch = tokenizer(
-                [sentences[index] for index in indices], return_tensors="pt", padding=True, truncation=True
-            ).to(model.device)
-            output_ids = model.generate(**batch, generation_config=generation_config)
-            for index, text in zip(indices, tokenizer.batch_decode(output_ids, skip_special_tokens=True), strict=True):
-                translations[index] = text.strip()
-    return translations
-
-
-# ---------------------------------------------------------------------------------------------------- loading
-
-
-def hub_is_reachable(timeout: float = HUB_CONNECT_TIMEOUT_S) -> bool:
-    """False in offline mode (HF_HUB_OFFLINE=1) or when a TCP connection to the Hub fails within `timeout`."""
-    if constants.is_offline_mode():
-        return False
-    if urllib.request.getproxies():
-        return True  # only the proxy can tell; let the HTTP client try
-    endpoint = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection(
-            (endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)), timeout=timeout
-        ).close()
-    except OSError:
-        return False
-    return True
-
-
-def load_model(model_id: str, device: str | torch.device = "cpu"):
-    """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
-    folder = Path(model_id).expanduser()
-    if folder.is_dir():
-        source, local_only = str(folder), True
-    elif model_id.startswith((".", "/", "~")) or folder.exists() or model_id.count("/") > 1:
-        raise RuntimeError(f"could not be loaded: there is no model folder at {model_id}.")
-    else:
-        source, local_only = model_id, not hub_is_reachable()
-    try:
-        # Our own folders carry their modeling code (auto_map); loading it needs trust_remote_code.
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
-        model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
-    except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
-        cause = " ".join(str(error).split())
-        if len(cause) > 300:
-            cause = cause[:297] + "..."
-        if local_only and not folder.is_dir():
-            raise RuntimeError(
-                f"could not be loaded: the Hugging Face Hub is unreachable (offline) and {model_id} is neither a "
-                "local folder nor in the local cache. Run once with network access to download it, or pass a folder."
-            ) from error
-        raise RuntimeError(f"could not be loaded: {cause}") from error
-    return model.to(device).eval(), tokenizer
+from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
+from transformer_en_de.data import DataError, read_parallel
+from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.evaluation import ChrF, SacreBleu, corpus_scores
+from transformer_en_de.hub import load_model
 
 
 def count_parameters(model) -> int:
@@ -130,11 +33,8 @@ def score_model(
     model_id: str,
     sources: list[str],
     references: list[str],
+    settings: DecodingSettings,
     *,
-    num_beams: int = 4,
-    max_new_tokens: int = 256,
-    batch_size: int = 32,
-    length_penalty: float | None = None,
     device: str | torch.device = "cpu",
 ) -> dict:
     """One row of the comparison: scores, size and speed of `model_id`, or its `error`.
@@ -149,13 +49,15 @@ def score_model(
         row["error"] = str(error)
         return row
     row["num_parameters"] = count_parameters(model)
-    started = time.perf_counter()
-    translations = translate(model, tokenizer, sources, num_beams, max_new_tokens, batch_size, length_penalty)
-    seconds = time.perf_counter() - started
-    row.update(corpus_scores(translations, references))
-    row["seconds"] = round(seconds, 2)
-    row["sentences_per_second"] = round(len(sources) / seconds, 2) if seconds > 0 else None
-    row["translations"] = translations
+    try:
+        run = translate(model, tokenizer, sources, settings)
+    except Exception as error:  # one model failing mid-way must not lose the others' scores
+        row["error"] = f"failed while translating: {type(error).__name__}: {error}"
+        return row
+    row.update(corpus_scores(run.texts, references))
+    row["seconds"] = round(run.seconds, 2)
+    row["sentences_per_second"] = round(len(sources) / run.seconds, 2) if run.seconds > 0 else None
+    row["translations"] = run.texts
     return row
 
 
@@ -194,46 +96,72 @@ def markdown_table(comparison: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fair_settings(
+    num_beams: int = 4,
+    length_penalty: float | None = None,
+    max_new_tokens: int | None = None,
+    max_new_tokens_ratio: float = DEFAULT_RATIO,
+    max_new_tokens_offset: int = DEFAULT_OFFSET,
+    batch_size: int = 32,
+) -> DecodingSettings:
+    """The decoding every compared model gets: the same beams and the same length bound per sentence."""
+    return DecodingSettings(
+        num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_new_tokens,
+        max_new_tokens_ratio=max_new_tokens_ratio, max_new_tokens_offset=max_new_tokens_offset, batch_size=batch_size,
+    )  # fmt: skip
+
+
 def compare(
     model_ids: list[str],
     source_file: str | Path,
     reference_file: str | Path,
+    settings: DecodingSettings,
     *,
-    num_beams: int = 4,
-    max_new_tokens: int = 256,
-    batch_size: int = 32,
-    length_penalty: float | None = None,
     limit: int | None = None,
     device: str | torch.device = "cpu",
+    on_row=None,
 ) -> dict:
-    """Score every model on the same sentences; returns the comparison (the JSON document) without translations."""
+    """Score every model on the same sentences; returns the comparison (the JSON document) without translations.
+
+    `on_row(comparison_so_far)` is called after each model, so that a caller can save what is finished.
+    """
     sources, references = read_parallel(source_file, reference_file)
     if limit is not None:
         sources, references = sources[:limit], references[:limit]
-    systems = []
-    bleu_signature = chrf_signature = None
-    for model_id in model_ids:
-        print(f"[compare] {model_id} ...", file=sys.stderr, flush=True)
-        row = score_model(
-            model_id, sources, references, num_beams=num_beams, max_new_tokens=max_new_tokens,
-            batch_size=batch_size, length_penalty=length_penalty, device=device,
-        )  # fmt: skip
-        translations = row.pop("translations")
-        if translations is not None and bleu_signature is None:  # the same settings for every model
-            bleu_signature = SacreBleu().compute(predictions=translations, references=references)["signature"]
-            chrf_signature = ChrF().compute(predictions=translations, references=references)["signature"]
-        systems.append(row)
-    return {
+    comparison = {
         "source_file": str(source_file),
         "reference_file": str(reference_file),
         "num_sentences": len(sources),
-        "num_beams": num_beams,
-        "max_new_tokens": max_new_tokens,
-        "length_penalty": length_penalty,
-        "bleu_signature": bleu_signature,
-        "chrf_signature": chrf_signature,
-        "systems": systems,
+        "num_beams": settings.num_beams,
+        "length_penalty": settings.length_penalty,
+        "max_new_tokens": settings.max_new_tokens,
+        "max_new_tokens_ratio": settings.max_new_tokens_ratio,
+        "max_new_tokens_offset": settings.max_new_tokens_offset,
+        "bleu_signature": None,
+        "chrf_signature": None,
+        "systems": [],
     }
+    for model_id in model_ids:
+        print(f"[compare] {model_id} ...", file=sys.stderr, flush=True)
+        row = score_model(model_id, sources, references, settings, device=device)
+        translations = row.pop("translations")
+        if translations is not None and comparison["bleu_signature"] is None:  # the same settings for every model
+            comparison["bleu_signature"] = SacreBleu().compute(predictions=translations, references=references)[
+                "signature"
+            ]
+            comparison["chrf_signature"] = ChrF().compute(predictions=translations, references=references)["signature"]
+        comparison["systems"].append(row)
+        if on_row is not None:
+            on_row(comparison)
+    return comparison
+
+
+def write_comparison(comparison: dict, output: Path) -> str:
+    """The JSON document and its Markdown table beside it (.md); returns the table."""
+    table = markdown_table(comparison)
+    output.write_text(json.dumps(comparison, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    output.with_suffix(".md").write_text(table, encoding="utf-8")
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,7 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", required=True, type=Path, help="reference translations, line by line")
     parser.add_argument("--output", required=True, type=Path, help="JSON file to write (the .md goes beside it)")
     parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence")
+    parser.add_argument(
+        "--max-new-tokens-ratio", type=float, default=DEFAULT_RATIO,
+        help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens, for every model",
+    )  # fmt: skip
+    parser.add_argument("--max-new-tokens-offset", type=int, default=DEFAULT_OFFSET)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--length-penalty", type=float, default=None, help="same for every model (default: each model's own)"
@@ -251,15 +184,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    for name in ("num_beams", "max_new_tokens", "batch_size", "limit"):
+    for name in ("num_beams", "max_new_tokens", "batch_size", "limit", "max_new_tokens_ratio"):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}.")
+    if args.max_new_tokens_offset < 0:
+        parser.error(f"--max-new-tokens-offset must be at least 0, got {args.max_new_tokens_offset}.")
+    # Before any scoring: a folder that cannot be written would lose every score at the end.
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--output {args.output}: its folder cannot be made: {error.strerror or error}.")
+    if args.output.is_dir() or not os.access(args.output.parent, os.W_OK):
+        parser.error(f"--output {args.output} cannot be written (a folder, or no write permission there).")
+    settings = fair_settings(
+        args.num_beams, args.length_penalty, args.max_new_tokens, args.max_new_tokens_ratio,
+        args.max_new_tokens_offset, args.batch_size,
+    )  # fmt: skip
+
+    def save_finished(comparison: dict) -> None:
+        if any(system["error"] is None for system in comparison["systems"]):
+            write_comparison(comparison, args.output)
 
     try:
         comparison = compare(
-            args.models, args.source, args.reference, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-            batch_size=args.batch_size, length_penalty=args.length_penalty, limit=args.limit, device=args.device,
+            args.models, args.source, args.reference, settings, limit=args.limit, device=args.device,
+            on_row=save_finished,
         )  # fmt: skip
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -270,9 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     if not any(system["error"] is None for system in comparison["systems"]):
         print("error: no model could be scored (see the reasons above); nothing was written.", file=sys.stderr)
         return 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(comparison, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    args.output.with_suffix(".md").write_text(table, encoding="utf-8")
     print(f"[compare] wrote {args.output} and {args.output.with_suffix('.md')}", file=sys.stderr)
     return 0
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from huggingface_hub import SpaceCard
 
-from publish import PublishError, push_folder
+from transformer_en_de.hub import PublishError, push_folder
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODEL_FOLDER = ROOT / "models" / "transformer-en-de"

@@ -30,9 +30,9 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-import data
-from metrics import ChrF, SacreBleu
-from model_card import write_model_card
+from transformer_en_de import data
+from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.model_card import write_model_card
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer

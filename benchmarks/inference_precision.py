@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from compare import translate
-from metrics import corpus_scores
+from transformer_en_de.evaluation import corpus_scores
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from tiny_marian import build_tiny_marian
 
 import app
-import metrics
+from transformer_en_de import evaluation as metrics
 
 SENTENCE = "A dog runs in the park."
 

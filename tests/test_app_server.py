@@ -16,7 +16,7 @@ from gradio_client import Client, handle_file
 from tiny_marian import build_tiny_marian
 
 import app
-import metrics
+from transformer_en_de import evaluation as metrics
 
 pytestmark = pytest.mark.slow
 

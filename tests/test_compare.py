@@ -10,11 +10,14 @@ from huggingface_hub import constants
 from tiny_marian import build_tiny_marian
 
 import compare
-from metrics import corpus_scores
 from modeling import TransformerMTForConditionalGeneration
+from transformer_en_de.engine import translate
+from transformer_en_de.evaluation import corpus_scores
+from transformer_en_de.hub import load_model
 
 NUM_LINES = 6
 SETTINGS = {"num_beams": 2, "max_new_tokens": 12, "batch_size": 4}
+DECODING = compare.fair_settings(**SETTINGS)
 OFFLINE_HUB_ID = "Helsinki-NLP/opus-mt-en-de"
 ROW_KEYS = {"model", "bleu", "chrf", "num_parameters", "seconds", "sentences_per_second", "error"}
 
@@ -72,8 +75,8 @@ def test_command_scores_both_models_and_writes_json_and_table(tmp_path, capsys, 
 
     for system in comparison["systems"]:
         assert set(system) == ROW_KEYS and system["error"] is None
-        model, tokenizer = compare.load_model(system["model"])
-        hypotheses = compare.translate(model, tokenizer, sources, **SETTINGS)
+        model, tokenizer = load_model(system["model"])
+        hypotheses = translate(model, tokenizer, sources, DECODING).texts
         assert {"bleu": system["bleu"], "chrf": system["chrf"]} == corpus_scores(hypotheses, references)
         assert system["num_parameters"] == sum(parameter.numel() for parameter in model.parameters())
         assert system["seconds"] >= 0 and system["sentences_per_second"] > 0
@@ -86,17 +89,18 @@ def test_command_scores_both_models_and_writes_json_and_table(tmp_path, capsys, 
 
 @pytest.mark.parametrize("which", ["ours", "marian"])
 def test_translate_keeps_input_order(which, test_files, source_sensitive_model_dir, tiny_marian_dir):
-    model, tokenizer = compare.load_model(str(source_sensitive_model_dir if which == "ours" else tiny_marian_dir))
+    model, tokenizer = load_model(str(source_sensitive_model_dir if which == "ours" else tiny_marian_dir))
     sources = test_files[2]
-    one_by_one = [compare.translate(model, tokenizer, [sentence], 1, 12, 1)[0] for sentence in sources]
-    batched = compare.translate(model, tokenizer, sources, num_beams=1, max_new_tokens=12, batch_size=4)
+    alone = compare.fair_settings(num_beams=1, max_new_tokens=12, batch_size=1)
+    one_by_one = [translate(model, tokenizer, [sentence], alone).texts[0] for sentence in sources]
+    batched = translate(model, tokenizer, sources, compare.fair_settings(num_beams=1, max_new_tokens=12)).texts
     assert batched == one_by_one
     assert len(set(batched)) > 2  # different sentences get different outputs, so a mix-up would show
 
 
 def test_score_model_row_matches_its_translations(test_files, tiny_marian_dir):
     _, _, sources, references = test_files
-    row = compare.score_model(str(tiny_marian_dir), sources, references, **SETTINGS)
+    row = compare.score_model(str(tiny_marian_dir), sources, references, DECODING)
     assert row["error"] is None and len(row["translations"]) == NUM_LINES
     assert {"bleu": row["bleu"], "chrf": row["chrf"]} == corpus_scores(row["translations"], references)
 
@@ -104,7 +108,7 @@ def test_score_model_row_matches_its_translations(test_files, tiny_marian_dir):
 def test_offline_hub_id_gets_an_error_row_fast_and_others_are_scored(offline, tmp_path, test_files, tiny_model_dir):
     source, reference, sources, references = test_files
     started = time.perf_counter()
-    row = compare.score_model(OFFLINE_HUB_ID, sources, references, **SETTINGS)
+    row = compare.score_model(OFFLINE_HUB_ID, sources, references, DECODING)
     assert time.perf_counter() - started < 10
     assert row["bleu"] is None and row["num_parameters"] is None
     assert row["error"].startswith("could not be loaded: the Hugging Face Hub is unreachable (offline)")

@@ -3,7 +3,7 @@
 import pytest
 import sacrebleu
 
-from metrics import ChrF, SacreBleu, corpus_scores, sentence_scores
+from transformer_en_de.evaluation import ChrF, SacreBleu, corpus_scores, sentence_scores
 
 REFERENCES = [
     "Ein Hund rennt im Park.",

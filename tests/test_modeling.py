@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import warnings
 
 import pytest
@@ -310,8 +311,9 @@ def test_generate_length_bounds_give_no_clash_warning_and_stay_inside_the_positi
             warnings.simplefilter("always")
             with_new_tokens = tiny_model.generate(**sources, num_beams=1, max_new_tokens=5)
             with_max_length = tiny_model.generate(**sources, num_beams=1, max_length=7)
-            # The untrained model never emits </s>: the default bound must stop it at the last position.
-            unbounded = tiny_model.generate(**sources, num_beams=1)
+            # The untrained model never emits </s>: without the per-sentence bound, the cap must stop it at the last
+            # position.
+            unbounded = tiny_model.generate(**sources, num_beams=1, max_new_tokens_ratio=None)
     finally:
         library_logger.removeHandler(handler)
     messages = handler.messages + [str(warning.message) for warning in caught]
@@ -321,12 +323,57 @@ def test_generate_length_bounds_give_no_clash_warning_and_stay_inside_the_positi
     assert unbounded.shape[1] == tiny_model.config.max_position_embeddings
 
 
+def _lengths_up_to_eos(output: torch.Tensor, eos_token_id: int) -> list[int]:
+    """New tokens of each row, up to and including its first </s> (the rest is padding)."""
+    lengths = []
+    for row in output.tolist():
+        new = row[1:]
+        lengths.append(new.index(eos_token_id) + 1 if eos_token_id in new else len(new))
+    return lengths
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_default_generate_bounds_each_sentence_by_its_own_source_length(tiny_model, sources, num_beams):
+    generation = tiny_model.generation_config
+    ratio, offset = generation.max_new_tokens_ratio, generation.max_new_tokens_offset
+    assert (ratio, offset) == (1.5, 10)  # the documented defaults, saved in generation_config.json
+    source_lengths = sources["attention_mask"].sum(dim=-1).tolist()
+    assert len(set(source_lengths)) > 1
+    output = tiny_model.generate(**sources, num_beams=num_beams)  # untrained: it never chooses </s> itself
+    limits = [min(math.ceil(ratio * length) + offset, generation.max_new_tokens) for length in source_lengths]
+    assert _lengths_up_to_eos(output, tiny_model.config.eos_token_id) == limits
+    assert output.shape[1] == 1 + max(limits)  # the batch stops with its longest allowed sentence
+
+
+@torch.no_grad()
+def test_length_bound_is_per_sentence_and_can_be_set_per_call(tiny_model, sources):
+    output = tiny_model.generate(**sources, num_beams=1, max_new_tokens_ratio=1.0, max_new_tokens_offset=2)
+    expected = [length + 2 for length in sources["attention_mask"].sum(dim=-1).tolist()]
+    assert _lengths_up_to_eos(output, tiny_model.config.eos_token_id) == expected
+    # each row alone gives the same tokens as inside the batch: the bound does not depend on the neighbours
+    for row, length in enumerate(expected):
+        alone = tiny_model.generate(
+            input_ids=sources["input_ids"][row : row + 1, : sources["attention_mask"][row].sum()],
+            num_beams=1, max_new_tokens_ratio=1.0, max_new_tokens_offset=2,
+        )  # fmt: skip
+        assert alone[0].tolist() == output[row, : 1 + length].tolist()
+
+
+def test_length_bound_round_trips_through_the_saved_generation_config(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert saved["max_new_tokens_ratio"] == 1.5 and saved["max_new_tokens_offset"] == 10
+    reloaded = TransformerMTForConditionalGeneration.from_pretrained(tmp_path)
+    assert reloaded.generation_config.max_new_tokens_ratio == 1.5
+
+
 @torch.no_grad()
 def test_asking_for_more_tokens_than_the_positions_hold_fails_clearly(tiny_model, sources):
     positions = tiny_model.config.max_position_embeddings
     # The untrained model never emits </s>; the last new token is never fed back, so P + 1 needs position P.
     with pytest.raises(ValueError, match="longer than this model's max_position_embeddings"):
-        tiny_model.generate(**sources, num_beams=1, max_new_tokens=positions + 1)
+        tiny_model.generate(**sources, num_beams=1, max_new_tokens=positions + 1, max_new_tokens_ratio=None)
     long_source = torch.ones(1, positions + 1, dtype=torch.long)
     with pytest.raises(ValueError, match="Truncate the input"):
         tiny_model(input_ids=long_source, decoder_input_ids=long_source[:, :1])

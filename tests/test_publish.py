@@ -9,7 +9,7 @@ from huggingface_hub import constants
 from loopback_hub import LoopbackHub
 
 import publish
-from publish import PublishError, push_folder
+from transformer_en_de.hub import PublishError, push_folder
 
 TOKEN = "hf_loopback_write_token"
 

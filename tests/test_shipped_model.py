@@ -5,7 +5,7 @@ import torch
 from conftest import DATA_DIR, ROOT
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from metrics import corpus_scores
+from transformer_en_de.evaluation import corpus_scores
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 NUM_SENTENCES = 200

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import deploy_space
-from publish import PublishError
+from transformer_en_de.hub import PublishError
 
 TOKEN = "hf_loopback_write_token"
 SPACE_CODE = ["app.py", "metrics.py", *sorted(str(path.relative_to(ROOT)) for pattern in ("modeling", "tokenizer")

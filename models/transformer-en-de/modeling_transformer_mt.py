@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
@@ -24,6 +24,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_transformer_mt import TransformerMTConfig
+from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits, source_lengths
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
@@ -469,14 +470,23 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 def set_translation_defaults(generation_config, config: TransformerMTConfig) -> None:
-    """The paper's decoding (beam 4, length penalty 0.6), up to the longest target the positions allow."""
+    """The paper's decoding (beam 4, length penalty 0.6), each sentence bounded by its source length.
+
+    `max_new_tokens_ratio` and `max_new_tokens_offset` bound every sentence of a batch on its own: at most
+    `ratio * (source tokens) + offset` new tokens (see `length_bound.py`); `max_new_tokens` caps them all.
+    """
+    # A config derived from the model config drops unknown fields (the bound's) when it is loaded back: this one is
+    # the model's own generation config.
+    generation_config._from_model_config = False
     generation_config.num_beams = 4
     generation_config.length_penalty = 0.6
     generation_config.early_stopping = True
-    # The bound is max_new_tokens, not max_length: a default max_length clashes (with a warning) with every
+    # The cap is max_new_tokens, not max_length: a default max_length clashes (with a warning) with every
     # caller's max_new_tokens. The decoder start token takes position 0: start + new tokens fill the table.
     generation_config.max_length = None
     generation_config.max_new_tokens = config.max_position_embeddings - 1
+    generation_config.max_new_tokens_ratio = DEFAULT_RATIO
+    generation_config.max_new_tokens_offset = DEFAULT_OFFSET
     generation_config.decoder_start_token_id = config.decoder_start_token_id
     generation_config.bos_token_id = config.bos_token_id
     generation_config.eos_token_id = config.eos_token_id
@@ -518,12 +528,33 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
     def get_decoder(self, modality=None):
         return self.model.decoder
 
-    def generate(self, *args, **kwargs):
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """`GenerationMixin.generate` with the per-sentence length bound of the generation config.
+
+        `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        ratio = kwargs.pop("max_new_tokens_ratio", getattr(config, "max_new_tokens_ratio", None))
+        offset = kwargs.pop("max_new_tokens_offset", getattr(config, "max_new_tokens_offset", None)) or 0
         # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the default max_new_tokens
         # instead of being overridden by it.
         if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
             kwargs["max_new_tokens"] = None
-        return super().generate(*args, **kwargs)
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if ratio is not None and input_ids is not None:
+            if kwargs.get("max_new_tokens") is not None:
+                cap = kwargs["max_new_tokens"]
+            elif kwargs.get("max_length") is not None:
+                cap = kwargs.pop("max_length") - 1  # the decoder start token takes one position
+            else:
+                cap = config.max_new_tokens
+            lengths = source_lengths(input_ids, kwargs.get("attention_mask"), self.config.pad_token_id)
+            limits = new_token_limits(lengths, ratio, offset, cap)
+            kwargs["max_new_tokens"] = int(limits.max())  # the batch ends with its longest allowed sentence
+            logits_processor = LogitsProcessorList(
+                [*(logits_processor or []), SourceLengthBound(limits, self.config.eos_token_id)]
+            )
+        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -1,0 +1,60 @@
+"""A length bound per sentence: no translation is longer than `ratio * (its source tokens) + offset` new tokens.
+
+A translation is about as long as its source; one that runs far past it is looping ("Ein COGOGOGO...", a clause
+repeated until the cap). A cap for the whole batch lets one such sentence keep every other sentence of its batch
+decoding; this bound ends each hypothesis on its own, inside the batch, by forcing `</s>` once it reaches its limit.
+
+This file imports only torch and transformers, so it travels with the model code to the Hub.
+"""
+
+import math
+
+import torch
+from transformers import LogitsProcessor
+
+# The defaults saved in the model's generation config as `max_new_tokens_ratio` and `max_new_tokens_offset`.
+DEFAULT_RATIO = 1.5
+DEFAULT_OFFSET = 10
+
+
+def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int | None):
+    """Source tokens of each sentence (its `</s>` included, padding excluded): (batch,)."""
+    if attention_mask is not None:
+        return attention_mask.sum(dim=-1)
+    if pad_token_id is None:
+        return torch.full((input_ids.shape[0],), input_ids.shape[-1], device=input_ids.device)
+    return (input_ids != pad_token_id).sum(dim=-1)
+
+
+def new_token_limits(lengths: torch.Tensor, ratio: float, offset: int, cap: int | None = None) -> torch.Tensor:
+    """`ceil(ratio * length) + offset` new tokens per sentence (at least 1, at most `cap`): (batch,)."""
+    limits = torch.tensor([math.ceil(ratio * int(length)) + int(offset) for length in lengths.tolist()])
+    limits = limits.clamp(min=1)
+    return limits if cap is None else limits.clamp(max=max(int(cap), 1))
+
+
+class SourceLengthBound(LogitsProcessor):
+    """Forces `</s>` for every hypothesis that has reached its sentence's limit of new tokens (the `</s>` counts).
+
+    `limits` has one entry per sentence; the rows of a step are the sentence's beams (or returned sequences), so the
+    limit of row r is `limits[r // (rows / sentences)]`. The first call sees the decoder prompt: its length is where
+    new tokens start.
+    """
+
+    def __init__(self, limits: torch.Tensor, eos_token_id: int):
+        self.limits = limits
+        self.eos_token_id = eos_token_id
+        self.prompt_length: int | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        generated = input_ids.shape[1] - self.prompt_length
+        rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
+        limits = self.limits.to(scores.device).repeat_interleave(rows_per_sentence)  # (rows,)
+        must_end = limits <= generated + 1  # the token chosen now would be the last one allowed
+        if must_end.any():
+            scores = scores.clone()
+            scores[must_end] = -math.inf
+            scores[must_end, self.eos_token_id] = 0.0
+        return scores

@@ -1,0 +1,262 @@
+"""The one translation engine: a list of sentences in, their translations out, with any seq2seq model.
+
+Every path that translates goes through `translate`: the app (each panel), compare.py, train.py's scoring,
+average_checkpoints.py, the corpus translator and the benchmarks. So they cannot disagree, and the comparison with
+pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
+
+- Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
+- `DecodingSettings` is the one definition of greedy, beam search and sampling.
+- Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (`modeling/length_bound.py`), inside
+  its batch, for our model and for any other: the engine hands the same logits processor to every model.
+- A source longer than the model reads is truncated, and the result says so; `progress(done, total)` is called
+  after each batch, and `should_stop()` before each, so that a caller can give up between batches.
+"""
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import LogitsProcessorList
+
+from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits
+
+DEFAULT_BATCH_SIZE = 32
+# A task prefix some models need in front of every source (T5 reads "translate English to German: ...").
+TASK_PARAMS_KEY = "translation_en_to_de"
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """How to decode. None means "the model's own" (its saved generation config), else the bound's defaults.
+
+    num_beams: 1 is greedy search (or sampling with `do_sample`), more is beam search.
+    length_penalty: beam search's length normalisation exponent (the paper: 0.6).
+    max_new_tokens: a hard cap for every sentence, besides the bound (and the model's positions).
+    max_new_tokens_ratio, max_new_tokens_offset: the per-sentence bound `ratio * source tokens + offset`.
+    do_sample, top_k, top_p, temperature: sampling instead of search (back-translation uses it).
+    batch_size: sentences per `generate()` call.
+    """
+
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    max_new_tokens: int | None = None
+    max_new_tokens_ratio: float | None = None
+    max_new_tokens_offset: int | None = None
+    do_sample: bool = False
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    def __post_init__(self):
+        checks = {
+            "num_beams": self.num_beams is None or self.num_beams >= 1,
+            "max_new_tokens": self.max_new_tokens is None or self.max_new_tokens >= 1,
+            "max_new_tokens_ratio": self.max_new_tokens_ratio is None or self.max_new_tokens_ratio > 0,
+            "max_new_tokens_offset": self.max_new_tokens_offset is None or self.max_new_tokens_offset >= 0,
+            "batch_size": self.batch_size >= 1,
+            "top_p": self.top_p is None or 0 < self.top_p <= 1,
+            "temperature": self.temperature is None or self.temperature > 0,
+        }
+        wrong = [name for name, ok in checks.items() if not ok]
+        if wrong:
+            raise ValueError(f"DecodingSettings: invalid {', '.join(f'{n}={getattr(self, n)!r}' for n in wrong)}.")
+
+
+@dataclass
+class Translation:
+    """One sentence's translation and what it took."""
+
+    text: str
+    source_ids: list[int]  # what the model read (after truncation), </s> included
+    generated_ids: list[int]  # decoder start token, the new tokens, up to and including </s> when it was written
+    source_truncated: bool = False  # the source was longer than the model reads
+    hit_length_bound: bool = False  # decoding stopped at the sentence's limit instead of at </s>
+
+    @property
+    def new_tokens(self) -> int:
+        return max(len(self.generated_ids) - 1, 0)
+
+
+@dataclass
+class TranslationRun:
+    """Translations in input order, with the time and the notices of the run."""
+
+    translations: list[Translation]
+    seconds: float
+    stopped_early: bool = False  # `should_stop` said stop: the sentences not reached have no translation (None)
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def texts(self) -> list[str]:
+        return [translation.text if translation else "" for translation in self.translations]
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(translation.new_tokens for translation in self.translations if translation)
+
+
+def source_prefix(model) -> str:
+    """The task prefix the model expects in front of every source ("" for translation models)."""
+    params = getattr(model.config, "task_specific_params", None) or {}
+    return (params.get(TASK_PARAMS_KEY) or {}).get("prefix", "")
+
+
+def max_source_tokens(model, tokenizer) -> int:
+    """Source tokens the model reads: the smaller of the tokenizer's limit and the model's positions."""
+    limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
+    limits = [int(limit) for limit in limits if limit and limit < 1_000_000]  # "no limit" is a huge number
+    return min(limits) if limits else 512
+
+
+def max_target_tokens(model) -> int:
+    """New tokens the decoder can write: its positions, less the start token (unbounded if it has none)."""
+    positions = getattr(model.config, "max_position_embeddings", None)
+    return positions - 1 if positions else 1_000_000
+
+
+def generation_config_for(model, settings: DecodingSettings):
+    """The model's generation config with `settings` applied: the one place where decoding is configured."""
+    config = copy.deepcopy(model.generation_config)
+    config.max_length = None  # a checkpoint's max_length would clash (with a warning) with max_new_tokens
+    if settings.num_beams is not None:
+        config.num_beams = settings.num_beams
+    if settings.length_penalty is not None:
+        config.length_penalty = settings.length_penalty
+    config.do_sample = settings.do_sample
+    for name in ("top_k", "top_p", "temperature"):
+        if getattr(settings, name) is not None:
+            setattr(config, name, getattr(settings, name))
+    if not config.do_sample:
+        config.top_k = config.top_p = config.temperature = None  # sampling-only settings; transformers warns
+    if config.num_beams == 1:  # greedy or sampling: beam-only settings do nothing, and transformers warns
+        config.length_penalty, config.early_stopping = 1.0, False
+    cap = settings.max_new_tokens or getattr(model.generation_config, "max_new_tokens", None) or max_target_tokens(model)
+    config.max_new_tokens = min(cap, max_target_tokens(model))
+    # The bound is applied by the engine itself (the same processor for every model): not by our generate() too.
+    config.max_new_tokens_ratio = None
+    return config
+
+
+def length_bound(model, settings: DecodingSettings) -> tuple[float, int]:
+    """(ratio, offset) of the per-sentence bound: the settings', else the model's saved ones, else the defaults."""
+    saved = model.generation_config
+    ratio = settings.max_new_tokens_ratio or getattr(saved, "max_new_tokens_ratio", None) or DEFAULT_RATIO
+    offset = settings.max_new_tokens_offset
+    if offset is None:
+        offset = getattr(saved, "max_new_tokens_offset", None)
+    return ratio, DEFAULT_OFFSET if offset is None else offset
+
+
+def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
+    """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
+    kept = [sequence[0]]
+    for token in sequence[1:]:
+        if token == pad_id and pad_id != eos_id:
+            break
+        kept.append(token)
+        if token == eos_id:
+            break
+    return kept
+
+
+def translate(
+    model,
+    tokenizer,
+    sentences: list[str],
+    settings: DecodingSettings = DecodingSettings(),
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> TranslationRun:
+    """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring)."""
+    started = time.perf_counter()
+    results: list[Translation | None] = [None] * len(sentences)
+    if not sentences:
+        return TranslationRun([], 0.0)
+    prefix = source_prefix(model)
+    sources = [prefix + sentence for sentence in sentences]
+    limit = max_source_tokens(model, tokenizer)
+    full_lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda index: full_lengths[index], reverse=True)
+    generation_config = generation_config_for(model, settings)
+    ratio, offset = length_bound(model, settings)
+    eos_id = generation_config.eos_token_id
+    eos_id = eos_id[0] if isinstance(eos_id, list) else eos_id
+    pad_id = generation_config.pad_token_id
+    stopped = False
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(order), settings.batch_size):
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            indices = order[start : start + settings.batch_size]
+            batch = tokenizer(
+                [sources[index] for index in indices],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=limit,
+            ).to(model.device)
+            lengths = batch["attention_mask"].sum(dim=-1)
+            limits = new_token_limits(lengths, ratio, offset, generation_config.max_new_tokens)
+            batch_config = copy.copy(generation_config)
+            batch_config.max_new_tokens = int(limits.max())  # the batch ends with its longest allowed sentence
+            output = model.generate(
+                **batch,
+                generation_config=batch_config,
+                logits_processor=LogitsProcessorList([SourceLengthBound(limits, eos_id)]),
+            )
+            texts = tokenizer.batch_decode(output, skip_special_tokens=True)
+            for row, index in enumerate(indices):
+                generated = _strip_generated(output[row].tolist(), pad_id, eos_id)
+                source_ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+                results[index] = Translation(
+                    text=texts[row].strip(),
+                    source_ids=source_ids,
+                    generated_ids=generated,
+                    source_truncated=full_lengths[index] > limit,
+                    hit_length_bound=len(generated) - 1 >= int(limits[row]),
+                )
+            if progress is not None:
+                progress(min(start + settings.batch_size, len(order)), len(order))
+    notices = []
+    truncated = [index + 1 for index, result in enumerate(results) if result and result.source_truncated]
+    if truncated:
+        notices.append(
+            f"{_count(truncated, 'sentence')} longer than the {limit} tokens the model reads and cut there "
+            f"(sentence {_list(truncated)})."
+        )
+    if stopped:
+        done = sum(result is not None for result in results)
+        notices.append(f"stopped after {done} of {len(sentences)} sentences.")
+    return TranslationRun(results, time.perf_counter() - started, stopped, notices)
+
+
+def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> list[str]:
+    """Just the translated texts, in input order."""
+    return translate(model, tokenizer, sentences, settings).texts
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'} {'was' if len(items) == 1 else 'were'}"
+
+
+def _list(numbers: list[int], shown: int = 10) -> str:
+    more = len(numbers) - shown
+    return ", ".join(map(str, numbers[:shown])) + (f" and {more} more" if more > 0 else "")
+
+
+__all__ = [
+    "DecodingSettings",
+    "Translation",
+    "TranslationRun",
+    "generation_config_for",
+    "length_bound",
+    "max_source_tokens",
+    "translate",
+    "translate_texts",
+]

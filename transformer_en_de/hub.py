@@ -1,0 +1,190 @@
+"""The Hugging Face Hub: load a model by folder or id, and push a folder as a model repo or a Space.
+
+`load_model` takes a local folder or a Hub id and says in plain words why it could not load one (offline, no such
+folder, not in the cache). `push_folder` creates the repo if needed and uploads the folder in one commit; anything
+that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is not what
+the repo type needs) raises `PublishError` at once with the cause and what to do about it.
+"""
+
+import socket
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.repocard import metadata_load
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+# huggingface_hub's HTTP client has no timeout: a dropped connection would hang, so reachability is checked first.
+CONNECT_TIMEOUT_S = 5.0
+# Loading a model by id: a quick look first, so that an offline machine falls back to the local cache at once.
+HUB_CONNECT_TIMEOUT_S = 3.0
+# Never worth uploading: Python byte-code caches and notebook autosaves.
+IGNORE_PATTERNS = ["*__pycache__*", "*.pyc", "*.ipynb_checkpoints*"]
+REPO_TYPES = ("model", "dataset", "space")
+
+
+class PublishError(RuntimeError):
+    """The folder could not be pushed; the message says why and what to do."""
+
+
+def push_folder(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    repo_type: str = "model",
+    space_sdk: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    ignore_patterns: list[str] | None = None,
+) -> str:
+    """Create `repo_id` (if it does not exist) and upload every file of `folder` to it; return the repo URL.
+
+    A Space's SDK comes from `space_sdk`, else from the `sdk:` field of the folder's README.md, else "gradio".
+    `token` defaults to the one saved by `hf auth login` (or `HF_TOKEN`); `endpoint` to the Hub (`HF_ENDPOINT`).
+    `ignore_patterns` (fnmatch patterns on paths inside the folder) are skipped besides byte-code caches.
+    """
+    folder = Path(folder)
+    where = f"{repo_type} repo {repo_id!r}"
+    check_folder(folder, repo_type)
+    if repo_type == "space":
+        space_sdk = space_sdk or _sdk_from_readme(folder) or "gradio"
+    endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+
+    if constants.is_offline_mode():
+        raise PublishError(
+            f"Cannot push {folder} to the {where}: offline mode is on (HF_HUB_OFFLINE=1). "
+            "Unset HF_HUB_OFFLINE on a machine with network access and run the push again."
+        )
+    _check_reachable(endpoint, where)
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        url = api.create_repo(
+            repo_id,
+            repo_type=repo_type,
+            space_sdk=space_sdk if repo_type == "space" else None,
+            private=private,
+            exist_ok=True,
+        )
+        api.upload_folder(
+            folder_path=folder,
+            repo_id=url.repo_id,
+            repo_type=repo_type,
+            commit_message=commit_message or f"Upload {folder.name}",
+            ignore_patterns=IGNORE_PATTERNS + list(ignore_patterns or []),
+        )
+    except (LocalTokenNotFoundError, HfHubHTTPError) as error:
+        raise PublishError(_explain_refusal(error, where, endpoint)) from error
+    except OfflineModeIsEnabled as error:
+        raise PublishError(f"Cannot push to the {where}: offline mode is on ({error}).") from error
+    except ValueError as error:  # bad repo id, unknown SDK, ...
+        raise PublishError(f"Cannot push to the {where}: {error}") from error
+    except Exception as error:  # transport errors of the HTTP client
+        raise PublishError(
+            f"Cannot push to the {where}: the connection to {endpoint} failed ({type(error).__name__}: {error}). "
+            "Check the network and run the push again."
+        ) from error
+    return str(url)
+
+
+def check_folder(folder: Path, repo_type: str) -> None:
+    """Raise PublishError unless `folder` exists, has files, and holds what `repo_type` needs."""
+    if repo_type not in REPO_TYPES:
+        raise PublishError(f"Unknown repo type {repo_type!r}: use one of {', '.join(REPO_TYPES)}.")
+    if not folder.is_dir():
+        raise PublishError(f"Nothing to push: {folder} does not exist or is not a folder.")
+    if not any(path.is_file() for path in folder.rglob("*")):
+        raise PublishError(f"Nothing to push: {folder} is empty.")
+    if repo_type == "model" and not (folder / "config.json").is_file():
+        raise PublishError(
+            f"{folder} has no config.json, so it is not a saved model folder. "
+            "Push the folder written by train.py (or by save_pretrained)."
+        )
+    if repo_type == "space" and not (folder / "app.py").is_file():
+        raise PublishError(f"{folder} has no app.py, the file a Gradio Space runs. Push the Space's folder.")
+
+
+def _sdk_from_readme(folder: Path) -> str | None:
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    try:
+        return (metadata_load(readme) or {}).get("sdk")
+    except ValueError:
+        return None
+
+
+def _connect(endpoint: str, timeout: float) -> None:
+    """Open (and close) a TCP connection to the endpoint, so that a dead network fails in seconds, not never.
+
+    Raises OSError. Behind a proxy a direct connection says nothing: the HTTP client goes through the proxy.
+    """
+    if urllib.request.getproxies():
+        return
+    parsed = urlparse(endpoint)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+
+
+def _check_reachable(endpoint: str, where: str) -> None:
+    try:
+        _connect(endpoint, CONNECT_TIMEOUT_S)
+    except OSError as error:
+        raise PublishError(
+            f"Cannot push to the {where}: {endpoint} is unreachable ({error}). "
+            "Check the network (or the endpoint) and run the push again."
+        ) from error
+
+
+def hub_is_reachable(timeout: float = HUB_CONNECT_TIMEOUT_S) -> bool:
+    """False in offline mode (HF_HUB_OFFLINE=1) or when a TCP connection to the Hub fails within `timeout`."""
+    if constants.is_offline_mode():
+        return False
+    try:
+        _connect(constants.ENDPOINT, timeout)
+    except OSError:
+        return False
+    return True
+
+
+def _explain_refusal(error: Exception, where: str, endpoint: str) -> str:
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(error, LocalTokenNotFoundError) or status in (401, 403):
+        return (
+            f"Cannot push to the {where}: {endpoint} refused the request as not authorised (HTTP {status}). "
+            "Log in with `hf auth login` using a token with write access, or pass one with --token / HF_TOKEN."
+        )
+    reason = str(error).splitlines()
+    return f"Cannot push to the {where}: {endpoint} answered HTTP {status}: {' '.join(reason).strip()}"
+
+
+
+def load_model(model_id: str, device: str | torch.device = "cpu"):
+    """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
+    folder = Path(model_id).expanduser()
+    if folder.is_dir():
+        source, local_only = str(folder), True
+    elif model_id.startswith((".", "/", "~")) or folder.exists() or model_id.count("/") > 1:
+        raise RuntimeError(f"could not be loaded: there is no model folder at {model_id}.")
+    else:
+        source, local_only = model_id, not hub_is_reachable()
+    try:
+        # Our own folders carry their modeling code (auto_map); loading it needs trust_remote_code.
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
+        model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
+    except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
+        cause = " ".join(str(error).split())
+        if len(cause) > 300:
+            cause = cause[:297] + "..."
+        if local_only and not folder.is_dir():
+            raise RuntimeError(
+                f"could not be loaded: the Hugging Face Hub is unreachable (offline) and {model_id} is neither a "
+                "local folder nor in the local cache. Run once with network access to download it, or pass a folder."
+            ) from error
+        raise RuntimeError(f"could not be loaded: {cause}") from error
+    return model.to(device).eval(), tokenizer

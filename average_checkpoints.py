@@ -18,12 +18,12 @@ import torch
 from transformers import GenerationConfig
 
 import compare
-from transformer_en_de import data
-from transformer_en_de.evaluation import ChrF, SacreBleu
-from transformer_en_de.model_card import write_model_card
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
+from transformer_en_de import data
+from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.model_card import write_model_card
 
 
 def average_checkpoints(checkpoints: list[Path]) -> TransformerMTForConditionalGeneration:

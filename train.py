@@ -30,12 +30,12 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from transformer_en_de import data
-from transformer_en_de.evaluation import ChrF, SacreBleu
-from transformer_en_de.model_card import write_model_card
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
+from transformer_en_de import data
+from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.model_card import write_model_card
 
 # The paper's recipe (section 5.3-5.4) as defaults; anything given on the command line overrides them
 # (argparse keeps the last occurrence of a flag).

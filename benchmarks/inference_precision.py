@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from compare import translate
-from transformer_en_de.evaluation import corpus_scores
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
+from transformer_en_de.evaluation import corpus_scores
 
 MAX_BLEU_DROP = 0.3
 

@@ -133,7 +133,8 @@ def generation_config_for(model, settings: DecodingSettings):
         config.top_k = config.top_p = config.temperature = None  # sampling-only settings; transformers warns
     if config.num_beams == 1:  # greedy or sampling: beam-only settings do nothing, and transformers warns
         config.length_penalty, config.early_stopping = 1.0, False
-    cap = settings.max_new_tokens or getattr(model.generation_config, "max_new_tokens", None) or max_target_tokens(model)
+    saved_cap = getattr(model.generation_config, "max_new_tokens", None)
+    cap = settings.max_new_tokens or saved_cap or max_target_tokens(model)
     config.max_new_tokens = min(cap, max_target_tokens(model))
     # The bound is applied by the engine itself (the same processor for every model): not by our generate() too.
     config.max_new_tokens_ratio = None
@@ -236,7 +237,7 @@ def translate(
     return TranslationRun(results, time.perf_counter() - started, stopped, notices)
 
 
-def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> list[str]:
+def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()):
     """Just the translated texts, in input order."""
     return translate(model, tokenizer, sentences, settings).texts
 

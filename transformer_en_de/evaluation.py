@@ -1,8 +1,11 @@
-"""BLEU and chrF as `evaluate` metrics computed locally by sacreBLEU.
+"""Evaluation: BLEU and chrF as `evaluate` metrics computed locally by sacreBLEU, and eval_results.json.
 
 `evaluate.load("sacrebleu")` fetches its script from the Hub; these subclasses compute the same scores offline:
 cased, detokenised, 13a tokenisation (sacreBLEU's defaults), one reference per sentence.
 """
+
+import json
+from pathlib import Path
 
 import datasets
 import evaluate
@@ -65,3 +68,83 @@ def sentence_scores(prediction: str, reference: str) -> dict[str, float]:
         "bleu": round(sacrebleu.sentence_bleu(prediction, [reference]).score, 2),
         "chrf": round(sacrebleu.sentence_chrf(prediction, [reference]).score, 2),
     }
+
+
+def score_split(hypotheses: list[str], references: list[str]) -> dict:
+    """BLEU and chrF of a whole split, with sacreBLEU's signatures (what eval_results.json keeps per split)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} predictions but {len(references)} references: they must pair up.")
+    bleu = SacreBleu().compute(predictions=hypotheses, references=references)
+    chrf = ChrF().compute(predictions=hypotheses, references=references)
+    return {
+        "bleu": round(bleu["score"], 2),
+        "chrf": round(chrf["score"], 2),
+        "num_sentences": len(references),
+        "bleu_signature": bleu["signature"],
+        "chrf_signature": chrf["signature"],
+    }
+
+
+# ----------------------------------------------------------------------------------------------- eval_results.json
+#
+# One shape, written by one function (train.py and average_checkpoints.py call it) and read by one (the card, the
+# app, average_checkpoints.py):
+#
+#   {
+#     "num_parameters": 7577600,
+#     "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255, "max_new_tokens_ratio": 1.5,
+#                  "max_new_tokens_offset": 10, "batch_size": 32},
+#     "scores": {"val": {"bleu": .., "chrf": .., "num_sentences": .., "bleu_signature": .., "chrf_signature": ..},
+#                "test_2016_flickr": {...}},
+#     "command": ["python train.py ...", "python average_checkpoints.py ..."],
+#     "training": {"validation_curve": [{"epoch", "step", "loss", "bleu", "chrf"}, ...], ...}
+#   }
+
+EVAL_RESULTS = "eval_results.json"
+
+
+class EvalResultsError(ValueError):
+    """eval_results.json is missing a field or is not the shape above; the message names the file and the field."""
+
+
+def write_eval_results(
+    folder: str | Path,
+    *,
+    num_parameters: int,
+    decoding: dict,
+    scores: dict[str, dict],
+    command: list[str],
+    training: dict | None = None,
+) -> Path:
+    """Write `folder/eval_results.json` in the one shape above; returns its path."""
+    results = {
+        "num_parameters": int(num_parameters),
+        "decoding": dict(decoding),
+        "scores": {split: dict(score) for split, score in scores.items()},
+        "command": list(command),
+        "training": dict(training or {}),
+    }
+    path = Path(folder) / EVAL_RESULTS
+    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_eval_results(folder: str | Path) -> dict | None:
+    """`folder/eval_results.json` checked against the shape above; None if the folder has none."""
+    path = Path(folder) / EVAL_RESULTS
+    if not path.is_file():
+        return None
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise EvalResultsError(f"{path} could not be read: {error}") from error
+    if not isinstance(results, dict):
+        raise EvalResultsError(f"{path} is not a JSON object.")
+    expected = {"num_parameters": int, "decoding": dict, "scores": dict, "command": list, "training": dict}
+    for name, kind in expected.items():
+        if not isinstance(results.get(name), kind):
+            raise EvalResultsError(f"{path}: field {name!r} is missing or not a {kind.__name__}.")
+    for split, score in results["scores"].items():
+        if not isinstance(score, dict) or not isinstance(score.get("bleu"), int | float):
+            raise EvalResultsError(f"{path}: scores[{split!r}] has no BLEU.")
+    return results

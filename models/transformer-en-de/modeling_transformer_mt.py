@@ -554,7 +554,9 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             logits_processor = LogitsProcessorList(
                 [*(logits_processor or []), SourceLengthBound(limits, self.config.eos_token_id)]
             )
-        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs)
+        return super().generate(
+            inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
+        )
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

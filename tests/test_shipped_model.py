@@ -1,5 +1,7 @@
 """The committed default model: loads like a Hub download and translates Multi30k test sentences above a BLEU floor."""
 
+import math
+
 import pytest
 import torch
 from conftest import DATA_DIR, ROOT
@@ -29,6 +31,31 @@ def test_shipped_folder_is_small_and_complete():
                  "modeling_transformer_mt.py", "configuration_transformer_mt.py"):
         assert (SHIPPED / name).is_file(), name
     assert not list(SHIPPED.glob("checkpoint-*"))
+
+
+def test_shipped_folder_runs_the_code_of_modeling():
+    """The folder carries its own copy of modeling/ (the Hub loads that copy): today's code, byte for byte."""
+    modeling_files = [path for path in (ROOT / "modeling").glob("*.py") if path.name != "__init__.py"]
+    project_code = {path.name: path.read_bytes() for path in modeling_files}
+    shipped_code = {path.name: path.read_bytes() for path in SHIPPED.glob("*.py")}
+    assert sorted(shipped_code) == sorted(project_code), "copy modeling/*.py (without __init__.py) into the folder"
+    stale = [name for name in project_code if shipped_code[name] != project_code[name]]
+    assert not stale, f"models/transformer-en-de has stale copies of {stale}: copy them from modeling/"
+
+
+def test_shipped_generation_config_bounds_each_sentence(shipped):
+    model, tokenizer = shipped
+    generation = model.generation_config
+    assert (generation.num_beams, generation.length_penalty) == (4, 0.6)  # the paper's decoding
+    assert generation.max_new_tokens_ratio > 0 and generation.max_new_tokens_offset >= 0
+    # An all-caps sentence made the model loop until the 255-token cap; now it stops at its own limit.
+    batch = tokenizer(["A MAN IN A BLUE SHIRT IS STANDING ON A LADDER CLEANING WINDOWS.", "A dog runs."],
+                      return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        output = model.generate(**batch, num_beams=1)
+    lengths = batch["attention_mask"].sum(dim=-1).tolist()
+    limit = math.ceil(generation.max_new_tokens_ratio * max(lengths)) + generation.max_new_tokens_offset
+    assert output.shape[1] - 1 <= limit < generation.max_new_tokens
 
 
 @pytest.mark.slow

@@ -5,12 +5,12 @@ against cached self-attention keys/values and cross-attention keys/values comput
 random weights never emits a confident end-of-sequence, so every output is forced to the same length
 (min_new_tokens = max_new_tokens) and both sides do the same number of steps.
 
-    python benchmarks/generation_cache.py [--quick]
+    python -m benchmarks.generation_cache [--quick]
 """
 
-import harness
 import torch
 
+from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 
 

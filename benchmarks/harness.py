@@ -1,30 +1,27 @@
 """What every benchmark shares: threads, the shipped-size config, real Multi30k batches, and A/B timing.
 
+The benchmarks are a package run from the repository root (`python -m benchmarks.NAME`), which puts the
+project's `modeling`, `tokenizer` and `transformer_en_de` on the import path: nothing is installed. The package's
+`__init__` sets the Hub offline before any of them is imported.
+
 Both sides of a comparison run in one process on the same inputs, alternating A, B, A, B, ... after a warm-up,
 so that a background load on the machine slows both alike: absolute times drift, the ratio holds.
 """
 
 import argparse
 import os
-
-# Before any Hugging Face import: never wait on the unreachable Hub.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from modeling import TransformerMTConfig
+from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 
-from modeling import TransformerMTConfig  # noqa: E402
-from tokenizer import config_token_fields, load_tokenizer, train_tokenizer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"

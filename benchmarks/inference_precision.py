@@ -1,6 +1,7 @@
 """Lower-precision inference on the CPU: BLEU/chrF on test_2016_flickr and speed, against float32.
 
-Variants of one trained model, all decoding the same sentences with the same settings (`compare.translate`):
+Variants of one trained model, all decoding the same sentences with the same settings through the one engine
+(`transformer_en_de.engine.translate`: the model's saved decoding, beam 4, and its per-sentence length bound):
 - float32: the model as loaded;
 - bf16 weights: `model.to(torch.bfloat16)` (half the bytes to read per step);
 - int8 dynamic: `torch.ao.quantization.quantize_dynamic` of every `nn.Linear` (int8 weights, activations
@@ -10,7 +11,7 @@ Variants of one trained model, all decoding the same sentences with the same set
 A variant is worth offering only if its BLEU is within 0.3 of float32. Batches are alternated across variants
 (each batch of sentences is translated by every variant in turn), so a background load slows all alike.
 
-    python benchmarks/inference_precision.py [--quick] [--model models/transformer-en-de]
+    python -m benchmarks.inference_precision [--quick] [--model models/transformer-en-de]
 """
 
 import copy
@@ -18,13 +19,13 @@ import sys
 import warnings
 from pathlib import Path
 
-import harness
 import torch
 from torch import nn
 
-from compare import translate
+from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
+from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.evaluation import corpus_scores
 
 MAX_BLEU_DROP = 0.3
@@ -46,9 +47,11 @@ def int8_dynamic(model, keep_output_layer: bool = False):
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="a saved model folder")
     parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: the model's)")
-    parser.add_argument("--num-beams", type=int, default=4)
+    parser.add_argument("--num-beams", type=int, default=None, help="default: the model's (4)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="the app's default bound")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="a cap besides the bound (default: the model's)"
+    )
     parser.add_argument("--limit", type=int, default=None, help="only the first N test sentences")
 
 
@@ -70,6 +73,9 @@ def main():
     if limit:
         sources, references = sources[:limit], references[:limit]
 
+    settings = DecodingSettings(
+        num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size
+    )
     translations = {name: [] for name in variants}
     timings = {name: harness.Timings() for name in variants}
     for start in range(0, len(sources), args.batch_size):
@@ -77,7 +83,7 @@ def main():
         step = harness.alternate(
             {
                 name: lambda variant=variant, name=name, chunk=chunk: translations[name].extend(
-                    translate(variant, tokenizer, chunk, args.num_beams, args.max_new_tokens, args.batch_size)
+                    translate(variant, tokenizer, chunk, settings).texts
                 )
                 for name, variant in variants.items()
             },
@@ -92,7 +98,8 @@ def main():
 
     print(f"# Inference precision ({harness.describe_machine(args.threads)}; model: {args.model})")
     print(
-        f"# test_2016_flickr, {len(sources)} sentences, beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, "
+        f"# test_2016_flickr, {len(sources)} sentences, beam {args.num_beams or model.generation_config.num_beams}, "
+        f"max_new_tokens {args.max_new_tokens or model.generation_config.max_new_tokens} and the per-sentence bound, "
         f"batches of {args.batch_size}; "
         f"BLEU/chrF: cased sacreBLEU; a variant passes if BLEU drops by at most {MAX_BLEU_DROP}"
     )

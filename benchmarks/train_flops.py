@@ -12,15 +12,15 @@ vocabulary. Causal attention is counted in full, and embeddings, softmax, LayerN
 are not counted (they are not matmuls), so this is a floor on the work done. The peak is the best of several large
 bf16 `torch.matmul`s on the same threads.
 
-    python benchmarks/train_flops.py [--quick]
+    python -m benchmarks.train_flops [--quick]
 """
 
 import time
 
-import harness
 import torch
-from train_throughput import adamw, training_step
 
+from benchmarks import harness
+from benchmarks.train_throughput import adamw, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 
 

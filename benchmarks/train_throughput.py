@@ -6,16 +6,16 @@ the same dropouts, one embedding shared by source, target and the output project
 embeddings, and the same loss; it gets the masks our model gets from the training collator (source padding, causal
 target). Before timing, the script gives it our weights and checks that both compute the same loss.
 
-    python benchmarks/train_throughput.py [--quick]
+    python -m benchmarks.train_throughput [--quick]
 """
 
 import math
 
-import harness
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import shift_tokens_right, sinusoidal_table
 

@@ -10,7 +10,7 @@ Peak memory: each model runs in a fresh child process that loads it and translat
 process's peak resident set size (VmHWM) minus its RSS right after importing torch and transformers, so it holds
 the weights (ours memory-mapped from safetensors, MarianMT's built in memory), activations and caches.
 
-    python benchmarks/vs_marian.py [--quick]
+    python -m benchmarks.vs_marian [--quick]
 """
 
 import json
@@ -20,10 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import harness
 import torch
 from transformers import MarianConfig, MarianMTModel
 
+from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 
 MARIAN_NAME = "MarianMT (opus-mt-en-de size)"
@@ -117,9 +117,9 @@ def memory_in_child(which: str, inputs: dict[str, torch.Tensor], config: Transfo
     with tempfile.TemporaryDirectory() as folder:
         torch.save(dict(inputs), Path(folder) / "inputs.pt")
         config.save_pretrained(folder)
-        command = [sys.executable, __file__, "--threads", str(args.threads), "--memory-of", which, "--memory-folder"]
-        command += [folder, "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens)]
-        result = subprocess.run(command, capture_output=True, text=True, check=True)
+        command = [sys.executable, "-m", __spec__.name, "--threads", str(args.threads), "--memory-of", which]
+        command += ["--memory-folder", folder, "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens)]
+        result = subprocess.run(command, capture_output=True, text=True, check=True, cwd=harness.ROOT)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

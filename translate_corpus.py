@@ -1,0 +1,356 @@
+"""Translate a monolingual file, one sentence per line, into a synthetic parallel corpus (back-translation).
+
+    python translate_corpus.py --model runs/de-en --input ../shared/data/multi30k-task2/train.1.de \\
+        --output runs/bt/task2.1 --source_lang de --target_lang en --num_beams 4
+    python translate_corpus.py ... --sample --top_k 10 --seed 1     # sampled back-translation
+
+writes `OUTPUT.de` (the input sentences, cleaned as the training data is) and `OUTPUT.en` (their translations),
+line-aligned, plus `OUTPUT.progress.json`, the run's record: model fingerprint, decoding settings, input
+fingerprint, lines done, counts of truncated sources and of translations stopped at the length bound.
+
+- Every sentence goes through the one engine (`transformer_en_de.engine.translate`): length-sorted batches inside
+  each chunk, the per-sentence length bound, greedy, beam search or sampling (`DecodingSettings`).
+- Resumable: the input is cut into chunks of `--chunk_size` lines; after each chunk both files are appended and
+  synced, then the progress file is replaced atomically. A killed run leaves at most a partial chunk past the
+  recorded sizes: the next run with the same command cuts it off and goes on from the last finished chunk, so no
+  line is lost or written twice, and the result equals an uninterrupted run (sampling seeds each chunk with
+  `--seed + chunk number`). A different model, decoding setting, chunking or input against existing output is
+  refused; `--limit N` may grow between runs. `--stop_after_chunks K` ends a run after K chunks (to split the work).
+- Input lines are cleaned like the training data (HTML entities, non-breaking spaces, runs of whitespace); a line
+  left empty or without a letter or digit (training drops those) is skipped in both files, so the two outputs
+  stay aligned with each other but not with input line numbers; the progress file counts the skipped lines.
+  Translations are cleaned the same way, so a generated line break can never shift the alignment.
+- Progress (lines done / total, sentences per second, ETA) goes to stderr after each chunk.
+"""
+
+import os
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process, batches already: no tokenizer threads
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from transformer_en_de.data import DataError, _normalise, read_lines  # noqa: E402
+from transformer_en_de.engine import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    DecodingSettings,
+    generation_config_for,
+    length_bound,
+    translate,
+)
+from transformer_en_de.hub import load_model  # noqa: E402
+
+DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_SEED = 0
+STATE_VERSION = 1
+
+
+class CorpusError(RuntimeError):
+    """The corpus cannot be translated as asked; the message says why and what to do."""
+
+
+@dataclass
+class Chunk:
+    index: int
+    start: int  # first input line (0-based)
+    stop: int  # one past the last input line
+
+
+def clean(line: str) -> str:
+    """A line as the training data is cleaned (entities, non-breaking spaces, runs of whitespace), or "" to skip."""
+    text = _normalise(line)
+    return text if any(character.isalnum() for character in text) else ""
+
+
+def fingerprint_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint_model(model, tokenizer) -> str:
+    """sha256 of the weights, the saved generation config and the tokenizer: what decides the translations."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(model.generation_config.to_json_string(use_diff=False).encode())
+    digest.update(tokenizer.backend_tokenizer.to_str().encode() if hasattr(tokenizer, "backend_tokenizer") else b"")
+    return digest.hexdigest()
+
+
+def decoding_record(model, settings: DecodingSettings, chunk_size: int, seed: int) -> dict:
+    """The effective decoding of a run (the model's saved settings filled in): what a resumed run must repeat."""
+    config = generation_config_for(model, settings)
+    ratio, offset = length_bound(model, settings)
+    return {
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "do_sample": config.do_sample,
+        "top_k": config.top_k,
+        "top_p": config.top_p,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens_ratio": ratio,
+        "max_new_tokens_offset": offset,
+        "batch_size": settings.batch_size,
+        "chunk_size": chunk_size,
+        "seed": seed,
+    }
+
+
+class CorpusWriter:
+    """The two output files and the progress file; appends a chunk so that a kill never leaves a half-counted one."""
+
+    def __init__(self, output: Path, source_lang: str, target_lang: str):
+        self.output = output
+        self.paths = {
+            "source": output.with_name(f"{output.name}.{source_lang}"),
+            "target": output.with_name(f"{output.name}.{target_lang}"),
+        }
+        self.state_path = output.with_name(f"{output.name}.progress.json")
+        self.state: dict | None = None
+
+    def open(self, identity: dict, total_lines: int) -> dict:
+        """Start or resume: the state to go on from. Refuses output of another command or with other settings."""
+        existing = [path for path in self.paths.values() if path.exists()]
+        if not self.state_path.is_file():
+            if existing:
+                raise CorpusError(
+                    f"{', '.join(map(str, existing))} already exist(s) but {self.state_path} does not, so they were "
+                    "not written by this command (or its progress file was deleted). Delete them or choose another "
+                    "--output."
+                )
+            self.state = {"version": STATE_VERSION, **identity, "total_lines": total_lines, "lines_read": 0,
+                          "lines_written": 0, "lines_skipped": 0, "sources_truncated": 0, "hit_length_bound": 0,
+                          "bytes": {"source": 0, "target": 0}, "seconds": 0.0}
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            for path in self.paths.values():
+                path.write_bytes(b"")
+            self._save()
+            return self.state
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CorpusError(f"{self.state_path} is not a progress file of this command ({error}).") from error
+        differences = [
+            f"{key}: {state.get(key)!r} there, {value!r} now"
+            for key, value in identity.items()
+            if key not in ("model", "input") and state.get(key) != value
+        ]
+        if state.get("version") != STATE_VERSION or differences:
+            differences = differences or [f"version: {state.get('version')!r} there, {STATE_VERSION} now"]
+            raise CorpusError(
+                f"{self.state_path} records a run with other settings, so its output cannot be continued with these "
+                f"({'; '.join(differences)}). Re-run with the recorded settings to continue it, or choose another "
+                "--output (or delete the three files) to start anew."
+            )
+        # A run killed while appending a chunk leaves bytes past the recorded sizes: cut them off.
+        for side, path in self.paths.items():
+            recorded = state["bytes"][side]
+            size = path.stat().st_size if path.is_file() else -1
+            if size < recorded:
+                raise CorpusError(
+                    f"{path} is shorter ({max(size, 0)} bytes) than {self.state_path} records ({recorded} bytes): it "
+                    "was changed after the run wrote it. Delete the output files and the progress file to start anew."
+                )
+            if size > recorded:
+                with open(path, "r+b") as handle:
+                    handle.truncate(recorded)
+        state["total_lines"] = total_lines
+        self.state = state
+        return state
+
+    def append(self, chunk: Chunk, sources: list[str], targets: list[str], counts: dict, seconds: float) -> None:
+        """Append one translated chunk to both files, sync them, then record it in the progress file atomically."""
+        for side, lines in (("source", sources), ("target", targets)):
+            data = "".join(line + "\n" for line in lines).encode("utf-8")
+            with open(self.paths[side], "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.state["bytes"][side] += len(data)
+        self.state["lines_read"] = chunk.stop
+        self.state["lines_written"] += len(sources)
+        for key, value in counts.items():
+            self.state[key] += value
+        self.state["seconds"] = round(self.state["seconds"] + seconds, 3)
+        self._save()
+
+    def _save(self) -> None:
+        partial = self.state_path.with_name(self.state_path.name + ".tmp")
+        with open(partial, "w", encoding="utf-8") as handle:
+            json.dump(self.state, handle, indent=2, ensure_ascii=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, self.state_path)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def translate_corpus(
+    model_id: str,
+    input_path: Path,
+    output: Path,
+    source_lang: str,
+    target_lang: str,
+    settings: DecodingSettings,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    seed: int = DEFAULT_SEED,
+    limit: int | None = None,
+    stop_after_chunks: int | None = None,
+    device: str = "cpu",
+    log=None,
+) -> dict:
+    """Translate `input_path` chunk by chunk into OUTPUT.{source_lang} / OUTPUT.{target_lang}; return the state."""
+    log = log or sys.stderr
+    if source_lang == target_lang:
+        raise CorpusError(f"--source_lang and --target_lang are both {source_lang!r}: the two files would be one.")
+    if chunk_size < 1 or (limit is not None and limit < 0) or (stop_after_chunks is not None and stop_after_chunks < 1):
+        raise CorpusError("--chunk_size and --stop_after_chunks must be at least 1, --limit at least 0.")
+    try:
+        lines = read_lines(input_path)
+    except DataError as error:
+        raise CorpusError(str(error)) from error
+    total = len(lines) if limit is None else min(limit, len(lines))
+    try:
+        model, tokenizer = load_model(model_id, device)
+    except RuntimeError as error:
+        raise CorpusError(f"The model {model_id} {error}") from error
+
+    identity = {
+        "model": model_id,
+        "model_sha256": fingerprint_model(model, tokenizer),
+        "input": str(input_path),
+        "input_sha256": fingerprint_file(Path(input_path)),
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "decoding": decoding_record(model, settings, chunk_size, seed),
+    }
+    writer = CorpusWriter(Path(output), source_lang, target_lang)
+    state = writer.open(identity, total)
+    start_line = state["lines_read"]
+    name = Path(output).name
+    if start_line >= total:
+        print(f"{name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing to do.",
+              file=log)
+        return state
+    if start_line:
+        print(f"{name}: resuming at input line {start_line + 1:,} of {total:,}.", file=log)
+
+    started, translated, chunks_done = time.perf_counter(), 0, 0
+    for chunk_start in range(start_line, total, chunk_size):
+        chunk = Chunk(chunk_start // chunk_size, chunk_start, min(chunk_start + chunk_size, total))
+        sources = [text for text in map(clean, lines[chunk.start : chunk.stop]) if text]
+        chunk_started = time.perf_counter()
+        torch.manual_seed(seed + chunk.index)  # each chunk its own seed: a resumed run samples what a whole run does
+        run = translate(model, tokenizer, sources, settings)
+        targets = [_normalise(text) for text in run.texts]
+        counts = {
+            "lines_skipped": chunk.stop - chunk.start - len(sources),
+            "sources_truncated": sum(result.source_truncated for result in run.translations),
+            "hit_length_bound": sum(result.hit_length_bound for result in run.translations),
+        }
+        writer.append(chunk, sources, targets, counts, time.perf_counter() - chunk_started)
+        translated += len(sources)
+        chunks_done += 1
+        elapsed = time.perf_counter() - started
+        rate = translated / elapsed if elapsed > 0 else 0.0
+        left = total - chunk.stop
+        eta = _duration(left / ((chunk.stop - start_line) / elapsed)) if elapsed > 0 else "?"
+        print(f"{name}: {chunk.stop:,}/{total:,} lines ({100 * chunk.stop / total:.1f}%), {rate:.1f} sentences/s, "
+              f"ETA {eta}", file=log, flush=True)
+        if stop_after_chunks is not None and chunks_done >= stop_after_chunks and chunk.stop < total:
+            print(f"{name}: stopped after {chunks_done} chunk(s) as asked (--stop_after_chunks); "
+                  "run the same command again to continue.", file=log)
+            return writer.state
+    state = writer.state
+    print(f"{name}: done, {state['lines_written']:,} pairs written ({state['lines_skipped']:,} empty lines skipped, "
+          f"{state['sources_truncated']:,} sources truncated, {state['hit_length_bound']:,} translations stopped at "
+          f"the length bound) to {writer.paths['source']} and {writer.paths['target']}.", file=log)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Translate a file (one sentence per line) into a line-aligned synthetic parallel corpus.",
+        epilog="Re-running the same command continues an interrupted run.",
+    )
+    parser.add_argument("--model", required=True, help="a saved model folder or a Hub id")
+    parser.add_argument("--input", required=True, type=Path, help="UTF-8 text, one sentence per line")
+    parser.add_argument("--output", required=True, type=Path,
+                        help="prefix: writes OUTPUT.SOURCE_LANG, OUTPUT.TARGET_LANG and OUTPUT.progress.json")
+    parser.add_argument("--source_lang", "--source-lang", required=True, help="language of --input, e.g. de")
+    parser.add_argument("--target_lang", "--target-lang", required=True, help="language of the translations, e.g. en")
+    decoding = parser.add_argument_group("decoding (default: the model's saved generation config)")
+    decoding.add_argument("--num_beams", "--num-beams", type=int, default=None, help="1 greedy, more beam search")
+    decoding.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
+    decoding.add_argument("--sample", action="store_true", help="sample instead of searching (num_beams 1 unless set)")
+    decoding.add_argument("--top_k", "--top-k", type=int, default=None)
+    decoding.add_argument("--top_p", "--top-p", type=float, default=None)
+    decoding.add_argument("--temperature", type=float, default=None)
+    decoding.add_argument("--seed", type=int, default=DEFAULT_SEED, help="chunk k samples with seed + k")
+    decoding.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None)
+    decoding.add_argument("--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=None)
+    decoding.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=None)
+    run = parser.add_argument_group("running")
+    run.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    run.add_argument("--chunk_size", "--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                     help="input lines per chunk: the unit that is written and resumed")
+    run.add_argument("--limit", type=int, default=None, help="translate only the first N input lines")
+    run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
+                     help="end this run after K chunks; the same command continues")
+    run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        settings = DecodingSettings(
+            num_beams=1 if args.sample and args.num_beams is None else args.num_beams,
+            length_penalty=args.length_penalty,
+            max_new_tokens=args.max_new_tokens,
+            max_new_tokens_ratio=args.max_new_tokens_ratio,
+            max_new_tokens_offset=args.max_new_tokens_offset,
+            do_sample=args.sample,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            temperature=args.temperature,
+            batch_size=args.batch_size,
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    if not args.sample and any(value is not None for value in (args.top_k, args.top_p, args.temperature)):
+        parser.error("--top_k, --top_p and --temperature apply to sampling: add --sample")
+    try:
+        translate_corpus(args.model, args.input, args.output, args.source_lang, args.target_lang, settings,
+                         chunk_size=args.chunk_size, seed=args.seed, limit=args.limit,
+                         stop_after_chunks=args.stop_after_chunks, device=args.device)
+    except CorpusError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: the finished chunks are saved; run the same command again to continue.", file=sys.stderr)
+        return 130
+    return 0
+
+
+__all__ = ["CorpusError", "CorpusWriter", "clean", "decoding_record", "translate_corpus"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,8 +4,14 @@
         --output-dir runs/averaged --data_dir ../shared/data/multi30k
 
 The output folder is Hub-ready like train.py's: averaged weights, config and code, tokenizer, the translation
-generation defaults, and, with --data_dir, the validation and test scores (beam search, sacreBLEU, fp32) in
-eval_results.json and the model card. The run folder's validation curve and command are carried over.
+generation defaults, and, with --data_dir, the validation and test scores (through the translation engine with the
+model's own decoding, every sentence in file order) in eval_results.json and the model card. The run folder's
+eval_results.json gives the language pair, the validation curve and the commands; this command is appended to them.
+
+    python average_checkpoints.py --rescore models/transformer-en-de --data_dir ../shared/data/multi30k
+
+re-measures the scores of an existing folder with its current generation config, keeping its commands and training
+facts (`train.py --average_last N` averages and chooses on validation by itself at the end of a run).
 """
 
 import argparse
@@ -14,92 +20,112 @@ import shlex
 import sys
 from pathlib import Path
 
-import torch
-from transformers import GenerationConfig
-
-import compare
 from modeling import TransformerMTForConditionalGeneration
-from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import data
-from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.checkpoints import average_checkpoints, decoding_record, score_model, validation_curve
+from transformer_en_de.evaluation import EvalResultsError, read_eval_results, write_eval_results
 from transformer_en_de.model_card import write_model_card
 
 
-def average_checkpoints(checkpoints: list[Path]) -> TransformerMTForConditionalGeneration:
-    models = [TransformerMTForConditionalGeneration.from_pretrained(path) for path in checkpoints]
-    averaged = models[0]
-    states = [model.state_dict() for model in models]
-    with torch.no_grad():
-        for name, tensor in averaged.state_dict().items():
-            if tensor.is_floating_point():
-                tensor.copy_(torch.stack([state[name] for state in states]).mean(dim=0))
-    # Checkpoints carry the generation config the evaluation loop left behind: restore the translation defaults.
-    averaged.config.use_cache = True  # the Trainer saved checkpoints with the cache turned off
-    averaged.generation_config = GenerationConfig()
-    set_translation_defaults(averaged.generation_config, averaged.config)
-    return averaged
+def score_splits(model, tokenizer, data_dir: Path, splits: list[str], languages: tuple[str, str]) -> dict:
+    """{split: scores} for every sentence of each split, through the engine with the model's saved decoding."""
+    scores = {}
+    for split in splits:
+        sources, references = data.read_parallel(*data.split_paths(data_dir, split, *languages))
+        _, scores[split] = score_model(model, tokenizer, sources, references)
+        print(f"[score] {split}: {scores[split]['bleu']} BLEU / {scores[split]['chrf']} chrF "
+              f"({scores[split]['num_sentences']} sentences)")
+    return scores
 
 
-def score_split(folder: Path, data_dir: Path, split: str) -> dict:
-    sources, references = data.read_parallel(*data.split_paths(data_dir, split, "en", "de"))
-    row = compare.score_model(str(folder), sources, references, num_beams=4, length_penalty=0.6)
-    if row["error"]:
-        raise SystemExit(f"error: {row['error']}")
-    translations = row["translations"]
-    return {"bleu": row["bleu"], "chrf": row["chrf"], "num_sentences": len(sources), "num_beams": 4,
-            "length_penalty": 0.6,
-            "bleu_signature": SacreBleu().compute(predictions=translations, references=references)["signature"],
-            "chrf_signature": ChrF().compute(predictions=translations, references=references)["signature"]}
+def run_facts(run_dir: Path, last_checkpoint: Path) -> dict:
+    """What the run recorded (its eval_results.json), else what its newest given checkpoint knows (the curve)."""
+    recorded = read_eval_results(run_dir)
+    if recorded is not None:
+        return recorded
+    state_path = last_checkpoint / "trainer_state.json"
+    history = json.loads(state_path.read_text())["log_history"] if state_path.is_file() else []
+    return {"languages": {"source": "en", "target": "de"}, "command": [],
+            "training": {"validation_curve": validation_curve(history)}}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoints", nargs="+", type=Path, help="checkpoint folders of one run")
-    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("checkpoints", nargs="*", type=Path, help="checkpoint folders of one run")
+    parser.add_argument("--output-dir", type=Path, default=None)
     parser.add_argument("--tokenizer", type=Path, default=None, help="default: the run folder of the first checkpoint")
-    parser.add_argument("--data_dir", type=Path, default=None, help="score val and test_2016_flickr, write the card")
+    parser.add_argument("--data_dir", type=Path, default=None, help="score the splits below, write the card")
+    parser.add_argument("--validation_split", default="val")
+    parser.add_argument("--test_split", default="test_2016_flickr", help="scored only, never used to choose")
+    parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
+                        help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
     args = parser.parse_args(argv)
+    splits = [split for split in (args.validation_split, args.test_split) if split]
+    try:
+        if args.rescore:
+            if args.checkpoints or not args.data_dir:
+                parser.error("--rescore FOLDER takes no checkpoints and needs --data_dir")
+            return rescore(args.rescore, args.data_dir, splits)
+        if not args.checkpoints or not args.output_dir:
+            parser.error("give the checkpoint folders and --output-dir (or --rescore FOLDER)")
+        return average(args, splits, "python average_checkpoints.py " + shlex.join(argv))
+    except (data.DataError, EvalResultsError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def average(args, splits: list[str], command: str) -> int:
     missing = [str(path) for path in args.checkpoints if not (path / "config.json").is_file()]
     if missing:
-        print(f"error: not checkpoint folders (no config.json): {', '.join(missing)}", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"not checkpoint folders (no config.json): {', '.join(missing)}")
+    run_dir = args.checkpoints[0].parent
     model = average_checkpoints(args.checkpoints)
-    tokenizer = load_tokenizer(args.tokenizer or args.checkpoints[0].parent)
+    tokenizer = load_tokenizer(args.tokenizer or run_dir)
     model.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
     print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
-    if args.data_dir:
-        run_dir = args.checkpoints[0].parent
-        run_results_path = run_dir / "eval_results.json"
-        run_results = json.loads(run_results_path.read_text()) if run_results_path.is_file() else {}
-        results = {
-            "num_parameters": model.num_parameters(),
-            "averaged_checkpoints": [str(path) for path in args.checkpoints],
-            "validation_curve": run_results.get("validation_curve", []),
-            "validation": score_split(args.output_dir, args.data_dir, "val"),
-            "test_2016_flickr": score_split(args.output_dir, args.data_dir, "test_2016_flickr"),
-        }
-        (args.output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        train_command = _train_command(run_dir)
-        average_command = "python average_checkpoints.py " + shlex.join(argv or sys.argv[1:])
-        command = "\n".join(filter(None, [train_command, average_command]))
-        write_model_card(args.output_dir, config=model.config, results=results, test_split="test_2016_flickr",
-                         command=command, averaged=[path.name for path in args.checkpoints])
-        print(f"val {results['validation']['bleu']} BLEU, test_2016_flickr {results['test_2016_flickr']['bleu']} BLEU "
-              f"/ {results['test_2016_flickr']['chrf']} chrF")
+    if not args.data_dir:
+        return 0
+    run = run_facts(run_dir, args.checkpoints[-1])
+    languages = (run["languages"]["source"], run["languages"]["target"])
+    training = dict(run["training"], validation_split=args.validation_split,
+                    averaged_checkpoints=[path.name for path in args.checkpoints])
+    training.pop("average_candidates", None)  # the run's own choice; this model is another one
+    training.pop("chosen_average", None)
+    write_eval_results(
+        args.output_dir,
+        num_parameters=model.num_parameters(),
+        languages=languages,
+        decoding=decoding_record(model),
+        scores=score_splits(model, tokenizer, args.data_dir, splits, languages),
+        command=[*run["command"], command],
+        training=training,
+    )
+    write_model_card(args.output_dir, config=model.config)
     return 0
 
 
-def _train_command(run_dir: Path) -> str | None:
-    """The training command recorded in the run folder's model card."""
-    card = run_dir / "README.md"
-    if not card.is_file():
-        return None
-    for line in card.read_text(encoding="utf-8").splitlines():
-        if line.startswith("python train.py"):
-            return line
-    return None
+def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:
+    """The folder's scores measured again (e.g. after its generation config changed); all else is kept."""
+    recorded = read_eval_results(folder)
+    if recorded is None:
+        raise FileNotFoundError(f"{folder} has no eval_results.json to rescore: average or train into it first.")
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder)  # its saved generation config included
+    tokenizer = load_tokenizer(folder)
+    languages = (recorded["languages"]["source"], recorded["languages"]["target"])
+    write_eval_results(
+        folder,
+        num_parameters=model.num_parameters(),
+        languages=languages,
+        decoding=decoding_record(model),
+        scores=score_splits(model, tokenizer, data_dir, splits, languages),
+        command=recorded["command"],
+        training=recorded["training"],
+    )
+    write_model_card(folder, config=model.config)
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,18 @@
 Every `Seq2SeqTrainingArguments` flag works (`--num_train_epochs`, `--per_device_train_batch_size`,
 `--resume_from_checkpoint`, `--push_to_hub --hub_model_id NAME`, ...). The model flags (`--d_model`,
 `--encoder_layers`, ...) are the fields of `TransformerMTConfig`, with its defaults and its documentation.
+
+More training data and other directions:
+
+    --extra_train bt/task2:0.5:tagged   more corpora (PREFIX.{src,tgt} files, seen WEIGHT times per epoch, synthetic
+                                        sources tagged with <BT>); --train_weight upsamples the main corpus
+    --source_lang de --target_lang en   the reverse direction (with --tokenizer_name for the same joint vocabulary)
+    --case_augmentation 0.1             that share of pairs added again upper- or lower-cased (all-caps input)
+    --average_last 10                   at the end, average the last n checkpoints (n = 1, 2, 5, 10), score each on
+                                        validation, ship the best
+
+At the end, on the main process: the chosen model is saved, scored on validation and test through the translation
+engine with its own decoding (every sentence in file order), and eval_results.json and the card are written.
 """
 
 import dataclasses
@@ -19,22 +31,29 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from huggingface_hub import constants
 from transformers import (
     DataCollatorForSeq2Seq,
-    GenerationConfig,
     HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     TrainerCallback,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 from transformer_en_de import data
-from transformer_en_de.evaluation import ChrF, SacreBleu
+from transformer_en_de.checkpoints import (
+    choose_average,
+    complete_checkpoints,
+    decoding_record,
+    restore_translation_defaults,
+    score_model,
+    validation_curve,
+)
+from transformer_en_de.evaluation import ChrF, SacreBleu, read_eval_results, write_eval_results
+from transformer_en_de.hub import PublishError, hub_is_reachable, push_folder
 from transformer_en_de.model_card import write_model_card
 
 # The paper's recipe (section 5.3-5.4) as defaults; anything given on the command line overrides them
@@ -96,32 +115,69 @@ class DataArguments:
         default=None,
         metadata={"help": "Folder with {split}.{lang} text files. Default: download Multi30k into a local cache."},
     )
-    source_lang: str = field(default="en")
+    source_lang: str = field(default="en", metadata={"help": "Source language suffix (de with --target_lang en)."})
     target_lang: str = field(default="de")
     train_split: str = field(default="train")
     validation_split: str = field(default="val")
     test_split: str = field(default="test_2016_flickr", metadata={"help": "Scored once at the end; '' to skip."})
     max_source_length: int = field(default=128, metadata={"help": "Longer sources are truncated (tokens)."})
     max_target_length: int = field(default=128, metadata={"help": "Longer targets are truncated (tokens)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N pairs of each training corpus."}
+    )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    train_weight: float = field(
+        default=1.0, metadata={"help": "Times the main training split is seen per epoch (e.g. 2 with --extra_train)."}
+    )
+    extra_train: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "More training corpora, each PREFIX[:WEIGHT][:tagged]: the files PREFIX.{source_lang} and "
+            "PREFIX.{target_lang}, seen WEIGHT times per epoch (0.5: a random half), 'tagged' for synthetic sources "
+            "(back-translations), which get --tag_token in front."
+        },
+    )
+    tag_token: str = field(
+        default="<BT>", metadata={"help": "Reserved token in front of tagged sources (a special token, never split)."}
+    )
+    case_augmentation: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of training pairs added again all upper-case or all lower-case (source and target alike), "
+            "so that all-caps or lower-case input translates like normal text. E.g. 0.1."
+        },
+    )
 
 
 @dataclass
 class TokenizerArguments:
     tokenizer_name: str | None = field(
-        default=None, metadata={"help": "An existing tokenizer folder; default: train one on the training split."}
+        default=None, metadata={"help": "An existing tokenizer folder; default: train one on the training corpora."}
     )
     vocab_size: int = field(default=8000, metadata={"help": "BPE vocabulary size when training a tokenizer."})
     bpe_min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
 
 
+@dataclass
+class SelectionArguments:
+    average_last: int = field(
+        default=0,
+        metadata={
+            "help": "At the end, average the last n checkpoints for n in 1, 2, 5, 10, 20 up to N (and N), score each "
+            "on validation and ship the best (the best single checkpoint is a candidate too). Keeps enough "
+            "checkpoints: --save_total_limit is raised to N + 1. 0: ship the best checkpoint."
+        },
+    )
+
+
 def parse_arguments(argv: list[str]):
-    parser = HfArgumentParser((DataArguments, TokenizerArguments, ModelArguments, Seq2SeqTrainingArguments))
+    parser = HfArgumentParser(
+        (DataArguments, TokenizerArguments, ModelArguments, SelectionArguments, Seq2SeqTrainingArguments)
+    )
     # bf16 autocast needs `use_cpu` to be said explicitly where there is no GPU.
     device_defaults = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
-    data_args, tokenizer_args, model_args, training_args = parser.parse_args_into_dataclasses(
+    data_args, tokenizer_args, model_args, selection_args, training_args = parser.parse_args_into_dataclasses(
         args=RECIPE_DEFAULTS + device_defaults + argv
     )
     if "--learning_rate" not in " ".join(argv):
@@ -130,61 +186,135 @@ def parse_arguments(argv: list[str]):
     if training_args.include_num_input_tokens_seen == "no":
         # Logs tokens seen and tokens per second (real source tokens, padding excluded).
         training_args.include_num_input_tokens_seen = "non_padding"
-    return data_args, tokenizer_args, model_args, training_args
+    if selection_args.average_last < 0:
+        raise SystemExit(f"error: --average_last {selection_args.average_last}: give a number of checkpoints (>= 1).")
+    if selection_args.average_last and training_args.save_total_limit:
+        # The last N checkpoints, and the best one besides them (the Trainer never deletes the best).
+        training_args.save_total_limit = max(training_args.save_total_limit, selection_args.average_last + 1)
+    return data_args, tokenizer_args, model_args, selection_args, training_args
 
 
 def load_split(data_dir: Path, split: str, data_args: DataArguments, limit: int | None, clean: bool):
-    source_path, target_path = data.split_paths(data_dir, split, data_args.source_lang, data_args.target_lang)
-    sources, targets = data.read_parallel(source_path, target_path)
+    paths = data.split_paths(data_dir, split, data_args.source_lang, data_args.target_lang)
+    return load_pairs(paths, split, limit, clean)
+
+
+def load_pairs(paths: tuple[Path, Path], name: str, limit: int | None, clean: bool):
+    sources, targets = data.read_parallel(*paths)
     if clean:
+        total = len(sources)
         sources, targets, dropped = data.clean_pairs(sources, targets)
         reasons = ", ".join(f"{count} {reason}" for reason, count in dropped.items()) or "none"
-        print(f"[data] {split}: kept {len(sources)} pairs, dropped {sum(dropped.values())} ({reasons})")
+        if not sources:
+            raise data.DataError(
+                f"{paths[0]} / {paths[1]}: all {total} pairs were dropped by cleaning ({reasons}); nothing is left to "
+                "train on. Check that the files are the intended text files, one sentence per line."
+            )
+        print(f"[data] {name}: kept {len(sources)} pairs, dropped {sum(dropped.values())} ({reasons})")
     else:
-        print(f"[data] {split}: {len(sources)} pairs (kept as they are, so scores stay comparable)")
+        print(f"[data] {name}: {len(sources)} pairs (kept as they are, so scores stay comparable)")
     if limit is not None:
         sources, targets = sources[:limit], targets[:limit]
     return sources, targets
 
 
-def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, train_sources, train_targets, max_len):
-    """The tokenizer of this run: given, or already in the output folder (a resumed run), or trained now."""
+@dataclass
+class TrainingPairs:
+    """The training set as the model sees it: every corpus weighted, tagged where synthetic, case variants added."""
+
+    sources: list[str]
+    targets: list[str]
+    tagged: list[bool]
+    corpora: list[data.Corpus]
+    tokenizer_texts: list[str]  # each corpus once, and the case variants: what a new BPE is trained on
+
+
+def load_training_pairs(data_dir: Path, data_args: DataArguments, seed: int) -> TrainingPairs:
+    main_corpus = data.Corpus(prefix=str(data_dir / data_args.train_split), weight=data_args.train_weight)
+    if not data_args.train_weight > 0:
+        raise data.DataError(f"--train_weight {data_args.train_weight}: the weight must be above 0.")
+    corpora = [main_corpus] + [data.parse_corpus(spec) for spec in data_args.extra_train]
+    for corpus in corpora:
+        paths = (Path(f"{corpus.prefix}.{data_args.source_lang}"), Path(f"{corpus.prefix}.{data_args.target_lang}"))
+        name = data_args.train_split if corpus is main_corpus else corpus.prefix
+        corpus.sources, corpus.targets = load_pairs(paths, name, data_args.max_train_samples, clean=True)
+    sources, targets, tagged = data.mix_corpora(corpora, seed)
+    texts = [text for corpus in corpora for text in corpus.sources + corpus.targets]
+    if data_args.case_augmentation:
+        variants = data.case_variants(sources, targets, data_args.case_augmentation, seed)
+        for index, source, target in variants:
+            sources.append(source)
+            targets.append(target)
+            tagged.append(tagged[index])
+            texts += [source, target]
+        print(f"[data] case augmentation: {len(variants)} pairs added upper- or lower-cased")
+    if len(corpora) > 1 or data_args.train_weight != 1:
+        mix = ", ".join(f"{corpus.prefix} x{corpus.weight}{' tagged' if corpus.tagged else ''}" for corpus in corpora)
+        print(f"[data] training mix: {len(sources)} pairs per epoch ({mix})")
+    return TrainingPairs(sources, targets, tagged, corpora, texts)
+
+
+def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, texts: list[str], max_len: int,
+                      tag_token: str | None = None):
+    """The tokenizer of this run: given, or already in the output folder (a resumed run), or trained now.
+
+    With `tag_token`, the tag is added as a special token (one id, never split, dropped when decoding).
+    """
     if tokenizer_args.tokenizer_name:
-        return load_tokenizer(tokenizer_args.tokenizer_name)
-    if (output_dir / "tokenizer.json").is_file():
+        tokenizer = load_tokenizer(tokenizer_args.tokenizer_name)
+    elif (output_dir / "tokenizer.json").is_file():
+        tokenizer = load_tokenizer(output_dir)
+        trained_size = tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=False)
+        if trained_size != tokenizer_args.vocab_size:
+            raise SystemExit(
+                f"error: {output_dir / 'tokenizer.json'} has a {trained_size}-token vocabulary but --vocab_size is "
+                f"{tokenizer_args.vocab_size}. To continue that run pass --vocab_size {trained_size}; to train a new "
+                "tokenizer use a new --output_dir (or delete the tokenizer files there)."
+            )
         print(f"[tokenizer] reusing {output_dir / 'tokenizer.json'}")
-        return load_tokenizer(output_dir)
-    started = time.time()
-    tokenizer = train_tokenizer(
-        texts=train_sources + train_targets,
-        vocab_size=tokenizer_args.vocab_size,
-        min_frequency=tokenizer_args.bpe_min_frequency,
-        model_max_length=max_len,
-    )
+    else:
+        started = time.time()
+        tokenizer = train_tokenizer(
+            texts=texts,
+            vocab_size=tokenizer_args.vocab_size,
+            min_frequency=tokenizer_args.bpe_min_frequency,
+            model_max_length=max_len,
+        )
+        print(f"[tokenizer] trained a {len(tokenizer)}-token joint BPE in {time.time() - started:.1f}s")
+    if tag_token and tag_token not in tokenizer.all_special_tokens:
+        # Appended after the existing ids, so a given tokenizer keeps every id it had.
+        tokenizer.add_special_tokens({"additional_special_tokens": [tag_token]}, replace_extra_special_tokens=False)
+        print(f"[tokenizer] {tag_token} added as special token {tokenizer.convert_tokens_to_ids(tag_token)}")
     output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(output_dir)  # saved at once, so a resumed run uses the very same vocabulary
-    print(f"[tokenizer] trained a {len(tokenizer)}-token joint BPE in {time.time() - started:.1f}s")
     return tokenizer
 
 
-def tokenize(tokenizer, sources, targets, data_args: DataArguments) -> Dataset:
+def tokenize(tokenizer, sources, targets, data_args: DataArguments, tagged: list[bool] | None = None) -> Dataset:
     encoded = tokenizer(
         sources,
         text_target=targets,
         max_length=data_args.max_source_length,
         truncation=True,
     )
+
+    def truncated(ids: list[int], limit: int) -> list[int]:
+        return ids if len(ids) <= limit else ids[: limit - 1] + [ids[-1]]  # keep the final </s>
+
+    input_ids = encoded["input_ids"]
+    if tagged is not None and any(tagged):
+        # The tag goes in front of the source's own tokens: the sentence is tokenized exactly as when untagged.
+        tag_id = tokenizer.convert_tokens_to_ids(data_args.tag_token)
+        input_ids = [truncated([tag_id] + ids, data_args.max_source_length) if tag else ids
+                     for ids, tag in zip(input_ids, tagged, strict=True)]
     # Labels can be longer than sources; truncate them to their own limit, keeping the final </s>.
-    labels = [
-        ids if len(ids) <= data_args.max_target_length else ids[: data_args.max_target_length - 1] + [ids[-1]]
-        for ids in encoded["labels"]
-    ]
+    labels = [truncated(ids, data_args.max_target_length) for ids in encoded["labels"]]
     return Dataset.from_dict(
         {
-            "input_ids": encoded["input_ids"],
-            "attention_mask": encoded["attention_mask"],
+            "input_ids": input_ids,
+            "attention_mask": [[1] * len(ids) for ids in input_ids],
             "labels": labels,
-            "length": [len(ids) for ids in encoded["input_ids"]],
+            "length": [len(ids) for ids in input_ids],
         }
     )
 
@@ -218,49 +348,17 @@ def build_compute_metrics(tokenizer):
     return compute_metrics
 
 
-def score_test_set(trainer, tokenizer, test_dataset, references, num_beams, length_penalty):
-    """Beam search over the test sources; BLEU and chrF against the untouched reference lines."""
-    # Length-grouped sampling applies to evaluation too and would shuffle the sentences: keep the file's order.
-    trainer.args.train_sampling_strategy = "sequential"
-    output = trainer.predict(test_dataset, metric_key_prefix="test", num_beams=num_beams, length_penalty=length_penalty)
-    predictions = [[t for t in row if t >= 0] for row in output.predictions.tolist()]
-    hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
-    bleu = SacreBleu().compute(predictions=hypotheses, references=references)
-    chrf = ChrF().compute(predictions=hypotheses, references=references)
-    return hypotheses, {
-        "bleu": round(bleu["score"], 2),
-        "chrf": round(chrf["score"], 2),
-        "num_sentences": len(references),
-        "num_beams": num_beams,
-        "length_penalty": length_penalty,
-        "bleu_signature": bleu["signature"],
-        "chrf_signature": chrf["signature"],
-    }
-
-
-def validation_curve(log_history: list[dict]) -> list[dict]:
-    return [
-        {
-            "epoch": round(entry["epoch"], 2),
-            "step": entry["step"],
-            "loss": round(entry["eval_loss"], 4),
-            "bleu": round(entry["eval_bleu"], 2),
-            "chrf": round(entry["eval_chrf"], 2),
-        }
-        for entry in log_history
-        if "eval_bleu" in entry
-    ]
-
-
 def resolve_resume(value: str | None, output_dir: str) -> str | bool | None:
-    """`--resume_from_checkpoint last` (or true) continues from the newest checkpoint in the output folder."""
+    """`--resume_from_checkpoint last` (or true) continues from the newest complete checkpoint in the output folder."""
     if value is None or value.lower() in ("", "false", "no"):
         return None
     if value.lower() in ("last", "true", "yes"):
-        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-        if last is None:
-            raise SystemExit(f"error: --resume_from_checkpoint {value}: no checkpoint-* folder in {output_dir}.")
-        return last
+        checkpoints = complete_checkpoints(output_dir)  # a checkpoint cut off while saving has no trainer_state.json
+        if not checkpoints:
+            raise SystemExit(
+                f"error: --resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}."
+            )
+        return str(checkpoints[-1])
     if not os.path.isdir(value):
         raise SystemExit(f"error: --resume_from_checkpoint {value}: no such checkpoint folder.")
     return value
@@ -279,20 +377,36 @@ def without_resume_flag(argv: list[str]) -> list[str]:
     return kept
 
 
+def check_push(training_args) -> None:
+    """Fail before training, not after it, when the finished folder could not be pushed."""
+    if not training_args.hub_model_id:
+        raise SystemExit("error: --push_to_hub needs --hub_model_id NAME (user/model).")
+    if constants.is_offline_mode():
+        raise SystemExit(
+            "error: --push_to_hub with offline mode on (HF_HUB_OFFLINE=1): unset it on a machine with network access, "
+            "or train without --push_to_hub and push the folder later (python publish.py)."
+        )
+    if not hub_is_reachable():
+        raise SystemExit(
+            f"error: --push_to_hub: {constants.ENDPOINT} is unreachable. Check the network, or train without "
+            "--push_to_hub and push the folder later (python publish.py)."
+        )
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    data_args, tokenizer_args, model_args, training_args = parse_arguments(argv)
+    data_args, tokenizer_args, model_args, selection_args, training_args = parse_arguments(argv)
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     # We push the finished folder ourselves (after the test score and the card exist), not the Trainer's checkpoints.
     push_requested, training_args.push_to_hub = training_args.push_to_hub, False
+    if push_requested:
+        check_push(training_args)
 
     try:
         data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
-        train_sources, train_targets = load_split(
-            data_dir, data_args.train_split, data_args, data_args.max_train_samples, clean=True
-        )
+        training = load_training_pairs(data_dir, data_args, training_args.seed)
         val_sources, val_targets = load_split(
             data_dir, data_args.validation_split, data_args, data_args.max_eval_samples, clean=False
         )
@@ -310,7 +424,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"error: max_source_length/max_target_length ({data_args.max_source_length}/"
             f"{data_args.max_target_length}) exceed max_position_embeddings ({max_positions})."
         )
-    tokenizer = prepare_tokenizer(tokenizer_args, output_dir, train_sources, train_targets, max_positions)
+    tag_token = data_args.tag_token if any(corpus.tagged for corpus in training.corpora) else None
+    tokenizer = prepare_tokenizer(tokenizer_args, output_dir, training.tokenizer_texts, max_positions, tag_token)
 
     config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
     model = TransformerMTForConditionalGeneration(config)
@@ -318,7 +433,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     training_args.generation_max_length = data_args.max_target_length
 
-    train_dataset = tokenize(tokenizer, train_sources, train_targets, data_args)
+    train_dataset = tokenize(tokenizer, training.sources, training.targets, data_args, training.tagged)
     eval_dataset = tokenize(tokenizer, val_sources, val_targets, data_args)
     trainer = Seq2SeqTrainer(
         model=model,
@@ -333,58 +448,65 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     train_result = trainer.train(resume_from_checkpoint=resume)
     print(f"[train] done in {(time.time() - started) / 60:.1f} min: {train_result.metrics}")
+    if not trainer.is_world_process_zero():
+        return {}  # one process chooses, scores, saves and pushes
 
-    # The best checkpoint (by validation BLEU) is loaded back at the end of training. Evaluation rewrote the
-    # generation config with global defaults: restore the translation defaults before scoring and saving.
-    # Score and save exactly what a user will download: the best checkpoint, loaded the way users load it.
-    if trainer.state.best_model_checkpoint:
-        trainer.model = trainer.model_wrapped = TransformerMTForConditionalGeneration.from_pretrained(
-            trainer.state.best_model_checkpoint
-        )
-    model = trainer.model
-    model.config.use_cache = True  # the Trainer turns the cache off for training; users decode with it
-    model.generation_config = GenerationConfig()
-    set_translation_defaults(model.generation_config, model.config)
-    trainer.save_model(output_dir)
-    tokenizer.save_pretrained(output_dir)
-    results = {
-        "num_parameters": num_parameters,
-        "trained_steps": {"from": starting_step.step, "to": trainer.state.global_step},
-        "best_checkpoint": trainer.state.best_model_checkpoint,
+    # Choose the model to ship: the best checkpoint by validation BLEU (loaded the way users load it), or with
+    # --average_last the best of the averages of the last checkpoints, chosen on validation through the engine.
+    best = trainer.state.best_model_checkpoint
+    facts = {
+        "validation_split": data_args.validation_split,
         "validation_curve": validation_curve(trainer.state.log_history),
+        "trained_steps": {"from": starting_step.step, "to": trainer.state.global_step},
+        "best_checkpoint": Path(best).name if best else None,
+        "corpora": [corpus.facts(data_args.tag_token) for corpus in training.corpora],
     }
-    curve = results["validation_curve"]
-    if curve:
-        best = max(curve, key=lambda point: point["bleu"])
-        results["validation"] = {"bleu": best["bleu"], "chrf": best["chrf"], "epoch": best["epoch"]}
-    if test_sources is not None:
-        test_dataset = tokenize(tokenizer, test_sources, test_targets, data_args)
-        generation = model.generation_config
-        hypotheses, results[data_args.test_split] = score_test_set(
-            trainer, tokenizer, test_dataset, test_targets, generation.num_beams, generation.length_penalty
+    if data_args.case_augmentation:
+        facts["case_augmentation"] = data_args.case_augmentation
+    if tag_token:
+        facts["tag_token"] = tag_token
+    val_scores = None
+    if selection_args.average_last:
+        choice = choose_average(
+            output_dir, selection_args.average_last, tokenizer, val_sources, val_targets,
+            extra={"best": [Path(best)]} if best else None,
         )
+        model, val_scores = choice.model, choice.scores
+        facts.update(average_candidates=choice.candidates, chosen_average=choice.name,
+                     averaged_checkpoints=[path.name for path in choice.checkpoints])
+        print(f"[average] shipping {choice.name}: val {val_scores['bleu']} BLEU")
+    elif best:
+        model = TransformerMTForConditionalGeneration.from_pretrained(best)
+    else:
+        model = trainer.model
+    restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config; the cache is on
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+
+    # Score exactly what a user downloads, with its own decoding: every real sentence, in file order.
+    if val_scores is None:
+        _, val_scores = score_model(model, tokenizer, val_sources, val_targets)
+    scores = {data_args.validation_split: val_scores}
+    if test_sources is not None:
+        hypotheses, scores[data_args.test_split] = score_model(model, tokenizer, test_sources, test_targets)
         (output_dir / f"translations.{data_args.test_split}.{data_args.target_lang}").write_text(
             "\n".join(hypotheses) + "\n", encoding="utf-8"
         )
-        print(f"[test] {data_args.test_split}: {json.dumps(results[data_args.test_split])}")
-    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-
-    command = "python train.py " + shlex.join(without_resume_flag(argv))
-    write_model_card(
+    for split, score in scores.items():
+        print(f"[score] {split}: {score['bleu']} BLEU / {score['chrf']} chrF ({score['num_sentences']} sentences)")
+    write_eval_results(
         output_dir,
-        config=config,
-        results=results,
-        test_split=data_args.test_split,
-        command=command,
-        hub_model_id=training_args.hub_model_id,
+        num_parameters=num_parameters,
+        languages=(data_args.source_lang, data_args.target_lang),
+        decoding=decoding_record(model),
+        scores=scores,
+        command=["python train.py " + shlex.join(without_resume_flag(argv))],
+        training=facts,
     )
+    write_model_card(output_dir, config=model.config, hub_model_id=training_args.hub_model_id)
     print(f"[save] Hub-ready folder: {output_dir}")
 
     if push_requested:
-        from publish import PublishError, push_folder
-
-        if not training_args.hub_model_id:
-            raise SystemExit("error: --push_to_hub needs --hub_model_id NAME (user/model).")
         try:
             url = push_folder(
                 output_dir, training_args.hub_model_id, token=training_args.hub_token, ignore_patterns=["checkpoint-*"]
@@ -392,7 +514,7 @@ def main(argv: list[str] | None = None) -> dict:
         except PublishError as error:
             raise SystemExit(f"error: {error}") from None
         print(f"[push] {url}")
-    return results
+    return read_eval_results(output_dir)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""train.py end to end on slices of the real Multi30k files: it learns, writes a Hub-ready folder with a card,
-pushes it, resumes after a kill, and refuses bad data with errors that name the files."""
+"""train.py end to end on slices of the real Multi30k files: it learns, writes a Hub-ready folder with a card and the
+one eval_results.json, pushes it, resumes after a kill, averages its last checkpoints, mixes corpora (tagged
+back-translation, case variants), trains the reverse direction, and refuses bad data and bad set-ups with errors
+that name the fix, before training."""
 
 import json
 import os
@@ -16,6 +18,8 @@ from huggingface_hub import ModelCard, constants
 from loopback_hub import LoopbackHub
 
 import train
+from transformer_en_de.engine import translate
+from transformer_en_de.evaluation import read_eval_results
 
 TOKEN = "hf_loopback_write_token"
 TINY_MODEL_FLAGS = [
@@ -94,9 +98,20 @@ def test_output_folder_is_hub_ready(trained_run):
         assert (output_dir / name).is_file(), name
     config = json.loads((output_dir / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_transformer_mt.")
-    saved = json.loads((output_dir / "eval_results.json").read_text())
-    assert saved["test_2016_flickr"]["num_sentences"] == 8
-    assert saved == json.loads(json.dumps(results))
+    saved = read_eval_results(output_dir)  # the one shape, checked
+    assert saved == results
+    assert set(saved["scores"]) == {"val", "test_2016_flickr"}
+    assert saved["scores"]["val"]["num_sentences"] == 8 and saved["scores"]["test_2016_flickr"]["num_sentences"] == 8
+    assert saved["languages"] == {"source": "en", "target": "de"}
+    generation = json.loads((output_dir / "generation_config.json").read_text())
+    for name in ("num_beams", "length_penalty", "max_new_tokens", "max_new_tokens_ratio", "max_new_tokens_offset"):
+        assert saved["decoding"][name] == generation[name], name
+    assert len(saved["command"]) == 1 and saved["command"][0].startswith("python train.py ")
+    assert "--push_to_hub" in saved["command"][0]
+    training = saved["training"]
+    assert training["trained_steps"] == {"from": 0, "to": 36}
+    assert [point["epoch"] for point in training["validation_curve"]] == [1, 2, 3, 4, 5, 6]
+    assert training["best_checkpoint"].startswith("checkpoint-")
 
 
 @pytest.mark.slow
@@ -108,7 +123,9 @@ def test_model_card_carries_the_metrics(trained_run):
         for entry in card.data.to_dict()["model-index"][0]["results"]
         for metric in entry["metrics"]
     }
-    assert metrics == {"bleu": results["test_2016_flickr"]["bleu"], "chrf": results["test_2016_flickr"]["chrf"]}
+    test = results["scores"]["test_2016_flickr"]
+    assert metrics == {"bleu": test["bleu"], "chrf": test["chrf"]}  # the test split only, never validation
+    assert "English→German" in card.text
     assert "python train.py" in card.text and "--max_train_samples 96" in card.text
     assert "non-commercial" in card.text
 
@@ -140,19 +157,20 @@ def test_output_folder_loads_in_a_fresh_process(trained_run, tmp_path):
 
 @pytest.mark.slow
 def test_test_translations_are_the_saved_models_in_file_order(trained_run):
-    """The scored translations come from the saved folder, line by line in the order of the test file."""
-    output_dir, _, _ = trained_run
+    """The scored translations are the saved folder's through the engine, with its own decoding, in file order."""
+    output_dir, results, _ = trained_run
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(output_dir).eval()
     sources = (DATA_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:8]
+    references = (DATA_DIR / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:8]
+    expected = translate(model, tokenizer, sources).texts
     saved = (output_dir / "translations.test_2016_flickr.de").read_text(encoding="utf-8")
-    expected = []
-    for source in sources:  # one at a time: no padding, nothing to reorder
-        ids = model.generate(**tokenizer([source], return_tensors="pt", truncation=True))  # as train.py
-        expected += tokenizer.batch_decode(ids, skip_special_tokens=True)
     assert saved == "\n".join(expected) + "\n"  # a barely trained model may emit newlines: compare the whole file
+    from transformer_en_de.evaluation import score_split
+
+    assert results["scores"]["test_2016_flickr"] == score_split(expected, references)
 
 
 @pytest.mark.slow
@@ -165,7 +183,7 @@ def test_push_offline_fails_clearly(tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    from publish import PublishError, push_folder
+    from transformer_en_de.hub import PublishError, push_folder
 
     started = time.time()
     with pytest.raises(PublishError, match="offline"):
@@ -210,7 +228,7 @@ def test_empty_and_placeholder_lines_are_dropped_and_counted(small_corpus, tmp_p
 
 
 def test_resume_without_checkpoint_is_a_clear_error(small_corpus, tmp_path):
-    with pytest.raises(SystemExit, match="no checkpoint"):
+    with pytest.raises(SystemExit, match="no complete checkpoint"):
         train.main(tiny_run_flags(small_corpus, tmp_path / "out", "--resume_from_checkpoint", "last"))
 
 
@@ -236,13 +254,238 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    # trainer_state.json is the last file a checkpoint writes: folders without it were cut off mid-save.
-    for partial in [path for path in output_dir.glob("checkpoint-*") if not (path / "trainer_state.json").is_file()]:
-        shutil.rmtree(partial)
-    killed_at = max(int(path.name.split("-")[1]) for path in output_dir.glob("checkpoint-*"))
-    assert killed_at < 60, "the run finished instead of being killed"
+    # trainer_state.json is the last file a checkpoint writes: folders without it were cut off mid-save. Leave them
+    # there, and add one more for certain: `last` resumes from the newest complete checkpoint.
+    complete = [path for path in output_dir.glob("checkpoint-*") if (path / "trainer_state.json").is_file()]
+    killed_at = max(int(path.name.split("-")[1]) for path in complete)
+    assert killed_at < 54, "the run finished instead of being killed"
+    partial = output_dir / f"checkpoint-{killed_at + 6}"
+    partial.mkdir(exist_ok=True)
+    shutil.copy(output_dir / f"checkpoint-{killed_at}" / "config.json", partial / "config.json")
+    (partial / "trainer_state.json").unlink(missing_ok=True)
 
     results = train.main([*flags, "--resume_from_checkpoint", "last"])
-    assert results["trained_steps"] == {"from": killed_at, "to": 60}  # 96 pairs / 16 per batch * 10 epochs
+    # 96 pairs / 16 per batch * 10 epochs
+    assert results["training"]["trained_steps"] == {"from": killed_at, "to": 60}
     final = max(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     assert final.name == "checkpoint-60"
+
+
+def test_resume_last_skips_a_checkpoint_cut_off_while_saving(tmp_path):
+    for step, complete in ((6, True), (12, True), (18, False)):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        if complete:
+            (folder / "trainer_state.json").write_text("{}")
+    assert train.resolve_resume("last", str(tmp_path)) == str(tmp_path / "checkpoint-12")
+
+
+def test_every_pair_dropped_by_cleaning_is_a_clear_error_before_training(small_corpus, tmp_path):
+    write_pair(small_corpus, "train", ["@@", "", "..."] * 4, ["Ein Hund.", "Leer.", "!!"] * 4)
+    with pytest.raises(SystemExit, match=r"train\.en .*train\.de: all 12 pairs were dropped by cleaning"):
+        train.main(tiny_run_flags(small_corpus, tmp_path / "out"))
+    assert not (tmp_path / "out" / "tokenizer.json").exists()  # no 0-merge tokenizer left behind
+
+
+def test_tokenizer_in_the_output_folder_must_match_vocab_size(small_corpus, tmp_path):
+    output_dir = tmp_path / "out"
+    sources = (DATA_DIR / "train.en").read_text(encoding="utf-8").splitlines()[:200]
+    targets = (DATA_DIR / "train.de").read_text(encoding="utf-8").splitlines()[:200]
+    train.prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, sources + targets, 64)
+    with pytest.raises(SystemExit, match=r"300-token vocabulary but --vocab_size is 400.*--vocab_size 300"):
+        train.main(tiny_run_flags(small_corpus, output_dir, "--vocab_size", "400"))
+    reused = train.prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, [], 64)
+    assert len(reused) == 300
+
+
+def test_push_without_hub_model_id_fails_before_training(small_corpus, tmp_path):
+    with pytest.raises(SystemExit, match="--hub_model_id"):
+        train.main(tiny_run_flags(small_corpus, tmp_path / "out", "--push_to_hub", "true"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_push_offline_fails_before_training(small_corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    started = time.time()
+    with pytest.raises(SystemExit, match="offline"):
+        train.main(tiny_run_flags(small_corpus, tmp_path / "out", "--push_to_hub", "true", "--hub_model_id", "a/b"))
+    assert time.time() - started < 10
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------ several corpora
+
+
+def real_lines(lang: str, start: int, count: int) -> list[str]:
+    return (DATA_DIR / f"train.{lang}").read_text(encoding="utf-8").splitlines()[start : start + count]
+
+
+@pytest.fixture
+def mixed_corpus(tmp_path):
+    """Multi30k splits (the first 200 training pairs) and an extra "synthetic" corpus of 100 other real pairs."""
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    write_pair(folder, "train", real_lines("en", 0, 200), real_lines("de", 0, 200))
+    for split in ("val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            lines = (DATA_DIR / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:8]
+            (folder / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    extra = tmp_path / "bt"
+    extra.mkdir()
+    write_pair(extra, "synthetic", real_lines("en", 1000, 100), real_lines("de", 1000, 100))
+    return folder, extra / "synthetic"
+
+
+def test_mix_has_the_weighted_counts(mixed_corpus):
+    folder, synthetic = mixed_corpus
+    data_args, *_ = train.parse_arguments(
+        ["--data_dir", str(folder), "--output_dir", "unused", "--train_weight", "2",
+         "--extra_train", f"{synthetic}:0.5:tagged"]
+    )
+    pairs = train.load_training_pairs(folder, data_args, seed=0)
+    assert len(pairs.sources) == 2 * 200 + 50
+    assert pairs.tagged.count(True) == 50 and pairs.tagged.count(False) == 400
+    synthetic_sources = set(real_lines("en", 1000, 100))
+    assert all((source in synthetic_sources) == tag for source, tag in zip(pairs.sources, pairs.tagged, strict=True))
+    assert len(set(source for source, tag in zip(pairs.sources, pairs.tagged, strict=True) if tag)) == 50
+    assert [corpus.facts("<BT>")["pairs"] for corpus in pairs.corpora] == [200, 100]
+
+
+def test_tag_is_one_special_token_on_synthetic_sources_only(mixed_corpus, tmp_path):
+    folder, synthetic = mixed_corpus
+    data_args, tokenizer_args, *_ = train.parse_arguments(
+        ["--data_dir", str(folder), "--output_dir", "unused", "--vocab_size", "400",
+         "--extra_train", f"{synthetic}:tagged"]
+    )
+    pairs = train.load_training_pairs(folder, data_args, seed=0)
+    tokenizer = train.prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
+    tag_id = tokenizer.convert_tokens_to_ids("<BT>")
+    assert tag_id == 400  # appended after the trained vocabulary
+    dataset = train.tokenize(tokenizer, pairs.sources, pairs.targets, data_args, pairs.tagged)
+    plain = train.tokenize(tokenizer, pairs.sources, pairs.targets, data_args)
+    for row, untagged, tag in zip(dataset, plain, pairs.tagged, strict=True):
+        if tag:
+            assert row["input_ids"][0] == tag_id and row["input_ids"].count(tag_id) == 1
+            assert row["input_ids"][1:] == untagged["input_ids"]  # the sentence itself is tokenized as when untagged
+        else:
+            assert tag_id not in row["input_ids"]
+        assert row["labels"] == untagged["labels"] and tag_id not in row["labels"]
+    assert tokenizer.tokenize("<BT>A dog.")[0] == "<BT>"  # never split, even as text
+    assert tokenizer.decode([tag_id, *plain[0]["input_ids"]], skip_special_tokens=True) == pairs.sources[0]
+
+
+def test_tag_keeps_the_shipped_tokenizer_ids(tmp_path):
+    from tokenizer import load_tokenizer
+
+    shipped = ROOT / "models" / "transformer-en-de"
+    text = "A man in an orange hat starring at something."
+    before = load_tokenizer(shipped)
+    tokenizer = train.prepare_tokenizer(
+        train.TokenizerArguments(tokenizer_name=str(shipped)), tmp_path / "out", [], 256, "<BT>"
+    )
+    assert tokenizer(text)["input_ids"] == before(text)["input_ids"]
+    assert tokenizer.convert_tokens_to_ids("<BT>") == len(before)
+    assert load_tokenizer(tmp_path / "out").convert_tokens_to_ids("<BT>") == len(before)  # saved and loads back
+
+
+def test_case_augmentation_adds_consistently_cased_copies(mixed_corpus):
+    folder, _ = mixed_corpus
+    data_args, *_ = train.parse_arguments(
+        ["--data_dir", str(folder), "--output_dir", "unused", "--case_augmentation", "0.1"]
+    )
+    pairs = train.load_training_pairs(folder, data_args, seed=0)
+    assert len(pairs.sources) == 200 + 20
+    assert pairs.sources[:200] == real_lines("en", 0, 200)  # the cased originals are all kept
+    added = list(zip(pairs.sources[200:], pairs.targets[200:], strict=True))
+    upper = [pair for pair in added if pair[0].isupper()]
+    lower = [pair for pair in added if pair[0] == pair[0].lower()]
+    assert upper and lower and len(upper) + len(lower) == 20
+    assert all(target.isupper() for _, target in upper) and all(target == target.lower() for _, target in lower)
+    originals = dict(zip(real_lines("en", 0, 200), real_lines("de", 0, 200), strict=True))
+    for source, target in added:
+        original = next(s for s in originals if s.lower() == source.lower())
+        assert target.casefold() == originals[original].casefold()  # "STRASSE" is "Straße" upper-cased
+
+
+@pytest.mark.slow
+def test_mixed_tagged_run_records_its_corpora(mixed_corpus, tmp_path):
+    folder, synthetic = mixed_corpus
+    output_dir = tmp_path / "out"
+    results = train.main(tiny_run_flags(
+        folder, output_dir, "--num_train_epochs", "1", "--extra_train", f"{synthetic}:0.5:tagged",
+        "--case_augmentation", "0.1",
+    ))
+    corpora = results["training"]["corpora"]
+    assert [(c["pairs"], c["weight"], c["tag"]) for c in corpora] == [(96, 1.0, None), (96, 0.5, "<BT>")]
+    assert results["training"]["tag_token"] == "<BT>" and results["training"]["case_augmentation"] == 0.1
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["vocab_size"] == 301  # the trained 300 and the tag
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert "<BT>" in card and "tagged back-translation" in card and "Case augmentation" in card
+
+
+@pytest.mark.slow
+def test_reverse_direction_run_says_de_to_en(mixed_corpus, tmp_path):
+    folder, _ = mixed_corpus
+    output_dir = tmp_path / "de-en"
+    shipped = ROOT / "models" / "transformer-en-de"
+    results = train.main(tiny_run_flags(
+        folder, output_dir, "--num_train_epochs", "1", "--source_lang", "de", "--target_lang", "en",
+        "--tokenizer_name", str(shipped),
+    ))
+    assert results["languages"] == {"source": "de", "target": "en"}
+    assert (output_dir / "translations.test_2016_flickr.en").is_file()
+    card = ModelCard.load(output_dir / "README.md")
+    assert card.data.language == ["de", "en"]
+    assert "German→English (de→en)" in card.text and "English→German" not in card.text
+    assert card.data.to_dict()["model-index"][0]["results"][0]["task"]["name"] == "Translation German→English"
+    assert json.loads((output_dir / "config.json").read_text())["vocab_size"] == 8000  # the same joint vocabulary
+
+
+# ------------------------------------------------------------------------------------------ averaging at the end
+
+
+@pytest.fixture(scope="module")
+def averaged_run(tmp_path_factory):
+    """A tiny model that learns 24 real pairs by heart (validation = training), averaging its last 5 checkpoints."""
+    folder = tmp_path_factory.mktemp("memorise")
+    sources, targets = real_lines("en", 0, 24), real_lines("de", 0, 24)
+    for split in ("train", "val", "test_2016_flickr"):
+        write_pair(folder, split, sources, targets)
+    output_dir = folder / "out"
+    flags = tiny_run_flags(
+        folder, output_dir, "--num_train_epochs", "12", "--per_device_train_batch_size", "8",
+        "--learning_rate", "1e-2", "--average_last", "5", "--save_total_limit", "2",
+    )
+    return output_dir, train.main(flags)
+
+
+@pytest.mark.slow
+def test_average_last_ships_the_candidate_with_the_best_validation_score(averaged_run):
+    output_dir, results = averaged_run
+    training = results["training"]
+    candidates = {candidate["name"]: candidate for candidate in training["average_candidates"]}
+    assert {"last 1", "last 2", "last 5"} <= set(candidates)
+    assert candidates["last 5"]["checkpoints"] == [f"checkpoint-{step}" for step in (24, 27, 30, 33, 36)]
+    chosen = candidates[training["chosen_average"]]
+    assert chosen["validation"]["bleu"] == max(c["validation"]["bleu"] for c in candidates.values())
+    assert chosen["validation"]["bleu"] == results["scores"]["val"]["bleu"] > 0
+    assert training["averaged_checkpoints"] == chosen["checkpoints"]
+    assert len(list(output_dir.glob("checkpoint-*"))) >= 5  # enough checkpoints were kept for the average
+
+
+@pytest.mark.slow
+def test_average_last_ships_the_average_of_the_chosen_checkpoints(averaged_run):
+    import torch
+    from safetensors.torch import load_file
+
+    output_dir, results = averaged_run
+    chosen = results["training"]["averaged_checkpoints"]
+    shipped = load_file(output_dir / "model.safetensors")
+    states = [load_file(output_dir / name / "model.safetensors") for name in chosen]
+    for name, tensor in shipped.items():
+        expected = torch.stack([state[name].double() for state in states]).mean(dim=0).to(tensor.dtype)
+        assert torch.allclose(tensor, expected, atol=1e-6), name
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert f"| {results['training']['chosen_average']} ✓ |" in card

@@ -92,13 +92,20 @@ def score_split(hypotheses: list[str], references: list[str]) -> dict:
 #
 #   {
 #     "num_parameters": 7577600,
+#     "languages": {"source": "en", "target": "de"},
 #     "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255, "max_new_tokens_ratio": 1.5,
 #                  "max_new_tokens_offset": 10, "batch_size": 32},
 #     "scores": {"val": {"bleu": .., "chrf": .., "num_sentences": .., "bleu_signature": .., "chrf_signature": ..},
 #                "test_2016_flickr": {...}},
 #     "command": ["python train.py ...", "python average_checkpoints.py ..."],
-#     "training": {"validation_curve": [{"epoch", "step", "loss", "bleu", "chrf"}, ...], ...}
+#     "training": {"validation_curve": [{"epoch", "step", "loss", "bleu", "chrf"}, ...], "validation_split": "val",
+#                  "trained_steps": {"from", "to"}, "best_checkpoint": .., "averaged_checkpoints": [..],
+#                  "average_candidates": [{"name", "checkpoints", "validation": {"bleu", "chrf"}}, ...],
+#                  "corpora": [{"name", "pairs", "weight", "tagged"}, ...], "case_augmentation": .., ...}
 #   }
+#
+# "scores" are measured through the engine (`transformer_en_de.engine.translate`) with "decoding", on every sentence
+# of each split in file order; the validation split is named by training["validation_split"] (default "val").
 
 EVAL_RESULTS = "eval_results.json"
 
@@ -115,10 +122,12 @@ def write_eval_results(
     scores: dict[str, dict],
     command: list[str],
     training: dict | None = None,
+    languages: tuple[str, str] = ("en", "de"),
 ) -> Path:
     """Write `folder/eval_results.json` in the one shape above; returns its path."""
     results = {
         "num_parameters": int(num_parameters),
+        "languages": {"source": languages[0], "target": languages[1]},
         "decoding": dict(decoding),
         "scores": {split: dict(score) for split, score in scores.items()},
         "command": list(command),
@@ -144,6 +153,9 @@ def read_eval_results(folder: str | Path) -> dict | None:
     for name, kind in expected.items():
         if not isinstance(results.get(name), kind):
             raise EvalResultsError(f"{path}: field {name!r} is missing or not a {kind.__name__}.")
+    languages = results.setdefault("languages", {"source": "en", "target": "de"})  # files written before the field
+    if not (isinstance(languages, dict) and all(isinstance(languages.get(k), str) for k in ("source", "target"))):
+        raise EvalResultsError(f"{path}: field 'languages' is not {{'source': .., 'target': ..}}.")
     for split, score in results["scores"].items():
         if not isinstance(score, dict) or not isinstance(score.get("bleu"), int | float):
             raise EvalResultsError(f"{path}: scores[{split!r}] has no BLEU.")

@@ -1,0 +1,163 @@
+"""A run's checkpoints and the models made from them: find them, average them, score them through the engine.
+
+train.py (`--average_last N`) and average_checkpoints.py share these, so an averaged model is made and scored the
+same way wherever it comes from. Averaging the weights of the last checkpoints is the paper's recipe (section 6.1:
+the base models average the last 5 checkpoints, the big ones the last 20).
+"""
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+
+from modeling import TransformerMTForConditionalGeneration
+from modeling.modeling_transformer_mt import set_translation_defaults
+
+from .engine import DecodingSettings, generation_config_for, length_bound, translate
+from .evaluation import score_split
+
+# The values of n tried by `train.py --average_last N` (those up to N, and N itself).
+AVERAGE_CANDIDATES = (1, 2, 5, 10, 20)
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoint-STEP folders that were saved to the end, oldest first.
+
+    `trainer_state.json` is the last file a checkpoint writes: a folder without it was cut off while saving.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for path in run_dir.iterdir():
+        match = _CHECKPOINT.match(path.name)
+        if match and path.is_dir() and (path / "trainer_state.json").is_file() and (path / "config.json").is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def validation_curve(log_history: list[dict]) -> list[dict]:
+    """The evaluations of a Trainer's log history (trainer_state.json), as eval_results.json keeps them."""
+    return [
+        {
+            "epoch": round(entry["epoch"], 2),
+            "step": entry["step"],
+            "loss": round(entry["eval_loss"], 4),
+            "bleu": round(entry["eval_bleu"], 2),
+            "chrf": round(entry["eval_chrf"], 2),
+        }
+        for entry in log_history
+        if "eval_bleu" in entry
+    ]
+
+
+def restore_translation_defaults(model):
+    """The Trainer leaves checkpoints with the cache off and the evaluation loop's generation config: undo both."""
+    model.config.use_cache = True
+    model.generation_config = GenerationConfig()
+    set_translation_defaults(model.generation_config, model.config)
+    return model
+
+
+def average_checkpoints(checkpoints: list[str | Path]) -> TransformerMTForConditionalGeneration:
+    """One model whose floating-point weights are the mean of the checkpoints' (loaded one at a time)."""
+    if not checkpoints:
+        raise ValueError("average_checkpoints needs at least one checkpoint folder.")
+    averaged = TransformerMTForConditionalGeneration.from_pretrained(checkpoints[0])
+    state = averaged.state_dict()
+    sums = {name: tensor.detach().double().clone() for name, tensor in state.items() if tensor.is_floating_point()}
+    for path in checkpoints[1:]:
+        other = TransformerMTForConditionalGeneration.from_pretrained(path).state_dict()
+        if other.keys() != state.keys() or any(other[name].shape != state[name].shape for name in sums):
+            raise ValueError(f"{path} is not a checkpoint of the same model as {checkpoints[0]}.")
+        for name in sums:
+            sums[name] += other[name].double()
+    with torch.no_grad():
+        for name, total in sums.items():
+            state[name].copy_((total / len(checkpoints)).to(state[name].dtype))
+    return restore_translation_defaults(averaged)
+
+
+def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> dict:
+    """The decoding a score was measured with, as eval_results.json keeps it (the engine's resolved settings)."""
+    config = generation_config_for(model, settings)
+    ratio, offset = length_bound(model, settings)
+    return {
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens_ratio": ratio,
+        "max_new_tokens_offset": offset,
+        "batch_size": settings.batch_size,
+    }
+
+
+def score_model(model, tokenizer, sources: list[str], references: list[str],
+                settings: DecodingSettings = DecodingSettings()) -> tuple[list[str], dict]:
+    """Translate `sources` through the engine (the model's saved decoding by default) and score them in file order."""
+    texts = translate(model, tokenizer, sources, settings).texts
+    return texts, score_split(texts, references)
+
+
+def candidate_sizes(average_last: int, available: int) -> list[int]:
+    """The n of "the last n checkpoints" to try: 1, 2, 5, ... up to `average_last` (and it), within `available`."""
+    top = min(average_last, available)
+    return sorted({n for n in AVERAGE_CANDIDATES if n <= top} | {top}) if top >= 1 else []
+
+
+@dataclass
+class AverageChoice:
+    """The candidate shipped by `choose_average`, its validation scores, and every candidate with its score."""
+
+    model: TransformerMTForConditionalGeneration
+    name: str
+    checkpoints: list[Path]
+    scores: dict
+    candidates: list[dict] = field(default_factory=list)
+
+
+def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: list[str], references: list[str],
+                   settings: DecodingSettings = DecodingSettings(),
+                   extra: dict[str, list[Path]] | None = None) -> AverageChoice:
+    """Average the last n checkpoints for each candidate n, score each on validation through the engine, keep the best.
+
+    `extra` adds named candidates (e.g. the best single checkpoint of the run) unless the same checkpoints are already
+    a candidate. Ties keep the earlier candidate (fewer checkpoints).
+    """
+    checkpoints = complete_checkpoints(run_dir)
+    if not checkpoints:
+        raise ValueError(f"No complete checkpoint-* folder in {run_dir} to average.")
+    named = {f"last {n}": checkpoints[-n:] for n in candidate_sizes(average_last, len(checkpoints))}
+    for name, paths in (extra or {}).items():
+        paths = [Path(path) for path in paths]
+        if paths not in named.values():
+            named[name] = paths
+    choice = None
+    candidates = []
+    for name, paths in named.items():
+        model = average_checkpoints(paths)
+        _, scores = score_model(model, tokenizer, sources, references, settings)
+        candidates.append({"name": name, "checkpoints": [path.name for path in paths],
+                           "validation": {"bleu": scores["bleu"], "chrf": scores["chrf"]}})
+        print(f"[average] {name} ({', '.join(path.name for path in paths)}): val {scores['bleu']} BLEU")
+        if choice is None or scores["bleu"] > choice.scores["bleu"]:
+            choice = AverageChoice(model, name, paths, scores)
+    choice.candidates = candidates
+    return choice
+
+
+__all__ = [
+    "AVERAGE_CANDIDATES",
+    "AverageChoice",
+    "average_checkpoints",
+    "candidate_sizes",
+    "choose_average",
+    "complete_checkpoints",
+    "decoding_record",
+    "restore_translation_defaults",
+    "score_model",
+    "validation_curve",
+]

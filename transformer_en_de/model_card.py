@@ -94,7 +94,7 @@ tells synthetic sources from real ones; never put the tag in front of real input
 ## Data
 
 [Multi30k](https://github.com/multi30k/dataset) task 1 (Elliott et al. 2016): 29,000 English–German image-caption
-pairs (here read {{ direction }}) for training, 1,014 for validation, 1,000 for test (test_2016_flickr). The data is partially derived from
+pairs{% if source != "en" %} (read {{ direction }} here){% endif %} for training, 1,014 for validation, 1,000 for test (test_2016_flickr). The data is partially derived from
 Flickr30K and is provided for non-commercial research and educational purposes; this model inherits those terms.
 Please cite Elliott et al. 2016, "Multi30K: Multilingual English-German Image Descriptions".
 

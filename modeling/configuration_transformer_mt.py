@@ -3,6 +3,17 @@
 from transformers import PreTrainedConfig
 
 NORM_PLACEMENTS = ("post", "pre")
+# Generous upper bounds, checked before anything is allocated: a typo such as 1e8 positions would otherwise ask for
+# a 100 GB sinusoidal table at load time. Far above any model this code is meant for (the paper's big: 1024/4096/6).
+SIZE_LIMITS = {
+    "vocab_size": 1_000_000,
+    "d_model": 16_384,
+    "encoder_layers": 256,
+    "decoder_layers": 256,
+    "num_attention_heads": 1_024,
+    "d_ff": 65_536,
+    "max_position_embeddings": 65_536,
+}
 
 
 class TransformerMTConfig(PreTrainedConfig):
@@ -90,12 +101,15 @@ class TransformerMTConfig(PreTrainedConfig):
 
     def check(self):
         """Raise a `ValueError` naming the first inconsistent hyperparameter."""
-        positive = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_attention_heads", "d_ff",
-                    "max_position_embeddings")
-        for name in positive:
+        for name, limit in SIZE_LIMITS.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"TransformerMTConfig: {name} must be a positive integer, got {value!r}.")
+            if value > limit:
+                raise ValueError(
+                    f"TransformerMTConfig: {name} must be at most {limit:,}, got {value:,}; a size this large is "
+                    "almost certainly a typo in config.json (it would be allocated when the model is built)."
+                )
         if self.d_model % self.num_attention_heads:
             raise ValueError(
                 f"TransformerMTConfig: d_model ({self.d_model}) must be divisible by num_attention_heads "

@@ -1,212 +1,269 @@
-"""The app's functions with tiny local models: translation, figures, scores, heatmaps, files, bad input, offline."""
+"""The app's modules with tiny local models of three architectures (ours, MarianMT, T5): translation through the
+engine, budgets, turns on the CPU, bad input, files, heatmaps, comparison models offline, the corpus table."""
 
 import csv
 import io
 import json
+import threading
 import time
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 from tiny_marian import build_tiny_marian
+from tiny_models import T5_PREFIX, build_tiny_t5
 
-import app
-from transformer_en_de import evaluation as metrics
+from transformer_en_de import evaluation
+from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
+from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
+from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler
+from transformer_en_de.engine import DecodingSettings, translate
 
 SENTENCE = "A dog runs in the park."
+LIMITS = limits.Limits()
 
 
 @pytest.fixture(scope="module")
 def ours(app_model_dir):
-    return app.load_our_translator(str(app_model_dir))
+    return translators.load_our_translator(str(app_model_dir))
 
 
 @pytest.fixture(scope="module")
-def marian_dir(tmp_path_factory):
-    return build_tiny_marian(tmp_path_factory.mktemp("marian"))
+def marian(tmp_path_factory):
+    folder = build_tiny_marian(tmp_path_factory.mktemp("marian"))
+    return translators.load_translator(str(folder), "tiny-marian", on_load=lambda m: m.set_attn_implementation("eager"))
 
 
 @pytest.fixture(scope="module")
-def marian(marian_dir):
-    return app.load_translator(str(marian_dir), app.MARIAN_NAME, eager_attention=True)
+def t5(tmp_path_factory):
+    folder = build_tiny_t5(tmp_path_factory.mktemp("t5"))
+    return translators.load_translator(str(folder), "tiny-t5", on_load=lambda m: m.set_attn_implementation("eager"))
 
 
-def generate_directly(translator, sentence, num_beams, max_new_tokens):
-    """The translation by calling generate() by hand, to compare the app against."""
-    encoded = translator.tokenizer([sentence], return_tensors="pt")
-    with torch.inference_mode():
-        output = translator.model.generate(**encoded, num_beams=num_beams, do_sample=False,
-                                           max_new_tokens=max_new_tokens)
-    return translator.tokenizer.decode(output[0], skip_special_tokens=True).strip()
+def text(value, *args, ours, comparisons, session="visitor", **kwargs):
+    return translation.translate_text(value, *args, ours=ours, comparisons=comparisons, scheduler=FairScheduler(),
+                                      session=session, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ the engine, for all
 
 
 @pytest.mark.parametrize("decoding, beams", [("greedy", 1), ("beam search", 3)])
-def test_both_systems_translate_like_generate(ours, marian, decoding, beams):
-    result = app.translate_text(SENTENCE, decoding, 3, 12, ours=ours, marian=marian)
+def test_every_system_translates_like_the_engine(ours, marian, t5, decoding, beams):
+    sentences = "A dog runs in the park. The cat sleeps.\nTwo men are working."
+    result = text(sentences, decoding, 3, 12, ours=ours, comparisons=[marian, t5])
 
-    assert result.message == "" and result.sentences == [SENTENCE]
-    for output, translator in ((result.ours, ours), (result.marian, marian)):
-        assert output.translation == generate_directly(translator, SENTENCE, beams, 12)
-        assert output.seconds > 0
-        assert 1 <= output.tokens_generated <= 12
-        assert output.tokens_generated == len(output.run.generated_ids[0]) - 1
+    assert result.message == "" and len(result.sentences) == 3
+    settings = DecodingSettings(num_beams=beams, max_new_tokens=12, batch_size=LIMITS.batch_size)
+    for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
+        expected = translate(translator.model, translator.tokenizer, result.sentences, settings).texts
+        assert output.run.texts == expected
+        assert output.translation == f"{expected[0]} {expected[1]}\n{expected[2]}".strip()
+        assert output.new_tokens == sum(t.new_tokens for t in output.run.translations) > 0
         assert output.num_parameters == translator.model.num_parameters()
 
 
-def test_details_show_latency_tokens_and_parameters(ours, marian):
-    result = app.translate_text(SENTENCE, "greedy", 1, 8, ours=ours, marian=marian)
-    details = app.format_details(result.ours)
+def test_t5_reads_its_task_prefix(t5):
+    result = text(SENTENCE, "greedy", 1, 5, ours=t5, comparisons=[])
 
-    assert f"{result.ours.seconds:.2f} s" in details
-    assert f"**Tokens generated** {result.ours.tokens_generated}" in details
-    assert f"{ours.model.num_parameters() / 1e6:.2f}M" in details
+    source = t5.tokenizer.decode(result.outputs[0].run.translations[0].source_ids, skip_special_tokens=True)
+    assert source.startswith(T5_PREFIX.strip()) and source.endswith(SENTENCE)
 
 
-def test_reference_scores_are_sentence_bleu_and_chrf(ours, marian):
+def test_details_and_reference_scores(ours, marian):
     reference = "Ein Hund rennt im Park."
-    result = app.translate_text(SENTENCE, "beam search", 2, 10, reference, ours=ours, marian=marian)
+    result = text(SENTENCE, "beam search", 2, 10, reference, ours=ours, comparisons=[marian])
 
-    for output in (result.ours, result.marian):
-        assert output.scores == metrics.sentence_scores(output.translation, reference)
-        assert f"**chrF** {output.scores['chrf']:.2f}" in app.format_details(output)
-    assert app.translate_text(SENTENCE, "greedy", 1, 5, "  ", ours=ours, marian=marian).ours.scores is None
+    for output in result.outputs:
+        details = translation.format_details(output)
+        assert output.scores == evaluation.sentence_scores(output.translation, reference)
+        assert f"**Tokens generated** {output.new_tokens}" in details and f"{output.seconds:.2f} s" in details
+        assert f"**chrF** {output.scores['chrf']:.2f}" in details
+    assert text(SENTENCE, "greedy", 1, 5, "  ", ours=ours, comparisons=[]).outputs[0].scores is None
 
 
 def test_split_sentences_keeps_lines():
-    sentences, separators = app.split_sentences("A dog runs. Two men work!\n\nIs it raining? \"Yes.\" It is")
+    sentences, separators = text_checks.split_sentences("A dog runs. Two men work!\n\nIs it raining? \"Yes.\" It is")
 
     assert sentences == ["A dog runs.", "Two men work!", "Is it raining?", '"Yes."', "It is"]
-    assert app.join_sentences(["1", "2", "3", "4", "5"], separators) == "1 2\n3 4 5"
+    assert text_checks.join_sentences(["1", "2", "3", "4", "5"], separators) == "1 2\n3 4 5"
 
 
-def test_several_sentences_are_one_batch_joined_in_order(ours, marian):
-    text = "A dog runs in the park. The cat sleeps.\nTwo men are working."
-    result = app.translate_text(text, "greedy", 1, 6, ours=ours, marian=marian)
+def test_long_source_is_cut_and_says_so(ours, marian):
+    result = text("word " * 3_999 + "words", "greedy", 1, 5, ours=ours, comparisons=[marian])
 
-    assert result.sentences == ["A dog runs in the park.", "The cat sleeps.", "Two men are working."]
-    for output in (result.ours, result.marian):
-        parts = output.run.translations
-        assert len(parts) == 3 and len(output.run.generated_ids) == 3
-        assert output.translation == f"{parts[0]} {parts[1]}\n{parts[2]}".strip()
-        assert output.tokens_generated == sum(len(ids) - 1 for ids in output.run.generated_ids)
+    assert any("20,000 characters" in notice for notice in result.notices)
+    for output, translator in zip(result.outputs, (ours, marian), strict=True):
+        assert len(output.run.translations[0].source_ids) == translator.max_source_tokens
+        assert "cut there" in translation.format_details(output)
 
 
-@pytest.mark.parametrize("layer", [None, 0, 99])
-def test_cross_attention_map_is_source_by_generated(ours, marian, layer):
-    result = app.translate_text(SENTENCE, "greedy", 1, 7, ours=ours, marian=marian)
-
-    for output, translator in ((result.ours, ours), (result.marian, marian)):
-        source_ids, generated_ids = output.run.source_ids[0], output.run.generated_ids[0]
-        attention = app.cross_attention_map(translator, source_ids, generated_ids, layer)
-
-        generated = len(generated_ids) - 1  # the decoder start token is read, never generated
-        assert attention.weights.shape == (len(source_ids), generated)
-        assert len(attention.source_tokens) == len(source_ids) and len(attention.generated_tokens) == generated
-        # Each generated token's attention over the source is a softmax, and so is any mean of them.
-        assert torch.allclose(torch.from_numpy(attention.weights.sum(axis=0)), torch.ones(generated), atol=1e-5)
-        layers = translator.num_layers
-        expected = f"mean of {layers} layers" if layer is None else f"layer {min(layer, layers - 1) + 1} of {layers}"
-        assert attention.description.startswith(expected)
-
-        figure = app.plot_attention(attention, translator.name)
-        axes = figure.axes[0]
-        assert isinstance(figure, Figure)
-        assert [label.get_text() for label in axes.get_yticklabels()] == attention.source_tokens
-        assert [label.get_text() for label in axes.get_xticklabels()] == attention.generated_tokens
+# ------------------------------------------------------------------------------------------------ budgets
 
 
-def test_token_labels_are_readable(ours):
-    ids = ours.tokenizer("A dog runs.")["input_ids"]
-    labels = app._token_labels(ours.tokenizer, ids)
+def test_plan_lowers_beams_then_cuts_sentences():
+    budget = limits.Budget(token_steps=100, seconds=1)
 
-    assert "".join(labels[:-1]).replace("▁", " ") == "A dog runs."
-    assert labels[-1] == "</s>"
-
-
-def test_long_input_is_cut_with_notices(ours, marian):
-    text = "word " * 3_999 + "words"  # 20,000 characters, one "sentence"
-    result = app.translate_text(text, "greedy", 1, 5, ours=ours, marian=marian)
-
-    assert result.message == ""
-    assert any("20,000 characters" in notice and "3,000" in notice for notice in result.notices)
-    for output, translator in ((result.ours, ours), (result.marian, marian)):
-        assert output.tokens_generated >= 1
-        assert len(output.run.source_ids[0]) == translator.max_source_tokens
-        assert any("cut to fit" in notice for notice in output.notices)
-        assert "cut to fit" in app.format_details(output)
+    assert limits.plan_work([10, 10], 4, budget) == limits.Plan(4, 2, 80)
+    fewer_beams = limits.plan_work([10, 10, 10], 8, budget)
+    assert (fewer_beams.num_beams, fewer_beams.num_sentences, fewer_beams.cut) == (3, 3, True)
+    assert "translated with 3 beams instead of 8" in fewer_beams.notice
+    fewer_lines = limits.plan_work([30] * 10, 2, budget, unit="line")
+    assert (fewer_lines.num_beams, fewer_lines.num_sentences) == (1, 3)
+    assert "only the first 3 of 10 lines were translated" in fewer_lines.notice
 
 
-def test_max_new_tokens_beyond_positions_is_lowered_with_notice(ours, marian):
-    result = app.translate_text(SENTENCE, "greedy", 1, 10_000, ours=ours, marian=marian)
+def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
+    heavy = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE ON THE STREET. " * 60)[:3_000]
+    result = text(heavy, "beam search", LIMITS.max_beams, LIMITS.max_new_tokens, ours=ours, comparisons=[marian])
 
-    assert result.ours.tokens_generated <= ours.max_new_tokens
-    assert any(f"at most {ours.max_new_tokens} tokens" in notice for notice in result.ours.notices)
-
-
-@pytest.mark.parametrize("text", ["", "   \n\t  ", None])
-def test_empty_text_asks_for_input(ours, marian, text):
-    result = app.translate_text(text, ours=ours, marian=marian)
-
-    assert "Type an English sentence" in result.message
-    assert result.ours.translation == "" and result.marian.translation == ""
-
-
-def test_unknown_decoding_is_a_message(ours, marian):
-    result = app.translate_text(SENTENCE, "sampling", ours=ours, marian=marian)
-
-    assert "decoding must be one of 'beam search', 'greedy'" in result.message
+    settings = DecodingSettings(num_beams=LIMITS.max_beams, max_new_tokens=LIMITS.max_new_tokens)
+    steps = limits.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
+    assert LIMITS.max_beams * sum(steps) > LIMITS.text.token_steps
+    # Greedy search of every sentence is still too much: the first sentences that fit are translated, with greedy.
+    kept = len(result.outputs[0].run.texts)
+    assert sum(steps[:kept]) <= LIMITS.text.token_steps < sum(steps[: kept + 1])
+    assert any(f"only the first {kept} of {len(result.sentences)} sentences" in n for n in result.notices)
+    assert all(len(output.run.texts) == kept for output in result.outputs)
 
 
-def test_emoji_and_other_scripts_translate_without_error(ours, marian):
-    text = "A dog 🐕 runs. Собака бежит. 狗在跑。 كلب يجري. Straße ß „quotes“"
-    result = app.translate_text(text, "beam search", 2, 8, ours=ours, marian=marian)
+# ------------------------------------------------------------------------------------------------ bad input
 
-    assert result.message == ""
-    assert len(result.sentences) == 5
-    for output, translator in ((result.ours, ours), (result.marian, marian)):
-        assert len(output.run.translations) == 5 and output.tokens_generated > 0
-        attention = app.cross_attention_map(translator, output.run.source_ids[0], output.run.generated_ids[0])
-        app.plot_attention(attention, translator.name).savefig(io.BytesIO(), format="png")  # labels render
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("A dog \ud800 runs.", "lone surrogate, U+D800"),
+        ("A dog\x07 runs.", "control character at position 6 (U+0007)"),
+        ("\u200b\u200d \u2060", "only invisible characters"),
+    ],
+)
+def test_unusable_text_is_a_message(ours, value, expected):
+    result = text(value, ours=ours, comparisons=[])
+
+    assert expected in result.message and result.outputs[0].run is None
+
+
+@pytest.mark.parametrize("value", ["", "   \n\t  ", None])
+def test_empty_text_asks_for_input(ours, value):
+    assert "Type an English sentence" in text(value, ours=ours, comparisons=[]).message
+
+
+@pytest.mark.parametrize(
+    "decoding, beams, tokens, expected",
+    [("sampling", 4, 10, "Decoding must be one of"), ("beam search", 9, 10, "Beams must be from 1 to 8, got 9"),
+     ("greedy", 1, 0, "Maximum new tokens must be from 1 to 255"), ("greedy", 2.5, 10, "whole number")],
+)
+def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tokens, expected):
+    assert expected in text(SENTENCE, decoding, beams, tokens, ours=ours, comparisons=[]).message
+
+
+def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
+    result = text("A dog 🐕 runs. Собака бежит. 狗在跑。 كلب يجري. Straße ß „quotes“", "beam search", 2, 8, ours=ours,
+                  comparisons=[marian])
+
+    assert result.message == "" and len(result.sentences) == 5
+    for output, translator in zip(result.outputs, (ours, marian), strict=True):
+        first = output.run.translations[0]
+        attention = cross_attention_map(translator.model, translator.tokenizer, first.source_ids, first.generated_ids)
+        plot_attention(attention, translator.name).savefig(io.BytesIO(), format="png")  # labels render
+
+
+# ------------------------------------------------------------------------------------------------ turns on the CPU
+
+
+def test_a_short_request_overtakes_a_long_one_and_one_request_per_visitor():
+    scheduler = FairScheduler()
+    finished, started = [], threading.Event()
+
+    def request(session, steps):
+        with scheduler.job(session, 60):
+            started.set()
+            for _ in range(steps):
+                time.sleep(0.01)  # one decoder step's work
+                scheduler.checkpoint()
+        finished.append(session)
+
+    heavy = threading.Thread(target=request, args=("heavy", 200))
+    heavy.start()
+    started.wait()
+    with pytest.raises(Busy):
+        with scheduler.job("heavy", 60):
+            pass
+    request("light", 5)
+    heavy.join()
+
+    assert finished == ["light", "heavy"]
+
+
+def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_between_batches():
+    scheduler = FairScheduler()
+    with scheduler.job("gone", 60):
+        assert scheduler.cancel("gone")
+        with pytest.raises(Cancelled):
+            scheduler.checkpoint()
+    with scheduler.job("slow", 0.0):
+        time.sleep(0.01)
+        assert scheduler.should_stop()
+    assert scheduler.active_sessions == set()
+
+
+def test_deadline_keeps_what_was_translated(ours):
+    late = limits.Limits(text=limits.Budget(token_steps=10_000, seconds=0.0), batch_size=1)
+    result = text("A dog runs. The cat sleeps. Two men work.", "greedy", 1, 5, ours=ours, comparisons=[], limits=late)
+
+    output = result.outputs[0]
+    assert output.run.stopped_early and output.run.translations[1:] == [None, None]
+    assert "time limit" in translation.format_details(output)
 
 
 # ------------------------------------------------------------------------------------------------ files
 
 
-def write(path, text):
-    path.write_text(text, encoding="utf-8")
+def write(path, content):
+    path.write_text(content, encoding="utf-8")
     return path
 
 
-def test_file_translations_and_corpus_scores(ours, marian, tmp_path):
-    source = write(tmp_path / "source.txt", "A dog runs in the park.\n\nTwo men are working.\nThe cat sleeps.\n")
-    reference = write(tmp_path / "reference.txt",
+def translate_file(source, reference=None, *args, ours, comparisons, output_dir, **kwargs):
+    return files.translate_file(source, reference, *args, ours=ours, comparisons=comparisons,
+                                scheduler=FairScheduler(), output_dir=output_dir, session="visitor", **kwargs)
+
+
+def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
+    source = write(tmp_path / "source.en", "A dog runs in the park.\n\nTwo men are working.\nThe cat sleeps.\n")
+    reference = write(tmp_path / "reference.de",
                       "Ein Hund rennt im Park.\n\nZwei Männer arbeiten.\nDie Katze schläft.\n")
     steps = []
 
-    result = app.translate_file(source, reference, "greedy", 1, 8, ours=ours, marian=marian,
-                                progress=lambda done, desc: steps.append(done))
+    result = translate_file(source, reference, "greedy", 1, 8, ours=ours, comparisons=[marian, t5],
+                            output_dir=tmp_path / "cache", progress=lambda done, desc: steps.append(done))
 
+    assert result.path.startswith(str(tmp_path / "cache"))
     with open(result.path, encoding="utf-8", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t"))
-    assert rows[0] == ["line", "source", app.OURS_NAME, app.MARIAN_NAME, "reference"]
-    assert [row[1] for row in rows[1:]] == ["A dog runs in the park.", "", "Two men are working.", "The cat sleeps."]
-    assert rows[2][2:4] == ["", ""]  # a blank line stays blank, so lines keep pairing up
-    references = [row[4] for row in rows[1:]]
-    for column, name in ((2, app.OURS_NAME), (3, app.MARIAN_NAME)):
+    assert rows[0] == ["line", "source", ours.name, marian.name, t5.name, "reference"]
+    assert rows[2][2:5] == ["", "", ""]  # a blank line stays blank, so lines keep pairing up
+    settings = DecodingSettings(num_beams=1, max_new_tokens=8, batch_size=LIMITS.batch_size)
+    for column, translator in zip((2, 3, 4), (ours, marian, t5), strict=True):
         translations = [row[column] for row in rows[1:]]
-        assert translations[0] == generate_directly(ours if column == 2 else marian, rows[1][1], 1, 8)
-        assert result.scores[name] == metrics.corpus_scores(translations, references)
-        assert f"{result.scores[name]['bleu']:.2f}" in result.summary
-    assert steps[-1] == (2 * 3, 2 * 3)  # (sentences done, total) over both systems
+        filled = [row[1] for row in rows[1:] if row[1]]
+        expected = translate(translator.model, translator.tokenizer, filled, settings).texts
+        assert [row[column] for row in rows[1:] if row[1]] == expected
+        assert result.scores[translator.name] == evaluation.corpus_scores(translations, [row[5] for row in rows[1:]])
+    assert steps[-1] == (3 * 3, 3 * 3)
 
 
-def test_file_without_references_has_no_scores(ours, marian, tmp_path):
-    source = write(tmp_path / "source.txt", "A dog runs.\nThe cat sleeps.\n")
+def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
+    source = write(tmp_path / "big.txt", "A man in a blue jacket is repairing a bicycle on the street.\n" * 20)
+    small = limits.Limits(file=limits.Budget(token_steps=1_000, seconds=60))  # 20 lines x 8 beams x 16 tokens: 2,560
 
-    result = app.translate_file(source, None, "beam search", 2, 6, ours=ours, marian=marian)
+    result = translate_file(source, None, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path,
+                            limits=small)
 
-    assert result.path and result.scores == {}
-    assert "Upload a reference file" in result.summary
+    assert "20 lines x 8 beams); each request here gets 1,000, so it was translated with 3 beams instead of 8" in (
+        result.summary)
+    assert result.path is not None
 
 
 @pytest.mark.parametrize(
@@ -215,128 +272,141 @@ def test_file_without_references_has_no_scores(ours, marian, tmp_path):
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00", "looks like a binary file"),
         ("Straße\n".encode("latin-1"), "is not UTF-8 text"),
         (b"\n  \n", "has no text"),
+        ("A dog.\n\u200b\u200b\n".encode(), "line 2) has only invisible characters"),
+        (b"x" * (LIMITS.max_file_bytes + 1), f"the limit here is {LIMITS.max_file_bytes:,}"),
     ],
 )
-def test_unusable_source_file_is_a_message(ours, marian, tmp_path, content, expected):
+def test_unusable_source_file_is_a_message(ours, tmp_path, content, expected):
     source = tmp_path / "upload.txt"
     source.write_bytes(content)
 
-    result = app.translate_file(source, None, ours=ours, marian=marian)
+    result = translate_file(source, None, ours=ours, comparisons=[], output_dir=tmp_path)
 
     assert result.path is None and expected in result.summary
 
 
-def test_reference_with_other_line_count_is_a_message(ours, marian, tmp_path):
+def test_reference_with_other_line_count_is_a_message(ours, tmp_path):
     source = write(tmp_path / "source.txt", "A dog runs.\nThe cat sleeps.\nTwo men work.\n")
     reference = write(tmp_path / "reference.txt", "Ein Hund rennt.\nDie Katze schläft.\n")
 
-    result = app.translate_file(source, reference, ours=ours, marian=marian)
+    result = translate_file(source, reference, ours=ours, comparisons=[], output_dir=tmp_path)
 
-    assert result.path is None
-    assert "reference file has 2 lines but the English file has 3" in result.summary
-
-
-def test_missing_upload_is_a_message(ours, marian):
-    assert "Upload the English file first" in app.translate_file(None, ours=ours, marian=marian).summary
+    assert result.path is None and "reference file has 2 lines but the English file has 3" in result.summary
 
 
-# ------------------------------------------------------------------------------------------------ MarianMT offline
+def test_file_lines_split_on_newline_only(ours, tmp_path):
+    source = write(tmp_path / "source.txt", "\ufeffA dog runs.\u2028still line one\r\nThe cat sleeps.")
+
+    assert files.read_lines(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
 
 
-def test_marian_offline_panel_says_so_and_ours_still_translates(ours, tmp_path):
+# ------------------------------------------------------------------------------------------------ heatmaps
+
+
+@pytest.mark.parametrize("layer", [None, 0, 99])
+def test_cross_attention_map_is_source_by_generated(ours, marian, t5, layer):
+    result = text(SENTENCE, "greedy", 1, 7, ours=ours, comparisons=[marian, t5])
+
+    for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
+        first = output.run.translations[0]
+        attention = cross_attention_map(translator.model, translator.tokenizer, first.source_ids,
+                                        first.generated_ids, layer)
+        generated = len(first.generated_ids) - 1  # the decoder start token is read, never generated
+        assert attention.weights.shape == (len(first.source_ids), generated)
+        assert torch.allclose(torch.from_numpy(attention.weights.sum(axis=0)), torch.ones(generated), atol=1e-5)
+        layers = translator.num_layers
+        expected = f"mean of {layers} layers" if layer is None else f"layer {min(layer, layers - 1) + 1} of {layers}"
+        assert attention.description.startswith(expected)
+        axes = plot_attention(attention, translator.name).axes[0]
+        assert [label.get_text() for label in axes.get_yticklabels()] == attention.source_tokens
+        assert isinstance(axes.figure, Figure)
+
+
+def test_token_labels_are_readable(ours):
+    labels = token_labels(ours.tokenizer, ours.tokenizer("A dog runs.")["input_ids"])
+
+    assert "".join(labels[:-1]).replace("▁", " ") == "A dog runs." and labels[-1] == "</s>"
+
+
+# ------------------------------------------------------------------------------------------------ models, offline
+
+
+def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
     started = time.monotonic()
-    marian = app.BackgroundModel(app.DEFAULT_MARIAN_MODEL, app.MARIAN_NAME, cache_dir=str(tmp_path / "empty-cache"))
-    assert marian.wait(timeout=60)
+    offline = translators.BackgroundTranslator("Helsinki-NLP/opus-mt-en-de", "opus-mt-en-de")
+    assert offline.wait(timeout=60)
 
     assert time.monotonic() - started < 30  # HF_HUB_OFFLINE=1: fails fast instead of retrying the Hub
-    assert marian.translator is None
-    assert "offline (HF_HUB_OFFLINE=1)" in marian.error and app.DEFAULT_MARIAN_MODEL in marian.error
-    result = app.translate_text(SENTENCE, "greedy", 1, 5, ours=ours, marian=marian)
-    assert result.ours.translation == generate_directly(ours, SENTENCE, 1, 5)
-    assert result.marian.translation == "" and result.marian.message == marian.error
-    assert app.format_details(result.marian) == f"⚠️ {marian.error}"
-    assert marian.status() == marian.error
+    assert offline.translator is None and "offline" in offline.error and "Helsinki-NLP/opus-mt-en-de" in offline.error
+    result = text(SENTENCE, "greedy", 1, 5, ours=ours, comparisons=[offline])
+    assert result.outputs[0].translation != "" and result.outputs[1].message == offline.error
+    assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.error}"
 
 
-def test_marian_loading_status_then_ready(marian_dir):
-    marian = app.BackgroundModel(str(marian_dir), app.MARIAN_NAME)
-    first = marian.status()
-    assert marian.wait(timeout=60)
+def test_comparison_model_status_shows_no_server_path(tmp_path):
+    missing = tmp_path / "nowhere" / "opus-mt"
+    model = translators.BackgroundTranslator(str(missing), "opus-mt")
+    assert model.wait(timeout=60)
 
-    assert "loading" in first or "ready" in first
-    assert marian.status().startswith(f"{app.MARIAN_NAME} ready: {marian_dir}")
-
-
-# ------------------------------------------------------------------------------------------------ start-up, comparison
+    assert "opus-mt" in model.status() and str(tmp_path) not in model.status()
+    assert translators.display_id(str(tmp_path / "my-model")) == "my-model"
+    assert translators.display_id("Helsinki-NLP/opus-mt-en-de") == "Helsinki-NLP/opus-mt-en-de"
 
 
-def test_missing_model_folder_fails_at_start_with_the_path(tmp_path):
-    missing = tmp_path / "no-model-here"
-
-    with pytest.raises(app.ModelUnavailableError, match="No model folder at .*no-model-here.*train.py"):
-        app.build_demo(str(missing), "unused/marian")
-    with pytest.raises(SystemExit) as exit_info:
-        app.main(["--model", str(missing)])
-    assert str(missing) in str(exit_info.value.code) and "TRANSFORMER_MT_MODEL" in str(exit_info.value.code)
+def test_model_lists_and_names():
+    assert translators.parse_model_list("a/b, ./c  d") == ["a/b", "./c", "d"]
+    assert translators.parse_model_list("") == []
+    assert translators.comparison_names(["x/opus", "y/opus", "/tmp/t5"]) == ["opus", "opus'", "t5"]
 
 
-def test_folder_without_config_is_not_a_model(tmp_path):
-    with pytest.raises(app.ModelUnavailableError, match="no config.json"):
-        app.load_our_translator(str(tmp_path))
+def test_missing_model_folder_is_unavailable_with_the_path(tmp_path):
+    with pytest.raises(translators.ModelUnavailableError, match="No model folder at .*no-model-here.*train.py"):
+        translators.load_our_translator(str(tmp_path / "no-model-here"))
+    with pytest.raises(translators.ModelUnavailableError, match="no config.json"):
+        translators.load_our_translator(str(tmp_path))
 
 
-def test_default_model_is_the_folder_beside_the_app():
-    assert app.resolve_our_model(None) == str(app.APP_DIR / "models" / "transformer-en-de")
-    assert app.resolve_our_model("someone/transformer-en-de") == "someone/transformer-en-de"
+# ------------------------------------------------------------------------------------------------ corpus table
 
 
-def test_comparison_table_reads_both_files(tmp_path):
+def test_corpus_table_reads_both_files(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
-    (model / "eval_results.json").write_text(json.dumps({
-        "test_2016_flickr": {"bleu": 36.51, "chrf": 62.3, "num_sentences": 1000, "num_beams": 4},
-        "validation": {"bleu": 38.0, "chrf": 64.0},
-        "num_parameters": 44_000_000,
-    }))
+    evaluation.write_eval_results(
+        model, num_parameters=44_000_000, decoding={"num_beams": 4},
+        scores={"test_2016_flickr": {"bleu": 36.51, "chrf": 62.3, "num_sentences": 1000},
+                "val": {"bleu": 38.0, "chrf": 64.0}},
+        command=["python train.py"],
+    )
     comparison = tmp_path / "comparison.json"
     comparison.write_text(json.dumps({
-        "source_file": "data/test_2016_flickr.en", "reference_file": "data/test_2016_flickr.de",
-        "num_sentences": 1000, "num_beams": 4,
+        "source_file": "data/test_2016_flickr.en", "num_sentences": 1000, "num_beams": 4,
         "systems": [
             {"model": "models/transformer-en-de", "bleu": 36.5, "chrf": 62.3, "num_parameters": 44_000_000,
-             "seconds": 50.0, "sentences_per_second": 20.0, "error": None},
-            {"model": "Helsinki-NLP/opus-mt-en-de", "bleu": None, "chrf": None, "num_parameters": None,
-             "seconds": None, "sentences_per_second": None, "error": "offline"},
+             "sentences_per_second": 20.0, "error": None},
+            {"model": "Helsinki-NLP/opus-mt-en-de", "bleu": None, "chrf": None, "error": "offline"},
         ],
     }))
 
-    summary, rows = app.comparison_table(str(model), comparison)
+    summary, rows = corpus_report.corpus_table(model, comparison)
 
     assert [row[:5] for row in rows] == [
-        [f"{app.OURS_NAME}, eval_results.json", "test_2016_flickr", "1,000", "36.51", "62.30"],
-        [f"{app.OURS_NAME}, eval_results.json", "validation", "", "38.00", "64.00"],
-        ["models/transformer-en-de", "test_2016_flickr", "1,000", "36.50", "62.30"],
+        [f"{translators.OURS_NAME}, eval_results.json", "test_2016_flickr", "1,000", "36.51", "62.30"],
+        [f"{translators.OURS_NAME}, eval_results.json", "val", "", "38.00", "64.00"],
+        ["transformer-en-de", "test_2016_flickr", "1,000", "36.50", "62.30"],
         ["Helsinki-NLP/opus-mt-en-de", "test_2016_flickr", "1,000", "", ""],
     ]
-    assert rows[0][5] == "44.00M" and rows[2][6] == "20.0" and rows[3][7] == "offline"
+    assert rows[0][5] == "44.00M" and rows[0][7] == "beam 4" and rows[2][6] == "20.0" and rows[3][7] == "offline"
     assert "1000 sentences" in summary
 
 
-def test_comparison_table_absent_or_broken_is_a_plain_message(tmp_path):
-    summary, rows = app.comparison_table(str(tmp_path), tmp_path / "missing.json")
-    assert rows == [] and "No corpus-level results yet" in summary
+def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):
+    (tmp_path / "eval_results.json").write_text(json.dumps({"test_2016_flickr": {"bleu": 1.0}}))
+    summary, rows = corpus_report.corpus_table(tmp_path, tmp_path / "missing.json")
+    assert rows == [] and "not in the expected shape" in summary and str(tmp_path) not in summary
+    assert "No corpus-level results yet" in summary
 
     (tmp_path / "broken.json").write_text("{not json")
-    summary, rows = app.comparison_table(str(tmp_path), tmp_path / "broken.json")
-    assert rows == [] and "broken.json could not be read" in summary
-
+    assert "broken.json could not be read" in corpus_report.corpus_table(None, tmp_path / "broken.json")[0]
     (tmp_path / "list.json").write_text("[1, 2]")
-    summary, rows = app.comparison_table(str(tmp_path), tmp_path / "list.json")
-    assert rows == [] and "list.json is not a JSON object" in summary
-
-
-def test_demo_has_the_named_endpoints(ours, marian_dir):
-    demo = app.build_demo(ours.reference, str(marian_dir))
-
-    api_names = {fn.api_name for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert {"translate", "translate_file", "comparison", "marian_status"} <= api_names
+    assert "list.json is not a JSON object" in corpus_report.corpus_table(None, tmp_path / "list.json")[0]

@@ -1,0 +1,170 @@
+"""The File tab: an uploaded text file (one English sentence per line) in, a TSV of every system's translations out.
+
+Files are split on "\\n" as the rest of the project reads corpora (`transformer_en_de.data.read_lines`), so a file's
+lines pair up with a reference file's exactly as in compare.py. The TSV is written into the folder the app gives
+(Gradio's cache), where Gradio serves it from and `delete_cache` removes it.
+"""
+
+import csv
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformer_en_de.data import read_lines as read_corpus_lines
+from transformer_en_de.engine import DecodingSettings
+from transformer_en_de.evaluation import corpus_scores
+
+from .limits import Limits, plan_work, token_limits
+from .scheduler import Busy, Cancelled, FairScheduler
+from .text_checks import InputError, check_decoding, check_text
+from .translation import available, run_system, system_name
+from .translators import BackgroundTranslator, Translator
+
+FILE_TYPES = [".txt", ".en", ".de"]
+
+
+@dataclass
+class FileResult:
+    path: str | None  # the TSV of translations
+    summary: str  # Markdown: scores, timings, notices, or why nothing was translated
+    scores: dict[str, dict] = field(default_factory=dict)  # system name → {"bleu", "chrf"}
+
+
+def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
+    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or broken text."""
+    if path is None:
+        raise InputError(f"Upload the {what} first.")
+    path = Path(path)
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        raise InputError(f"The {what} ({path.name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise InputError(
+            f"The {what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
+        )
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"The {what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
+        ) from None
+    lines = read_corpus_lines(path)
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
+    for number, line in enumerate(lines, start=1):
+        check_text(line, f"{what} ({path.name}, line {number})")
+    if not any(line.strip() for line in lines):
+        raise InputError(f"The {what} ({path.name}) has no text.")
+    return lines
+
+
+def translate_file(
+    source_file: str | Path | None,
+    reference_file: str | Path | None = None,
+    decoding: str = "beam search",
+    num_beams: int = 4,
+    max_new_tokens: int = 128,
+    *,
+    ours: Translator,
+    comparisons: list[Translator | BackgroundTranslator],
+    scheduler: FairScheduler,
+    output_dir: str | Path,
+    limits: Limits = Limits(),
+    session: str | None = None,
+    progress=None,
+) -> FileResult:
+    """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given."""
+    try:
+        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, max_beams=limits.max_beams,
+                                       max_tokens=limits.max_new_tokens)
+        lines = read_lines(source_file, "English file", limits)
+        references = read_lines(reference_file, "reference file", limits) if reference_file else None
+    except InputError as error:
+        return FileResult(None, f"⚠️ {error}")
+    if references is not None and len(references) != len(lines):
+        return FileResult(
+            None,
+            f"⚠️ The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
+            "they must pair up line by line.",
+        )
+    notices = []
+    if len(lines) > limits.max_file_lines:
+        notices.append(f"The file has {len(lines):,} lines; only the first {limits.max_file_lines:,} were translated.")
+        lines = lines[: limits.max_file_lines]
+        references = references[: limits.max_file_lines] if references is not None else None
+
+    systems = [ours, *comparisons]
+    # Blank lines stay blank in the output, so the lines keep pairing up with the input and references.
+    filled = [index for index, line in enumerate(lines) if line.strip()]
+    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    columns, rows = {}, []
+    try:
+        with scheduler.job(session, limits.file.seconds):
+            sentences = [lines[index].strip() for index in filled]
+            plan = plan_work(token_limits(ours.model, ours.tokenizer, sentences, settings), beams, limits.file,
+                             unit="line")
+            notices += [plan.notice] if plan.notice else []
+            kept = sentences[: plan.num_sentences]
+            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+            for number, system in enumerate(systems):
+                translator, why_not = available(system)
+                if translator is None:
+                    notices.append(why_not)
+                    continue
+
+                def on_batch(done, total, number=number, name=translator.name):
+                    if progress is not None:
+                        progress((number * total + done, len(systems) * total), desc=f"Translating with {name}")
+
+                output = run_system(translator, kept, settings, scheduler, on_batch)
+                translations = [""] * len(lines)
+                for index, text in zip(filled, output.run.texts, strict=False):
+                    translations[index] = text
+                columns[system_name(system)] = translations
+                notices += [f"{translator.name}: {notice}" for notice in output.notices]
+                row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
+                if references is not None and not plan.cut and not output.run.stopped_early:
+                    row.update(corpus_scores(translations, references))
+                rows.append(row)
+    except Busy as error:
+        return FileResult(None, f"⚠️ {error}")
+    except Cancelled:
+        return FileResult(None, "⚠️ Cancelled: the page that asked for this translation was closed.")
+
+    path = write_tsv(Path(output_dir), Path(source_file).stem, lines, columns, references)
+    scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
+    return FileResult(str(path), file_summary(rows, notices, references is not None), scores)
+
+
+def write_tsv(folder: Path, stem: str, lines: list[str], columns: dict[str, list[str]],
+              references: list[str] | None) -> Path:
+    """line, source, one column per system, reference: in a fresh subfolder (two visitors' files never clash)."""
+    folder = folder / "translations" / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    path = folder / f"{stem}.de.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t")
+        writer.writerow(["line", "source", *columns] + (["reference"] if references is not None else []))
+        for index, line in enumerate(lines):
+            row = [index + 1, line, *(column[index] for column in columns.values())]
+            writer.writerow(row + ([references[index]] if references is not None else []))
+    return path
+
+
+def file_summary(rows: list[dict], notices: list[str], with_references: bool) -> str:
+    scored = any("bleu" in row for row in rows)
+    header = "| System | Sentences | Seconds |" + (" BLEU | chrF |" if scored else "")
+    rule = "|---|---:|---:|" + ("---:|---:|" if scored else "")
+    lines = [header, rule]
+    for row in rows:
+        cells = f"| {row['System']} | {row['Sentences']:,} | {row['Seconds']:.2f} |"
+        if scored:
+            cells += f" {row['bleu']:.2f} | {row['chrf']:.2f} |" if "bleu" in row else " | |"
+        lines.append(cells)
+    if not with_references:
+        lines.append("\nUpload a reference file (German, same number of lines) for corpus BLEU and chrF.")
+    elif not scored:
+        lines.append("\nNo corpus scores: not every line was translated (see below).")
+    lines += [f"\n⚠️ {notice}" for notice in notices]
+    return "\n".join(lines)

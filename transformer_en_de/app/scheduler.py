@@ -1,0 +1,171 @@
+"""Turns on the CPU for the visitors' requests: the least-served request computes next.
+
+Generation on a CPU is one long computation per request; run side by side, requests slow each other down, and run
+one after another, a one-sentence request waits behind a long one. So requests take turns: one computes at a time,
+and at every decoder step (a forward pre-hook on each model) and between engine batches (`should_stop`) the running
+request hands the CPU to a waiting one that has been served less time than it by more than a slice. A one-sentence
+request thus waits at most one decoder step of a heavy one, and two heavy requests alternate slice by slice
+("least attained service" scheduling).
+
+The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step,
+and one past its deadline stops before its next engine batch, keeping what it has translated. Each visitor (a Gradio
+session) runs at most one request at a time; a second one is refused at once with `Busy` instead of queueing.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
+
+
+class Busy(RuntimeError):
+    """The visitor already has a request running."""
+
+
+class Cancelled(RuntimeError):
+    """The visitor left: the request was stopped and its result is not wanted."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request: its visitor, its deadline, the CPU time it has been served, and whether it must stop."""
+
+    session: str
+    deadline: float
+    served: float = 0.0
+    cancelled: bool = False
+    turn_started: float | None = None
+    waited: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def past_deadline(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+class FairScheduler:
+    """Gives the CPU to one job at a time, least served first; `fair=False` lets every job run at once."""
+
+    def __init__(self, *, fair: bool = True, slice_seconds: float = SLICE_SECONDS):
+        self.fair = fair
+        self.slice_seconds = slice_seconds
+        self._condition = threading.Condition()
+        self._holder: Job | None = None
+        self._waiting: list[Job] = []
+        self._sessions: dict[str, Job] = {}  # visitor -> their running request (one each)
+        self._local = threading.local()  # the job of the request this thread is serving
+
+    # ------------------------------------------------------------------------------------------------ requests
+
+    @contextmanager
+    def job(self, session: str | None, seconds: float, *, exclusive: bool = True) -> Iterator[Job]:
+        """Run a request's computation inside this block, taking turns; raises Busy or Cancelled.
+
+        `exclusive` requests count against the visitor's one running request (heatmap redraws do not).
+        """
+        session = session or f"anonymous-{threading.get_ident()}"
+        job = Job(session, time.monotonic() + seconds)
+        with self._condition:
+            if exclusive:
+                if session in self._sessions:
+                    raise Busy("Your previous request is still running; this one was not started. Wait for the "
+                               "first to finish (or reload the page to cancel it).")
+                self._sessions[session] = job
+        self._local.job = job
+        try:
+            self._take_turn(job)
+            yield job
+        finally:
+            self._local.job = None
+            with self._condition:
+                self._end_turn(job)
+                if job in self._waiting:
+                    self._waiting.remove(job)
+                if self._sessions.get(session) is job:
+                    del self._sessions[session]
+                self._hand_over()
+
+    def checkpoint(self) -> None:
+        """Called by the request's own thread at every decoder step: hand over the CPU if due; Cancelled if gone."""
+        job = getattr(self._local, "job", None)
+        if job is None:
+            return  # not a request's computation (a test, a script)
+        if job.cancelled:
+            raise Cancelled(f"the visitor of session {job.session} left")
+        if not self.fair:
+            return
+        with self._condition:
+            now = time.monotonic()
+            job.served += now - job.turn_started
+            job.turn_started = now
+            if not any(other.served + self.slice_seconds < job.served for other in self._waiting):
+                return
+            self._end_turn(job)
+            self._waiting.append(job)
+            self._hand_over()
+        self._take_turn(job)
+
+    def should_stop(self) -> bool:
+        """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
+        self.checkpoint()
+        job = self._local.job
+        return job.cancelled or job.past_deadline
+
+    def cancel(self, session: str | None) -> bool:
+        """Stop the visitor's requests (they left); True if one was running or waiting."""
+        with self._condition:
+            everyone = [self._holder, *self._waiting, *self._sessions.values()]
+            jobs = [job for job in everyone if job is not None and job.session == session]
+            for job in jobs:
+                job.cancelled = True
+            self._condition.notify_all()
+        return bool(jobs)
+
+    def describe(self) -> str:
+        """One line for the status endpoint: requests running and waiting for the CPU."""
+        with self._condition:
+            running = len(self._sessions)
+            waiting = len(self._waiting)
+        return f"{running} request{'s' if running != 1 else ''} in progress, {waiting} waiting for the CPU."
+
+    @property
+    def active_sessions(self) -> set[str]:
+        with self._condition:
+            return set(self._sessions)
+
+    # ------------------------------------------------------------------------------------------------ turns
+
+    def _take_turn(self, job: Job) -> None:
+        if not self.fair:
+            job.turn_started = time.monotonic()
+            return
+        asked = time.monotonic()
+        with self._condition:
+            if job not in self._waiting and self._holder is not job:
+                self._waiting.append(job)
+            self._hand_over()
+            while self._holder is not job and not job.cancelled:
+                self._condition.wait()
+            if self._holder is not job:
+                self._waiting.remove(job)
+                raise Cancelled(f"the visitor of session {job.session} left")
+            job.turn_started = time.monotonic()
+        job.waited += job.turn_started - asked
+
+    def _end_turn(self, job: Job) -> None:
+        """Add the time since the job's turn started to what it has been served (lock held)."""
+        if job.turn_started is not None:
+            job.served += time.monotonic() - job.turn_started
+            job.turn_started = None
+        if self._holder is job:
+            self._holder = None
+
+    def _hand_over(self) -> None:
+        """Give a free CPU to the least-served waiting job (lock held)."""
+        if self._holder is None and self._waiting:
+            self._holder = min(self._waiting, key=lambda job: job.served)
+            self._waiting.remove(self._holder)
+            self._condition.notify_all()

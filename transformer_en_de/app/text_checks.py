@@ -1,0 +1,90 @@
+"""Checks on what a visitor sends (text, decoding settings) and the split of a text into sentences.
+
+Each check raises `InputError` with a message for the page; nothing a visitor types should reach the tokenizer as a
+crash (a lone surrogate, for one, makes the tokenizer raise TypeError).
+"""
+
+import re
+import unicodedata
+
+DECODINGS = ("beam search", "greedy")
+# Tab, newline and carriage return are layout; every other control character is not text.
+_LAYOUT = {"\t", "\n", "\r"}
+_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”“»«)\]]*\s+")
+
+
+class InputError(ValueError):
+    """Input the app cannot translate; the message says why and what to do, in words for the page."""
+
+
+def check_text(text: str, what: str = "text") -> str:
+    """`text` if it is translatable; InputError for surrogates, control characters or nothing visible."""
+    for position, character in enumerate(text):
+        code = ord(character)
+        if 0xD800 <= code <= 0xDFFF:
+            raise InputError(
+                f"The {what} has a broken character at position {position + 1} (a lone surrogate, U+{code:04X}): "
+                "it is not valid Unicode. Paste the text again as plain text."
+            )
+        if unicodedata.category(character) == "Cc" and character not in _LAYOUT:
+            raise InputError(
+                f"The {what} has a control character at position {position + 1} (U+{code:04X}), which is not text. "
+                "Remove it and try again."
+            )
+    if text.strip() and not any(_visible(character) for character in text):
+        raise InputError(f"The {what} has only invisible characters (zero-width spaces or joiners); type some words.")
+    return text
+
+
+def _visible(character: str) -> bool:
+    # Format characters (Cf: zero-width space, joiner, BOM) and separators show nothing on their own.
+    return not character.isspace() and unicodedata.category(character) not in ("Cf", "Zs", "Zl", "Zp")
+
+
+def check_decoding(decoding, num_beams, max_new_tokens, *, max_beams: int, max_tokens: int) -> tuple[int, int]:
+    """(beams, max new tokens) from the controls; InputError names the control and its range."""
+    if decoding not in DECODINGS:
+        raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}, got {decoding!r}.")
+    beams = _whole_number("Beams", num_beams, 1, max_beams)
+    tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, max_tokens)
+    return (1 if decoding == "greedy" else beams), tokens
+
+
+def _whole_number(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or int(value) != value:
+        raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
+    if not low <= value <= high:
+        raise InputError(f"{name} must be from {low} to {high}, got {value:g}.")
+    return int(value)
+
+
+def split_sentences(text: str) -> tuple[list[str], list[str]]:
+    """Sentences of `text` and the separator after each (" " within a line, "\\n" between lines)."""
+    sentences, separators = [], []
+    for line in text.splitlines():
+        start = 0
+        for end in [match.end() for match in _SENTENCE_END.finditer(line)] + [len(line)]:
+            if line[start:end].strip():
+                sentences.append(line[start:end].strip())
+                separators.append(" ")
+            start = end
+        if separators:
+            separators[-1] = "\n"
+    return sentences, separators
+
+
+def join_sentences(sentences: list[str], separators: list[str]) -> str:
+    """The inverse of `split_sentences` for translated sentences."""
+    return "".join(sentence + separator for sentence, separator in zip(sentences, separators, strict=True)).strip()
+
+
+def clip_text(text: str, max_chars: int) -> tuple[str, str]:
+    """`text` cut to `max_chars` at a space where one is near, and the notice saying so ("" when not cut)."""
+    if len(text) <= max_chars:
+        return text, ""
+    cut = text.rfind(" ", 0, max_chars)
+    notice = (
+        f"The text has {len(text):,} characters; only the first {max_chars:,} were translated. "
+        "Use the File tab for longer texts."
+    )
+    return text[: cut if cut > max_chars // 2 else max_chars], notice

@@ -1,0 +1,166 @@
+"""A text through every system, by the one engine, within the request's budget and turns; and the panels' text.
+
+Every system (ours first, then the comparison models in the operator's order) translates the same sentences with
+the same plan (beams, sentences kept), so the panels compare like with like.
+"""
+
+from dataclasses import dataclass, field
+
+from transformer_en_de.engine import DecodingSettings, TranslationRun, translate
+from transformer_en_de.evaluation import sentence_scores
+
+from .limits import Limits, plan_work, token_limits
+from .scheduler import Busy, Cancelled, FairScheduler
+from .text_checks import InputError, check_decoding, check_text, clip_text, join_sentences, split_sentences
+from .translators import BackgroundTranslator, Translator
+
+
+@dataclass
+class SystemOutput:
+    """What one panel shows: the translation and its figures, or a message saying why there is none."""
+
+    name: str
+    translation: str = ""
+    seconds: float | None = None
+    new_tokens: int | None = None
+    num_parameters: int | None = None
+    scores: dict | None = None
+    message: str = ""
+    notices: list[str] = field(default_factory=list)
+    run: TranslationRun | None = None
+
+
+@dataclass
+class TextResult:
+    sentences: list[str]
+    outputs: list[SystemOutput]  # ours first, then each comparison model
+    notices: list[str] = field(default_factory=list)  # about the request as a whole
+    message: str = ""  # set when nothing was translated, and why
+
+
+def available(system: Translator | BackgroundTranslator) -> tuple[Translator | None, str]:
+    """The loaded translator, or None and the line saying why it is not there (yet)."""
+    if isinstance(system, BackgroundTranslator):
+        return system.translator, ("" if system.translator is not None else system.status())
+    return system, ""
+
+
+def system_name(system: Translator | BackgroundTranslator) -> str:
+    return system.name
+
+
+def run_system(
+    translator: Translator, sentences: list[str], settings: DecodingSettings, scheduler: FairScheduler,
+    progress=None,
+) -> SystemOutput:
+    """One system's translations by the engine, taking turns on the CPU and stopping at the deadline."""
+    output = SystemOutput(name=translator.name, num_parameters=translator.num_parameters)
+    run = translate(translator.model, translator.tokenizer, sentences, settings, progress=progress,
+                    should_stop=scheduler.should_stop)
+    output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
+    output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
+    if run.stopped_early:
+        output.notices.append("The request reached its time limit (or was cancelled): the rest was not translated.")
+    bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
+    if bounded:
+        listed = ", ".join(map(str, bounded[:10])) + (" …" if len(bounded) > 10 else "")
+        output.notices.append(
+            f"Sentence {listed} stopped at its length limit (1.5 × its source tokens + 10, at most "
+            f"{settings.max_new_tokens}) before it ended: the translation is cut."
+        )
+    if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
+        output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
+    return output
+
+
+def translate_text(
+    text: str | None,
+    decoding: str = "beam search",
+    num_beams: int = 4,
+    max_new_tokens: int = 128,
+    reference: str | None = "",
+    *,
+    ours: Translator,
+    comparisons: list[Translator | BackgroundTranslator],
+    scheduler: FairScheduler,
+    limits: Limits = Limits(),
+    session: str | None = None,
+) -> TextResult:
+    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given."""
+    systems = [ours, *comparisons]
+    result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
+    try:
+        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, max_beams=limits.max_beams,
+                                       max_tokens=limits.max_new_tokens)
+        text = check_text(text or "").strip()
+        reference = check_text(reference or "", "reference").strip()
+    except InputError as error:
+        result.message = str(error)
+        return result
+    if not text:
+        result.message = "Type an English sentence (or several) to translate."
+        return result
+    text, clipped = clip_text(text, limits.max_input_chars)
+    result.notices += [clipped] if clipped else []
+    sentences, separators = split_sentences(text)
+    result.sentences = sentences
+    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    try:
+        with scheduler.job(session, limits.text.seconds):
+            plan = plan_work(token_limits(ours.model, ours.tokenizer, sentences, settings), beams, limits.text)
+            result.notices += [plan.notice] if plan.notice else []
+            kept = sentences[: plan.num_sentences]
+            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+            for index, system in enumerate(systems):
+                translator, why_not = available(system)
+                if translator is None:
+                    result.outputs[index].message = why_not
+                    continue
+                output = run_system(translator, kept, settings, scheduler)
+                output.translation = join_sentences(output.run.texts, separators[: len(kept)])
+                if reference:
+                    output.scores = sentence_scores(output.translation, reference)
+                result.outputs[index] = output
+    except Busy as error:
+        result.message = str(error)
+    except Cancelled:
+        result.message = "Cancelled: the page that asked for this translation was closed."
+    return result
+
+
+def format_details(output: SystemOutput) -> str:
+    """A panel's Markdown: latency, tokens, parameters, scores and notices; or why there is no translation."""
+    if output.message:
+        return f"⚠️ {output.message}"
+    if output.seconds is None:
+        return ""
+    lines = [
+        f"**Latency** {output.seconds:.2f} s · **Tokens generated** {output.new_tokens} · "
+        f"**Parameters** {output.num_parameters / 1e6:.2f}M"
+    ]
+    if output.scores:
+        lines.append(f"**Sentence BLEU** {output.scores['bleu']:.2f} · **chrF** {output.scores['chrf']:.2f}")
+    lines += [f"⚠️ {notice}" for notice in output.notices]
+    return "\n\n".join(lines)
+
+
+def format_notice(result: TextResult) -> str:
+    """The request's own notices (and its message), one line each."""
+    return "\n\n".join(f"⚠️ {line}" for line in ([result.message] if result.message else []) + result.notices)
+
+
+def attention_state(result: TextResult) -> dict | None:
+    """What the heatmaps need later, kept in the session: ids only (small and serialisable), one entry per system."""
+    if not result.sentences:
+        return None
+    ids = [
+        None if output.run is None else
+        {"source": [t.source_ids if t else None for t in output.run.translations],
+         "generated": [t.generated_ids if t else None for t in output.run.translations]}
+        for output in result.outputs
+    ]
+    return {"sentences": result.sentences[: max((len(i["source"]) for i in ids if i), default=0)], "systems": ids}
+
+
+__all__ = ["SystemOutput", "TextResult", "attention_state", "format_details", "format_notice",
+           "run_system", "translate_text"]

@@ -1,12 +1,17 @@
-"""publish.push_folder against a loopback Hub: what lands is exactly the folder; failures are fast and clear."""
+"""publish.push_folder against a loopback Hub: what lands is exactly the folder; a model folder that does not load
+is refused before any request; failures are fast and clear."""
 
+import copy
+import json
 import socket
 import time
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import constants
 from loopback_hub import LoopbackHub
+from transformers import AutoConfig
 
 import publish
 from transformer_en_de.hub import PublishError, push_folder
@@ -138,3 +143,83 @@ def test_command_line_pushes_and_reports(hub, tiny_model_dir, capsys):
 
     assert publish.main([str(tiny_model_dir / "missing"), "someone/cli"]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def copy_model(source: Path, destination: Path) -> Path:
+    destination.mkdir(parents=True)
+    for name, data in folder_files(source).items():
+        (destination / name).write_bytes(data)
+    return destination
+
+
+def edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def test_truncated_weights_are_refused_before_any_request(hub, tiny_model_dir, tmp_path, capsys):
+    folder = copy_model(tiny_model_dir, tmp_path / "broken")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # an interrupted copy or download
+
+    with pytest.raises(PublishError, match="does not load") as error:
+        push_folder(folder, "someone/broken", token=TOKEN, endpoint=hub.endpoint)
+    assert "nothing was uploaded" in str(error.value) and "SafetensorError" in str(error.value)
+    assert hub.requests == [] and hub.repos == {}
+
+    assert publish.main([str(folder), "someone/broken", "--endpoint", hub.endpoint, "--token", TOKEN]) == 1
+    assert "does not load" in capsys.readouterr().err
+    assert hub.requests == []
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(hub, tiny_model_dir, tmp_path):
+    deeper = copy_model(tiny_model_dir, tmp_path / "deeper")
+    edit_config(deeper, encoder_layers=3)  # transformers would load it with a random third layer, and only warn
+    with pytest.raises(PublishError, match="do not fit its config.json: .* missing keys"):
+        push_folder(deeper, "someone/deeper", token=TOKEN, endpoint=hub.endpoint)
+
+    wider = copy_model(tiny_model_dir, tmp_path / "wider")
+    edit_config(wider, d_ff=128)
+    with pytest.raises(PublishError, match="does not load"):
+        push_folder(wider, "someone/wider", token=TOKEN, endpoint=hub.endpoint)
+    assert hub.requests == []
+
+
+def test_non_finite_weights_and_a_missing_tokenizer_are_refused(hub, tiny_model, tiny_model_dir, tmp_path):
+    nan = tmp_path / "nan"
+    broken = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        broken.model.encoder.layers[0].feed_forward.fc1.weight[0, 0] = float("nan")
+    broken.save_pretrained(nan)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (nan / name).write_bytes((tiny_model_dir / name).read_bytes())
+    with pytest.raises(PublishError, match="1 weight tensors hold NaN or infinity"):
+        push_folder(nan, "someone/nan", token=TOKEN, endpoint=hub.endpoint)
+
+    no_tokenizer = copy_model(tiny_model_dir, tmp_path / "no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    (no_tokenizer / "tokenizer_config.json").unlink()
+    with pytest.raises(PublishError, match="Loading the tokenizer failed"):
+        push_folder(no_tokenizer, "someone/no-tokenizer", token=TOKEN, endpoint=hub.endpoint)
+    assert hub.requests == []
+
+
+def test_an_absurd_config_size_fails_fast_naming_the_field(hub, tiny_model_dir, tmp_path):
+    folder = copy_model(tiny_model_dir, tmp_path / "huge")
+    edit_config(folder, max_position_embeddings=100_000_000)  # would be a 100 GB sinusoidal table at d_model 256
+    started = time.perf_counter()
+    with pytest.raises(PublishError, match="max_position_embeddings must be at most 65,536, got 100,000,000"):
+        push_folder(folder, "someone/huge", token=TOKEN, endpoint=hub.endpoint)
+    assert time.perf_counter() - started < 10
+    with pytest.raises(ValueError, match="max_position_embeddings must be at most 65,536"):
+        AutoConfig.from_pretrained(folder, trust_remote_code=True, local_files_only=True)
+    assert hub.requests == []
+
+
+def test_a_space_with_a_broken_model_inside_is_refused(hub, space_dir, tiny_model_dir):
+    model = copy_model(tiny_model_dir, space_dir / "models" / "tiny")
+    (model / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(PublishError, match=f"{model} does not load"):
+        push_folder(space_dir, "someone/demo", repo_type="space", token=TOKEN, endpoint=hub.endpoint)
+    assert hub.requests == []

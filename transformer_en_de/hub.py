@@ -3,7 +3,9 @@
 `load_model` takes a local folder or a Hub id and says in plain words why it could not load one (offline, no such
 folder, not in the cache). `push_folder` creates the repo if needed and uploads the folder in one commit; anything
 that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is not what
-the repo type needs) raises `PublishError` at once with the cause and what to do about it.
+the repo type needs, a model folder that does not load) raises `PublishError` at once with the cause and what to do
+about it. `check_model_loads` is that last check: the folder is loaded here, offline, as a user would load it from the
+Hub, before a single byte is uploaded.
 """
 
 import socket
@@ -51,6 +53,8 @@ def push_folder(
     folder = Path(folder)
     where = f"{repo_type} repo {repo_id!r}"
     check_folder(folder, repo_type)
+    for model_folder in model_folders(folder, repo_type):
+        check_model_loads(model_folder)
     if repo_type == "space":
         space_sdk = space_sdk or _sdk_from_readme(folder) or "gradio"
     endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
@@ -109,6 +113,65 @@ def check_folder(folder: Path, repo_type: str) -> None:
         raise PublishError(f"{folder} has no app.py, the file a Gradio Space runs. Push the Space's folder.")
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def model_folders(folder: Path, repo_type: str) -> list[Path]:
+    """The saved models a push carries: the folder itself for a model repo; for a Space, every folder inside it that
+    holds a config.json beside weights (deploy_space.py ships the model as models/transformer-en-de/)."""
+    if repo_type == "model":
+        return [folder]
+    if repo_type == "space":
+        return sorted(
+            config.parent for config in folder.rglob("config.json")
+            if any((config.parent / name).is_file() for name in WEIGHT_FILES)
+        )
+    return []
+
+
+def check_model_loads(folder: str | Path) -> None:
+    """Raise PublishError unless `folder` loads as a user would load it from the Hub, here and offline: the config,
+    every weight (none missing, unexpected, mis-shaped or non-finite) and the tokenizer, matching the config's ids."""
+    folder = Path(folder)
+    options = dict(trust_remote_code=True, local_files_only=True)  # the folder's own copy of the modeling code
+    refusal = (f"{folder} does not load, so it would not load from the Hub either; nothing was uploaded. Fix the "
+               "folder (save it again with train.py or save_pretrained) and push again")
+    try:
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True, **options)
+    except Exception as error:  # OSError (no weights), ValueError (config), SafetensorError (truncated), ...
+        raise PublishError(f"{refusal}. Loading the model failed ({type(error).__name__}): {_cause(error)}") from error
+    wrong = {kind: sorted(info.get(kind) or []) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    wrong = {kind: keys for kind, keys in wrong.items() if keys}
+    if wrong:
+        details = "; ".join(f"{len(keys)} {kind.replace('_', ' ')} ({', '.join(map(str, keys[:3]))}...)"
+                            for kind, keys in wrong.items())
+        raise PublishError(f"{refusal}. Its weights do not fit its config.json: {details}.")
+    broken = [name for name, parameter in model.named_parameters() if not torch.isfinite(parameter).all()]
+    if broken:
+        raise PublishError(f"{refusal}. {len(broken)} weight tensors hold NaN or infinity ({', '.join(broken[:3])}).")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **options)
+    except Exception as error:
+        raise PublishError(
+            f"{refusal}. Loading the tokenizer failed ({type(error).__name__}): {_cause(error)}"
+        ) from error
+    config = model.config
+    if len(tokenizer) > config.vocab_size:
+        raise PublishError(f"{refusal}. The tokenizer has {len(tokenizer)} tokens but the model only "
+                           f"{config.vocab_size} embeddings (config.json vocab_size).")
+    for name in ("pad_token_id", "eos_token_id"):
+        ours, theirs = getattr(tokenizer, name), getattr(config, name, None)
+        if ours is not None and theirs is not None and ours != theirs:
+            raise PublishError(f"{refusal}. The tokenizer's {name} is {ours} but config.json says {theirs}.")
+
+
+def _cause(error: Exception, length: int = 300) -> str:
+    """The error's message on one line, cut to `length` characters."""
+    cause = " ".join(str(error).split())
+    return cause if len(cause) <= length else cause[: length - 3] + "..."
+
+
 def _sdk_from_readme(folder: Path) -> str | None:
     readme = folder / "README.md"
     if not readme.is_file():
@@ -163,7 +226,6 @@ def _explain_refusal(error: Exception, where: str, endpoint: str) -> str:
     return f"Cannot push to the {where}: {endpoint} answered HTTP {status}: {' '.join(reason).strip()}"
 
 
-
 def load_model(model_id: str, device: str | torch.device = "cpu"):
     """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
     folder = Path(model_id).expanduser()
@@ -178,9 +240,7 @@ def load_model(model_id: str, device: str | torch.device = "cpu"):
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
         model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
     except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
-        cause = " ".join(str(error).split())
-        if len(cause) > 300:
-            cause = cause[:297] + "..."
+        cause = _cause(error)
         if local_only and not folder.is_dir():
             raise RuntimeError(
                 f"could not be loaded: the Hugging Face Hub is unreachable (offline) and {model_id} is neither a "

@@ -1,0 +1,78 @@
+"""transformer_en_de/model_card.py: the card is built from the folder's eval_results.json (the one shape)."""
+
+import pytest
+from conftest import ROOT, tiny_config
+from huggingface_hub import ModelCard
+
+from transformer_en_de.evaluation import read_eval_results, write_eval_results
+from transformer_en_de.model_card import write_model_card
+
+SCORE = {"bleu": 30.5, "chrf": 55.25, "num_sentences": 1000, "bleu_signature": "nrefs:1|bleu", "chrf_signature": "c"}
+
+
+def write_results(folder, languages=("en", "de"), **training):
+    write_eval_results(
+        folder,
+        num_parameters=7577600,
+        languages=languages,
+        decoding={"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255, "max_new_tokens_ratio": 1.5,
+                  "max_new_tokens_offset": 10, "batch_size": 32},
+        scores={"val": dict(SCORE, bleu=31.0, num_sentences=1014), "test_2016_flickr": SCORE},
+        command=["python train.py --output_dir run", "python average_checkpoints.py run/checkpoint-1"],
+        training={"validation_split": "val", **training},
+    )
+
+
+def model_index_metrics(card: ModelCard) -> list[tuple[str, str, float]]:
+    return [
+        (entry["dataset"]["name"], metric["type"], metric["value"])
+        for entry in card.data.to_dict()["model-index"][0]["results"]
+        for metric in entry["metrics"]
+    ]
+
+
+def test_card_reports_the_test_split_in_the_metadata_and_every_split_in_the_text(tmp_path, tiny_tokenizer):
+    write_results(tmp_path)
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+    assert model_index_metrics(card) == [("Multi30k (test_2016_flickr)", "bleu", 30.5),
+                                         ("Multi30k (test_2016_flickr)", "chrf", 55.25)]  # never validation
+    assert "| val (validation) | 1014 | 31.0 | 55.25 |" in card.text
+    assert "| test_2016_flickr | 1000 | 30.5 | 55.25 |" in card.text
+    assert "at most 1.5 × source tokens + 10 new tokens" in card.text
+    assert "python train.py --output_dir run\npython average_checkpoints.py run/checkpoint-1" in card.text
+    assert "English→German (en→de)" in card.text and card.data.language == ["en", "de"]
+
+
+def test_reverse_direction_card_says_de_to_en(tmp_path, tiny_tokenizer):
+    write_results(tmp_path, languages=("de", "en"))
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+    assert "A German→English (de→en) Transformer" in card.text and "English→German" not in card.text
+    assert card.data.language == ["de", "en"]
+    assert card.data.to_dict()["model-index"][0]["results"][0]["dataset"]["config"] == "de-en"
+    assert "opus-mt-de-en" in card.text
+
+
+def test_card_lists_the_average_candidates_and_marks_the_chosen_one(tmp_path, tiny_tokenizer):
+    candidates = [
+        {"name": "last 1", "checkpoints": ["checkpoint-30"], "validation": {"bleu": 30.0, "chrf": 55.0}},
+        {"name": "last 2", "checkpoints": ["checkpoint-20", "checkpoint-30"],
+         "validation": {"bleu": 31.0, "chrf": 56.0}},
+    ]
+    write_results(tmp_path, average_candidates=candidates, chosen_average="last 2",
+                  averaged_checkpoints=["checkpoint-20", "checkpoint-30"])
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+    assert "| last 2 ✓ | checkpoint-20, checkpoint-30 | 31.0 | 56.0 |" in card.text
+    assert "| last 1 | checkpoint-30 | 30.0 | 55.0 |" in card.text
+
+
+def test_card_without_eval_results_is_a_clear_error(tmp_path, tiny_tokenizer):
+    with pytest.raises(FileNotFoundError, match="No eval_results.json"):
+        write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+
+
+def test_shipped_eval_results_are_the_one_shape():
+    results = read_eval_results(ROOT / "models" / "transformer-en-de")
+    assert set(results["scores"]) == {"val", "test_2016_flickr"}
+    assert results["decoding"]["max_new_tokens_ratio"] == 1.5 and results["decoding"]["max_new_tokens_offset"] == 10
+    assert [command.split()[1] for command in results["command"]] == ["train.py", "average_checkpoints.py"]
+    assert len(results["training"]["validation_curve"]) == 20

@@ -18,21 +18,30 @@ import deploy_space
 from transformer_en_de.hub import PublishError
 
 TOKEN = "hf_loopback_write_token"
-SPACE_CODE = ["app.py", "metrics.py", *sorted(str(path.relative_to(ROOT)) for pattern in ("modeling", "tokenizer")
-                                              for path in (ROOT / pattern).glob("*.py"))]
+SPACE_CODE = ["app.py", *sorted(str(path.relative_to(ROOT)) for folder in deploy_space.SPACE_FOLDERS
+                                 for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts)]
 
 
-def requirements() -> dict[str, Requirement]:
-    lines = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
-    parsed = [Requirement(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+def requirements(text: str | None = None) -> dict[str, Requirement]:
+    """The requirements of a requirements.txt (the project's by default); pip options (`--...`) left out."""
+    lines = (text if text is not None else (ROOT / "requirements.txt").read_text(encoding="utf-8")).splitlines()
+    parsed = [Requirement(line) for line in lines if line.strip() and not line.lstrip().startswith(("#", "--"))]
     return {canonicalize_name(requirement.name): requirement for requirement in parsed}
 
 
+def import_time_nodes(tree: ast.AST):
+    """Every node that runs when the module is imported: function bodies (where optional imports live) skipped."""
+    for node in ast.iter_child_nodes(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield node
+            yield from import_time_nodes(node)
+
+
 def third_party_imports(path: Path) -> set[str]:
-    """Top-level modules a file imports, less the standard library and the project's own modules."""
-    local = {"app", "metrics", "modeling", "tokenizer"}
+    """Top-level modules a file imports when it is imported, less the standard library and the project's own."""
+    local = {"app", "modeling", "tokenizer", "transformer_en_de"}
     modules = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in import_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             modules |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -101,8 +110,9 @@ def test_staging_ships_the_app_its_code_and_the_model(model_with_checkpoint, tmp
     staged = deploy_space.stage_space(tmp_path / "space", model_with_checkpoint)
     files = folder_files(staged)
 
-    for name in ["app.py", "requirements.txt", *SPACE_CODE]:
+    for name in SPACE_CODE:
         assert files[name] == (ROOT / name).read_bytes(), name
+    assert {"transformer_en_de/engine.py", "modeling/modeling_transformer_mt.py"} <= set(files)  # what app.py imports
     model_files = {f"{deploy_space.MODEL_IN_SPACE}/{name}": data
                    for name, data in folder_files(model_with_checkpoint).items() if "/" not in name}
     assert model_files.items() <= files.items()
@@ -133,3 +143,43 @@ def test_deploy_offline_fails_fast_and_clearly(model_with_checkpoint, capsys):
 
     assert code == 1 and time.monotonic() - started < 10
     assert "offline mode is on (HF_HUB_OFFLINE=1)" in capsys.readouterr().err
+
+
+def test_space_requirements_pull_the_cpu_build_of_torch(model_with_checkpoint, tmp_path):
+    staged = deploy_space.stage_space(tmp_path / "space", model_with_checkpoint)
+    text = (staged / "requirements.txt").read_text(encoding="utf-8")
+    options = [line.strip() for line in text.splitlines() if line.strip().startswith("--")]
+
+    assert options == ["--extra-index-url https://download.pytorch.org/whl/cpu"]
+    assert requirements(text) == requirements()  # the project's requirements, nothing dropped or added
+    assert "torch" in requirements(text)
+
+
+def test_space_license_is_the_shipped_weights_licence(tmp_path):
+    shipped = deploy_space.model_license(deploy_space.DEFAULT_MODEL_FOLDER)
+    assert shipped == "cc-by-nc-4.0"  # Multi30k's non-commercial terms, as the shipped model card declares
+
+    card = SpaceCard(deploy_space.space_readme(ROOT / "README.md", weights_license=shipped))
+    assert card.data.license == shipped
+    assert "Apache-2.0" in card.text and shipped in card.text  # the README says which licence covers what
+    assert deploy_space.model_license(tmp_path) is None  # no model card: the code's licence stays
+
+
+def test_staged_space_carries_the_model_cards_licence(model_with_checkpoint, tmp_path):
+    (model_with_checkpoint / "README.md").write_text("---\nlicense: cc-by-nc-4.0\n---\n\n# tiny\n", encoding="utf-8")
+    staged = deploy_space.stage_space(tmp_path / "space", model_with_checkpoint)
+
+    data = SpaceCard.load(staged / "README.md").data.to_dict()
+    check_front_matter(data)
+    assert data["license"] == "cc-by-nc-4.0"
+
+
+def test_staging_refuses_a_model_that_does_not_load(model_with_checkpoint, tmp_path, capsys):
+    weights = model_with_checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+
+    with pytest.raises(PublishError, match="does not load"):
+        deploy_space.stage_space(tmp_path / "space", model_with_checkpoint)
+    assert not (tmp_path / "space").exists()
+    assert deploy_space.main(["--stage-only", str(tmp_path / "space"), "--model", str(model_with_checkpoint)]) == 1
+    assert "does not load" in capsys.readouterr().err

@@ -1,5 +1,8 @@
-"""The joint byte-level BPE tokenizer: exact round trips, special ids, targets, saving, training inputs, the CLI."""
+"""The joint byte-level BPE tokenizer: exact round trips, special ids, targets, clean saves, training inputs, CLI."""
 
+import copy
+import json
+import pickle
 import subprocess
 import sys
 
@@ -138,3 +141,70 @@ def test_bad_training_input_raises_a_clear_error(tmp_path):
         train_tokenizer()
     with pytest.raises(FileNotFoundError, match="No tokenizer at"):
         load_tokenizer(tmp_path)
+
+
+def saved_config(folder) -> dict:
+    return json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+
+
+def saved_backend_state(folder) -> tuple:
+    saved = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    return saved["truncation"], saved["padding"]
+
+
+CALL_STATE = {"is_local", "local_files_only", "max_length", "stride", "truncation_strategy", "pad_to_multiple_of",
+              "pad_token_type_id"}
+
+
+def test_saving_writes_no_load_or_call_state(tmp_path):
+    trained = train_tokenizer(texts=[text for pair in PAIRS for text in pair], vocab_size=300, min_frequency=1)
+    trained(["A dog runs in the park."] * 2, max_length=5, truncation=True, padding="max_length")  # as training does
+    trained.save_pretrained(tmp_path / "trained")
+    assert CALL_STATE.isdisjoint(saved_config(tmp_path / "trained"))
+    assert saved_backend_state(tmp_path / "trained") == (None, None)
+
+    loaded = load_tokenizer(tmp_path / "trained")  # from_pretrained records is_local / local_files_only
+    loaded(["Zwei Männer arbeiten."], max_length=7, truncation=True, padding=True)
+    loaded.save_pretrained(tmp_path / "again")
+    assert CALL_STATE.isdisjoint(saved_config(tmp_path / "again"))
+    assert saved_backend_state(tmp_path / "again") == (None, None)
+    assert saved_config(tmp_path / "again") == saved_config(tmp_path / "trained")
+    # Calls after a save still truncate and pad as asked.
+    assert len(loaded("word " * 50, max_length=7, truncation=True)["input_ids"]) == 7
+
+
+def test_a_polluted_saved_folder_is_cleaned_by_loading_and_saving(tiny_tokenizer, tmp_path):
+    """The shipped folder's state before the fix: load-time flags and a training-time max_length in both files."""
+    polluted = tmp_path / "polluted"
+    tiny_tokenizer.save_pretrained(polluted)
+    config = saved_config(polluted) | {"is_local": True, "local_files_only": True, "max_length": 128, "stride": 0,
+                                       "truncation_side": "right", "truncation_strategy": "longest_first"}
+    (polluted / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    backend = json.loads((polluted / "tokenizer.json").read_text(encoding="utf-8"))
+    backend["truncation"] = {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0}
+    (polluted / "tokenizer.json").write_text(json.dumps(backend), encoding="utf-8")
+
+    load_tokenizer(polluted).save_pretrained(tmp_path / "clean")
+
+    cleaned = saved_config(tmp_path / "clean")
+    assert CALL_STATE.isdisjoint(cleaned) and "truncation_side" not in cleaned
+    assert saved_backend_state(tmp_path / "clean") == (None, None)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path / "clean")
+    for text in ROUND_TRIP:
+        assert reloaded(text)["input_ids"] == tiny_tokenizer(text)["input_ids"]
+    long_text = "word " * 200  # no hidden 128-token cut left in tokenizer.json
+    assert len(reloaded(long_text)["input_ids"]) == len(tiny_tokenizer(long_text)["input_ids"]) > 128
+
+
+def test_copies_of_a_tokenizer_still_save_cleanly(tiny_tokenizer, tmp_path):
+    copied = copy.deepcopy(load_tokenizer_from(tiny_tokenizer, tmp_path / "source"))
+    copied("word " * 100, max_length=9, truncation=True)
+    copied.save_pretrained(tmp_path / "copy")
+    assert CALL_STATE.isdisjoint(saved_config(tmp_path / "copy"))
+    unpickled = pickle.loads(pickle.dumps(copied))  # a plain pickle copy (e.g. a DataLoader worker) still works
+    assert unpickled("Zwei Männer arbeiten.")["input_ids"] == tiny_tokenizer("Zwei Männer arbeiten.")["input_ids"]
+
+
+def load_tokenizer_from(tokenizer, folder):
+    tokenizer.save_pretrained(folder)
+    return load_tokenizer(folder)

@@ -2,8 +2,13 @@
 
 Byte-level pre-tokenization with the full byte alphabet means every string — umlauts, ß, „quotes“, double spaces,
 characters never seen in training — encodes and decodes back exactly; nothing maps to <unk>.
+
+The tokenizers returned here save only what the tokenizer is: `transformers` would otherwise write into
+tokenizer_config.json where it was loaded from (`is_local`, `local_files_only`) and, through the backend's
+truncation/padding state kept in tokenizer.json, the `max_length` of the last call made during training.
 """
 
+import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -12,6 +17,11 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 # Order fixes the ids: pad 0, bos 1, eos 2, unk 3 — the defaults of TransformerMTConfig.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+# Set by from_pretrained (where the files came from) or read back from the backend's last truncation/padding (the
+# arguments of one call): state of a session, not of the tokenizer, so never saved.
+CALL_STATE_KWARGS = ("is_local", "local_files_only", "max_length", "stride", "truncation_strategy",
+                     "pad_to_multiple_of", "pad_token_type_id")
+DEFAULT_SIDES = {"truncation_side": "right", "padding_side": "right"}  # dropped too when they are the defaults
 
 
 def _lines(files: Iterable[str | Path]) -> Iterator[str]:
@@ -64,12 +74,40 @@ def train_tokenizer(
     bpe.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, bpe.token_to_id(eos))]
     )
-    return PreTrainedTokenizerFast(
+    return _saving_cleanly(PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,  # keep decoding exact: no space removal before punctuation
         **SPECIAL_TOKENS,
-    )
+    ))
+
+
+def forget_call_state(tokenizer):
+    """Drop what loading and calling left behind (see CALL_STATE_KWARGS) from `tokenizer`; return it.
+
+    Calls are unaffected: transformers sets the backend's truncation and padding again for every call that asks.
+    """
+    for key in CALL_STATE_KWARGS:
+        tokenizer.init_kwargs.pop(key, None)
+    for key, default in DEFAULT_SIDES.items():
+        if tokenizer.init_kwargs.get(key) == default:
+            tokenizer.init_kwargs.pop(key)
+    tokenizer.backend_tokenizer.no_truncation()
+    tokenizer.backend_tokenizer.no_padding()
+    return tokenizer
+
+
+def save_pretrained(self, *args, **kwargs):
+    """`save_pretrained` of a tokenizer from this module: the class's, after `forget_call_state`."""
+    forget_call_state(self)
+    return type(self).save_pretrained(self, *args, **kwargs)
+
+
+def _saving_cleanly(tokenizer):
+    # Bound on the instance, so the tokenizer stays a plain PreTrainedTokenizerFast (loadable anywhere, with no code
+    # of ours) whose saved files hold no call state. Named save_pretrained so that a pickled copy unpickles to one.
+    tokenizer.save_pretrained = types.MethodType(save_pretrained, tokenizer)
+    return forget_call_state(tokenizer)
 
 
 def config_token_fields(tokenizer) -> dict:
@@ -88,4 +126,4 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not (path / "tokenizer.json").is_file():
         raise FileNotFoundError(f"No tokenizer at {path}: expected {path / 'tokenizer.json'} (train one first).")
-    return AutoTokenizer.from_pretrained(str(path))
+    return _saving_cleanly(AutoTokenizer.from_pretrained(str(path)))

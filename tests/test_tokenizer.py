@@ -208,3 +208,11 @@ def test_copies_of_a_tokenizer_still_save_cleanly(tiny_tokenizer, tmp_path):
 def load_tokenizer_from(tokenizer, folder):
     tokenizer.save_pretrained(folder)
     return load_tokenizer(folder)
+
+
+def test_loading_from_a_model_folder_asks_nothing(tiny_model_dir, tiny_tokenizer, capfd):
+    """A model folder's config.json names custom code; the tokenizer needs none of it and must not prompt for it."""
+    loaded = load_tokenizer(tiny_model_dir)
+    assert loaded(PAIRS[1][1])["input_ids"] == tiny_tokenizer(PAIRS[1][1])["input_ids"]
+    captured = capfd.readouterr()
+    assert "custom code" not in captured.out + captured.err

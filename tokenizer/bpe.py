@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 # Order fixes the ids: pad 0, bos 1, eos 2, unk 3 — the defaults of TransformerMTConfig.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -126,4 +126,6 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     path = Path(path)
     if not (path / "tokenizer.json").is_file():
         raise FileNotFoundError(f"No tokenizer at {path}: expected {path / 'tokenizer.json'} (train one first).")
-    return _saving_cleanly(AutoTokenizer.from_pretrained(str(path)))
+    # The class itself, not AutoTokenizer: in a model folder AutoTokenizer reads config.json, whose auto_map makes it
+    # ask on stdin whether to trust the modeling code, which a tokenizer does not need.
+    return _saving_cleanly(PreTrainedTokenizerFast.from_pretrained(str(path)))

@@ -6,7 +6,8 @@
 
 writes `OUTPUT.de` (the input sentences, cleaned as the training data is) and `OUTPUT.en` (their translations),
 line-aligned, plus `OUTPUT.progress.json`, the run's record: model fingerprint, decoding settings, input
-fingerprint, lines done, counts of truncated sources and of translations stopped at the length bound.
+fingerprint, lines done, counts of truncated sources and of translations stopped at the length bound, wall and CPU
+seconds spent translating.
 
 - Every sentence goes through the one engine (`transformer_en_de.engine.translate`): length-sorted batches inside
   each chunk, the per-sentence length bound, greedy, beam search or sampling (`DecodingSettings`).
@@ -132,7 +133,7 @@ class CorpusWriter:
                 )
             self.state = {"version": STATE_VERSION, **identity, "total_lines": total_lines, "lines_read": 0,
                           "lines_written": 0, "lines_skipped": 0, "sources_truncated": 0, "hit_length_bound": 0,
-                          "bytes": {"source": 0, "target": 0}, "seconds": 0.0}
+                          "bytes": {"source": 0, "target": 0}, "seconds": 0.0, "cpu_seconds": 0.0}
             self.output.parent.mkdir(parents=True, exist_ok=True)
             for path in self.paths.values():
                 path.write_bytes(b"")
@@ -170,7 +171,8 @@ class CorpusWriter:
         self.state = state
         return state
 
-    def append(self, chunk: Chunk, sources: list[str], targets: list[str], counts: dict, seconds: float) -> None:
+    def append(self, chunk: Chunk, sources: list[str], targets: list[str], counts: dict, seconds: float,
+               cpu_seconds: float) -> None:
         """Append one translated chunk to both files, sync them, then record it in the progress file atomically."""
         for side, lines in (("source", sources), ("target", targets)):
             data = "".join(line + "\n" for line in lines).encode("utf-8")
@@ -184,6 +186,7 @@ class CorpusWriter:
         for key, value in counts.items():
             self.state[key] += value
         self.state["seconds"] = round(self.state["seconds"] + seconds, 3)
+        self.state["cpu_seconds"] = round(self.state.get("cpu_seconds", 0.0) + cpu_seconds, 3)
         self._save()
 
     def _save(self) -> None:
@@ -257,7 +260,7 @@ def translate_corpus(
     for chunk_start in range(start_line, total, chunk_size):
         chunk = Chunk(chunk_start // chunk_size, chunk_start, min(chunk_start + chunk_size, total))
         sources = [text for text in map(clean, lines[chunk.start : chunk.stop]) if text]
-        chunk_started = time.perf_counter()
+        chunk_started, chunk_cpu_started = time.perf_counter(), time.process_time()
         torch.manual_seed(seed + chunk.index)  # each chunk its own seed: a resumed run samples what a whole run does
         run = translate(model, tokenizer, sources, settings)
         targets = [_normalise(text) for text in run.texts]
@@ -266,7 +269,8 @@ def translate_corpus(
             "sources_truncated": sum(result.source_truncated for result in run.translations),
             "hit_length_bound": sum(result.hit_length_bound for result in run.translations),
         }
-        writer.append(chunk, sources, targets, counts, time.perf_counter() - chunk_started)
+        writer.append(chunk, sources, targets, counts, time.perf_counter() - chunk_started,
+                      time.process_time() - chunk_cpu_started)
         translated += len(sources)
         chunks_done += 1
         elapsed = time.perf_counter() - started
@@ -280,6 +284,11 @@ def translate_corpus(
                   "run the same command again to continue.", file=log)
             return writer.state
     state = writer.state
+    if state["seconds"] and state["cpu_seconds"]:
+        pairs, seconds, cpu = state["lines_written"], state["seconds"], state["cpu_seconds"]
+        print(f"{name}: translating took {seconds:.1f} s ({pairs / seconds:.1f} sentences/s) and {cpu:.1f} CPU-seconds "
+              f"({pairs / cpu:.1f} sentences per CPU-second; with --threads 1, about the rate on an idle core).",
+              file=log)
     print(f"{name}: done, {state['lines_written']:,} pairs written ({state['lines_skipped']:,} empty lines skipped, "
           f"{state['sources_truncated']:,} sources truncated, {state['hit_length_bound']:,} translations stopped at "
           f"the length bound) to {writer.paths['source']} and {writer.paths['target']}.", file=log)

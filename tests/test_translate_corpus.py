@@ -73,7 +73,7 @@ def test_stopping_and_resuming_gives_the_uninterrupted_output(tiny_model_dir, tm
     # A run killed while appending its third chunk: bytes past what the progress file records.
     for path in (parts.with_name("parts.en"), parts.with_name("parts.de")):
         with open(path, "ab") as handle:
-            handle.write("Ein halber Satz ohne Zeilenende".encode())
+            handle.write("Ein halber Satz über die Straße, ohne Zeilenende".encode())
     assert run(tiny_model_dir, input_path, parts) == 0
 
     assert "resuming at input line 11 of 23" in capsys.readouterr().err
@@ -174,9 +174,10 @@ def test_bad_input_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
 @pytest.mark.slow
 def test_a_killed_process_resumes_to_the_uninterrupted_output(tiny_model_dir, tmp_path):
     input_path = tmp_path / "input.en"
-    lines = write_input(input_path, 1200)
+    lines = write_input(input_path, 240)
     command = [sys.executable, "translate_corpus.py", "--model", str(tiny_model_dir), "--input", str(input_path),
-               "--source_lang", "en", "--target_lang", "de", "--batch_size", "8", "--chunk_size", "20", "--threads", "1"]
+               "--source_lang", "en", "--target_lang", "de", "--batch_size", "8", "--chunk_size", "10",
+               "--threads", "1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     killed, whole = tmp_path / "killed", tmp_path / "whole"
 
@@ -184,13 +185,13 @@ def test_a_killed_process_resumes_to_the_uninterrupted_output(tiny_model_dir, tm
     progress_file = killed.with_name("killed.progress.json")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if progress_file.is_file() and progress(killed)["lines_read"] >= 60:
+        if progress_file.is_file() and progress(killed)["lines_read"] >= 30:
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     at_kill = progress(killed)["lines_read"]
-    assert process.returncode == -signal.SIGKILL and 60 <= at_kill < len(lines), "the kill came too late to test"
+    assert process.returncode == -signal.SIGKILL and 30 <= at_kill < len(lines), "the kill came too late to test"
 
     resumed = subprocess.run([*command, "--output", str(killed)], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=600)

@@ -216,3 +216,9 @@ def test_loading_from_a_model_folder_asks_nothing(tiny_model_dir, tiny_tokenizer
     assert loaded(PAIRS[1][1])["input_ids"] == tiny_tokenizer(PAIRS[1][1])["input_ids"]
     captured = capfd.readouterr()
     assert "custom code" not in captured.out + captured.err
+
+
+def test_the_shipped_tokenizer_files_hold_no_call_state():
+    shipped = ROOT / "models" / "transformer-en-de"
+    assert CALL_STATE.isdisjoint(saved_config(shipped))
+    assert saved_backend_state(shipped) == (None, None)

@@ -3,9 +3,11 @@
     python publish.py models/transformer-en-de your-name/transformer-en-de
     python publish.py space/ your-name/transformer-en-de-demo --repo-type space --space-sdk gradio
 
-`push_folder` creates the repo if needed and uploads the folder in one commit through `huggingface_hub`. Anything
-that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is not what
-the repo type needs) raises `PublishError` at once with the cause and what to do about it.
+`push_folder` creates the repo if needed and uploads the folder in one commit through `huggingface_hub`. Before the
+first request it loads every model folder it would upload (a model repo's folder; a Space's models/*/), offline and
+in-process: config, every weight, the tokenizer. Anything that stops the push (offline mode, an unreachable endpoint,
+a missing or read-only token, a folder that is not what the repo type needs, a model folder that does not load)
+raises `PublishError` at once with the cause and what to do about it.
 """
 
 import argparse

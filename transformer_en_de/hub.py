@@ -53,8 +53,6 @@ def push_folder(
     folder = Path(folder)
     where = f"{repo_type} repo {repo_id!r}"
     check_folder(folder, repo_type)
-    for model_folder in model_folders(folder, repo_type):
-        check_model_loads(model_folder)
     if repo_type == "space":
         space_sdk = space_sdk or _sdk_from_readme(folder) or "gradio"
     endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
@@ -65,6 +63,8 @@ def push_folder(
             "Unset HF_HUB_OFFLINE on a machine with network access and run the push again."
         )
     _check_reachable(endpoint, where)
+    for model_folder in model_folders(folder, repo_type):  # before the first request: a broken model never lands
+        check_model_loads(model_folder)
 
     api = HfApi(endpoint=endpoint, token=token)
     try:

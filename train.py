@@ -1,6 +1,7 @@
 """Train the Transformer on Multi30k English→German with the paper's recipe, evaluate, and write a Hub-ready folder.
 
     python train.py --data_dir ../shared/data/multi30k --output_dir runs/base
+    torchrun --nproc_per_node 8 train.py --dataset_name wmt14 --dataset_config_name de-en --output_dir runs/wmt14 ...
 
 Every `Seq2SeqTrainingArguments` flag works (`--num_train_epochs`, `--per_device_train_batch_size`,
 `--resume_from_checkpoint`, `--push_to_hub --hub_model_id NAME`, ...). The model flags (`--d_model`,
@@ -15,6 +16,19 @@ More training data and other directions:
     --average_last 10                   at the end, average the last n checkpoints (n = 1, 2, 5, 10), score each on
                                         validation, ship the best
 
+Data from the Hub or from `datasets` files instead of text files:
+
+    --dataset_name wmt14 --dataset_config_name de-en   a Hub dataset (or a local dataset folder), splits
+                                                       train/validation/test
+    --streaming --max_steps 100000                     read the training split as a stream (corpora larger than memory),
+                                                       the BPE trained on its first --tokenizer_train_samples pairs
+
+Several processes (one per GPU; gloo on CPU): `torchrun --nproc_per_node N train.py ...` or
+`accelerate launch --multi_gpu --num_processes N train.py ...`. The main process trains the tokenizer and writes every
+file; the others wait for it and load the tokenizer it saved. Validation during training is scored through the
+translation engine on the main process (every real sentence once), so it is the same score a single process gives the
+same checkpoint.
+
 At the end, on the main process: the chosen model is saved, scored on validation and test through the translation
 engine with its own decoding (every sentence in file order), and eval_results.json and the card are written.
 """
@@ -22,6 +36,7 @@ engine with its own decoding (every sentence in file order), and eval_results.js
 import dataclasses
 import json
 import os
+import random
 import re
 import shlex
 import sys
@@ -30,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from huggingface_hub import constants
 from transformers import (
@@ -52,7 +68,7 @@ from transformer_en_de.checkpoints import (
     score_model,
     validation_curve,
 )
-from transformer_en_de.evaluation import ChrF, SacreBleu, read_eval_results, write_eval_results
+from transformer_en_de.evaluation import read_eval_results, write_eval_results
 from transformer_en_de.hub import PublishError, hub_is_reachable, push_folder
 from transformer_en_de.model_card import write_model_card
 
@@ -71,6 +87,7 @@ RECIPE_DEFAULTS = [
     "--train_sampling_strategy", "group_by_length",
     "--per_device_train_batch_size", "128",
     "--per_device_eval_batch_size", "128",
+    "--ddp_find_unused_parameters", "false",  # every parameter takes part in every step
     "--num_train_epochs", "20",
     "--eval_strategy", "epoch",
     "--save_strategy", "epoch",
@@ -78,8 +95,6 @@ RECIPE_DEFAULTS = [
     "--load_best_model_at_end", "true",
     "--metric_for_best_model", "bleu",
     "--greater_is_better", "true",
-    "--predict_with_generate", "true",
-    "--generation_num_beams", "4",
     "--logging_steps", "50",
     "--report_to", "none",
     "--dataloader_num_workers", "0",
@@ -115,11 +130,32 @@ class DataArguments:
         default=None,
         metadata={"help": "Folder with {split}.{lang} text files. Default: download Multi30k into a local cache."},
     )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A `datasets` dataset instead of text files: a Hub id (e.g. wmt14), a local folder of data files "
+            "(train.jsonl, validation.parquet, ...) or of save_to_disk. Rows {'translation': {lang: text}} or a column "
+            "per language."
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration (de-en)."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream the training split of --dataset_name (tokenized on the fly, never held in memory); needs "
+            "--max_steps. Evaluation and checkpoints then default to every --save_steps steps."
+        },
+    )
     source_lang: str = field(default="en", metadata={"help": "Source language suffix (de with --target_lang en)."})
     target_lang: str = field(default="de")
     train_split: str = field(default="train")
-    validation_split: str = field(default="val")
-    test_split: str = field(default="test_2016_flickr", metadata={"help": "Scored once at the end; '' to skip."})
+    validation_split: str | None = field(
+        default=None, metadata={"help": "Default: val (text files), validation (--dataset_name)."}
+    )
+    test_split: str | None = field(
+        default=None,
+        metadata={"help": "Scored once at the end; '' to skip. Default: test_2016_flickr (files), test (datasets)."},
+    )
     max_source_length: int = field(default=128, metadata={"help": "Longer sources are truncated (tokens)."})
     max_target_length: int = field(default=128, metadata={"help": "Longer targets are truncated (tokens)."})
     max_train_samples: int | None = field(
@@ -157,6 +193,13 @@ class TokenizerArguments:
     )
     vocab_size: int = field(default=8000, metadata={"help": "BPE vocabulary size when training a tokenizer."})
     bpe_min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
+    tokenizer_train_samples: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "Train the BPE on at most this many training pairs: the first ones of a stream, a seeded random "
+            "sample otherwise."
+        },
+    )
 
 
 @dataclass
@@ -171,15 +214,26 @@ class SelectionArguments:
     )
 
 
+def given(argv: list[str], flag: str) -> bool:
+    """Whether `flag` is on the command line (`--flag value` or `--flag=value`)."""
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
 def parse_arguments(argv: list[str]):
     parser = HfArgumentParser(
         (DataArguments, TokenizerArguments, ModelArguments, SelectionArguments, Seq2SeqTrainingArguments)
     )
     # bf16 autocast needs `use_cpu` to be said explicitly where there is no GPU.
     device_defaults = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    data_args, *_, first_pass = parser.parse_args_into_dataclasses(args=RECIPE_DEFAULTS + device_defaults + argv)
+    if data_args.streaming:
+        # A stream has no epochs to count: evaluate and save every --save_steps steps unless told otherwise.
+        device_defaults += ["--eval_strategy", "steps", "--save_strategy", "steps",
+                            "--eval_steps", str(first_pass.save_steps)]
     data_args, tokenizer_args, model_args, selection_args, training_args = parser.parse_args_into_dataclasses(
         args=RECIPE_DEFAULTS + device_defaults + argv
     )
+    check_data_arguments(data_args, training_args)
     if "--learning_rate" not in " ".join(argv):
         # The paper's peak rate: d_model^-0.5 * warmup^-0.5, reached at the end of the linear warm-up.
         training_args.learning_rate = model_args.d_model**-0.5 * max(training_args.warmup_steps, 1) ** -0.5
@@ -192,6 +246,32 @@ def parse_arguments(argv: list[str]):
         # The last N checkpoints, and the best one besides them (the Trainer never deletes the best).
         training_args.save_total_limit = max(training_args.save_total_limit, selection_args.average_last + 1)
     return data_args, tokenizer_args, model_args, selection_args, training_args
+
+
+def check_data_arguments(data_args: DataArguments, training_args) -> None:
+    """Where the data comes from, and what each source allows: checked before anything is loaded or trained."""
+    from_dataset = data_args.dataset_name is not None
+    if from_dataset and data_args.data_dir:
+        raise SystemExit("error: give either --data_dir (text files) or --dataset_name (a datasets dataset), not both.")
+    if data_args.streaming and not from_dataset:
+        raise SystemExit("error: --streaming reads a --dataset_name; text files (--data_dir) are read in memory.")
+    if data_args.streaming and training_args.max_steps <= 0:
+        raise SystemExit(
+            "error: --streaming needs --max_steps N: a stream has no length, so epochs cannot be counted."
+        )
+    if from_dataset:
+        unsupported = [flag for flag, used in (("--extra_train", data_args.extra_train),
+                                               ("--case_augmentation", data_args.case_augmentation),
+                                               ("--train_weight", data_args.train_weight != 1)) if used]
+        if unsupported:
+            raise SystemExit(
+                f"error: {', '.join(unsupported)} mix text-file corpora; with --dataset_name they are not supported. "
+                "Write the dataset to {split}.{lang} text files and use --data_dir."
+            )
+    if data_args.validation_split is None:
+        data_args.validation_split = "validation" if from_dataset else "val"
+    if data_args.test_split is None:
+        data_args.test_split = "test" if from_dataset else "test_2016_flickr"
 
 
 def load_split(data_dir: Path, split: str, data_args: DataArguments, limit: int | None, clean: bool):
@@ -229,6 +309,69 @@ class TrainingPairs:
     tokenizer_texts: list[str]  # each corpus once, and the case variants: what a new BPE is trained on
 
 
+@dataclass
+class DatasetTraining:
+    """The training split of --dataset_name: `source`/`target` columns, cleaned lazily (in memory or streamed)."""
+
+    dataset: object  # datasets.Dataset or datasets.IterableDataset
+    facts: dict  # what eval_results.json keeps about the corpus
+    tokenizer_texts: object  # () -> list[str]: the BPE's training texts, read only by the process that trains it
+
+
+def load_dataset_training(data_args: DataArguments, tokenizer_args: TokenizerArguments, training_args,
+                          ) -> DatasetTraining:
+    """The training split of --dataset_name, each pair cleaned like a text corpus; a stream is shuffled in a buffer."""
+    name, streaming = data_args.dataset_name, data_args.streaming
+    languages = {"source_lang": data_args.source_lang, "target_lang": data_args.target_lang}
+    # The main process downloads and caches first; the others then read its cache.
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="loading the dataset"):
+        dataset = data.load_translation_split(name, data_args.dataset_config_name, data_args.train_split, streaming)
+        if streaming:
+            if data_args.max_train_samples is not None:
+                dataset = dataset.take(data_args.max_train_samples)
+            columns = dataset.column_names or list(next(iter(dataset)))
+            dataset = dataset.map(data.clean_batch, batched=True, fn_kwargs=languages, remove_columns=columns)
+            dataset = dataset.shuffle(seed=training_args.seed, buffer_size=10_000)
+            print(f"[data] {name} {data_args.train_split}: streamed, cleaned on the fly")
+        else:
+            total = len(dataset)
+            if data_args.max_train_samples is not None:
+                dataset = dataset.select(range(min(data_args.max_train_samples, total)))
+            dataset = dataset.map(data.clean_batch, batched=True, fn_kwargs=languages,
+                                  remove_columns=dataset.column_names, desc="cleaning")
+            if len(dataset) == 0:
+                raise data.DataError(f"{name} {data_args.train_split}: all pairs were dropped by cleaning.")
+            print(f"[data] {name} {data_args.train_split}: kept {len(dataset)} pairs of {total}")
+    samples = tokenizer_args.tokenizer_train_samples
+
+    def tokenizer_texts() -> list[str]:
+        if streaming:
+            sample = list(dataset.take(samples))
+            sources, targets = [row["source"] for row in sample], [row["target"] for row in sample]
+        else:
+            sample = dataset
+            if len(dataset) > samples:
+                sample = dataset.shuffle(seed=training_args.seed).select(range(samples))
+            sources, targets = sample["source"], sample["target"]
+        print(f"[tokenizer] training on {len(sources)} pairs of {name}")
+        return list(sources) + list(targets)
+
+    facts = {"name": name, "config": data_args.dataset_config_name, "split": data_args.train_split,
+             "pairs": None if streaming else len(dataset), "weight": 1.0, "tag": None, "streaming": streaming}
+    return DatasetTraining(dataset, facts, tokenizer_texts)
+
+
+def load_dataset_split(data_args: DataArguments, split: str, limit: int | None, training_args):
+    """A validation or test split of --dataset_name as (sources, targets), every pair as it is, in dataset order."""
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc=f"loading {split}"):
+        dataset = data.load_translation_split(
+            data_args.dataset_name, data_args.dataset_config_name, split, data_args.streaming
+        )
+        sources, targets = data.dataset_pairs(dataset, data_args.source_lang, data_args.target_lang, limit)
+    print(f"[data] {data_args.dataset_name} {split}: {len(sources)} pairs (kept as they are)")
+    return sources, targets
+
+
 def load_training_pairs(data_dir: Path, data_args: DataArguments, seed: int) -> TrainingPairs:
     main_corpus = data.Corpus(prefix=str(data_dir / data_args.train_split), weight=data_args.train_weight)
     if not data_args.train_weight > 0:
@@ -254,11 +397,12 @@ def load_training_pairs(data_dir: Path, data_args: DataArguments, seed: int) -> 
     return TrainingPairs(sources, targets, tagged, corpora, texts)
 
 
-def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, texts: list[str], max_len: int,
+def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, texts, max_len: int,
                       tag_token: str | None = None):
     """The tokenizer of this run: given, or already in the output folder (a resumed run), or trained now.
 
-    With `tag_token`, the tag is added as a special token (one id, never split, dropped when decoding).
+    `texts`: the training texts, or a function that reads them (called only when a tokenizer is trained). With
+    `tag_token`, the tag is added as a special token (one id, never split, dropped when decoding).
     """
     if tokenizer_args.tokenizer_name:
         tokenizer = load_tokenizer(tokenizer_args.tokenizer_name)
@@ -274,6 +418,9 @@ def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, text
         print(f"[tokenizer] reusing {output_dir / 'tokenizer.json'}")
     else:
         started = time.time()
+        texts = texts() if callable(texts) else texts
+        if len(texts) > 2 * tokenizer_args.tokenizer_train_samples:
+            texts = random.Random(0).sample(texts, 2 * tokenizer_args.tokenizer_train_samples)
         tokenizer = train_tokenizer(
             texts=texts,
             vocab_size=tokenizer_args.vocab_size,
@@ -291,6 +438,23 @@ def prepare_tokenizer(tokenizer_args: TokenizerArguments, output_dir: Path, text
 
 
 def tokenize(tokenizer, sources, targets, data_args: DataArguments, tagged: list[bool] | None = None) -> Dataset:
+    return Dataset.from_dict(encode_pairs(tokenizer, sources, targets, data_args, tagged))
+
+
+def tokenize_dataset(tokenizer, dataset, data_args: DataArguments, training_args):
+    """The `source`/`target` dataset tokenized like `tokenize` (lazily, batch by batch, when streamed)."""
+
+    def encode(batch):
+        return encode_pairs(tokenizer, batch["source"], batch["target"], data_args)
+
+    if data_args.streaming:
+        return dataset.map(encode, batched=True, remove_columns=["source", "target"])
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="tokenizing"):
+        return dataset.map(encode, batched=True, remove_columns=["source", "target"], desc="tokenizing")
+
+
+def encode_pairs(tokenizer, sources, targets, data_args: DataArguments, tagged: list[bool] | None = None) -> dict:
+    """input_ids, attention_mask, labels and length of each pair: sources and labels truncated, </s> kept."""
     encoded = tokenizer(
         sources,
         text_target=targets,
@@ -309,14 +473,12 @@ def tokenize(tokenizer, sources, targets, data_args: DataArguments, tagged: list
                      for ids, tag in zip(input_ids, tagged, strict=True)]
     # Labels can be longer than sources; truncate them to their own limit, keeping the final </s>.
     labels = [truncated(ids, data_args.max_target_length) for ids in encoded["labels"]]
-    return Dataset.from_dict(
-        {
-            "input_ids": input_ids,
-            "attention_mask": [[1] * len(ids) for ids in input_ids],
-            "labels": labels,
-            "length": [len(ids) for ids in input_ids],
-        }
-    )
+    return {
+        "input_ids": input_ids,
+        "attention_mask": [[1] * len(ids) for ids in input_ids],
+        "labels": labels,
+        "length": [len(ids) for ids in input_ids],
+    }
 
 
 class StartingStep(TrainerCallback):
@@ -330,22 +492,28 @@ class StartingStep(TrainerCallback):
             print(f"[train] resumed at step {self.step} of {state.max_steps}")
 
 
-def build_compute_metrics(tokenizer):
-    bleu, chrf = SacreBleu(), ChrF()
+class TranslationTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer whose evaluation adds BLEU and chrF of the validation sentences, translated through the engine
+    with the model's own decoding on the main process: every real sentence once, in file order, however many
+    processes train. (A distributed generate-and-gather would pad the last batch with repeated sentences and decode
+    each shard in other batches.) The other processes wait for the scores, so every process chooses the same best
+    checkpoint."""
 
-    def compute_metrics(evaluation):
-        predictions, labels = evaluation.predictions, evaluation.label_ids
-        predictions = [[t for t in row if t >= 0] for row in predictions.tolist()]
-        labels = [[t for t in row if t >= 0] for row in labels.tolist()]  # -100 marks padding
-        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
-        references = tokenizer.batch_decode(labels, skip_special_tokens=True)  # byte-level BPE: exact text
-        return {
-            "bleu": bleu.compute(predictions=hypotheses, references=references)["score"],
-            "chrf": chrf.compute(predictions=hypotheses, references=references)["score"],
-            "mean_length": sum(len(tokenizer.tokenize(text)) for text in hypotheses) / max(len(hypotheses), 1),
-        }
+    def __init__(self, *args, validation: tuple[list[str], list[str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validation = validation
 
-    return compute_metrics
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        scores = [None]
+        if self.is_world_process_zero():
+            _, split_scores = score_model(self.model, self.processing_class, *self.validation)
+            scores = [{name: split_scores[name] for name in ("bleu", "chrf", "num_sentences")}]
+        if self.args.world_size > 1:
+            broadcast_object_list(scores)
+        output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in scores[0].items()})
+        return output
 
 
 def resolve_resume(value: str | None, output_dir: str) -> str | bool | None:
@@ -393,6 +561,16 @@ def check_push(training_args) -> None:
         )
 
 
+def dataset_facts(data_args: DataArguments) -> dict:
+    """The dataset a run trained on, named as the Hub names it (the card links it)."""
+    if data_args.dataset_name:
+        return {"name": data_args.dataset_name, "config": data_args.dataset_config_name,
+                "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+    # Text files: Multi30k (downloaded, or a local copy with its split names), on the Hub as bentrevett/multi30k.
+    return {"name": data.MULTI30K_HUB_ID, "config": None, "files": data_args.data_dir or "downloaded",
+            "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     data_args, tokenizer_args, model_args, selection_args, training_args = parse_arguments(argv)
@@ -404,17 +582,27 @@ def main(argv: list[str] | None = None) -> dict:
     if push_requested:
         check_push(training_args)
 
+    test_sources = test_targets = None
     try:
-        data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
-        training = load_training_pairs(data_dir, data_args, training_args.seed)
-        val_sources, val_targets = load_split(
-            data_dir, data_args.validation_split, data_args, data_args.max_eval_samples, clean=False
-        )
-        test_sources = test_targets = None
-        if data_args.test_split:
-            test_sources, test_targets = load_split(
-                data_dir, data_args.test_split, data_args, data_args.max_test_samples, clean=False
+        if data_args.dataset_name:
+            training = load_dataset_training(data_args, tokenizer_args, training_args)
+            val_sources, val_targets = load_dataset_split(
+                data_args, data_args.validation_split, data_args.max_eval_samples, training_args
             )
+            if data_args.test_split:
+                test_sources, test_targets = load_dataset_split(
+                    data_args, data_args.test_split, data_args.max_test_samples, training_args
+                )
+        else:
+            data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
+            training = load_training_pairs(data_dir, data_args, training_args.seed)
+            val_sources, val_targets = load_split(
+                data_dir, data_args.validation_split, data_args, data_args.max_eval_samples, clean=False
+            )
+            if data_args.test_split:
+                test_sources, test_targets = load_split(
+                    data_dir, data_args.test_split, data_args, data_args.max_test_samples, clean=False
+                )
     except data.DataError as error:
         raise SystemExit(f"error: {error}") from None
 
@@ -424,8 +612,16 @@ def main(argv: list[str] | None = None) -> dict:
             f"error: max_source_length/max_target_length ({data_args.max_source_length}/"
             f"{data_args.max_target_length}) exceed max_position_embeddings ({max_positions})."
         )
-    tag_token = data_args.tag_token if any(corpus.tagged for corpus in training.corpora) else None
-    tokenizer = prepare_tokenizer(tokenizer_args, output_dir, training.tokenizer_texts, max_positions, tag_token)
+    from_files = isinstance(training, TrainingPairs)
+    tag_token = data_args.tag_token if from_files and any(corpus.tagged for corpus in training.corpora) else None
+    # One process trains (or loads) the tokenizer and saves it; the others wait, then load what it saved.
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="the tokenizer"):
+        if training_args.should_save:
+            tokenizer = prepare_tokenizer(
+                tokenizer_args, output_dir, training.tokenizer_texts, max_positions, tag_token
+            )
+        else:
+            tokenizer = load_tokenizer(output_dir)
 
     config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
     model = TransformerMTForConditionalGeneration(config)
@@ -433,17 +629,20 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     training_args.generation_max_length = data_args.max_target_length
 
-    train_dataset = tokenize(tokenizer, training.sources, training.targets, data_args, training.tagged)
-    eval_dataset = tokenize(tokenizer, val_sources, val_targets, data_args)
-    trainer = Seq2SeqTrainer(
+    if from_files:
+        train_dataset = tokenize(tokenizer, training.sources, training.targets, data_args, training.tagged)
+    else:
+        train_dataset = tokenize_dataset(tokenizer, training.dataset, data_args, training_args)
+    eval_dataset = tokenize(tokenizer, val_sources, val_targets, data_args)  # for the validation loss
+    trainer = TranslationTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
-        compute_metrics=build_compute_metrics(tokenizer),
         callbacks=[starting_step := StartingStep()],
+        validation=(val_sources, val_targets),
     )
     started = time.time()
     train_result = trainer.train(resume_from_checkpoint=resume)
@@ -459,7 +658,9 @@ def main(argv: list[str] | None = None) -> dict:
         "validation_curve": validation_curve(trainer.state.log_history),
         "trained_steps": {"from": starting_step.step, "to": trainer.state.global_step},
         "best_checkpoint": Path(best).name if best else None,
-        "corpora": [corpus.facts(data_args.tag_token) for corpus in training.corpora],
+        "corpora": ([corpus.facts(data_args.tag_token) for corpus in training.corpora] if from_files
+                    else [training.facts]),
+        "dataset": dataset_facts(data_args),
     }
     if data_args.case_augmentation:
         facts["case_augmentation"] = data_args.case_augmentation

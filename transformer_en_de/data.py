@@ -1,18 +1,25 @@
 """Parallel text files: fetch Multi30k, read and validate a source/target pair of files, drop unusable pairs, and mix
-several training corpora (weights, tagged synthetic sources, case variants).
+several training corpora (weights, tagged synthetic sources, case variants); or a `datasets` dataset (Hub or local,
+in memory or streamed) read as pairs.
 
 One sentence per line; line N of the source file translates line N of the target file.
 """
 
+import contextlib
 import gzip
 import html
+import itertools
 import random
 import shutil
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import datasets
+from huggingface_hub import constants as hub_constants
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{split}.{lang}.gz"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
@@ -186,3 +193,105 @@ def case_variants(sources: list[str], targets: list[str], fraction: float, seed:
         change = str.upper if rng.random() < 0.5 else str.lower
         variants.append((index, change(sources[index]), change(targets[index])))
     return variants
+
+
+# ------------------------------------------------------------------------------------------- datasets (Hub or local)
+#
+# `--dataset_name` reads a `datasets` dataset instead of text files: a Hub id (`wmt14` with config `de-en`), a local
+# folder of data files (train.jsonl, validation.parquet, ...: `datasets` infers the splits from the file names), or a
+# folder written by `save_to_disk`. Rows are `{"translation": {"de": ..., "en": ...}}` (WMT, Multi30k on the Hub) or
+# have one column per language.
+
+MULTI30K_HUB_ID = "bentrevett/multi30k"
+
+
+@contextlib.contextmanager
+def _hub_offline():
+    """`datasets` and `huggingface_hub` in offline mode (the local cache only) while the block runs."""
+    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
+
+
+def load_translation_split(name: str, config: str | None, split: str, streaming: bool = False, *,
+                           hub_reachable: Callable[[], bool] | None = None):
+    """One split of a dataset as a `datasets.Dataset` (or an `IterableDataset` with `streaming`).
+
+    A Hub id is fetched (or taken from the local cache); when the Hub is unreachable only the cache is tried, at once,
+    and a `DataError` says what to do, instead of `datasets` retrying for half a minute per file.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+        saved = datasets.load_from_disk(str(path))
+        if isinstance(saved, datasets.DatasetDict):
+            if split not in saved:
+                raise DataError(f"{name} has no split {split!r} (it has {', '.join(saved)}).")
+            saved = saved[split]
+        return saved.to_iterable_dataset() if streaming else saved
+    local = path.exists()
+    offline = not local and not (hub_reachable or _default_hub_reachable)()
+    try:
+        with _hub_offline() if offline else contextlib.nullcontext():
+            return datasets.load_dataset(str(path) if local else name, config, split=split, streaming=streaming)
+    except ValueError as error:
+        if "split" in str(error).lower():
+            raise DataError(f"--dataset_name {name}: no split {split!r} ({error}).") from error
+        raise DataError(f"--dataset_name {name} could not be loaded: {error}") from error
+    except (ConnectionError, OSError, FileNotFoundError) as error:
+        if offline:
+            raise DataError(
+                f"--dataset_name {name}: the Hugging Face Hub is unreachable (offline) and "
+                f"{'streaming reads from the Hub' if streaming else 'the dataset is not in the local datasets cache'}. "
+                "Run once with network access (a downloaded dataset is cached), pass a local dataset folder as "
+                "--dataset_name, or text files with --data_dir."
+            ) from error
+        raise DataError(f"--dataset_name {name} could not be loaded: {error}") from error
+
+
+def _default_hub_reachable() -> bool:
+    from .hub import hub_is_reachable  # loads transformers: only when a Hub id is asked for
+
+    return hub_is_reachable()
+
+
+def row_pair(row: dict, source_lang: str, target_lang: str) -> tuple[str, str]:
+    """(source, target) of a dataset row: `{"translation": {lang: text}}` or one column per language."""
+    pair = row.get("translation", row)
+    try:
+        return pair[source_lang], pair[target_lang]
+    except (KeyError, TypeError):
+        columns = ", ".join(row)
+        raise DataError(
+            f"A dataset row has no {source_lang!r}/{target_lang!r} text (columns: {columns}). Expected "
+            f'{{"translation": {{"{source_lang}": ..., "{target_lang}": ...}}}} or a column per language; check '
+            "--source_lang/--target_lang and --dataset_config_name."
+        ) from None
+
+
+def dataset_pairs(dataset, source_lang: str, target_lang: str, limit: int | None = None) -> tuple[list[str], list[str]]:
+    """The first `limit` (source, target) pairs of a dataset or a stream, as two lists in dataset order."""
+    sources, targets = [], []
+    for row in itertools.islice(dataset, limit):
+        source, target = row_pair(row, source_lang, target_lang)
+        sources.append(source)
+        targets.append(target)
+    if not sources:
+        raise DataError("The dataset split is empty.")
+    return sources, targets
+
+
+def clean_batch(rows: dict, source_lang: str, target_lang: str) -> dict[str, list[str]]:
+    """A batch of dataset rows as `{"source": [...], "target": [...]}`, normalised, unusable pairs dropped (the
+    batched-`map` form of `clean_pairs`)."""
+    columns = list(rows)
+    count = len(rows[columns[0]]) if columns else 0
+    sources, targets = [], []
+    for index in range(count):
+        source, target = row_pair({name: rows[name][index] for name in columns}, source_lang, target_lang)
+        sources.append(source)
+        targets.append(target)
+    kept_sources, kept_targets, _ = clean_pairs(sources, targets)
+    return {"source": kept_sources, "target": kept_targets}

@@ -46,6 +46,12 @@ class SourceLengthBound(LogitsProcessor):
         self.eos_token_id = eos_token_id
         self.prompt_length: int | None = None
 
+    def select_sentences(self, sentences: torch.Tensor) -> "SourceLengthBound":
+        """The bound of a subset of the sentences (a beam search whose finished sentences leave the batch)."""
+        selected = SourceLengthBound(self.limits[sentences.to(self.limits.device)], self.eos_token_id)
+        selected.prompt_length = self.prompt_length
+        return selected
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]

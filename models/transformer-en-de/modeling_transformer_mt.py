@@ -23,6 +23,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 
+from .beam_search import compact_beam_search, compact_search_covers
 from .configuration_transformer_mt import TransformerMTConfig
 from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits, source_lengths
 
@@ -496,6 +497,9 @@ def set_translation_defaults(generation_config, config: TransformerMTConfig) -> 
 class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, GenerationMixin):
     """The Transformer with its pre-softmax projection tied to the shared embedding; `generate()` translates."""
 
+    # Beam search lets each finished sentence leave the batch (same ids, `beam_search.py`); False: transformers' own.
+    drop_finished_sentences = True
+
     def __init__(self, config: TransformerMTConfig):
         super().__init__(config)
         self.model = TransformerMTModel(config)
@@ -556,6 +560,20 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             )
         return super().generate(
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
+        )
+
+    def _beam_search(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
+    ):
+        """transformers' beam search, with each sentence leaving the batch once it is done (`beam_search.py`)."""
+        if self.drop_finished_sentences and compact_search_covers(
+            generation_config, logits_processor, stopping_criteria, synced_gpus, model_kwargs
+        ):
+            return compact_beam_search(
+                self, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
+            )
+        return super()._beam_search(
+            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=synced_gpus, **model_kwargs
         )
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:

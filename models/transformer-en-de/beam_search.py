@@ -1,0 +1,253 @@
+"""Beam search in which a finished sentence leaves the batch: the same search as `GenerationMixin._beam_search`.
+
+transformers' beam search decodes every sentence of a batch until the last one is done, and reorders every layer's
+cross-attention keys/values at each step. On a length-sorted corpus about a third of the sentence-steps belong to
+sentences already done (Multi30k test, batches of 32, beam 4). This loop runs the same algorithm, step for step, with
+transformers' own helpers for choosing and finishing beams, but
+- a sentence leaves the batch as soon as it is done: four finished hypotheses (`early_stopping=True`), or no running
+  beam that can still beat them; from then on transformers' loop no longer changes its hypotheses either;
+- the cross-attention keys/values, the same for every beam of a sentence, are projected once per sentence (not once
+  per beam) and only re-indexed when sentences leave.
+
+Only rows of the batch change, never the arithmetic of a row, so the generated ids are the same (the parity tests
+check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
+sentence, logits processors or stopping criteria not known to treat each row on its own) stay with transformers.
+
+This file imports only torch and transformers, so it travels with the model code to the Hub.
+"""
+
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.generation.logits_process import (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.modeling_outputs import BaseModelOutput
+
+# Processors that treat each row (hypothesis) on its own: they give the same scores for a row in any batch.
+ROW_WISE_PROCESSORS = (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+ROW_WISE_CRITERIA = (EosTokenCriteria, MaxLengthCriteria)
+
+
+def compact_search_covers(
+    generation_config, logits_processor, stopping_criteria, synced_gpus: bool, model_kwargs: dict
+) -> bool:
+    """Whether `compact_beam_search` runs this search exactly; if not, transformers' `_beam_search` should."""
+    processors_known = all(
+        type(processor) in ROW_WISE_PROCESSORS or hasattr(processor, "select_sentences")
+        for processor in logits_processor
+    )
+    return (
+        processors_known
+        and all(type(criterion) in ROW_WISE_CRITERIA for criterion in stopping_criteria)
+        and not generation_config.do_sample
+        and not generation_config.return_dict_in_generate
+        and not generation_config.low_memory
+        and generation_config.num_return_sequences in (None, 1)
+        and not synced_gpus
+        and model_kwargs.get("use_cache", True)
+        and isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
+        and model_kwargs.get("decoder_attention_mask") is None
+    )
+
+
+def _select_processors(logits_processor, sentences: torch.Tensor):
+    """The processors for a subset of the sentences: per-sentence ones (the length bound) narrowed to them."""
+    return [
+        processor.select_sentences(sentences) if hasattr(processor, "select_sentences") else processor
+        for processor in logits_processor
+    ]
+
+
+def _fill_cross_attention_cache(model, cache: EncoderDecoderCache, encoder_states: torch.Tensor, num_beams: int):
+    """Cross-attention keys/values projected once per sentence, then repeated for its beams (not once per beam)."""
+    sources = encoder_states[::num_beams]  # (n, S, d_model): generate() repeated each source for its beams
+    for index, layer in enumerate(model.get_decoder().layers):
+        attention = layer.cross_attn
+        keys = attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, dim=0)  # (n*k, h, S, d_k)
+        values = attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, dim=0)
+        cache.cross_attention_cache.update(keys, values, index)
+        cache.is_updated[index] = True
+
+
+def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+    """`GenerationMixin._beam_search` for an encoder-decoder whose finished sentences leave the batch.
+
+    input_ids: (batch * beams, prompt) decoder prompts; model_kwargs: what `generate()` prepared, with
+    `encoder_outputs` and `attention_mask` already repeated for the beams. Returns the best sequence per sentence,
+    (batch, prompt + new tokens), padded like transformers pads it.
+    """
+    num_beams = generation_config.num_beams
+    length_penalty = generation_config.length_penalty
+    early_stopping = generation_config.early_stopping
+    max_length = generation_config.max_length
+    pad_token_id = generation_config._pad_token_tensor
+    eos_token_id = generation_config._eos_token_tensor
+    rows, cur_len = input_ids.shape
+    batch_size = rows // num_beams
+    prompt_length = cur_len
+    device = input_ids.device
+
+    # As in transformers: keep (1 + number of end tokens) * beams candidates, so that beams can always continue.
+    n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
+    beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
+    top_num_beam_mask = torch.zeros(beams_to_keep, dtype=torch.bool, device=device)
+    top_num_beam_mask[:num_beams] = True
+    fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
+
+    # The running state, one row per sentence still decoding: (n, beams, ...).
+    running_sequences = torch.full((batch_size, num_beams, max_length), fill_value, dtype=torch.int64, device=device)
+    running_sequences[:, :, :cur_len] = input_ids.view(batch_size, num_beams, cur_len)
+    sequences = running_sequences.clone()
+    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+    running_beam_scores[:, 1:] = -1e9  # only the first beam's continuations at the first step
+    beam_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
+    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
+    is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
+    running_beam_indices = torch.full(
+        (batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32, device=device
+    )
+    beam_indices = running_beam_indices.clone()
+    # The results of the sentences that have left the batch, in batch order.
+    final_sequences, final_beam_indices = sequences[:, 0].clone(), beam_indices[:, 0].clone()
+
+    sentences = torch.arange(batch_size, device=device)  # which sentences the running rows belong to
+    encoder_states = model_kwargs["encoder_outputs"].last_hidden_state  # (n * beams, S, d_model)
+    source_mask = model_kwargs.get("attention_mask")  # (n * beams, S)
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    _fill_cross_attention_cache(model, cache, encoder_states, num_beams)
+    processors = list(logits_processor)
+    # The output projection (tied to the embedding, (vocab, d_model)) transposed once: a plain (d_model, vocab) matmul
+    # is faster at every step than the transposed view nn.Linear multiplies by, with the same results.
+    output_projection = model.get_output_embeddings().weight.t().contiguous()
+    output_bias = model.get_output_embeddings().bias
+    decoder_input_ids = input_ids  # the whole prompt first, then one token per step
+
+    while True:
+        hidden_states = model.get_decoder()(
+            decoder_input_ids,
+            encoder_states,
+            encoder_attention_mask=source_mask,
+            past_key_values=cache,
+        ).last_hidden_state
+        logits = torch.mm(hidden_states[:, -1, :], output_projection)  # (n * beams, vocab)
+        if output_bias is not None:
+            logits = logits + output_bias
+        logits = logits.to(dtype=torch.float32)
+
+        n = sentences.shape[0]
+        flat_running_sequences = running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)
+        log_probs = torch.nn.functional.log_softmax(logits, dim=-1)
+        for processor in processors:
+            log_probs = processor(flat_running_sequences, log_probs)
+        log_probs = log_probs.reshape(n, num_beams, -1).add_(running_beam_scores[:, :, None])  # in place: no new buffer
+        log_probs = log_probs.reshape(n, -1)  # (n, beams * vocab)
+
+        topk_log_probs, topk_running_sequences, topk_running_beam_indices = model._get_top_k_continuations(
+            accumulated_log_probs=log_probs,
+            running_sequences=running_sequences,
+            running_beam_indices=running_beam_indices,
+            cur_len=cur_len,
+            decoder_prompt_len=prompt_length,
+            do_sample=False,
+            beams_to_keep=beams_to_keep,
+            num_beams=num_beams,
+            batch_size=n,
+        )
+        hits = stopping_criteria(topk_running_sequences[:, :, : cur_len + 1].reshape(n * beams_to_keep, -1), None)
+        hits = hits.view(n, beams_to_keep)
+        running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
+            topk_log_probs=topk_log_probs,
+            topk_running_sequences=topk_running_sequences,
+            topk_running_beam_indices=topk_running_beam_indices,
+            next_token_hits_stopping_criteria=hits,
+            num_beams=num_beams,
+        )
+        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
+            sequences=sequences,
+            topk_running_sequences=topk_running_sequences,
+            beam_scores=beam_scores,
+            topk_log_probs=topk_log_probs,
+            beam_indices=beam_indices,
+            topk_running_beam_indices=topk_running_beam_indices,
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+            is_sent_finished=is_sent_finished,
+            next_token_hits_stopping_criteria=hits,
+            top_num_beam_mask=top_num_beam_mask,
+            num_beams=num_beams,
+            cur_len=cur_len,
+            decoder_prompt_len=prompt_length,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        # The rows (of this step's batch) whose keys/values each running beam continues.
+        beam_idx = running_beam_indices[..., cur_len - prompt_length].reshape(-1).long()  # (n * beams,)
+        cur_len += 1
+        is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
+            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+            running_beam_scores=running_beam_scores,
+            beam_scores=beam_scores,
+            is_sent_finished=is_sent_finished,
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=prompt_length,
+            early_stopping=early_stopping,
+            length_penalty=length_penalty,
+        )
+        # Done: nothing can enter its finished hypotheses any more (the conditions of `_update_finished_beams`).
+        done = ~is_early_stop_heuristic_unsatisfied[:, 0]
+        if early_stopping is True:
+            done = done | is_sent_finished.all(dim=-1)
+        if bool(hits.all()):  # every candidate hit the length limit: the search ends for all
+            done = torch.ones_like(done)
+
+        if bool(done.any()):
+            final_sequences[sentences[done]] = sequences[done, 0]
+            final_beam_indices[sentences[done]] = beam_indices[done, 0]
+            keep = (~done).nonzero().squeeze(-1)  # (n',)
+            if keep.numel() == 0:
+                break
+            sentences = sentences[keep]
+            running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
+            running_beam_indices, sequences, beam_scores = (
+                running_beam_indices[keep],
+                sequences[keep],
+                beam_scores[keep],
+            )
+            beam_indices, is_sent_finished = beam_indices[keep], is_sent_finished[keep]
+            is_early_stop_heuristic_unsatisfied = is_early_stop_heuristic_unsatisfied[keep]
+            kept_rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
+            beam_idx = beam_idx.view(-1, num_beams)[keep].reshape(-1)
+            cache.cross_attention_cache.reorder_cache(kept_rows)
+            encoder_states = encoder_states[kept_rows]
+            source_mask = source_mask[kept_rows] if source_mask is not None else None
+            processors = _select_processors(logits_processor, sentences)
+        # Every beam of a sentence reads the same source: only the self-attention keys/values follow the beams.
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        decoder_input_ids = running_sequences[:, :, cur_len - 1].reshape(-1, 1)
+
+    # As transformers does: cut the padding columns that no returned sequence reached.
+    generated = (final_beam_indices + 1).bool().sum(dim=1).max()
+    return final_sequences[:, : prompt_length + generated]

@@ -16,7 +16,8 @@ seconds spent translating.
   recorded sizes: the next run with the same command cuts it off and goes on from the last finished chunk, so no
   line is lost or written twice, and the result equals an uninterrupted run (sampling seeds each chunk with
   `--seed + chunk number`). A different model, decoding setting, chunking or input against existing output is
-  refused; `--limit N` may grow between runs. `--stop_after_chunks K` ends a run after K chunks (to split the work).
+  refused; `--limit N` may grow between runs (a last chunk it cut short is translated again, whole).
+  `--stop_after_chunks K` ends a run after K chunks (to split the work).
 - Input lines are cleaned like the training data (HTML entities, non-breaking spaces, runs of whitespace); a line
   left empty or without a letter or digit (training drops those) is skipped in both files, so the two outputs
   stay aligned with each other but not with input line numbers; the progress file counts the skipped lines.
@@ -29,6 +30,7 @@ import os
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process, batches already: no tokenizer threads
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -51,6 +53,8 @@ from transformer_en_de.hub import load_model  # noqa: E402
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_SEED = 0
 STATE_VERSION = 1
+# What a chunk adds to; `whole_chunks` keeps their values at the last chunk that ended on a multiple of chunk_size.
+COUNTERS = ("lines_read", "lines_written", "lines_skipped", "sources_truncated", "hit_length_bound", "bytes")
 
 
 class CorpusError(RuntimeError):
@@ -121,7 +125,7 @@ class CorpusWriter:
         self.state_path = output.with_name(f"{output.name}.progress.json")
         self.state: dict | None = None
 
-    def open(self, identity: dict, total_lines: int) -> dict:
+    def open(self, identity: dict, total_lines: int, chunk_size: int) -> dict:
         """Start or resume: the state to go on from. Refuses output of another command or with other settings."""
         existing = [path for path in self.paths.values() if path.exists()]
         if not self.state_path.is_file():
@@ -134,6 +138,7 @@ class CorpusWriter:
             self.state = {"version": STATE_VERSION, **identity, "total_lines": total_lines, "lines_read": 0,
                           "lines_written": 0, "lines_skipped": 0, "sources_truncated": 0, "hit_length_bound": 0,
                           "bytes": {"source": 0, "target": 0}, "seconds": 0.0, "cpu_seconds": 0.0}
+            self.state["whole_chunks"] = self._counters()
             self.output.parent.mkdir(parents=True, exist_ok=True)
             for path in self.paths.values():
                 path.write_bytes(b"")
@@ -155,6 +160,10 @@ class CorpusWriter:
                 f"({'; '.join(differences)}). Re-run with the recorded settings to continue it, or choose another "
                 "--output (or delete the three files) to start anew."
             )
+        if state["lines_read"] % chunk_size and total_lines > state["lines_read"]:
+            # The last chunk was cut short by --limit; the limit has grown: translate that chunk again, whole, so
+            # that the output is what one run gives (the same batches, the same seed for sampling).
+            state.update(copy.deepcopy(state["whole_chunks"]))
         # A run killed while appending a chunk leaves bytes past the recorded sizes: cut them off.
         for side, path in self.paths.items():
             recorded = state["bytes"][side]
@@ -171,8 +180,8 @@ class CorpusWriter:
         self.state = state
         return state
 
-    def append(self, chunk: Chunk, sources: list[str], targets: list[str], counts: dict, seconds: float,
-               cpu_seconds: float) -> None:
+    def append(self, chunk: Chunk, chunk_size: int, sources: list[str], targets: list[str], counts: dict,
+               seconds: float, cpu_seconds: float) -> None:
         """Append one translated chunk to both files, sync them, then record it in the progress file atomically."""
         for side, lines in (("source", sources), ("target", targets)):
             data = "".join(line + "\n" for line in lines).encode("utf-8")
@@ -187,7 +196,12 @@ class CorpusWriter:
             self.state[key] += value
         self.state["seconds"] = round(self.state["seconds"] + seconds, 3)
         self.state["cpu_seconds"] = round(self.state.get("cpu_seconds", 0.0) + cpu_seconds, 3)
+        if chunk.stop == chunk.start + chunk_size:
+            self.state["whole_chunks"] = self._counters()
         self._save()
+
+    def _counters(self) -> dict:
+        return copy.deepcopy({key: self.state[key] for key in COUNTERS})
 
     def _save(self) -> None:
         partial = self.state_path.with_name(self.state_path.name + ".tmp")
@@ -246,7 +260,7 @@ def translate_corpus(
         "decoding": decoding_record(model, settings, chunk_size, seed),
     }
     writer = CorpusWriter(Path(output), source_lang, target_lang)
-    state = writer.open(identity, total)
+    state = writer.open(identity, total, chunk_size)
     start_line = state["lines_read"]
     name = Path(output).name
     if start_line >= total:
@@ -269,7 +283,7 @@ def translate_corpus(
             "sources_truncated": sum(result.source_truncated for result in run.translations),
             "hit_length_bound": sum(result.hit_length_bound for result in run.translations),
         }
-        writer.append(chunk, sources, targets, counts, time.perf_counter() - chunk_started,
+        writer.append(chunk, chunk_size, sources, targets, counts, time.perf_counter() - chunk_started,
                       time.process_time() - chunk_cpu_started)
         translated += len(sources)
         chunks_done += 1

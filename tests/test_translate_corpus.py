@@ -85,16 +85,19 @@ def test_stopping_and_resuming_gives_the_uninterrupted_output(tiny_model_dir, tm
     assert outputs(parts) == outputs(whole)
 
 
-def test_limit_can_grow_between_runs(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("decoding", [("--num_beams", "1"), ("--sample", "--seed", "3")], ids=["greedy", "sampling"])
+def test_limit_can_grow_between_runs(tiny_model_dir, tmp_path, decoding):
     input_path = tmp_path / "input.en"
     write_input(input_path, 12)
     whole, grown = tmp_path / "whole", tmp_path / "grown"
-    assert run(tiny_model_dir, input_path, whole) == 0
-    assert run(tiny_model_dir, input_path, grown, "--limit", "7") == 0
+    assert run(tiny_model_dir, input_path, whole, *decoding) == 0
+    assert run(tiny_model_dir, input_path, grown, *decoding, "--limit", "7") == 0  # chunks 0-4 and 5-6 of 5-9
     assert len(outputs(grown)[0].splitlines()) == 7
 
-    assert run(tiny_model_dir, input_path, grown) == 0
+    assert run(tiny_model_dir, input_path, grown, *decoding) == 0  # 5-9 again, whole, then 10-11
     assert outputs(grown) == outputs(whole)
+    assert progress(grown)["lines_written"] == 12 and progress(grown)["hit_length_bound"] == progress(whole)[
+        "hit_length_bound"]
 
 
 def test_other_settings_against_existing_output_are_refused(tiny_model_dir, tiny_model, tiny_tokenizer, tmp_path,

@@ -31,7 +31,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
-from gradio.utils import get_upload_folder  # noqa: E402
+from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS, corpus_table  # noqa: E402
@@ -77,33 +77,6 @@ Our model is the Transformer of *Attention Is All You Need*, written from scratc
 same input with the same decoding settings, through the same code."""
 
 
-class CheckedSlider(gr.Slider):
-    """A slider that refuses an out-of-range API value with one line for the caller, not a traceback in the log."""
-
-    is_template = True  # drawn by the frontend as a plain slider
-
-    def preprocess(self, payload):
-        if isinstance(payload, bool) or not isinstance(payload, int | float) or not (
-            self.minimum <= payload <= self.maximum
-        ):
-            raise gr.Error(f"{self.label} must be a number from {self.minimum:g} to {self.maximum:g}, got "
-                           f"{payload!r}.", print_exception=False)
-        return super().preprocess(payload)
-
-
-class CheckedRadio(gr.Radio):
-    """A radio group that refuses an unknown API value with one line for the caller, not a traceback in the log."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        choices = [value for _, value in self.choices]
-        if payload not in choices:
-            raise gr.Error(f"{self.label} must be one of {', '.join(map(repr, choices))}, got {payload!r}.",
-                           print_exception=False)
-        return super().preprocess(payload)
-
-
 def resolve_model(model_id: str | None) -> str:
     """The default folder sits beside app.py; other paths are relative to the working directory."""
     if not model_id or model_id == DEFAULT_MODEL:
@@ -124,6 +97,14 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def uploaded_path(payload) -> str | None:
+    """The server path of an upload as sent to an unpreprocessed callback; only files in Gradio's upload folder."""
+    path = payload.get("path") if isinstance(payload, dict) else None
+    if path and is_in_or_equal(path, get_upload_folder()):
+        return path
+    return None
+
+
 def launch_options(host: str | None = None, port: int | None = None, limits: Limits = Limits()) -> dict:
     """demo.launch() settings: the upload cap is enforced by the server while the upload streams in."""
     return dict(server_name=host, server_port=port, max_file_size=limits.max_file_bytes)
@@ -135,8 +116,9 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
     scheduler = FairScheduler(fair=fair)
 
     def take_turns(model):
-        # Every decoder step is a point where the running request may hand the CPU to a waiting one.
-        model.register_forward_pre_hook(lambda module, args: scheduler.checkpoint())
+        # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
+        # the whole model: generation loops may call it directly (ours does, in its compact beam search).
+        model.get_decoder().register_forward_pre_hook(lambda module, args: scheduler.checkpoint())
         model.set_attn_implementation("eager")  # the heatmaps need attention weights, which SDPA does not return
 
     ours = load_our_translator(resolve_model(model_id), on_load=take_turns)
@@ -192,6 +174,7 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
         reference file with the same number of lines is given, corpus BLEU and chrF.
         """
+        source_file, reference_file = uploaded_path(source_file), uploaded_path(reference_file)
         result = translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens, ours=ours,
                                 comparisons=comparisons, scheduler=scheduler, output_dir=get_upload_folder(),
                                 limits=limits, session=request.session_hash, progress=progress)
@@ -211,14 +194,15 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         return (*[model.status() for model in comparisons], gr.Timer(active=not all(m.done for m in comparisons)))
 
     def cancel_visitor(request: gr.Request):
-        scheduler.cancel(request.session_hash)
+        if scheduler.cancel(request.session_hash):
+            print("app.py: a visitor left; their request was cancelled.", flush=True)
 
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown(INTRO)
         with gr.Row():
-            decoding = CheckedRadio(list(DECODINGS), value="beam search", label="Decoding")
-            num_beams = CheckedSlider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)")
-            max_new_tokens = CheckedSlider(1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens")
+            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding")
+            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)")
+            max_new_tokens = gr.Slider(1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens")
         with gr.Tabs():
             with gr.Tab("Translate"):
                 with gr.Row():
@@ -270,7 +254,10 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         timer = gr.Timer(1.0, active=bool(comparisons))
 
         # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
-        compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2)
+        # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
+        # and answers in one line, where Gradio's own check would log a traceback for each.
+        compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2,
+                       preprocess=False)
         translate_button.click(
             translate, [text, decoding, num_beams, max_new_tokens, reference], [*panels, notice, attention],
             api_name="translate", **compute,

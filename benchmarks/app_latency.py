@@ -8,11 +8,10 @@ Starts `python app.py --model ... --port ...` as a server process, waits until i
 
 The server serves the shipped model (models/transformer-en-de) when it is there; otherwise a randomly initialised
 model of the shipped size is saved to a temporary folder and served, and the figures say so (a random model
-rarely stops before the token limit, so its latencies are those of long outputs). MarianMT is given a folder that
-does not exist, so its panel reports it unavailable and the figures are our model's alone; pass
-`--marian-model` to include it.
+rarely stops before the token limit, so its latencies are those of long outputs). No comparison model is served, so
+the figures are our model's alone; pass `--comparison-models` to include some.
 
-    python benchmarks/app_latency.py [--quick]
+    python -m benchmarks.app_latency [--quick]
 """
 
 import os
@@ -26,9 +25,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import harness
 import torch
 
+from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 
 
@@ -62,7 +61,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--marian-model", default=None, help="MarianMT folder for the app (default: none)")
+    parser.add_argument("--comparison-models", nargs="*", default=[], help="comparison models to serve (default: none)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients for the throughput figure")
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -84,11 +83,10 @@ def main():
             torch.manual_seed(0)
             TransformerMTForConditionalGeneration(harness.shipped_config(tokenizer)).save_pretrained(model_folder)
             tokenizer.save_pretrained(model_folder)
-        marian = args.marian_model or str(Path(scratch) / "no-marian")
         port = free_port()
         environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
         command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder)]
-        command += ["--marian-model", marian, "--port", str(port)]
+        command += ["--comparison-models", *args.comparison_models, "--port", str(port)]
         launched = time.perf_counter()
         server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
         try:
@@ -136,8 +134,8 @@ def main():
             server.wait(timeout=30)
 
     print(
-        f"# App latency through gradio_client (server: app.py, model: {served}; MarianMT: "
-        f"{'yes' if args.marian_model else 'not loaded'}; {os.cpu_count()} CPU(s) visible)"
+        f"# App latency through gradio_client (server: app.py, model: {served}; comparison models: "
+        f"{', '.join(args.comparison_models) or 'none'}; {os.cpu_count()} CPU(s) visible)"
     )
     print(
         f"# beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, test_2016_flickr sentences; "

@@ -1,4 +1,4 @@
-"""A real Chromium (Debian's, driven by Playwright) uses the page: types, translates, sees both panels and heatmaps."""
+"""A real Chromium (Debian's, driven by Playwright) uses the page: types, translates, sees every panel and heatmap."""
 
 import socket
 from pathlib import Path
@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from tiny_marian import build_tiny_marian
+from tiny_models import build_tiny_t5
 
 import app
 
@@ -21,11 +22,12 @@ SCREENSHOT = ROOT / "test-artifacts" / "app.png"
 def page_url(app_model_dir, tmp_path_factory):
     ours = app_model_dir
     marian = build_tiny_marian(tmp_path_factory.mktemp("marian"))
+    t5 = build_tiny_t5(tmp_path_factory.mktemp("t5"))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    demo = app.build_demo(str(ours), str(marian))
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    demo = app.build_demo(str(ours), [str(marian), str(t5)])
+    demo.launch(**app.launch_options("127.0.0.1", port), prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 
@@ -47,29 +49,28 @@ def test_type_translate_and_see_both_panels_and_heatmaps(page_url, browser):
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(page_url)
-    page.locator("#marian-status").get_by_text("ready").wait_for(timeout=60_000)
+    for number in (1, 2):
+        page.locator(f"#status-{number}").get_by_text("ready").wait_for(timeout=60_000)
 
     page.locator("#english textarea").fill("A dog runs in the park.")
     page.locator("#reference textarea").fill("Ein Hund rennt im Park.")
     page.locator("#translate").click()
 
-    ours_details = page.locator("#ours-details")
-    ours_details.get_by_text("Tokens generated").wait_for(timeout=60_000)
-    page.locator("#marian-details").get_by_text("Tokens generated").wait_for(timeout=60_000)
-    assert page.locator("#ours-translation textarea").input_value() != ""
-    assert "Sentence BLEU" in ours_details.inner_text()
-    assert "Sentence BLEU" in page.locator("#marian-details").inner_text()
-    # matplotlib figures arrive as images inside the plot components.
-    page.locator("#ours-heatmap img").wait_for(timeout=60_000)
-    page.locator("#marian-heatmap img").wait_for(timeout=60_000)
-    assert page.locator("#ours-heatmap img").bounding_box()["height"] > 50
+    for number in (0, 1, 2):  # ours, the tiny MarianMT, the tiny T5
+        details = page.locator(f"#details-{number}")
+        details.get_by_text("Tokens generated").wait_for(timeout=60_000)
+        assert "Sentence BLEU" in details.inner_text()
+        assert page.locator(f"#translation-{number} textarea").input_value() != ""
+        # matplotlib figures arrive as images inside the plot components.
+        page.locator(f"#heatmap-{number} img").wait_for(timeout=60_000)
+    assert page.locator("#heatmap-0 img").bounding_box()["height"] > 50
 
     # Another layer redraws the heatmaps (a new image arrives).
-    before = page.locator("#ours-heatmap img").get_attribute("src")
+    before = page.locator("#heatmap-0 img").get_attribute("src")
     page.get_by_label("Layer").click()
     page.get_by_role("option", name="layer 1").click()
     page.wait_for_function(
-        "before => document.querySelector('#ours-heatmap img')?.getAttribute('src') !== before", arg=before,
+        "before => document.querySelector('#heatmap-0 img')?.getAttribute('src') !== before", arg=before,
         timeout=30_000,
     )
 

@@ -118,6 +118,9 @@ def translate_file(
                         progress((number * total + done, len(systems) * total), desc=f"Translating with {name}")
 
                 output = run_system(translator, kept, settings, scheduler, on_batch)
+                if output.run is None:
+                    notices.append(f"{translator.name}: {output.message}")
+                    continue
                 translations = [""] * len(lines)
                 for index, text in zip(filled, output.run.texts, strict=False):
                     translations[index] = text

@@ -16,7 +16,8 @@ from transformer_en_de.engine import DecodingSettings, length_bound, max_source_
 
 @dataclass(frozen=True)
 class Budget:
-    """What one request may take: token steps (sentences x beams x new tokens) and seconds on the clock."""
+    """What one request may take: token steps (sentences x beams x new tokens) and seconds on the clock (from its
+    start, waiting for turns included; at 80% it stops between batches, at 100% in the middle of one)."""
 
     token_steps: int
     seconds: float

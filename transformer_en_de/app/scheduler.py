@@ -2,13 +2,14 @@
 
 Generation on a CPU is one long computation per request; run side by side, requests slow each other down, and run
 one after another, a one-sentence request waits behind a long one. So requests take turns: one computes at a time,
-and at every decoder step (a forward pre-hook on each model) and between engine batches (`should_stop`) the running
-request hands the CPU to a waiting one that has been served less time than it by more than a slice. A one-sentence
-request thus waits at most one decoder step of a heavy one, and two heavy requests alternate slice by slice
-("least attained service" scheduling).
+and at every decoder step (a forward pre-hook on each model's decoder) and between engine batches (`should_stop`) the
+running request hands the CPU to a waiting one whose visitor has had less CPU time lately, by more than a slice
+("least attained service" per visitor, fading with time). A one-sentence request from a visitor who has not been
+computing waits at most one decoder step of a heavy one, and heavy requests alternate slice by slice.
 
-The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step,
-and one past its deadline stops before its next engine batch, keeping what it has translated. Each visitor (a Gradio
+The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step;
+one past 80% of its time stops before its next engine batch, keeping what it has translated, and one past its whole
+time gives up the batch in progress (`TimeLimit`). Each visitor (a Gradio
 session) runs at most one request at a time; a second one is refused at once with `Busy` instead of queueing.
 """
 
@@ -19,6 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
+# A visitor's CPU time counts against their next requests too, fading by half every HALF_LIFE seconds: back-to-back
+# requests cannot starve a long one, and a visitor who paused is served first again.
+HALF_LIFE_SECONDS = 10.0
 
 
 class Busy(RuntimeError):
@@ -29,12 +33,17 @@ class Cancelled(RuntimeError):
     """The visitor left: the request was stopped and its result is not wanted."""
 
 
+class TimeLimit(RuntimeError):
+    """The request reached its time limit in the middle of an engine batch; that batch's work is lost."""
+
+
 @dataclass(eq=False)
 class Job:
     """One request: its visitor, its deadline, the CPU time it has been served, and whether it must stop."""
 
     session: str
-    deadline: float
+    deadline: float  # between batches: stop and keep what is translated
+    hard_deadline: float  # at a decoder step: give up the batch in progress
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
@@ -47,7 +56,7 @@ class Job:
 
 
 class FairScheduler:
-    """Gives the CPU to one job at a time, least served first; `fair=False` lets every job run at once."""
+    """Gives the CPU to one job at a time, least served first; `fair=False` lets every job run at once, as before."""
 
     def __init__(self, *, fair: bool = True, slice_seconds: float = SLICE_SECONDS):
         self.fair = fair
@@ -57,6 +66,7 @@ class FairScheduler:
         self._waiting: list[Job] = []
         self._sessions: dict[str, Job] = {}  # visitor -> their running request (one each)
         self._local = threading.local()  # the job of the request this thread is serving
+        self._service: dict[str, tuple[float, float]] = {}  # visitor -> (recent CPU seconds, when counted)
 
     # ------------------------------------------------------------------------------------------------ requests
 
@@ -67,9 +77,11 @@ class FairScheduler:
         `exclusive` requests count against the visitor's one running request (heatmap redraws do not).
         """
         session = session or f"anonymous-{threading.get_ident()}"
-        job = Job(session, time.monotonic() + seconds)
+        now = time.monotonic()
+        # The softer deadline leaves a fifth of the time for the batch in progress to finish.
+        job = Job(session, now + 0.8 * seconds, now + seconds)
         with self._condition:
-            if exclusive:
+            if exclusive and self.fair:  # unfair is the app as it was: no turns, no limit per visitor
                 if session in self._sessions:
                     raise Busy("Your previous request is still running; this one was not started. Wait for the "
                                "first to finish (or reload the page to cancel it).")
@@ -95,13 +107,16 @@ class FairScheduler:
             return  # not a request's computation (a test, a script)
         if job.cancelled:
             raise Cancelled(f"the visitor of session {job.session} left")
+        if time.monotonic() > job.hard_deadline:
+            raise TimeLimit("the request reached its time limit")
         if not self.fair:
             return
         with self._condition:
             now = time.monotonic()
-            job.served += now - job.turn_started
+            self._account(job, now - job.turn_started)
             job.turn_started = now
-            if not any(other.served + self.slice_seconds < job.served for other in self._waiting):
+            mine = self._priority(job.session)
+            if not any(self._priority(other.session) + self.slice_seconds < mine for other in self._waiting):
                 return
             self._end_turn(job)
             self._waiting.append(job)
@@ -110,9 +125,11 @@ class FairScheduler:
 
     def should_stop(self) -> bool:
         """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
-        self.checkpoint()
         job = self._local.job
-        return job.cancelled or job.past_deadline
+        if job.cancelled or job.past_deadline:
+            return True  # between batches: stop cleanly, keeping what is translated
+        self.checkpoint()
+        return False
 
     def cancel(self, session: str | None) -> bool:
         """Stop the visitor's requests (they left); True if one was running or waiting."""
@@ -158,14 +175,24 @@ class FairScheduler:
     def _end_turn(self, job: Job) -> None:
         """Add the time since the job's turn started to what it has been served (lock held)."""
         if job.turn_started is not None:
-            job.served += time.monotonic() - job.turn_started
+            self._account(job, time.monotonic() - job.turn_started)
             job.turn_started = None
         if self._holder is job:
             self._holder = None
 
+    def _account(self, job: Job, seconds: float) -> None:
+        """Count CPU time to the job and (fading) to its visitor (lock held)."""
+        job.served += seconds
+        self._service[job.session] = (self._priority(job.session) + seconds, time.monotonic())
+
+    def _priority(self, session: str) -> float:
+        """The visitor's recent CPU seconds, halving every HALF_LIFE_SECONDS: the least comes first."""
+        amount, stamp = self._service.get(session, (0.0, 0.0))
+        return amount * 0.5 ** ((time.monotonic() - stamp) / HALF_LIFE_SECONDS)
+
     def _hand_over(self) -> None:
         """Give a free CPU to the least-served waiting job (lock held)."""
         if self._holder is None and self._waiting:
-            self._holder = min(self._waiting, key=lambda job: job.served)
+            self._holder = min(self._waiting, key=lambda job: self._priority(job.session))
             self._waiting.remove(self._holder)
             self._condition.notify_all()

@@ -10,7 +10,7 @@ from transformer_en_de.engine import DecodingSettings, TranslationRun, translate
 from transformer_en_de.evaluation import sentence_scores
 
 from .limits import Limits, plan_work, token_limits
-from .scheduler import Busy, Cancelled, FairScheduler
+from .scheduler import Busy, Cancelled, FairScheduler, TimeLimit
 from .text_checks import InputError, check_decoding, check_text, clip_text, join_sentences, split_sentences
 from .translators import BackgroundTranslator, Translator
 
@@ -55,8 +55,13 @@ def run_system(
 ) -> SystemOutput:
     """One system's translations by the engine, taking turns on the CPU and stopping at the deadline."""
     output = SystemOutput(name=translator.name, num_parameters=translator.num_parameters)
-    run = translate(translator.model, translator.tokenizer, sentences, settings, progress=progress,
-                    should_stop=scheduler.should_stop)
+    try:
+        run = translate(translator.model, translator.tokenizer, sentences, settings, progress=progress,
+                        should_stop=scheduler.should_stop)
+    except TimeLimit:
+        output.message = ("The request reached its time limit in the middle of a batch: no translation. Try fewer "
+                          "sentences, fewer beams or fewer new tokens.")
+        return output
     output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     if run.stopped_early:
@@ -117,6 +122,9 @@ def translate_text(
                     result.outputs[index].message = why_not
                     continue
                 output = run_system(translator, kept, settings, scheduler)
+                if output.run is None:
+                    result.outputs[index] = output
+                    continue
                 output.translation = join_sentences(output.run.texts, separators[: len(kept)])
                 if reference:
                     output.scores = sentence_scores(output.translation, reference)

@@ -64,3 +64,41 @@ def test_case_variants_are_seeded_and_consistent():
 def test_case_fraction_out_of_range_is_an_error():
     with pytest.raises(data.DataError, match="case_augmentation"):
         data.case_variants(["A."], ["B."], 1.5, seed=0)
+
+
+# ------------------------------------------------------------------------------------------- datasets (Hub or local)
+
+
+def test_rows_in_both_shapes_give_the_pair():
+    assert data.row_pair({"translation": {"de": "Ein Hund.", "en": "A dog."}}, "en", "de") == ("A dog.", "Ein Hund.")
+    assert data.row_pair({"en": "A dog.", "de": "Ein Hund."}, "de", "en") == ("Ein Hund.", "A dog.")
+    with pytest.raises(data.DataError, match="no 'en'/'fr' text .*columns: translation"):
+        data.row_pair({"translation": {"de": "Ein Hund.", "en": "A dog."}}, "en", "fr")
+
+
+def test_clean_batch_normalises_and_drops_like_clean_pairs():
+    rows = {"translation": [{"en": "A&amp;B  dog.", "de": "Ein Hund."}, {"en": "@@", "de": "Leer."},
+                            {"en": "Two.", "de": ""}]}
+    assert data.clean_batch(rows, "en", "de") == {"source": ["A&B dog."], "target": ["Ein Hund."]}
+
+
+def test_saved_dataset_split_is_read_in_memory_or_streamed(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    DatasetDict({"train": Dataset.from_dict({"en": real("en", 5), "de": real("de", 5)})}).save_to_disk(tmp_path)
+    in_memory = data.load_translation_split(str(tmp_path), None, "train")
+    streamed = data.load_translation_split(str(tmp_path), None, "train", streaming=True)
+    assert data.dataset_pairs(in_memory, "en", "de") == data.dataset_pairs(streamed, "en", "de") == (
+        real("en", 5), real("de", 5))
+    with pytest.raises(data.DataError, match="no split 'validation' .*train"):
+        data.load_translation_split(str(tmp_path), None, "validation")
+
+
+def test_unreachable_hub_is_tried_in_the_cache_only_and_named(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    started = time.time()
+    with pytest.raises(data.DataError, match="wmt14: the Hugging Face Hub is unreachable .* not in the local"):
+        data.load_translation_split("wmt14", "de-en", "validation", hub_reachable=lambda: False)
+    assert time.time() - started < 10

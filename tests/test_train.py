@@ -492,3 +492,81 @@ def test_average_last_ships_the_average_of_the_chosen_checkpoints(averaged_run):
         assert torch.allclose(tensor, expected, atol=1e-6), name
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     assert f"| {results['training']['chosen_average']} ✓ |" in card
+
+
+# ------------------------------------------------------------------------------------------ datasets (Hub or local)
+
+
+def jsonl_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
+    """A local dataset in the Hub's WMT shape: train/validation/test.jsonl of {"translation": {"de": .., "en": ..}}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count, start in zip(("train", "validation", "test"), counts, (0, 2000, 3000), strict=True):
+        rows = [{"translation": {"de": de, "en": en}}
+                for en, de in zip(real_lines("en", start, count), real_lines("de", start, count), strict=True)]
+        (folder / f"{split}.jsonl").write_text(
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.slow
+def test_dataset_name_trains_on_a_local_dataset_and_names_it(tmp_path):
+    dataset = jsonl_dataset(tmp_path / "wmt-like")
+    output_dir = tmp_path / "out"
+    flags = [flag for flag in tiny_run_flags(dataset, output_dir, "--num_train_epochs", "1") if flag != str(dataset)]
+    flags[flags.index("--data_dir")] = "--dataset_name"
+    flags.insert(flags.index("--dataset_name") + 1, str(dataset))
+    results = train.main(flags)
+    assert set(results["scores"]) == {"validation", "test"}  # the dataset's own split names
+    assert results["scores"]["test"]["num_sentences"] == 8
+    assert results["training"]["trained_steps"] == {"from": 0, "to": 6}  # 96 pairs, 16 a step
+    assert results["training"]["corpora"][0]["pairs"] == 96
+    assert results["training"]["dataset"]["name"] == str(dataset)
+    sources = real_lines("en", 3000, 8)
+    assert (output_dir / "translations.test.de").read_text(encoding="utf-8").count("\n") == len(sources)
+
+
+@pytest.mark.slow
+def test_streaming_trains_max_steps_from_a_saved_dataset(tmp_path, capsys):
+    """A dataset written by save_to_disk, a column per language, streamed: tokenized on the fly, the BPE trained on
+    the first --tokenizer_train_samples pairs of the stream."""
+    from datasets import Dataset, DatasetDict
+
+    splits = {name: Dataset.from_dict({"en": real_lines("en", start, count), "de": real_lines("de", start, count)})
+              for name, start, count in (("train", 0, 200), ("validation", 2000, 8), ("test", 3000, 8))}
+    DatasetDict(splits).save_to_disk(tmp_path / "saved")
+    output_dir = tmp_path / "out"
+    results = train.main([
+        "--dataset_name", str(tmp_path / "saved"), "--streaming", "--max_steps", "8", "--save_steps", "4",
+        "--tokenizer_train_samples", "150", "--output_dir", str(output_dir), "--per_device_train_batch_size", "16",
+        "--warmup_steps", "2", "--logging_steps", "2", "--disable_tqdm", "true", *TINY_MODEL_FLAGS,
+    ])
+    printed = capsys.readouterr().out
+    assert "[tokenizer] training on 150 pairs" in printed
+    assert results["training"]["trained_steps"] == {"from": 0, "to": 8}
+    assert [point["step"] for point in results["training"]["validation_curve"]] == [4, 8]  # every --save_steps
+    assert results["training"]["corpora"][0]["streaming"] is True
+    assert results["scores"]["test"]["num_sentences"] == 8
+
+
+def test_streaming_without_max_steps_is_a_clear_error_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match="--streaming needs --max_steps"):
+        train.main(["--dataset_name", str(jsonl_dataset(tmp_path / "d")), "--streaming", "--output_dir",
+                    str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_dataset_name_with_text_file_mixing_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="--extra_train .* not supported"):
+        train.main(["--dataset_name", "wmt14", "--extra_train", "bt/x", "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="either --data_dir .* or --dataset_name"):
+        train.main(["--dataset_name", "wmt14", "--data_dir", "x", "--output_dir", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming", "--max_steps", "10"]])
+def test_hub_dataset_while_offline_fails_fast_and_clearly(tmp_path, streaming):
+    started = time.time()
+    with pytest.raises(SystemExit, match="wmt14: the Hugging Face Hub is unreachable"):
+        train.main(["--dataset_name", "wmt14", "--dataset_config_name", "de-en", *streaming,
+                    "--output_dir", str(tmp_path / "out")])
+    assert time.time() - started < 10
+    assert not (tmp_path / "out" / "tokenizer.json").exists()

@@ -1,0 +1,213 @@
+"""Corpus decoding against CTranslate2: the same weights in the C++ engine of OpenNMT, our own converter.
+
+Converts the shipped model (`transformer_en_de.ctranslate2_backend.convert`, float32), checks that CTranslate2 and
+our model give the same greedy tokens on the first sentences, then translates test_2016_flickr (speed and BLEU
+parity only; nothing is tuned on it) with beam 4:
+- ours: the engine (`transformer_en_de.engine.translate`) with the model's saved defaults: beam 4, length penalty
+  0.6, each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
+- ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
+  ids must be identical to ours);
+- CTranslate2 float32: beam 4, length penalty 0.6, the longest allowed sentence of each batch as its bound.
+Batch 1 goes sentence by sentence, batch 32 through the corpus sorted by source length (as the engine sorts it);
+the systems alternate on every sentence or batch, so a background load slows all alike.
+
+Then the per-sentence bound on val: ours with it and without it (`max_new_tokens_ratio` huge: only the cap of
+255 new tokens per batch, the bound before this one), sentences/s and BLEU.
+
+    python -m benchmarks.vs_ctranslate2 [--quick] [--threads 1]
+
+Needs `pip install ctranslate2` (not a dependency of the project).
+"""
+
+import copy
+import sys
+import tempfile
+
+from benchmarks import harness
+from modeling import TransformerMTForConditionalGeneration
+from tokenizer import load_tokenizer
+from transformer_en_de import ctranslate2_backend
+from transformer_en_de.engine import DecodingSettings, length_bound, translate
+from transformer_en_de.evaluation import corpus_scores
+
+CT2 = "CTranslate2 float32"
+OURS = "ours (engine)"
+PLAIN = "ours, transformers' beam search"
+NO_BOUND_RATIO = 1e6  # every limit is then the cap of max_new_tokens: the bound is off
+
+
+def options(parser):
+    parser.add_argument("--parity-sentences", type=int, default=100, help="sentences for the greedy parity check")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences of each split")
+    parser.add_argument("--rounds", type=int, default=1, help="passes over the corpus at batch 32 (median)")
+    parser.add_argument("--skip-bound", action="store_true", help="leave out the bound on/off figures on val")
+
+
+def check_greedy_parity(model, tokenizer, translator, sources: list[str]) -> int:
+    """CTranslate2 and our model must write the same greedy tokens: the converter maps every weight right."""
+    ids = tokenizer(sources)["input_ids"]
+    cap = 100
+    theirs = ctranslate2_backend.translate_ids(translator, tokenizer, ids, beam_size=1, max_decoding_length=cap)
+    settings = DecodingSettings(num_beams=1, max_new_tokens=cap, max_new_tokens_ratio=NO_BOUND_RATIO)
+    ours = translate(model, tokenizer, sources, settings).translations
+    eos = model.config.eos_token_id
+    # Ours counts the </s> it forces at the cap as a new token, CTranslate2 does not: compare cap - 1 tokens.
+    differ = [
+        index
+        for index, (mine, other) in enumerate(zip(ours, theirs, strict=True))
+        if [token for token in mine.generated_ids[1:] if token != eos][: cap - 1] != other[: cap - 1]
+    ]
+    if differ:
+        raise AssertionError(f"greedy tokens differ between CTranslate2 and our model on sentences {differ[:10]}")
+    return len(sources)
+
+
+def ctranslate2_batch(translator, tokenizer, model, sentences: list[str], batch_size: int) -> list[str]:
+    """CTranslate2 beam 4 over `sentences` in length-sorted batches, bounded per batch like the engine's longest."""
+    ratio, offset = length_bound(model, DecodingSettings())
+    ids = tokenizer(sentences)["input_ids"]
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]), reverse=True)
+    texts = [""] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        longest = max(len(ids[index]) for index in chosen)
+        outputs = ctranslate2_backend.translate_ids(
+            translator,
+            tokenizer,
+            [ids[index] for index in chosen],
+            beam_size=model.generation_config.num_beams,
+            length_penalty=model.generation_config.length_penalty,
+            max_decoding_length=min(int(-(-ratio * longest // 1)) + offset, model.generation_config.max_new_tokens),
+        )
+        for index, output in zip(chosen, outputs, strict=True):
+            texts[index] = tokenizer.decode(output, skip_special_tokens=True).strip()
+    return texts
+
+
+def corpus_run(systems: dict, sources: list[str], batch_size: int, rounds: int):
+    """Each system over `sources` in length-sorted chunks of `batch_size`, alternating on every chunk."""
+    lengths = [len(ids) for ids in systems["tokenizer"](sources)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
+    chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    runners = systems["runners"]
+    texts = {name: [""] * len(sources) for name in runners}
+    totals = {name: harness.Timings() for name in runners}
+    for _ in range(rounds):
+        seconds = dict.fromkeys(runners, 0.0)
+        cpu = dict.fromkeys(runners, 0.0)
+        for number, chunk in enumerate(chunks):
+            chunk_sources = [sources[index] for index in chunk]
+            outputs = {}
+            step = harness.alternate(
+                {
+                    name: lambda run=run, name=name, chunk=chunk_sources, outputs=outputs: outputs.__setitem__(
+                        name, run(chunk, batch_size)
+                    )
+                    for name, run in runners.items()
+                },
+                rounds=1,
+                warmup=0,
+            )
+            for name in runners:
+                seconds[name] += step[name].wall[0]
+                cpu[name] += step[name].cpu[0]
+                for index, text in zip(chunk, outputs[name], strict=True):
+                    texts[name][index] = text
+            if number % 20 == 19:
+                print(f"  batch {batch_size}: {number + 1}/{len(chunks)} chunks", file=sys.stderr)
+        for name in runners:
+            totals[name].wall.append(seconds[name])
+            totals[name].cpu.append(cpu[name])
+    return texts, totals
+
+
+def main():
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    if not (harness.SHIPPED_DIR / "model.safetensors").is_file():
+        raise SystemExit(f"No trained model at {harness.SHIPPED_DIR}: this benchmark needs the shipped weights.")
+    tokenizer = load_tokenizer(harness.SHIPPED_DIR)
+    model = TransformerMTForConditionalGeneration.from_pretrained(harness.SHIPPED_DIR).eval()
+    plain_model = copy.deepcopy(model)
+    plain_model.drop_finished_sentences = False
+    limit = 96 if args.quick and args.limit is None else args.limit
+    sources = harness.read_lines("test_2016_flickr", "en")[:limit]
+    references = harness.read_lines("test_2016_flickr", "de")[:limit]
+
+    with tempfile.TemporaryDirectory() as folder:
+        ctranslate2_backend.convert(model, tokenizer, folder)
+        translator = ctranslate2_backend.load(folder, threads=args.threads)
+        checked = check_greedy_parity(model, tokenizer, translator, sources[: args.parity_sentences])
+
+        def ours(model):
+            return lambda chunk, batch_size: (
+                translate(model, tokenizer, chunk, DecodingSettings(batch_size=batch_size)).texts
+            )
+
+        def theirs(chunk, batch_size):
+            return ctranslate2_batch(translator, tokenizer, model, chunk, batch_size)
+
+        results = {}
+        for batch_size, runners in (
+            (1, {CT2: theirs, OURS: ours(model)}),
+            (32, {CT2: theirs, OURS: ours(model), PLAIN: ours(plain_model)}),
+        ):
+            rounds = args.rounds if batch_size > 1 else 1
+            theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
+            results[batch_size] = corpus_run({"tokenizer": tokenizer, "runners": runners}, sources, batch_size, rounds)
+
+    print(f"# Ours vs CTranslate2 {harness.describe_machine(args.threads)}; model: models/transformer-en-de")
+    print(
+        f"# greedy parity: same tokens on {checked} sentences. test_2016_flickr, {len(sources)} sentences, beam 4, "
+        "length penalty 0.6; ours: the engine with the model's defaults (bound 1.5 x source + 10 per sentence); "
+        "CTranslate2: the batch's longest bound; systems alternate on every sentence / batch"
+    )
+    rows = []
+    for batch_size, (texts, timings) in results.items():
+        for name in timings:
+            scores = corpus_scores(texts[name], references)
+            rows.append(
+                [
+                    batch_size,
+                    name,
+                    f"{len(sources) / timings[name].seconds:.1f}",
+                    f"{timings[name].seconds / timings[CT2].seconds:.2f}x",
+                    f"{timings[name].cpu_seconds / timings[CT2].cpu_seconds:.2f}x",
+                    f"{scores['bleu']:.2f}",
+                ]
+            )
+    harness.print_table(
+        ["batch", "system", "sentences/s", "CTranslate2 speed / this (wall)", "same, CPU time", "BLEU"], rows
+    )
+    texts32 = results[32][0]
+    print(f"ours and transformers' beam search give identical translations: {texts32[OURS] == texts32[PLAIN]}")
+
+    if args.skip_bound:
+        return
+    val_sources = harness.read_lines("val", "en")[:limit]
+    val_references = harness.read_lines("val", "de")[:limit]
+    bounded = {
+        "bound 1.5 x source + 10 (default)": DecodingSettings(),
+        "no bound (cap of 255 new tokens per batch)": DecodingSettings(max_new_tokens_ratio=NO_BOUND_RATIO),
+    }
+    texts, timings = corpus_run(
+        {
+            "tokenizer": tokenizer,
+            "runners": {
+                name: lambda chunk, batch_size, settings=settings: translate(model, tokenizer, chunk, settings).texts
+                for name, settings in bounded.items()
+            },
+        },
+        val_sources,
+        32,
+        1,
+    )
+    print(f"# The per-sentence bound: ours on val, {len(val_sources)} sentences, beam 4, batches of 32")
+    rows = []
+    for name in bounded:
+        scores = corpus_scores(texts[name], val_references)
+        rows.append([name, f"{len(val_sources) / timings[name].seconds:.1f}", f"{scores['bleu']:.2f}"])
+    harness.print_table(["decoding", "sentences/s", "BLEU"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -76,3 +76,44 @@ def test_shipped_eval_results_are_the_one_shape():
     assert results["decoding"]["max_new_tokens_ratio"] == 1.5 and results["decoding"]["max_new_tokens_offset"] == 10
     assert [command.split()[1] for command in results["command"]] == ["train.py", "average_checkpoints.py"]
     assert len(results["training"]["validation_curve"]) == 20
+
+
+def test_card_for_the_hub_names_the_repo_and_never_the_local_folder(tmp_path, tiny_tokenizer):
+    write_results(tmp_path)
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer), hub_model_id="tester/tiny-en-de")
+    saved = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert card.data.to_dict()["model-index"][0]["name"] == "tester/tiny-en-de"
+    assert 'model_id = "tester/tiny-en-de"' in saved
+    assert str(tmp_path) not in saved
+    assert card.data.datasets == ["bentrevett/multi30k"]
+    assert "https://huggingface.co/datasets/bentrevett/multi30k" in saved
+    assert "`transformers>=5`" in saved and "no `translation` pipeline" in saved
+    assert "@inproceedings{vaswani2017attention," in saved and "@inproceedings{elliott2016multi30k," in saved
+
+
+def test_local_card_names_the_folder_not_its_path(tmp_path, tiny_tokenizer):
+    folder = tmp_path / "my-run"
+    folder.mkdir()
+    write_results(folder)
+    card = write_model_card(folder, config=tiny_config(tiny_tokenizer))
+    assert 'model_id = "my-run"' in card.text and str(tmp_path) not in card.text
+
+
+def test_card_of_a_hub_dataset_names_it_and_cites_it(tmp_path, tiny_tokenizer):
+    dataset = {"name": "wmt14", "config": "de-en", "validation_split": "validation", "test_split": "test"}
+    corpora = [{"name": "wmt14", "pairs": 4508785, "weight": 1.0, "tag": None}]
+    write_eval_results(
+        tmp_path, num_parameters=60_000_000, decoding={"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255,
+                                                       "max_new_tokens_ratio": 1.5, "max_new_tokens_offset": 10},
+        scores={"validation": dict(SCORE, num_sentences=3000), "test": dict(SCORE, num_sentences=3003)},
+        command=["torchrun --nproc_per_node 8 train.py --dataset_name wmt14"],
+        training={"validation_split": "validation", "dataset": dataset, "corpora": corpora},
+    )
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer), hub_model_id="tester/base-wmt14")
+    assert card.data.datasets == ["wmt14"] and card.data.license == "other"
+    assert model_index_metrics(card) == [("wmt14 de-en (test)", "bleu", 30.5), ("wmt14 de-en (test)", "chrf", 55.25)]
+    assert card.data.to_dict()["model-index"][0]["results"][0]["dataset"]["type"] == "wmt14"
+    assert "[wmt14](https://huggingface.co/datasets/wmt14) (configuration `de-en`)" in card.text
+    assert "4,508,785 pairs" in card.text
+    assert "@inproceedings{bojar2014findings," in card.text and "elliott2016" not in card.text
+    assert "Multi30k" not in card.text and "non-commercial" not in card.text

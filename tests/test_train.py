@@ -179,6 +179,16 @@ def test_push_uploads_the_folder(trained_run):
     assert uploaded == folder_files(output_dir)
 
 
+@pytest.mark.slow
+def test_pushed_card_names_the_hub_repo_and_no_local_path(trained_run):
+    output_dir, _, uploaded = trained_run
+    readme = uploaded["README.md"].decode("utf-8")
+    assert 'model_id = "tester/tiny-en-de"' in readme
+    assert "name: tester/tiny-en-de" in readme  # model-index
+    assert str(output_dir) not in readme and str(output_dir.parent) not in readme
+    assert "- bentrevett/multi30k" in readme  # the dataset by its Hub id
+
+
 def test_push_offline_fails_clearly(tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .data import MULTI30K_HUB_ID
 from .evaluation import read_eval_results
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
@@ -18,7 +19,7 @@ CARD_TEMPLATE = """\
 # {{ model_name }}
 
 {{ article }} {{ direction }} ({{ pair }}) Transformer (Vaswani et al. 2017, "Attention Is All You Need") written from scratch in
-PyTorch and trained on {{ "Multi30k only" if corpora|length <= 1 else "Multi30k and the corpora below" }}. It loads with `transformers` (custom code, `trust_remote_code=True`).
+PyTorch and trained on {{ dataset_title ~ " only" if corpora|length <= 1 else dataset_title ~ " and the corpora below" }}. It loads with `transformers>=5` (custom code, `trust_remote_code=True`).
 
 | | |
 |---|---|
@@ -32,7 +33,7 @@ PyTorch and trained on {{ "Multi30k only" if corpora|length <= 1 else "Multi30k 
 
 ## Results
 
-{% if scores %}Multi30k, every sentence of each split in file order, translated with the model's own decoding (beam {{ decoding.num_beams }},
+{% if scores %}{{ dataset_title }}, every sentence of each split in file order, translated with the model's own decoding (beam {{ decoding.num_beams }},
 length penalty {{ decoding.length_penalty }}, at most {{ decoding.max_new_tokens_ratio }} × source tokens + {{ decoding.max_new_tokens_offset }} new tokens, cap {{ decoding.max_new_tokens }}), detokenised cased sacreBLEU:
 
 | split | sentences | BLEU | chrF |
@@ -48,7 +49,7 @@ Signatures: `{{ signatures.bleu }}`, `{{ signatures.chrf }}`. The model was chos
 |---|---|---|---|
 {% for c in candidates %}| {{ c.name }}{{ " ✓" if c.name == chosen else "" }} | {{ c.checkpoints | join(", ") }} | {{ c.validation.bleu }} | {{ c.validation.chrf }} |
 {% endfor %}
-{% endif %}{% if curve %}Validation during training (Multi30k {{ validation_split }}, the Trainer's beam search) after each evaluation:
+{% endif %}{% if curve %}Validation during training ({{ dataset_title }} {{ validation_split }}, every sentence through the same engine and decoding) after each evaluation:
 
 | epoch | step | loss | BLEU | chrF |
 |---|---|---|---|---|
@@ -68,6 +69,8 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 `generate()` defaults to the paper's decoding (beam 4, length penalty 0.6) with each sentence bounded by its source
 length (`max_new_tokens_ratio`, `max_new_tokens_offset` in the generation config); pass `num_beams=1` for greedy.
+This needs `transformers>=5`. Version 5 has no `translation` pipeline (`pipeline("translation")` was removed): call
+`generate()` as above.
 
 ## Training
 
@@ -93,21 +96,59 @@ tells synthetic sources from real ones; never put the tag in front of real input
 
 ## Data
 
-[Multi30k](https://github.com/multi30k/dataset) task 1 (Elliott et al. 2016): 29,000 English–German image-caption
+{% if multi30k %}[Multi30k](https://github.com/multi30k/dataset) task 1 (Elliott et al. 2016), on the Hub as
+[{{ dataset_id }}](https://huggingface.co/datasets/{{ dataset_id }}): 29,000 English–German image-caption
 pairs{% if source != "en" %} (read {{ direction }} here){% endif %} for training, 1,014 for validation, 1,000 for test (test_2016_flickr). The data is partially derived from
 Flickr30K and is provided for non-commercial research and educational purposes; this model inherits those terms.
 Please cite Elliott et al. 2016, "Multi30K: Multilingual English-German Image Descriptions".
-
+{% else %}[{{ dataset_id }}]({{ dataset_url }}){% if dataset_config %} (configuration `{{ dataset_config }}`){% endif %}: the
+training split{% if train_pairs %} ({{ "{:,}".format(train_pairs) }} pairs after cleaning){% endif %}, validation on `{{ validation_split }}`{% if test_split %}, test on `{{ test_split }}`{% endif %}. The dataset's
+own terms of use apply; see its page.
+{% endif %}
 ## Intended use and limitations
 
 - Intended for learning, research and demonstration: a faithful, small implementation of the paper's model.
-- The training domain is short, literal descriptions of photographs. Outside it — news, dialogue, technical text,
+{% if multi30k %}- The training domain is short, literal descriptions of photographs. Outside it — news, dialogue, technical text,
   long or complex sentences — translations degrade quickly; a general-purpose system such as MarianMT
   (`Helsinki-NLP/opus-mt-{{ source }}-{{ target }}`, trained on far more data) is much better there.
-- Sentences longer than {{ config.max_position_embeddings }} tokens must be split or truncated.
-- Multi30k captions carry the biases of their source images and annotators (e.g. gendered descriptions); the model
+{% else %}- Outside the domain of its training data translations degrade; compare with a general-purpose system such as
+  MarianMT (`Helsinki-NLP/opus-mt-{{ source }}-{{ target }}`) before relying on it.
+{% endif %}- Sentences longer than {{ config.max_position_embeddings }} tokens must be split or truncated.
+{% if multi30k %}- Multi30k captions carry the biases of their source images and annotators (e.g. gendered descriptions); the model
   reproduces them.
-- Scores are on Multi30k, in-domain; they do not measure general translation quality.
+{% else %}- The model reproduces the biases of its training data.
+{% endif %}- Scores are on {{ dataset_title }}; they do not measure translation quality in general.
+
+## Citation
+
+```bibtex
+@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, Łukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {30},
+  year      = {2017}
+}
+{% if multi30k %}
+@inproceedings{elliott2016multi30k,
+  title     = {Multi30K: Multilingual {E}nglish-{G}erman Image Descriptions},
+  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
+  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
+  pages     = {70--74},
+  year      = {2016}
+}
+{% elif wmt14 %}
+@inproceedings{bojar2014findings,
+  title     = {Findings of the 2014 Workshop on Statistical Machine Translation},
+  author    = {Bojar, Ondřej and Buck, Christian and Federmann, Christian and Haddow, Barry and Koehn, Philipp and
+               Leveling, Johannes and Monz, Christof and Pecina, Pavel and Post, Matt and Saint-Amand, Herve and
+               Soricut, Radu and Specia, Lucia and Tamchyna, Aleš},
+  booktitle = {Proceedings of the Ninth Workshop on Statistical Machine Translation},
+  pages     = {12--58},
+  year      = {2014}
+}
+{% endif %}```
 """
 
 
@@ -122,32 +163,38 @@ def write_model_card(
     results = read_eval_results(folder)
     if results is None:
         raise FileNotFoundError(f"No eval_results.json in {folder}: write it (evaluation.write_eval_results) first.")
-    model_name = (hub_model_id or folder.name).split("/")[-1]
+    # On the Hub the card names the repo and loads from it; a local card names the folder, never a local path.
+    model_name = hub_model_id or folder.name
     source, target = results["languages"]["source"], results["languages"]["target"]
     direction = f"{LANGUAGE_NAMES.get(source, source)}→{LANGUAGE_NAMES.get(target, target)}"
     training = results["training"]
     validation_split = training.get("validation_split", "val")
     scores = results["scores"]
+    dataset = training.get("dataset") or {"name": MULTI30K_HUB_ID}  # files written before the field: Multi30k
+    dataset_id, dataset_config = dataset["name"], dataset.get("config")
+    multi30k = dataset_id == MULTI30K_HUB_ID
+    dataset_title = "Multi30k" if multi30k else f"{dataset_id}{f' {dataset_config}' if dataset_config else ''}"
     common = dict(
         task_type="translation",
         task_name=f"Translation {direction}",
-        dataset_type="multi30k",
-        dataset_config=f"{source}-{target}",
+        dataset_type=dataset_id,
+        dataset_config=dataset_config or f"{source}-{target}",
     )
     eval_results = [
         EvalResult(metric_type=metric, metric_name=name, metric_value=score[metric],
-                   dataset_name=f"Multi30k ({split})", dataset_split="test", **common)
+                   dataset_name=f"{dataset_title} ({split})", dataset_split=split if not multi30k else "test",
+                   **common)
         for split, score in scores.items()
         if split != validation_split
         for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
     ] or None
     card_data = ModelCardData(
         language=[source, target],
-        license="cc-by-nc-4.0",
+        license="cc-by-nc-4.0" if multi30k else "other",
         library_name="transformers",
         pipeline_tag="translation",
-        tags=["translation", "transformer", "from-scratch", "multi30k", "custom_code"],
-        datasets=["multi30k"],
+        tags=["translation", "transformer", "from-scratch", *(["multi30k"] if multi30k else []), "custom_code"],
+        datasets=[dataset_id],
         metrics=["bleu", "chrf"],
         model_name=model_name,
         eval_results=eval_results,
@@ -158,7 +205,15 @@ def write_model_card(
         card_data,
         template_str=CARD_TEMPLATE,
         model_name=model_name,
-        model_id=hub_model_id or str(folder),
+        model_id=hub_model_id or folder.name,
+        dataset_id=dataset_id,
+        dataset_url=(f"https://huggingface.co/datasets/{dataset_id}" if not Path(dataset_id).exists() else dataset_id),
+        dataset_config=dataset_config,
+        dataset_title=dataset_title,
+        multi30k=multi30k,
+        wmt14=dataset_id.split("/")[-1].lower() == "wmt14",
+        train_pairs=next(iter(training.get("corpora", [])), {}).get("pairs"),
+        test_split=dataset.get("test_split"),
         article="An" if direction[0] in "AEIOU" else "A",
         direction=direction,
         pair=f"{source}→{target}",

@@ -580,3 +580,64 @@ def test_hub_dataset_while_offline_fails_fast_and_clearly(tmp_path, streaming):
                     "--output_dir", str(tmp_path / "out")])
     assert time.time() - started < 10
     assert not (tmp_path / "out" / "tokenizer.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ the paper's setting
+
+# The README's WMT14 command (base model, 8 GPUs): the paper's sizes and recipe, about 25,000 source and 25,000 target
+# tokens per step (8 GPUs x 64 sentences x 2 accumulated = 1,024 pairs of about 25 tokens a side).
+WMT14_COMMAND = """torchrun --nproc_per_node 8 train.py --dataset_name wmt14 --dataset_config_name de-en
+  --output_dir runs/wmt14-base --d_model 512 --encoder_layers 6 --decoder_layers 6 --num_attention_heads 8
+  --d_ff 2048 --dropout 0.1 --vocab_size 37000 --tokenizer_train_samples 1000000
+  --per_device_train_batch_size 64 --gradient_accumulation_steps 2 --max_steps 100000 --warmup_steps 4000
+  --eval_strategy steps --eval_steps 2000 --save_strategy steps --save_steps 2000 --average_last 5 --bf16 true"""
+
+
+def hub_shaped_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
+    """A local copy shaped like wmt14 on the Hub: a `de-en` configuration with train/validation/test splits."""
+    jsonl_dataset(folder / "de-en", counts)
+    files = "".join(f"  - split: {split}\n    path: de-en/{split}.jsonl\n" for split in ("train", "validation", "test"))
+    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: de-en\n  data_files:\n{files}---\n")
+    return folder
+
+
+def test_wmt14_command_parses_to_the_papers_base_model():
+    argv = WMT14_COMMAND.split()[4:]  # after "torchrun --nproc_per_node 8 train.py"
+    data_args, tokenizer_args, model_args, selection_args, training_args = train.parse_arguments(argv)
+    assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.num_attention_heads,
+            model_args.d_ff, model_args.dropout, model_args.label_smoothing) == (512, 6, 6, 8, 2048, 0.1, 0.1)
+    assert tokenizer_args.vocab_size == 37000 and training_args.warmup_steps == 4000
+    assert (training_args.adam_beta1, training_args.adam_beta2, training_args.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert training_args.learning_rate == pytest.approx(512**-0.5 * 4000**-0.5)  # the paper's peak rate
+    gpus = int(WMT14_COMMAND.split()[2])
+    pairs = gpus * training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    assert pairs == 1024  # x about 25 tokens a side: about 25,000 source and 25,000 target tokens a step
+    assert selection_args.average_last == 5 and training_args.save_total_limit >= 6
+    assert training_args.bf16 and not training_args.ddp_find_unused_parameters
+    assert data_args.validation_split == "validation" and data_args.test_split == "test"
+
+
+@pytest.mark.slow
+def test_wmt14_command_runs_on_a_tiny_copy(tmp_path):
+    """Every flag of the README's WMT14 command on a tiny local dataset shaped like wmt14 (one process)."""
+    dataset = hub_shaped_dataset(tmp_path / "wmt14")
+    tiny = {"--dataset_name": str(dataset), "--output_dir": str(tmp_path / "out"), "--d_model": "32",
+            "--encoder_layers": "1", "--decoder_layers": "1", "--num_attention_heads": "4", "--d_ff": "64",
+            "--vocab_size": "300", "--tokenizer_train_samples": "50", "--per_device_train_batch_size": "8",
+            "--max_steps": "12", "--warmup_steps": "4", "--eval_steps": "2", "--save_steps": "2"}
+    argv = WMT14_COMMAND.split()[4:]
+    for index, arg in enumerate(argv):
+        if arg in tiny:
+            argv[index + 1] = tiny[arg]
+    argv += ["--max_position_embeddings", "64", "--max_source_length", "64", "--max_target_length", "64",
+             "--disable_tqdm", "true"]
+    results = train.main(argv)
+    training = results["training"]
+    assert training["trained_steps"] == {"from": 0, "to": 12}  # 12 steps of 8 x 2 accumulated pairs
+    assert training["dataset"] == {"name": str(dataset), "config": "de-en", "validation_split": "validation",
+                                   "test_split": "test"}
+    assert training["chosen_average"] in {candidate["name"] for candidate in training["average_candidates"]}
+    assert {"last 1", "last 2", "last 5"} <= {candidate["name"] for candidate in training["average_candidates"]}
+    assert set(results["scores"]) == {"validation", "test"}
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "(configuration `de-en`)" in card

@@ -40,6 +40,7 @@ def options(parser):
     parser.add_argument("--parity-sentences", type=int, default=100, help="sentences for the greedy parity check")
     parser.add_argument("--limit", type=int, default=None, help="only the first N sentences of each split")
     parser.add_argument("--rounds", type=int, default=1, help="passes over the corpus at batch 32 (median)")
+    parser.add_argument("--batch1-sentences", type=int, default=None, help="batch 1 on the first N only (default all)")
     parser.add_argument("--skip-bound", action="store_true", help="leave out the bound on/off figures on val")
 
 
@@ -153,7 +154,8 @@ def main():
         ):
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
-            results[batch_size] = corpus_run({"tokenizer": tokenizer, "runners": runners}, sources, batch_size, rounds)
+            corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
+            results[batch_size] = corpus_run({"tokenizer": tokenizer, "runners": runners}, corpus, batch_size, rounds)
 
     print(f"# Ours vs CTranslate2 {harness.describe_machine(args.threads)}; model: models/transformer-en-de")
     print(
@@ -163,13 +165,14 @@ def main():
     )
     rows = []
     for batch_size, (texts, timings) in results.items():
+        count = len(texts[CT2])
         for name in timings:
-            scores = corpus_scores(texts[name], references)
+            scores = corpus_scores(texts[name], references[:count])
             rows.append(
                 [
                     batch_size,
-                    name,
-                    f"{len(sources) / timings[name].seconds:.1f}",
+                    f"{name}, {count} sentences",
+                    f"{count / timings[name].seconds:.1f}",
                     f"{timings[name].seconds / timings[CT2].seconds:.2f}x",
                     f"{timings[name].cpu_seconds / timings[CT2].cpu_seconds:.2f}x",
                     f"{scores['bleu']:.2f}",

@@ -8,6 +8,8 @@ pretrained models is fair: the same batching, the same decoding settings, the sa
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
 - Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (`modeling/length_bound.py`), inside
   its batch, for our model and for any other: the engine hands the same logits processor to every model.
+- Our model's beam search lets each sentence leave its batch once it is done (`modeling/beam_search.py`): the ids of
+  transformers' beam search, with less work; other models decode with transformers' own.
 - A source longer than the model reads is truncated, and the result says so; `progress(done, total)` is called
   after each batch, and `should_stop()` before each, so that a caller can give up between batches.
 """
@@ -34,7 +36,8 @@ class DecodingSettings:
     num_beams: 1 is greedy search (or sampling with `do_sample`), more is beam search.
     length_penalty: beam search's length normalisation exponent (the paper: 0.6).
     max_new_tokens: a hard cap for every sentence, besides the bound (and the model's positions).
-    max_new_tokens_ratio, max_new_tokens_offset: the per-sentence bound `ratio * source tokens + offset`.
+    max_new_tokens_ratio, max_new_tokens_offset: the per-sentence bound `ratio * source tokens + offset`; a huge
+        ratio (1e6) turns it off, leaving only `max_new_tokens` for the whole batch.
     do_sample, top_k, top_p, temperature: sampling instead of search (back-translation uses it).
     batch_size: sentences per `generate()` call.
     """

@@ -22,7 +22,9 @@ seconds spent translating.
   left empty or without a letter or digit (training drops those) is skipped in both files, so the two outputs
   stay aligned with each other but not with input line numbers; the progress file counts the skipped lines.
   Translations are cleaned the same way, so a generated line break can never shift the alignment.
-- Progress (lines done / total, sentences per second, ETA) goes to stderr after each chunk.
+- Progress (lines done / total, sentences per second, ETA) goes to stderr after each chunk; the end of a run gives
+  wall and CPU seconds. Shipped model (d_model 256, 3+3 layers), one thread, batches of 64: 66 sentences per
+  CPU-second greedy, 35 with beam 4, i.e. about 36 min and 68 min for the 145,000 lines of train.{1..5}.
 """
 
 import os
@@ -42,7 +44,6 @@ import torch  # noqa: E402
 
 from transformer_en_de.data import DataError, _normalise, read_lines  # noqa: E402
 from transformer_en_de.engine import (  # noqa: E402
-    DEFAULT_BATCH_SIZE,
     DecodingSettings,
     generation_config_for,
     length_bound,
@@ -51,6 +52,9 @@ from transformer_en_de.engine import (  # noqa: E402
 from transformer_en_de.hub import load_model  # noqa: E402
 
 DEFAULT_CHUNK_SIZE = 1000
+# Shipped model, one thread, 2,000 task-2 lines: greedy 66 sentences per CPU-second at 64 against 58 at 32; beam 4
+# 35 at either. Chunks of 1,000 sentences sort well enough for batches of 64.
+DEFAULT_BATCH_SIZE = 64
 DEFAULT_SEED = 0
 STATE_VERSION = 1
 # What a chunk adds to; `whole_chunks` keeps their values at the last chunk that ended on a multiple of chunk_size.
@@ -332,9 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     decoding.add_argument("--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=None)
     decoding.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=None)
     run = parser.add_argument_group("running")
-    run.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    run.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                     help=f"sentences per generate() call, length-sorted within a chunk (default {DEFAULT_BATCH_SIZE})")
     run.add_argument("--chunk_size", "--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                     help="input lines per chunk: the unit that is written and resumed")
+                     help=f"input lines per chunk: the unit that is written and resumed (default {DEFAULT_CHUNK_SIZE})")
     run.add_argument("--limit", type=int, default=None, help="translate only the first N input lines")
     run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
                      help="end this run after K chunks; the same command continues")

@@ -232,3 +232,19 @@ def test_shipped_model_beam_search_parity_on_multi30k():
     ours = translate(model, tokenizer, sources).translations
     theirs = translate(plain, tokenizer, sources).translations
     assert [t.generated_ids for t in ours] == [t.generated_ids for t in theirs]
+
+
+def test_beam_search_follows_weight_updates(tiny_tokenizer):
+    """The output projection kept between calls is rebuilt when the weights change (training, loading)."""
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, init_std=0.5)).eval()
+    plain = copy.deepcopy(model)
+    plain.drop_finished_sentences = False
+    _generate(model, tiny_tokenizer, SOURCES[:3], num_beams=3)
+    with torch.no_grad():
+        for changed in (model, plain):
+            changed.get_output_embeddings().weight.mul_(-1.5)
+    options = dict(num_beams=3)
+    assert torch.equal(
+        _generate(model, tiny_tokenizer, SOURCES, **options), _generate(plain, tiny_tokenizer, SOURCES, **options)
+    )

@@ -97,7 +97,10 @@ def test_saved_dataset_split_is_read_in_memory_or_streamed(tmp_path):
 def test_unreachable_hub_is_tried_in_the_cache_only_and_named(tmp_path, monkeypatch):
     import time
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    import datasets
+
+    # An empty cache: offline, datasets would take any cached dataset named wmt14 (a local folder's too).
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
     started = time.time()
     with pytest.raises(data.DataError, match="wmt14: the Hugging Face Hub is unreachable .* not in the local"):
         data.load_translation_split("wmt14", "de-en", "validation", hub_reachable=lambda: False)

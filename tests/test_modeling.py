@@ -516,3 +516,35 @@ def test_saved_folder_carries_auto_map_and_the_modeling_code(tiny_model_dir):
         assert (tiny_model_dir / code_file).is_file()
     assert (tiny_model_dir / "generation_config.json").is_file()
     assert (tiny_model_dir / "tokenizer.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Gradient checkpointing
+
+
+@pytest.mark.parametrize("norm_placement", ["post", "pre"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_tokenizer, norm_placement):
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, norm_placement=norm_placement))
+    model.train()  # dropout on: the recomputation must replay the same dropout masks
+    batch = make_batch(tiny_tokenizer)
+
+    def loss_and_gradients():
+        model.zero_grad()
+        torch.manual_seed(1)
+        loss = model(**batch).loss
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    plain_loss, plain_gradients = loss_and_gradients()
+    model.gradient_checkpointing_enable()
+    layers = [*model.model.encoder.layers, *model.model.decoder.layers]
+    assert all(layer.gradient_checkpointing for layer in layers)
+    checkpointed_loss, checkpointed_gradients = loss_and_gradients()
+
+    assert torch.equal(plain_loss, checkpointed_loss)
+    assert plain_gradients.keys() == checkpointed_gradients.keys() and len(plain_gradients) > 10
+    for name, gradient in plain_gradients.items():
+        torch.testing.assert_close(checkpointed_gradients[name], gradient, rtol=1e-5, atol=1e-7, msg=name)
+    model.gradient_checkpointing_disable()
+    assert not any(layer.gradient_checkpointing for layer in layers)

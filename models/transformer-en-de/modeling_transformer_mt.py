@@ -16,6 +16,7 @@ from torch import nn
 from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -162,8 +163,12 @@ class PositionwiseFeedForward(nn.Module):
         return self.fc2(self.activation_dropout(F.relu(self.fc1(hidden_states))))
 
 
-class ResidualLayer(nn.Module):
-    """Residual connections around sub-layers: post-norm LayerNorm(x + Dropout(Sublayer(x))) or pre-norm."""
+class ResidualLayer(GradientCheckpointingLayer):
+    """Residual connections around sub-layers: post-norm LayerNorm(x + Dropout(Sublayer(x))) or pre-norm.
+
+    A `GradientCheckpointingLayer`: after `model.gradient_checkpointing_enable()`, training keeps only each layer's
+    input and recomputes its activations in the backward pass (less memory, about a third more compute).
+    """
 
     def __init__(self, config: TransformerMTConfig):
         super().__init__()
@@ -249,6 +254,7 @@ class TransformerMTPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+    supports_gradient_checkpointing = True
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -234,6 +234,10 @@ def parse_arguments(argv: list[str]):
         args=RECIPE_DEFAULTS + device_defaults + argv
     )
     check_data_arguments(data_args, training_args)
+    if data_args.streaming and not given(argv, "--accelerator_config"):
+        # Each process reads the stream itself (its own files where there are enough, else its share of each batch)
+        # and pads its own batches: the main process cannot hand out slices of batches padded to different lengths.
+        training_args.accelerator_config.dispatch_batches = False
     if "--learning_rate" not in " ".join(argv):
         # The paper's peak rate: d_model^-0.5 * warmup^-0.5, reached at the end of the linear warm-up.
         training_args.learning_rate = model_args.d_model**-0.5 * max(training_args.warmup_steps, 1) ** -0.5

@@ -14,7 +14,9 @@ from loopback_hub import LoopbackHub
 from transformers import AutoConfig
 
 import publish
+from transformer_en_de.evaluation import write_eval_results
 from transformer_en_de.hub import PublishError, push_folder
+from transformer_en_de.model_card import write_model_card
 
 TOKEN = "hf_loopback_write_token"
 
@@ -223,3 +225,21 @@ def test_a_space_with_a_broken_model_inside_is_refused(hub, space_dir, tiny_mode
     with pytest.raises(PublishError, match=f"{model} does not load"):
         push_folder(space_dir, "someone/demo", repo_type="space", token=TOKEN, endpoint=hub.endpoint)
     assert hub.requests == []
+
+
+def test_command_line_writes_the_card_for_the_hub_id_and_leaves_the_local_folder_alone(hub, tiny_model_dir, tmp_path):
+    folder = copy_model(tiny_model_dir, tmp_path / "my-run")
+    write_eval_results(
+        folder, num_parameters=123, decoding={"num_beams": 4}, command=["python train.py --output_dir my-run"],
+        scores={"test_2016_flickr": {"bleu": 1.5, "chrf": 20.0, "num_sentences": 3}},
+    )  # fmt: skip
+    write_model_card(folder, config=AutoConfig.from_pretrained(folder, trust_remote_code=True))
+    local = folder_files(folder)
+    assert "someone/pushed-model" not in local["README.md"].decode()
+
+    assert publish.main([str(folder), "someone/pushed-model", "--endpoint", hub.endpoint, "--token", TOKEN]) == 0
+    pushed = hub.files("someone/pushed-model")
+    card = pushed.pop("README.md").decode()
+    assert 'model_id = "someone/pushed-model"' in card and str(tmp_path) not in card
+    assert pushed == {name: data for name, data in local.items() if name != "README.md"}
+    assert folder_files(folder) == local  # the local folder and its card are untouched

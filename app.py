@@ -86,12 +86,18 @@ def resolve_model(model_id: str | None) -> str:
 
 def parse_options(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Our Transformer beside pretrained models, English → German.")
-    parser.add_argument("--model", default=os.environ.get("TRANSFORMER_MT_MODEL", DEFAULT_MODEL),
-                        help=f"our model: a folder or a Hub id (env TRANSFORMER_MT_MODEL; default {DEFAULT_MODEL})")
-    parser.add_argument("--comparison-models", nargs="*",
-                        default=parse_model_list(os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS)),
-                        help="pretrained models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
-                             f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("TRANSFORMER_MT_MODEL", DEFAULT_MODEL),
+        help=f"our model: a folder or a Hub id (env TRANSFORMER_MT_MODEL; default {DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--comparison-models",
+        nargs="*",
+        default=parse_model_list(os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS)),
+        help="pretrained models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
+        f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
+    )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
     return parser.parse_args(argv)
@@ -110,8 +116,14 @@ def launch_options(host: str | None = None, port: int | None = None, limits: Lim
     return dict(server_name=host, server_port=port, max_file_size=limits.max_file_bytes)
 
 
-def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | None = None, *,
-               limits: Limits = Limits(), fair: bool = True, comparison_path: Path = COMPARISON_PATH) -> gr.Blocks:
+def build_demo(
+    model_id: str = DEFAULT_MODEL,
+    comparison_model_ids: list[str] | None = None,
+    *,
+    limits: Limits = Limits(),
+    fair: bool = True,
+    comparison_path: Path = COMPARISON_PATH,
+) -> gr.Blocks:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
     scheduler = FairScheduler(fair=fair)
 
@@ -136,9 +148,18 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
-        result = translate_text(text, decoding, num_beams, max_new_tokens, reference, ours=ours,
-                                comparisons=comparisons, scheduler=scheduler, limits=limits,
-                                session=request.session_hash)
+        result = translate_text(
+            text,
+            decoding,
+            num_beams,
+            max_new_tokens,
+            reference,
+            ours=ours,
+            comparisons=comparisons,
+            scheduler=scheduler,
+            limits=limits,
+            session=request.session_hash,
+        )
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
@@ -154,8 +175,9 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
                     translator, _ = available(system)
                     if translator is None or ids is None or ids["source"][index] is None:
                         continue
-                    attention = cross_attention_map(translator.model, translator.tokenizer, ids["source"][index],
-                                                    ids["generated"][index], layer)
+                    attention = cross_attention_map(
+                        translator.model, translator.tokenizer, ids["source"][index], ids["generated"][index], layer
+                    )
                     figures[number] = plot_attention(attention, translator.name)
         except (Busy, Cancelled):
             pass
@@ -167,17 +189,29 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         sentence = gr.Dropdown(choices=choices, value=0 if choices else None)
         return (sentence, *draw_heatmaps(state, 0, layer_index, request))
 
-    def run_file(source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request,
-                 progress=gr.Progress()):
+    def run_file(
+        source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request, progress=gr.Progress()
+    ):
         """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
 
         Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
         reference file with the same number of lines is given, corpus BLEU and chrF.
         """
         source_file, reference_file = uploaded_path(source_file), uploaded_path(reference_file)
-        result = translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens, ours=ours,
-                                comparisons=comparisons, scheduler=scheduler, output_dir=get_upload_folder(),
-                                limits=limits, session=request.session_hash, progress=progress)
+        result = translate_file(
+            source_file,
+            reference_file,
+            decoding,
+            num_beams,
+            max_new_tokens,
+            ours=ours,
+            comparisons=comparisons,
+            scheduler=scheduler,
+            output_dir=get_upload_folder(),
+            limits=limits,
+            session=request.session_hash,
+            progress=progress,
+        )
         return result.path, result.summary
 
     def comparison():
@@ -206,10 +240,12 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         with gr.Tabs():
             with gr.Tab("Translate"):
                 with gr.Row():
-                    text = gr.Textbox(label="English", lines=4, placeholder="Type one or more English sentences.",
-                                      elem_id="english")
-                    reference = gr.Textbox("", label="Reference translation (optional, German)", lines=4,
-                                           elem_id="reference")
+                    text = gr.Textbox(
+                        label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english"
+                    )
+                    reference = gr.Textbox(
+                        "", label="Reference translation (optional, German)", lines=4, elem_id="reference"
+                    )
                 translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
                 notice = gr.Markdown(label="Notice", elem_id="notice")
                 panels, model_states = [], []
@@ -220,29 +256,38 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
                             if number:
                                 model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
                             panels += [
-                                gr.Textbox(label=f"{system.name} (German)", lines=4, interactive=False,
-                                           elem_id=f"translation-{number}"),
+                                gr.Textbox(
+                                    label=f"{system.name} (German)",
+                                    lines=4,
+                                    interactive=False,
+                                    elem_id=f"translation-{number}",
+                                ),
                                 gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
                             ]
-                gr.Examples(EXAMPLES, inputs=[text, reference], label="Examples (with references)",
-                            cache_examples=False)
+                gr.Examples(
+                    EXAMPLES, inputs=[text, reference], label="Examples (with references)", cache_examples=False
+                )
                 gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
                 with gr.Row():
                     sentence = gr.Dropdown(choices=[], type="value", label="Sentence")
-                    layer = gr.Dropdown(choices=[(label, index) for index, label in enumerate(layer_choices)],
-                                        value=0, label="Layer")
+                    layer = gr.Dropdown(
+                        choices=[(label, index) for index, label in enumerate(layer_choices)], value=0, label="Layer"
+                    )
                 with gr.Row():
-                    plots = [gr.Plot(label=f"{system.name} cross-attention", show_label=False,
-                                     elem_id=f"heatmap-{number}") for number, system in enumerate(systems)]
+                    plots = [
+                        gr.Plot(label=f"{system.name} cross-attention", show_label=False, elem_id=f"heatmap-{number}")
+                        for number, system in enumerate(systems)
+                    ]
             with gr.Tab("File"):
-                gr.Markdown(f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
-                            f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
-                            "translated with fewer beams. Optionally a German reference file with the same number of "
-                            "lines for corpus BLEU and chrF.")
+                gr.Markdown(
+                    f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
+                    f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
+                    "translated with fewer beams. Optionally a German reference file with the same number of "
+                    "lines for corpus BLEU and chrF."
+                )
                 with gr.Row():
                     source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath")
-                    reference_file = gr.File(label="Reference file (optional)", file_types=FILE_TYPES,
-                                             type="filepath")
+                    reference_file = gr.File(label="Reference file (optional)", file_types=FILE_TYPES, type="filepath")
                 file_button = gr.Button("Translate file", variant="primary")
                 file_output = gr.File(label="Translations (TSV)")
                 file_summary = gr.Markdown(label="Summary")
@@ -256,21 +301,31 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
         # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
         # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
         # and answers in one line, where Gradio's own check would log a traceback for each.
-        compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2,
-                       preprocess=False)
+        compute = dict(
+            concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
+        )
         translate_button.click(
-            translate, [text, decoding, num_beams, max_new_tokens, reference], [*panels, notice, attention],
-            api_name="translate", **compute,
+            translate,
+            [text, decoding, num_beams, max_new_tokens, reference],
+            [*panels, notice, attention],
+            api_name="translate",
+            **compute,
         ).then(refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private")
         for control in (sentence, layer):
             control.input(draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private")
-        file_button.click(run_file, [source_file, reference_file, decoding, num_beams, max_new_tokens],
-                          [file_output, file_summary], api_name="translate_file", **compute)
+        file_button.click(
+            run_file,
+            [source_file, reference_file, decoding, num_beams, max_new_tokens],
+            [file_output, file_summary],
+            api_name="translate_file",
+            **compute,
+        )
         # Reading files and statuses skips the queue: it must never wait behind translations.
         demo.load(comparison, None, [comparison_summary, comparison_rows], api_name="comparison", queue=False)
         demo.load(status, None, status_line, api_name="status", queue=False)
-        timer.tick(poll_models, None, [*model_states, timer], api_visibility="private", queue=False,
-                   show_progress="hidden")
+        timer.tick(
+            poll_models, None, [*model_states, timer], api_visibility="private", queue=False, show_progress="hidden"
+        )
         demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
     demo.queue(max_size=limits.queue_size)
     demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
@@ -279,8 +334,9 @@ def build_demo(model_id: str = DEFAULT_MODEL, comparison_model_ids: list[str] | 
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])
 try:
-    demo = build_demo(OPTIONS.model, OPTIONS.comparison_models,
-                      fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0")
+    demo = build_demo(
+        OPTIONS.model, OPTIONS.comparison_models, fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0"
+    )
 except ModelUnavailableError as error:
     sys.exit(f"app.py: {error}")
 

@@ -10,13 +10,15 @@ import time
 import pytest
 import torch
 from matplotlib.figure import Figure
+from test_engine import StepClock
 from tiny_marian import build_tiny_marian
 from tiny_models import T5_PREFIX, build_tiny_t5
 
-from transformer_en_de import evaluation
+from transformer_en_de import engine, evaluation
 from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
 from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler
+from transformer_en_de.app.translation import run_system
 from transformer_en_de.engine import DecodingSettings, translate
 
 SENTENCE = "A dog runs in the park."
@@ -41,8 +43,9 @@ def t5(tmp_path_factory):
 
 
 def text(value, *args, ours, comparisons, session="visitor", **kwargs):
-    return translation.translate_text(value, *args, ours=ours, comparisons=comparisons, scheduler=FairScheduler(),
-                                      session=session, **kwargs)
+    return translation.translate_text(
+        value, *args, ours=ours, comparisons=comparisons, scheduler=FairScheduler(), session=session, **kwargs
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the engine, for all
@@ -83,7 +86,7 @@ def test_details_and_reference_scores(ours, marian):
 
 
 def test_split_sentences_keeps_lines():
-    sentences, separators = text_checks.split_sentences("A dog runs. Two men work!\n\nIs it raining? \"Yes.\" It is")
+    sentences, separators = text_checks.split_sentences('A dog runs. Two men work!\n\nIs it raining? "Yes." It is')
 
     assert sentences == ["A dog runs.", "Two men work!", "Is it raining?", '"Yes."', "It is"]
     assert text_checks.join_sentences(["1", "2", "3", "4", "5"], separators) == "1 2\n3 4 5"
@@ -102,29 +105,88 @@ def test_long_source_is_cut_and_says_so(ours, marian):
 
 
 def test_plan_lowers_beams_then_cuts_sentences():
-    budget = limits.Budget(token_steps=100, seconds=1)
+    budget = limits.Budget(cpu_seconds=100, seconds=1)
+    per_row = dict(batch_size=64, cost=limits.StepCost(fixed=0.0, per_row=1.0))  # seconds = beams x tokens
 
-    assert limits.plan_work([10, 10], 4, budget) == limits.Plan(4, 2, 80)
-    fewer_beams = limits.plan_work([10, 10, 10], 8, budget)
+    assert limits.plan_work([10, 10], 4, budget, **per_row) == limits.Plan(4, 2, 80)
+    fewer_beams = limits.plan_work([10, 10, 10], 8, budget, **per_row)
     assert (fewer_beams.num_beams, fewer_beams.num_sentences, fewer_beams.cut) == (3, 3, True)
+    assert "needs about 240.0 s of CPU time (3 sentences x 8 beams)" in fewer_beams.notice
     assert "translated with 3 beams instead of 8" in fewer_beams.notice
-    fewer_lines = limits.plan_work([30] * 10, 2, budget, unit="line")
+    fewer_lines = limits.plan_work([30] * 10, 2, budget, unit="line", **per_row)
     assert (fewer_lines.num_beams, fewer_lines.num_sentences) == (1, 3)
     assert "only the first 3 of 10 lines were translated" in fewer_lines.notice
 
 
+def test_decoding_cost_counts_steps_of_each_batch():
+    """A step's fixed cost is paid once per batch: one long sentence costs more than a batch of short ones."""
+    steps = limits.StepCost(fixed=1.0, per_row=0.0)
+    assert limits.decoding_seconds([255], 8, 8, steps) == 255 > limits.decoding_seconds([20] * 8, 8, 8, steps) == 20
+    # Batches as the engine makes them: the longest first, each as long as its longest sentence.
+    assert limits.decoding_seconds([5, 30, 10, 20], 1, 2, steps) == 30 + 10
+    rows = limits.StepCost(fixed=0.0, per_row=1.0)
+    assert limits.decoding_seconds([5, 30, 10, 20], 4, 2, rows) == 30 * 4 * 2 + 10 * 4 * 2
+
+
 def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     heavy = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE ON THE STREET. " * 60)[:3_000]
-    result = text(heavy, "beam search", LIMITS.max_beams, LIMITS.max_new_tokens, ours=ours, comparisons=[marian])
+    small = limits.Limits(text=limits.Budget(cpu_seconds=0.5, seconds=60))
+    result = text(
+        heavy, "beam search", LIMITS.max_beams, LIMITS.max_new_tokens, ours=ours, comparisons=[marian], limits=small
+    )
 
     settings = DecodingSettings(num_beams=LIMITS.max_beams, max_new_tokens=LIMITS.max_new_tokens)
     steps = limits.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
-    assert LIMITS.max_beams * sum(steps) > LIMITS.text.token_steps
+
+    def seconds(kept, beams):
+        return limits.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
+
+    assert seconds(len(steps), 1) > small.text.cpu_seconds
     # Greedy search of every sentence is still too much: the first sentences that fit are translated, with greedy.
     kept = len(result.outputs[0].run.texts)
-    assert sum(steps[:kept]) <= LIMITS.text.token_steps < sum(steps[: kept + 1])
+    assert seconds(kept, 1) <= small.text.cpu_seconds < seconds(kept + 1, 1)
     assert any(f"only the first {kept} of {len(result.sentences)} sentences" in n for n in result.notices)
     assert all(len(output.run.texts) == kept for output in result.outputs)
+
+
+@pytest.mark.parametrize("system", ["ours", "marian", "t5"])
+def test_text_in_capitals_translates_as_sentence_case_and_says_so(ours, marian, t5, system):
+    translator = {"ours": ours, "marian": marian, "t5": t5}[system]
+    shouted = text("A DOG RUNS IN THE PARK. The cat sleeps.", "beam search", 2, 10, ours=translator, comparisons=[])
+    typed = text("A dog runs in the park. The cat sleeps.", "beam search", 2, 10, ours=translator, comparisons=[])
+
+    assert shouted.outputs[0].translation == typed.outputs[0].translation != ""
+    details = translation.format_details(shouted.outputs[0])
+    assert "1 sentence was typed in capitals and read in sentence case (sentence 1)" in details
+    assert "capitals" not in translation.format_details(typed.outputs[0])
+
+
+def test_long_sentence_without_full_stop_is_translated_in_parts(ours, marian):
+    words = "a man in a blue jacket repairs a bicycle, and two dogs play in the snow while children watch " * 6
+    result = text(words.strip(), "greedy", 1, 20, ours=ours, comparisons=[marian])
+
+    assert len(result.sentences) > 1 and all(
+        len(part.split()) <= LIMITS.max_sentence_words for part in result.sentences
+    )
+    assert " ".join(result.sentences) == " ".join(words.split())  # every word, in order, once
+    assert any(
+        f"translated in parts of at most {LIMITS.max_sentence_words} words ({len(result.sentences)} parts)" in notice
+        for notice in result.notices
+    )
+    for output in result.outputs:
+        assert output.translation == " ".join(output.run.texts).strip()
+
+
+def test_split_long_sentence_at_commas_then_conjunctions_then_words():
+    split = text_checks.split_long_sentence
+    assert split("short one", 5) == ["short one"]
+    assert split("one two, three four five six seven, eight nine", 4) == [
+        "one two,",
+        "three four five six",
+        "seven, eight nine",
+    ]
+    assert split("a b c d e and f g h i j", 6) == ["a b c d e", "and f g h i j"]
+    assert split("a b c d e f g h", 3) == ["a b c", "d e f", "g h"]
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -151,16 +213,26 @@ def test_empty_text_asks_for_input(ours, value):
 
 @pytest.mark.parametrize(
     "decoding, beams, tokens, expected",
-    [("sampling", 4, 10, "Decoding must be one of"), ("beam search", 9, 10, "Beams must be from 1 to 8, got 9"),
-     ("greedy", 1, 0, "Maximum new tokens must be from 1 to 255"), ("greedy", 2.5, 10, "whole number")],
+    [
+        ("sampling", 4, 10, "Decoding must be one of"),
+        ("beam search", 9, 10, "Beams must be from 1 to 8, got 9"),
+        ("greedy", 1, 0, "Maximum new tokens must be from 1 to 255"),
+        ("greedy", 2.5, 10, "whole number"),
+    ],
 )
 def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tokens, expected):
     assert expected in text(SENTENCE, decoding, beams, tokens, ours=ours, comparisons=[]).message
 
 
 def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
-    result = text("A dog 🐕 runs. Собака бежит. 狗在跑。 كلب يجري. Straße ß „quotes“", "beam search", 2, 8, ours=ours,
-                  comparisons=[marian])
+    result = text(
+        "A dog 🐕 runs. Собака бежит. 狗在跑。 كلب يجري. Straße ß „quotes“",
+        "beam search",
+        2,
+        8,
+        ours=ours,
+        comparisons=[marian],
+    )
 
     assert result.message == "" and len(result.sentences) == 5
     for output, translator in zip(result.outputs, (ours, marian), strict=True):
@@ -209,12 +281,32 @@ def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_bet
 
 
 def test_deadline_keeps_what_was_translated(ours):
-    late = limits.Limits(text=limits.Budget(token_steps=10_000, seconds=0.0), batch_size=1)
+    late = limits.Limits(text=limits.Budget(cpu_seconds=100, seconds=0.0), batch_size=1)
     result = text("A dog runs. The cat sleeps. Two men work.", "greedy", 1, 5, ours=ours, comparisons=[], limits=late)
 
     output = result.outputs[0]
     assert output.run.stopped_early and output.run.translations[1:] == [None, None]
     assert "time limit" in translation.format_details(output)
+
+
+def test_time_limit_inside_a_batch_keeps_the_translation_so_far(ours, marian, monkeypatch):
+    sentences = ["A dog runs in the park.", "Two men are working on a roof.", "The cat sleeps."]
+    settings = DecodingSettings(num_beams=2, max_new_tokens=20, batch_size=2)
+    scheduler = FairScheduler()
+    for translator in (ours, marian):
+        free = run_system(translator, sentences, settings, scheduler)
+        monkeypatch.setattr(engine, "time", StepClock())
+        with scheduler.job("visitor", 60) as job:
+            cut = run_system(translator, sentences, settings, scheduler, deadline=3.0)  # 2 tokens, then </s>
+        monkeypatch.undo()
+
+        assert job.served > 0 and not free.run.stopped_early
+        first_batch = [t for t in cut.run.translations if t is not None]
+        assert len(first_batch) == 2 and any(t.cut for t in first_batch)
+        assert all(t.new_tokens <= 3 for t in first_batch) and any(t.text for t in first_batch)
+        details = translation.format_details(cut)
+        assert "The request reached its time limit" in details and "this is what was translated by then" in details
+        assert "cut short, translated as far as the search had got" in details and "Stopped after 2 of 3" in details
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -226,18 +318,37 @@ def write(path, content):
 
 
 def translate_file(source, reference=None, *args, ours, comparisons, output_dir, **kwargs):
-    return files.translate_file(source, reference, *args, ours=ours, comparisons=comparisons,
-                                scheduler=FairScheduler(), output_dir=output_dir, session="visitor", **kwargs)
+    return files.translate_file(
+        source,
+        reference,
+        *args,
+        ours=ours,
+        comparisons=comparisons,
+        scheduler=FairScheduler(),
+        output_dir=output_dir,
+        session="visitor",
+        **kwargs,
+    )
 
 
 def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
     source = write(tmp_path / "source.en", "A dog runs in the park.\n\nTwo men are working.\nThe cat sleeps.\n")
-    reference = write(tmp_path / "reference.de",
-                      "Ein Hund rennt im Park.\n\nZwei Männer arbeiten.\nDie Katze schläft.\n")
+    reference = write(
+        tmp_path / "reference.de", "Ein Hund rennt im Park.\n\nZwei Männer arbeiten.\nDie Katze schläft.\n"
+    )
     steps = []
 
-    result = translate_file(source, reference, "greedy", 1, 8, ours=ours, comparisons=[marian, t5],
-                            output_dir=tmp_path / "cache", progress=lambda done, desc: steps.append(done))
+    result = translate_file(
+        source,
+        reference,
+        "greedy",
+        1,
+        8,
+        ours=ours,
+        comparisons=[marian, t5],
+        output_dir=tmp_path / "cache",
+        progress=lambda done, desc: steps.append(done),
+    )
 
     assert result.path.startswith(str(tmp_path / "cache"))
     with open(result.path, encoding="utf-8", newline="") as handle:
@@ -256,13 +367,15 @@ def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
 
 def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
     source = write(tmp_path / "big.txt", "A man in a blue jacket is repairing a bicycle on the street.\n" * 20)
-    small = limits.Limits(file=limits.Budget(token_steps=1_000, seconds=60))  # 20 lines x 8 beams x 16 tokens: 2,560
+    small = limits.Limits(file=limits.Budget(cpu_seconds=0.5, seconds=60))  # 20 lines x 8 beams x 16 tokens: 0.9 s
 
-    result = translate_file(source, None, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path,
-                            limits=small)
+    result = translate_file(
+        source, None, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path, limits=small
+    )
 
-    assert "20 lines x 8 beams); each request here gets 1,000, so it was translated with 3 beams instead of 8" in (
-        result.summary)
+    assert "20 lines x 8 beams); each request here gets 0.5 s, so it was translated with 3 beams instead of 8" in (
+        result.summary
+    )
     assert result.path is not None
 
 
@@ -309,8 +422,9 @@ def test_cross_attention_map_is_source_by_generated(ours, marian, t5, layer):
 
     for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
         first = output.run.translations[0]
-        attention = cross_attention_map(translator.model, translator.tokenizer, first.source_ids,
-                                        first.generated_ids, layer)
+        attention = cross_attention_map(
+            translator.model, translator.tokenizer, first.source_ids, first.generated_ids, layer
+        )
         generated = len(first.generated_ids) - 1  # the decoder start token is read, never generated
         assert attention.weights.shape == (len(first.source_ids), generated)
         assert torch.allclose(torch.from_numpy(attention.weights.sum(axis=0)), torch.ones(generated), atol=1e-5)
@@ -343,6 +457,16 @@ def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
     assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.error}"
 
 
+def test_comparison_models_loading_at_the_same_time_all_load(tmp_path):
+    """Two loads at once broke transformers' meta-device initialisation ("Cannot copy out of meta tensor")."""
+    folders = [build_tiny_marian(tmp_path / "marian"), build_tiny_t5(tmp_path / "t5")]
+    models = [translators.BackgroundTranslator(str(folder), folder.name) for folder in folders]
+
+    assert all(model.wait(timeout=120) for model in models)
+    assert [model.error for model in models] == [None, None]
+    assert all("ready" in model.status() for model in models)
+
+
 def test_comparison_model_status_shows_no_server_path(tmp_path):
     missing = tmp_path / "nowhere" / "opus-mt"
     model = translators.BackgroundTranslator(str(missing), "opus-mt")
@@ -373,20 +497,36 @@ def test_corpus_table_reads_both_files(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     evaluation.write_eval_results(
-        model, num_parameters=44_000_000, decoding={"num_beams": 4},
-        scores={"test_2016_flickr": {"bleu": 36.51, "chrf": 62.3, "num_sentences": 1000},
-                "val": {"bleu": 38.0, "chrf": 64.0}},
+        model,
+        num_parameters=44_000_000,
+        decoding={"num_beams": 4},
+        scores={
+            "test_2016_flickr": {"bleu": 36.51, "chrf": 62.3, "num_sentences": 1000},
+            "val": {"bleu": 38.0, "chrf": 64.0},
+        },
         command=["python train.py"],
     )
     comparison = tmp_path / "comparison.json"
-    comparison.write_text(json.dumps({
-        "source_file": "data/test_2016_flickr.en", "num_sentences": 1000, "num_beams": 4,
-        "systems": [
-            {"model": "models/transformer-en-de", "bleu": 36.5, "chrf": 62.3, "num_parameters": 44_000_000,
-             "sentences_per_second": 20.0, "error": None},
-            {"model": "Helsinki-NLP/opus-mt-en-de", "bleu": None, "chrf": None, "error": "offline"},
-        ],
-    }))
+    comparison.write_text(
+        json.dumps(
+            {
+                "source_file": "data/test_2016_flickr.en",
+                "num_sentences": 1000,
+                "num_beams": 4,
+                "systems": [
+                    {
+                        "model": "models/transformer-en-de",
+                        "bleu": 36.5,
+                        "chrf": 62.3,
+                        "num_parameters": 44_000_000,
+                        "sentences_per_second": 20.0,
+                        "error": None,
+                    },
+                    {"model": "Helsinki-NLP/opus-mt-en-de", "bleu": None, "chrf": None, "error": "offline"},
+                ],
+            }
+        )
+    )
 
     summary, rows = corpus_report.corpus_table(model, comparison)
 

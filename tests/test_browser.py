@@ -13,8 +13,13 @@ import app
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOT = ROOT / "test-artifacts" / "app.png"
 
 
@@ -70,7 +75,8 @@ def test_type_translate_and_see_both_panels_and_heatmaps(page_url, browser):
     page.get_by_label("Layer").click()
     page.get_by_role("option", name="layer 1").click()
     page.wait_for_function(
-        "before => document.querySelector('#heatmap-0 img')?.getAttribute('src') !== before", arg=before,
+        "before => document.querySelector('#heatmap-0 img')?.getAttribute('src') !== before",
+        arg=before,
         timeout=30_000,
     )
 

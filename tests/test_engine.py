@@ -3,6 +3,7 @@
 
 import copy
 import math
+import time
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import modeling.modeling_transformer_mt as modeling_code
 from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import SourceLengthBound, new_token_limits
 from tokenizer import load_tokenizer
+from transformer_en_de import engine
 from transformer_en_de.engine import DecodingSettings, translate
 
 SOURCES = [english for english, _ in PAIRS] + [
@@ -135,6 +137,121 @@ def test_should_stop_is_asked_before_each_batch(wide_model, tiny_tokenizer):
     assert sum(t is not None for t in run.translations) == 5
     assert run.notices == ["stopped after 5 of 12 sentences."]
     assert run.texts.count("") >= 7  # sentences not reached have no translation
+
+
+# -- casing: text typed in capitals is read in sentence case, for every model -------------------------------------
+
+
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_capitals_are_read_in_sentence_case(which, wide_model, tiny_tokenizer, marian):
+    model, tokenizer = (wide_model, tiny_tokenizer) if which == "ours" else marian
+    settings = DecodingSettings(num_beams=2, max_new_tokens=12)
+    shouting = translate(model, tokenizer, ["A DOG RUNS IN THE PARK.", "Two men are working."], settings)
+    typed = translate(model, tokenizer, ["A dog runs in the park.", "Two men are working."], settings)
+
+    assert [t.generated_ids for t in shouting.translations] == [t.generated_ids for t in typed.translations]
+    assert shouting.translations[0].source_ids == typed.translations[0].source_ids
+    assert [t.case_normalised for t in shouting.translations] == [True, False]
+    assert shouting.notices == ["1 sentence was typed in capitals and read in sentence case (sentence 1)."]
+    as_typed = translate(model, tokenizer, ["A DOG RUNS IN THE PARK."], DecodingSettings(normalise_case=False))
+    assert as_typed.translations[0].source_ids != typed.translations[0].source_ids
+    assert not as_typed.translations[0].case_normalised and as_typed.notices == []
+
+
+def test_ordinary_text_is_read_as_typed(wide_model, tiny_tokenizer):
+    sources = SOURCES + ["The USA is big.", "OK"]  # a few capitals are not shouting
+    settings = DecodingSettings(num_beams=2, batch_size=5)
+    normalised = translate(wide_model, tiny_tokenizer, sources, settings)
+    as_typed = translate(
+        wide_model, tiny_tokenizer, sources, DecodingSettings(num_beams=2, batch_size=5, normalise_case=False)
+    )
+    assert [t.generated_ids for t in normalised.translations] == [t.generated_ids for t in as_typed.translations]
+    assert not any(t.case_normalised for t in normalised.translations) and normalised.notices == []
+
+
+# -- a deadline ends the batch in progress and keeps what the search had written ----------------------------------
+
+
+class StepClock:
+    """`time.monotonic()` one second later at every call: the engine asks once before each batch and once at each
+    decoding step, so a deadline of d ends the first batch when d - 1 new tokens are written."""
+
+    perf_counter = staticmethod(time.perf_counter)
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_deadline_in_greedy_search_keeps_the_tokens_written(which, wide_model, tiny_tokenizer, marian, monkeypatch):
+    model, tokenizer = (wide_model, tiny_tokenizer) if which == "ours" else marian
+    settings = DecodingSettings(num_beams=1, max_new_tokens_ratio=1e6, max_new_tokens=20, batch_size=5)
+    free = translate(model, tokenizer, SOURCES, settings).translations
+    monkeypatch.setattr(engine, "time", StepClock())
+
+    run = translate(model, tokenizer, SOURCES, settings, deadline=4.0)  # ends the first batch at 3 new tokens
+
+    first_batch = sorted(range(len(SOURCES)), key=lambda i: len(free[i].source_ids), reverse=True)[:5]
+    eos = model.generation_config.eos_token_id
+    for index, (translation, expected) in enumerate(zip(run.translations, free, strict=True)):
+        if index not in first_batch:
+            assert translation is None  # no batch starts after the deadline
+        elif translation.cut:  # the search's 3 tokens, then the </s> that ended it
+            assert translation.generated_ids == expected.generated_ids[:4] + [eos] and translation.new_tokens == 4
+        else:  # it had ended before
+            assert translation.generated_ids == expected.generated_ids and expected.new_tokens <= 3
+    assert any(t.cut for t in run.translations if t) and run.stopped_early
+    assert any("the deadline passed while decoding" in notice for notice in run.notices)
+    assert run.notices[-1] == f"stopped after 5 of {len(SOURCES)} sentences."
+
+
+def test_deadline_in_beam_search_keeps_the_sentences_done(wide_model, tiny_tokenizer, monkeypatch):
+    """Short sources end early (the bound), long ones still run at the deadline: those end where they are."""
+    settings = DecodingSettings(num_beams=4, max_new_tokens_ratio=0.5, max_new_tokens_offset=2, batch_size=12)
+    free = translate(wide_model, tiny_tokenizer, SOURCES, settings).translations
+    steps = 6
+    assert min(t.new_tokens for t in free) <= steps < max(t.new_tokens for t in free)
+    monkeypatch.setattr(engine, "time", StepClock())
+
+    run = translate(wide_model, tiny_tokenizer, SOURCES, settings, deadline=steps + 1.0)
+
+    for translation, expected in zip(run.translations, free, strict=True):
+        if expected.new_tokens <= steps:  # it had ended before
+            assert translation.generated_ids == expected.generated_ids and not translation.cut
+        else:
+            assert translation.cut and translation.new_tokens == steps + 1 and not translation.hit_length_bound
+            assert translation.generated_ids[-1] == wide_model.generation_config.eos_token_id
+    assert run.stopped_early and sum(t.cut for t in run.translations) > 1
+
+
+def test_deadline_in_transformers_beam_search_ends_the_batch(marian, monkeypatch):
+    model, tokenizer = marian
+    settings = DecodingSettings(num_beams=3, max_new_tokens_ratio=1e6, max_new_tokens=30, batch_size=len(SOURCES))
+    free = translate(model, tokenizer, SOURCES, settings).translations
+    monkeypatch.setattr(engine, "time", StepClock())
+
+    run = translate(model, tokenizer, SOURCES, settings, deadline=4.0)
+
+    assert all(t is not None for t in run.translations) and any(t.cut for t in run.translations)
+    for translation, expected in zip(run.translations, free, strict=True):
+        assert translation.new_tokens <= 4
+        if translation.cut:
+            assert translation.generated_ids[-1] == model.generation_config.eos_token_id
+        else:
+            assert translation.generated_ids == expected.generated_ids
+
+
+def test_no_deadline_changes_nothing(wide_model, tiny_tokenizer):
+    settings = DecodingSettings(num_beams=4, batch_size=5)
+    later = translate(wide_model, tiny_tokenizer, SOURCES, settings, deadline=time.monotonic() + 3600)
+    assert [t.generated_ids for t in later.translations] == [
+        t.generated_ids for t in translate(wide_model, tiny_tokenizer, SOURCES, settings).translations
+    ]
+    assert not later.stopped_early and not any(t.cut for t in later.translations)
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):

@@ -59,7 +59,9 @@ def build_tiny_t5(folder: Path) -> Path:
     torch.manual_seed(0)
     model = T5ForConditionalGeneration(config).eval()
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
         bad_words_ids=[[0], [2]],  # <pad> and <unk> decode to nothing; banned, the translations are never empty
     )
     model.save_pretrained(folder)

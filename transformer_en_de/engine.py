@@ -10,19 +10,26 @@ pretrained models is fair: the same batching, the same decoding settings, the sa
   its batch, for our model and for any other: the engine hands the same logits processor to every model.
 - Our model's beam search lets each sentence leave its batch once it is done (`modeling/beam_search.py`): the ids of
   transformers' beam search, with less work; other models decode with transformers' own.
+- Text typed in capitals is read in sentence case (`casing.normalise_case`, on by default, for every model): a model
+  trained on sentence case loops on shouting; ordinary text is left as it is.
 - A source longer than the model reads is truncated, and the result says so; `progress(done, total)` is called
   after each batch, and `should_stop()` before each, so that a caller can give up between batches.
+- A `deadline` (a `time.monotonic()` time) ends the batch in progress at its next decoding step: every hypothesis is
+  given `</s>`, so each sentence keeps what its search had written by then (marked `cut`), and no batch starts after.
 """
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits
+
+from .casing import normalise_case
 
 DEFAULT_BATCH_SIZE = 32
 # A task prefix some models need in front of every source (T5 reads "translate English to German: ...").
@@ -40,6 +47,8 @@ class DecodingSettings:
         ratio (1e6) turns it off, leaving only `max_new_tokens` for the whole batch.
     do_sample, top_k, top_p, temperature: sampling instead of search (back-translation uses it).
     batch_size: sentences per `generate()` call.
+    normalise_case: read a sentence typed in capitals in sentence case (`casing.normalise_case`); other text is
+        read as it is, so this changes nothing on Multi30k (no sentence there is in capitals).
     """
 
     num_beams: int | None = None
@@ -52,6 +61,7 @@ class DecodingSettings:
     top_p: float | None = None
     temperature: float | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    normalise_case: bool = True
 
     def __post_init__(self):
         checks = {
@@ -77,6 +87,8 @@ class Translation:
     generated_ids: list[int]  # decoder start token, the new tokens, up to and including </s> when it was written
     source_truncated: bool = False  # the source was longer than the model reads
     hit_length_bound: bool = False  # decoding stopped at the sentence's limit instead of at </s>
+    case_normalised: bool = False  # the sentence was typed in capitals and read in sentence case
+    cut: bool = False  # the deadline ended decoding: the text is what the search had written by then
 
     @property
     def new_tokens(self) -> int:
@@ -89,7 +101,9 @@ class TranslationRun:
 
     translations: list[Translation]
     seconds: float
-    stopped_early: bool = False  # `should_stop` said stop: the sentences not reached have no translation (None)
+    # `should_stop` said stop or the deadline passed: the sentences not reached have no translation (None), and those
+    # decoding at the deadline are `cut`.
+    stopped_early: bool = False
     notices: list[str] = field(default_factory=list)
 
     @property
@@ -154,6 +168,35 @@ def length_bound(model, settings: DecodingSettings) -> tuple[float, int]:
     return ratio, DEFAULT_OFFSET if offset is None else offset
 
 
+class Deadline(LogitsProcessor):
+    """Once `time.monotonic()` passes `deadline`, forces `</s>` for every hypothesis: the batch ends at that step.
+
+    Beam search then returns, for each sentence, its best hypothesis among those finished, the ones just ended
+    included. `stopped_at` is the number of new tokens written when the deadline passed (None while it has not).
+    """
+
+    def __init__(self, deadline: float, eos_token_id: int):
+        self.deadline = deadline
+        self.eos_token_id = eos_token_id
+        self.prompt_length: int | None = None
+        self.stopped_at: int | None = None
+
+    def select_sentences(self, sentences: torch.Tensor) -> "Deadline":
+        """The same deadline for any subset of the sentences (our beam search, whose finished sentences leave)."""
+        return self
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        if self.stopped_at is None:
+            if time.monotonic() <= self.deadline:
+                return scores
+            self.stopped_at = input_ids.shape[1] - self.prompt_length
+        scores = torch.full_like(scores, -math.inf)
+        scores[:, self.eos_token_id] = 0.0
+        return scores
+
+
 def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
     """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
     kept = [sequence[0]]
@@ -174,14 +217,14 @@ def translate(
     *,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    deadline: float | None = None,
 ) -> TranslationRun:
     """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring)."""
     started = time.perf_counter()
     results: list[Translation | None] = [None] * len(sentences)
     if not sentences:
         return TranslationRun([], 0.0)
-    prefix = source_prefix(model)
-    sources = [prefix + sentence for sentence in sentences]
+    sources, recased = model_sources(model, sentences, settings)
     limit = max_source_tokens(model, tokenizer)
     full_lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: full_lengths[index], reverse=True)
@@ -194,7 +237,7 @@ def translate(
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), settings.batch_size):
-            if should_stop is not None and should_stop():
+            if (should_stop is not None and should_stop()) or (deadline is not None and time.monotonic() > deadline):
                 stopped = True
                 break
             indices = order[start : start + settings.batch_size]
@@ -209,35 +252,61 @@ def translate(
             limits = new_token_limits(lengths, ratio, offset, generation_config.max_new_tokens)
             batch_config = copy.copy(generation_config)
             batch_config.max_new_tokens = int(limits.max())  # the batch ends with its longest allowed sentence
-            output = model.generate(
-                **batch,
-                generation_config=batch_config,
-                logits_processor=LogitsProcessorList([SourceLengthBound(limits, eos_id)]),
-            )
+            processors = LogitsProcessorList([SourceLengthBound(limits, eos_id)])
+            if deadline is not None:
+                processors.append(Deadline(deadline, eos_id))
+            output = model.generate(**batch, generation_config=batch_config, logits_processor=processors)
+            # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end
+            # with the </s> it forced, one token after it.
+            stopped_at = processors[-1].stopped_at if deadline is not None else None
             texts = tokenizer.batch_decode(output, skip_special_tokens=True)
             for row, index in enumerate(indices):
                 generated = _strip_generated(output[row].tolist(), pad_id, eos_id)
                 source_ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+                cut = stopped_at is not None and len(generated) - 1 == stopped_at + 1 and generated[-1] == eos_id
                 results[index] = Translation(
                     text=texts[row].strip(),
                     source_ids=source_ids,
                     generated_ids=generated,
                     source_truncated=full_lengths[index] > limit,
-                    hit_length_bound=len(generated) - 1 >= int(limits[row]),
+                    hit_length_bound=not cut and len(generated) - 1 >= int(limits[row]),
+                    case_normalised=recased[index],
+                    cut=cut,
                 )
             if progress is not None:
                 progress(min(start + settings.batch_size, len(order)), len(order))
+            if stopped_at is not None:
+                stopped = start + settings.batch_size < len(order)  # batches left that will not start
+                break
     notices = []
+    capitals = [index + 1 for index, result in enumerate(results) if result and result.case_normalised]
+    if capitals:
+        notices.append(
+            f"{_count(capitals, 'sentence')} typed in capitals and read in sentence case (sentence {_list(capitals)})."
+        )
     truncated = [index + 1 for index, result in enumerate(results) if result and result.source_truncated]
     if truncated:
         notices.append(
             f"{_count(truncated, 'sentence')} longer than the {limit} tokens the model reads and cut there "
             f"(sentence {_list(truncated)})."
         )
+    cut = [index + 1 for index, result in enumerate(results) if result and result.cut]
+    if cut:
+        notices.append(
+            f"the deadline passed while decoding: {_count(cut, 'sentence')} cut short, translated as far as the "
+            f"search had got (sentence {_list(cut)})."
+        )
     if stopped:
         done = sum(result is not None for result in results)
         notices.append(f"stopped after {done} of {len(sentences)} sentences.")
-    return TranslationRun(results, time.perf_counter() - started, stopped, notices)
+    return TranslationRun(results, time.perf_counter() - started, stopped or bool(cut), notices)
+
+
+def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tuple[list[str], list[bool]]:
+    """What the model reads for each sentence (its task prefix, the casing applied), and which were recased."""
+    prefix = source_prefix(model)
+    read = [normalise_case(sentence) if settings.normalise_case else sentence for sentence in sentences]
+    return [prefix + text for text in read], [text != sentence for text, sentence in zip(read, sentences, strict=True)]
 
 
 def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()):
@@ -255,12 +324,14 @@ def _list(numbers: list[int], shown: int = 10) -> str:
 
 
 __all__ = [
+    "Deadline",
     "DecodingSettings",
     "Translation",
     "TranslationRun",
     "generation_config_for",
     "length_bound",
     "max_source_tokens",
+    "model_sources",
     "translate",
     "translate_texts",
 ]

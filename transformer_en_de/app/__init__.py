@@ -1,7 +1,7 @@
 """What the Gradio app (app.py) does, one job per module.
 
 - `text_checks`: input validation (text, decoding settings) and sentence splitting.
-- `limits`: the work a request may take (sentences x beams x new tokens) and the plan that keeps it in bounds.
+- `limits`: the work a request may take (estimated CPU seconds of decoding) and the plan that keeps it in bounds.
 - `scheduler`: turns on the CPU, shared fairly between visitors; cancellation and deadlines.
 - `translators`: a loaded model, our model's loading, and comparison models loaded in the background.
 - `translation`: a text through every system via the engine, and what each panel shows.

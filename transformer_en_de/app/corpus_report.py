@@ -27,8 +27,16 @@ def evaluation_rows(results: dict) -> list[list[str]]:
     beams = results["decoding"].get("num_beams")
     note = f"beam {beams}" if beams else ""
     return [
-        [f"{OURS_NAME}, eval_results.json", split, _count(score.get("num_sentences")), _number(score["bleu"]),
-         _number(score.get("chrf")), _millions(results["num_parameters"]), "", note]
+        [
+            f"{OURS_NAME}, eval_results.json",
+            split,
+            _count(score.get("num_sentences")),
+            _number(score["bleu"]),
+            _number(score.get("chrf")),
+            _millions(results["num_parameters"]),
+            "",
+            note,
+        ]
         for split, score in results["scores"].items()
     ]
 
@@ -38,10 +46,18 @@ def comparison_rows(comparison: dict) -> list[list[str]]:
     test_set = Path(str(comparison.get("source_file") or "")).stem
     beams = f"beam {comparison.get('num_beams', '?')}"
     return [
-        [display_id(str(system.get("model", "?"))), test_set, _count(comparison.get("num_sentences")),
-         _number(system.get("bleu")), _number(system.get("chrf")), _millions(system.get("num_parameters")),
-         _number(system.get("sentences_per_second"), 1), str(system.get("error") or beams)]
-        for system in comparison.get("systems", []) if isinstance(system, dict)
+        [
+            display_id(str(system.get("model", "?"))),
+            test_set,
+            _count(comparison.get("num_sentences")),
+            _number(system.get("bleu")),
+            _number(system.get("chrf")),
+            _millions(system.get("num_parameters")),
+            _number(system.get("sentences_per_second"), 1),
+            str(system.get("error") or beams),
+        ]
+        for system in comparison.get("systems", [])
+        if isinstance(system, dict)
     ]
 
 
@@ -64,8 +80,10 @@ def corpus_table(model_folder: str | Path | None, comparison_path: Path) -> tupl
         results = read_eval_results(folder) if folder is not None and folder.is_dir() else None
     except EvalResultsError as error:
         results = None
-        notes.append(f"Our model's eval_results.json is not in the expected shape, so its scores are not shown "
-                     f"({str(error).replace(str(folder), display_id(str(folder)))}).")
+        notes.append(
+            f"Our model's eval_results.json is not in the expected shape, so its scores are not shown "
+            f"({str(error).replace(str(folder), display_id(str(folder)))})."
+        )
     if results:
         rows += evaluation_rows(results)
     comparison, problem = _read_json(comparison_path)

@@ -76,8 +76,9 @@ def translate_file(
 ) -> FileResult:
     """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given."""
     try:
-        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, max_beams=limits.max_beams,
-                                       max_tokens=limits.max_new_tokens)
+        beams, tokens = check_decoding(
+            decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
+        )
         lines = read_lines(source_file, "English file", limits)
         references = read_lines(reference_file, "reference file", limits) if reference_file else None
     except InputError as error:
@@ -100,10 +101,16 @@ def translate_file(
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
     columns, rows = {}, []
     try:
-        with scheduler.job(session, limits.file.seconds):
+        with scheduler.job(session, limits.file.seconds) as job:
             sentences = [lines[index].strip() for index in filled]
-            plan = plan_work(token_limits(ours.model, ours.tokenizer, sentences, settings), beams, limits.file,
-                             unit="line")
+            plan = plan_work(
+                token_limits(ours.model, ours.tokenizer, sentences, settings),
+                beams,
+                limits.file,
+                unit="line",
+                batch_size=limits.batch_size,
+                cost=limits.step_cost,
+            )
             notices += [plan.notice] if plan.notice else []
             kept = sentences[: plan.num_sentences]
             settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
@@ -117,10 +124,7 @@ def translate_file(
                     if progress is not None:
                         progress((number * total + done, len(systems) * total), desc=f"Translating with {name}")
 
-                output = run_system(translator, kept, settings, scheduler, on_batch)
-                if output.run is None:
-                    notices.append(f"{translator.name}: {output.message}")
-                    continue
+                output = run_system(translator, kept, settings, scheduler, on_batch, deadline=job.hard_deadline)
                 translations = [""] * len(lines)
                 for index, text in zip(filled, output.run.texts, strict=False):
                     translations[index] = text
@@ -140,8 +144,9 @@ def translate_file(
     return FileResult(str(path), file_summary(rows, notices, references is not None), scores)
 
 
-def write_tsv(folder: Path, stem: str, lines: list[str], columns: dict[str, list[str]],
-              references: list[str] | None) -> Path:
+def write_tsv(
+    folder: Path, stem: str, lines: list[str], columns: dict[str, list[str]], references: list[str] | None
+) -> Path:
     """line, source, one column per system, reference: in a fresh subfolder (two visitors' files never clash)."""
     folder = folder / "translations" / uuid.uuid4().hex
     folder.mkdir(parents=True)

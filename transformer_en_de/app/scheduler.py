@@ -7,10 +7,11 @@ running request hands the CPU to a waiting one whose visitor has had less CPU ti
 ("least attained service" per visitor, fading with time). A one-sentence request from a visitor who has not been
 computing waits at most one decoder step of a heavy one, and heavy requests alternate slice by slice.
 
-The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step;
-one past 80% of its time stops before its next engine batch, keeping what it has translated, and one past its whole
-time gives up the batch in progress (`TimeLimit`). Each visitor (a Gradio
-session) runs at most one request at a time; a second one is refused at once with `Busy` instead of queueing.
+The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step.
+A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time the engine ends the
+batch in progress (`Job.hard_deadline`, passed as `engine.translate(deadline=...)`): either way it keeps what it has
+translated. Each visitor (a Gradio session) runs at most one request at a time; a second one is refused at once
+with `Busy` instead of queueing.
 """
 
 import threading
@@ -33,17 +34,13 @@ class Cancelled(RuntimeError):
     """The visitor left: the request was stopped and its result is not wanted."""
 
 
-class TimeLimit(RuntimeError):
-    """The request reached its time limit in the middle of an engine batch; that batch's work is lost."""
-
-
 @dataclass(eq=False)
 class Job:
     """One request: its visitor, its deadline, the CPU time it has been served, and whether it must stop."""
 
     session: str
-    deadline: float  # between batches: stop and keep what is translated
-    hard_deadline: float  # at a decoder step: give up the batch in progress
+    deadline: float  # (time.monotonic()) start no new engine batch after it
+    hard_deadline: float  # end the batch in progress (the engine's `deadline`), keeping what it has
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
@@ -83,8 +80,10 @@ class FairScheduler:
         with self._condition:
             if exclusive and self.fair:  # unfair is the app as it was: no turns, no limit per visitor
                 if session in self._sessions:
-                    raise Busy("Your previous request is still running; this one was not started. Wait for the "
-                               "first to finish (or reload the page to cancel it).")
+                    raise Busy(
+                        "Your previous request is still running; this one was not started. Wait for the "
+                        "first to finish (or reload the page to cancel it)."
+                    )
                 self._sessions[session] = job
         self._local.job = job
         try:
@@ -107,8 +106,6 @@ class FairScheduler:
             return  # not a request's computation (a test, a script)
         if job.cancelled:
             raise Cancelled(f"the visitor of session {job.session} left")
-        if time.monotonic() > job.hard_deadline:
-            raise TimeLimit("the request reached its time limit")
         if not self.fair:
             return
         with self._condition:
@@ -125,7 +122,9 @@ class FairScheduler:
 
     def should_stop(self) -> bool:
         """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
-        job = self._local.job
+        job = getattr(self._local, "job", None)
+        if job is None:
+            return False  # not a request's computation (a test, a script)
         if job.cancelled or job.past_deadline:
             return True  # between batches: stop cleanly, keeping what is translated
         self.checkpoint()

@@ -73,6 +73,48 @@ def split_sentences(text: str) -> tuple[list[str], list[str]]:
     return sentences, separators
 
 
+def split_long_sentences(sentences: list[str], separators: list[str], max_words: int):
+    """Sentences of more than `max_words` words in parts (`split_long_sentence`); (parts, separators, notice)."""
+    parts, part_separators, long = [], [], []
+    for sentence, separator in zip(sentences, separators, strict=True):
+        pieces = split_long_sentence(sentence, max_words)
+        if len(pieces) > 1:
+            long.append((len(sentence.split()), len(pieces)))
+        parts += pieces
+        part_separators += [" "] * (len(pieces) - 1) + [separator]
+    if not long:
+        return parts, part_separators, ""
+    words, pieces = max(long)
+    which = f"A sentence of {words:,} words" if len(long) == 1 else f"{len(long)} sentences of up to {words:,} words"
+    notice = (
+        f"{which} without a full stop {'was' if len(long) == 1 else 'were'} translated in parts of at most "
+        f'{max_words} words ({sum(n for _, n in long)} parts), split at commas, at words such as "and" or between '
+        "words: the model was trained on single sentences. End sentences with a full stop for a better translation."
+    )
+    return parts, part_separators, notice
+
+
+# Where a long sentence may be split: after a word ending a clause, or before a word starting one.
+_CLAUSE_END = re.compile(r"[,;:–—]$")
+_CLAUSE_START = {"and", "but", "or", "while", "whereas", "as", "so", "then", "which", "who", "where", "when"}
+
+
+def split_long_sentence(sentence: str, max_words: int) -> list[str]:
+    """`sentence` in parts of at most `max_words` words (one part if it is that short): each part ends at the last
+    comma (;:–—) within its words, else before the last "and" (but, while, which, …), else after `max_words` words;
+    never shorter than a third of `max_words` unless it is the last."""
+    words = sentence.split()
+    parts, start = [], 0
+    while len(words) - start > max_words:
+        ends = range(start + max(max_words // 3, 1), start + max_words + 1)  # the part is words[start:end]
+        at_comma = [end for end in ends if _CLAUSE_END.search(words[end - 1])]
+        at_conjunction = [end for end in ends if words[end].lower() in _CLAUSE_START]
+        end = (at_comma or at_conjunction or [start + max_words])[-1]
+        parts.append(" ".join(words[start:end]))
+        start = end
+    return parts + [" ".join(words[start:])] if start else [sentence]
+
+
 def join_sentences(sentences: list[str], separators: list[str]) -> str:
     """The inverse of `split_sentences` for translated sentences."""
     return "".join(sentence + separator for sentence, separator in zip(sentences, separators, strict=True)).strip()

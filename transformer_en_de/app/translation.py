@@ -1,7 +1,8 @@
 """A text through every system, by the one engine, within the request's budget and turns; and the panels' text.
 
 Every system (ours first, then the comparison models in the operator's order) translates the same sentences with
-the same plan (beams, sentences kept), so the panels compare like with like.
+the same plan (beams, sentences kept), so the panels compare like with like. A sentence too long for the model (no
+full stop in many words) is translated in parts; a request that reaches its time limit keeps what it has translated.
 """
 
 from dataclasses import dataclass, field
@@ -10,8 +11,16 @@ from transformer_en_de.engine import DecodingSettings, TranslationRun, translate
 from transformer_en_de.evaluation import sentence_scores
 
 from .limits import Limits, plan_work, token_limits
-from .scheduler import Busy, Cancelled, FairScheduler, TimeLimit
-from .text_checks import InputError, check_decoding, check_text, clip_text, join_sentences, split_sentences
+from .scheduler import Busy, Cancelled, FairScheduler
+from .text_checks import (
+    InputError,
+    check_decoding,
+    check_text,
+    clip_text,
+    join_sentences,
+    split_long_sentences,
+    split_sentences,
+)
 from .translators import BackgroundTranslator, Translator
 
 
@@ -50,22 +59,33 @@ def system_name(system: Translator | BackgroundTranslator) -> str:
 
 
 def run_system(
-    translator: Translator, sentences: list[str], settings: DecodingSettings, scheduler: FairScheduler,
+    translator: Translator,
+    sentences: list[str],
+    settings: DecodingSettings,
+    scheduler: FairScheduler,
     progress=None,
+    *,
+    deadline: float | None = None,
 ) -> SystemOutput:
-    """One system's translations by the engine, taking turns on the CPU and stopping at the deadline."""
+    """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
+    the batch in progress ends and what was translated is kept."""
     output = SystemOutput(name=translator.name, num_parameters=translator.num_parameters)
-    try:
-        run = translate(translator.model, translator.tokenizer, sentences, settings, progress=progress,
-                        should_stop=scheduler.should_stop)
-    except TimeLimit:
-        output.message = ("The request reached its time limit in the middle of a batch: no translation. Try fewer "
-                          "sentences, fewer beams or fewer new tokens.")
-        return output
+    run = translate(
+        translator.model,
+        translator.tokenizer,
+        sentences,
+        settings,
+        progress=progress,
+        should_stop=scheduler.should_stop,
+        deadline=deadline,
+    )
     output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
-    output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     if run.stopped_early:
-        output.notices.append("The request reached its time limit (or was cancelled): the rest was not translated.")
+        output.notices.append(
+            "The request reached its time limit (the CPU is shared with other visitors' requests): this is what was "
+            "translated by then."
+        )
+    output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
         listed = ", ".join(map(str, bounded[:10])) + (" …" if len(bounded) > 10 else "")
@@ -95,8 +115,9 @@ def translate_text(
     systems = [ours, *comparisons]
     result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
     try:
-        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, max_beams=limits.max_beams,
-                                       max_tokens=limits.max_new_tokens)
+        beams, tokens = check_decoding(
+            decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
+        )
         text = check_text(text or "").strip()
         reference = check_text(reference or "", "reference").strip()
     except InputError as error:
@@ -107,12 +128,19 @@ def translate_text(
         return result
     text, clipped = clip_text(text, limits.max_input_chars)
     result.notices += [clipped] if clipped else []
-    sentences, separators = split_sentences(text)
+    sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
     result.sentences = sentences
+    result.notices += [in_parts] if in_parts else []
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
     try:
-        with scheduler.job(session, limits.text.seconds):
-            plan = plan_work(token_limits(ours.model, ours.tokenizer, sentences, settings), beams, limits.text)
+        with scheduler.job(session, limits.text.seconds) as job:
+            plan = plan_work(
+                token_limits(ours.model, ours.tokenizer, sentences, settings),
+                beams,
+                limits.text,
+                batch_size=limits.batch_size,
+                cost=limits.step_cost,
+            )
             result.notices += [plan.notice] if plan.notice else []
             kept = sentences[: plan.num_sentences]
             settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
@@ -121,10 +149,7 @@ def translate_text(
                 if translator is None:
                     result.outputs[index].message = why_not
                     continue
-                output = run_system(translator, kept, settings, scheduler)
-                if output.run is None:
-                    result.outputs[index] = output
-                    continue
+                output = run_system(translator, kept, settings, scheduler, deadline=job.hard_deadline)
                 output.translation = join_sentences(output.run.texts, separators[: len(kept)])
                 if reference:
                     output.scores = sentence_scores(output.translation, reference)
@@ -162,13 +187,23 @@ def attention_state(result: TextResult) -> dict | None:
     if not result.sentences:
         return None
     ids = [
-        None if output.run is None else
-        {"source": [t.source_ids if t else None for t in output.run.translations],
-         "generated": [t.generated_ids if t else None for t in output.run.translations]}
+        None
+        if output.run is None
+        else {
+            "source": [t.source_ids if t else None for t in output.run.translations],
+            "generated": [t.generated_ids if t else None for t in output.run.translations],
+        }
         for output in result.outputs
     ]
     return {"sentences": result.sentences[: max((len(i["source"]) for i in ids if i), default=0)], "systems": ids}
 
 
-__all__ = ["SystemOutput", "TextResult", "attention_state", "format_details", "format_notice",
-           "run_system", "translate_text"]
+__all__ = [
+    "SystemOutput",
+    "TextResult",
+    "attention_state",
+    "format_details",
+    "format_notice",
+    "run_system",
+    "translate_text",
+]

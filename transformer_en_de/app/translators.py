@@ -59,9 +59,15 @@ def display_id(model_id: str) -> str:
     return model_id
 
 
+# transformers' from_pretrained builds a model on the meta device through process-wide state: two loads at once
+# (the comparison models' threads) fail with "Cannot copy out of meta tensor". So loads take turns.
+_LOADING = threading.Lock()
+
+
 def load_translator(model_id: str, name: str, *, on_load=None) -> Translator:
     """Load through `hub.load_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it."""
-    model, tokenizer = load_model(model_id)
+    with _LOADING:
+        model, tokenizer = load_model(model_id)
     if on_load is not None:
         on_load(model)
     return Translator(name=name, model_id=model_id, model=model, tokenizer=tokenizer)

@@ -9,9 +9,11 @@ comparison models come from `--comparison-models` / COMPARISON_MODELS (ids or fo
 variable; default Helsinki-NLP/opus-mt-en-de; "" for none). They load in background threads: the page is up before
 they are, and a model that cannot be loaded (offline) says why in its panel while the others keep serving.
 
-Requests take turns on the CPU (`transformer_en_de/app/scheduler.py`); each has a budget of work and time
-(`limits.py`), one runs per visitor, closing the page cancels it. TRANSFORMER_MT_FAIR_SCHEDULING=0 turns the turns off
-(every request runs at once, two at a time as before), for benchmarks/heavy_visitors.py's "before".
+Requests take turns on the CPU (`transformer_en_de/app/scheduler.py`); each has a budget of work (estimated CPU
+seconds) and time (`limits.py`), one runs per visitor, closing the page cancels it. A request that reaches its time
+limit keeps what it has translated and says so; a long sentence without a full stop is translated in parts, and text
+typed in capitals is read in sentence case (by the engine, for every model). TRANSFORMER_MT_FAIR_SCHEDULING=0 turns the
+turns off (every request runs at once, two at a time), for benchmarks/heavy_visitors.py's "fairness off".
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)

@@ -1,14 +1,19 @@
 """Heavy visitors against the running app: do ordinary visitors still get their translations quickly?
 
 Starts `python app.py` (our model only, offline) on 127.0.0.1 and drives it with real gradio_client clients:
-- a heavy visitor with two tabs (two sessions), each sending 3,000 all-caps characters at the maximum beams and new
-  tokens (the text that made the model loop until its bound), and from the first tab `--flood` more requests at once;
+- a heavy visitor with two tabs (two sessions), each sending 3,000 characters in capitals without a full stop at
+  the maximum beams and new tokens (the text that made the model loop until its bound), and sending it again as soon
+  as the answer comes, for `--heavy-seconds`: two heavy requests are in flight all that time. From the first tab,
+  `--flood` more requests at once at the start;
 - an ordinary visitor sending one test sentence at a time (page defaults: beam 4, 128 new tokens), reading each answer
-  for `--pause` seconds before the next, for as long as the heavy requests run.
-It reports the ordinary requests' p50 / p95 / max, how long each heavy request took, and how the flood was answered.
+  for `--pause` seconds before the next, for as long as heavy requests run.
+It reports the ordinary requests' p50 / p95 / max; the heavy requests' count, median and longest time, how many came
+back with a translation and how many were cut at the time limit; how the flood was answered; and the server's CPU
+seconds beside the wall-clock seconds of the scenario (a busy machine shows as CPU share below 100%). `--busy N` adds
+N processes spinning on the same cores for the whole scenario: other tenants of a shared machine, made repeatable.
 With `--before` it runs the same scenario a second time with the fair scheduling off
-(TRANSFORMER_MT_FAIR_SCHEDULING=0: no turns, no limit per visitor, two requests at a time), which is the app as it was.
-Every loop is bounded: the ordinary visitor stops when the heavy requests end or after `--seconds`.
+(TRANSFORMER_MT_FAIR_SCHEDULING=0: no turns, no limit per visitor, two requests at a time).
+Every loop is bounded: no heavy request starts after `--heavy-seconds`, and nothing waits past `--seconds`.
 
     taskset -c 1 python -m benchmarks.heavy_visitors --threads 1 [--before] [--quick]
 """
@@ -34,22 +39,50 @@ HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
     parser.add_argument("--flood", type=int, default=64, help="extra requests the heavy visitor sends at once")
-    parser.add_argument("--seconds", type=float, default=240.0, help="longest the ordinary visitor keeps asking")
+    parser.add_argument(
+        "--heavy-seconds", type=float, default=60.0, help="how long the two tabs keep sending heavy requests"
+    )
+    parser.add_argument("--seconds", type=float, default=240.0, help="longest the whole scenario may take")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
     parser.add_argument("--before", action="store_true", help="also run the scenario with fair scheduling off")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on the same cores meanwhile")
 
 
-def run_scenario(model_folder: Path, sentences: list[str], *, fair: bool, threads: int, flood: int,
-                 seconds: float, pause: float) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_scenario(
+    model_folder: Path,
+    sentences: list[str],
+    *,
+    fair: bool,
+    threads: int,
+    flood: int,
+    heavy_seconds: float,
+    seconds: float,
+    pause: float,
+    busy: int,
+) -> dict:
     """One server, one scenario; returns the figures."""
     from gradio_client import Client
 
     port = free_port()
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-                       OMP_NUM_THREADS=str(threads), TRANSFORMER_MT_FAIR_SCHEDULING="1" if fair else "0")
-    command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models",
-               "--port", str(port)]
+    environment = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+        OMP_NUM_THREADS=str(threads),
+        TRANSFORMER_MT_FAIR_SCHEDULING="1" if fair else "0",
+    )
+    command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models"]
+    command += ["--port", str(port)]
     server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
+    # Each spins until terminated below, or for `seconds` at most if this process dies first.
+    spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(busy)]
     try:
         url = f"http://127.0.0.1:{port}/"
         wait_until_up(url, server)
@@ -57,36 +90,45 @@ def run_scenario(model_folder: Path, sentences: list[str], *, fair: bool, thread
         tabs = [Client(url, verbose=False) for _ in range(2)]
         ordinary.predict(sentences[0], "beam search", 4, 128, "", api_name="/translate")  # warm-up
 
-        heavy_seconds, heavy_notices = [None, None], [None, None]
+        started = time.monotonic()
+        cpu_started = cpu_seconds(server.pid)
+        stop_heavy, deadline = started + heavy_seconds, started + seconds
+        heavy = []  # (seconds, our translation, our details + the notice) per heavy request
 
-        def heavy(number: int):
-            started = time.perf_counter()
-            answer = tabs[number].predict(HEAVY_TEXT, "beam search", 8, 255, "", api_name="/translate")
-            heavy_seconds[number] = time.perf_counter() - started
-            heavy_notices[number] = (answer[1] + answer[-1]).replace("\n\n", " ")
+        def heavy_tab(number: int):
+            while time.monotonic() < stop_heavy:
+                asked = time.perf_counter()
+                job = tabs[number].submit(HEAVY_TEXT, "beam search", 8, 255, "", api_name="/translate")
+                try:
+                    answer = job.result(timeout=max(deadline - time.monotonic(), 1))
+                except Exception as error:  # a refusal or a timeout is a figure, not a crash of the benchmark
+                    heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
+                    continue
+                heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}".replace("\n", " ")))
 
-        threads_ = [threading.Thread(target=heavy, args=(n,)) for n in range(2)]
-        for thread in threads_:
+        heavy_threads = [threading.Thread(target=heavy_tab, args=(n,)) for n in range(2)]
+        for thread in heavy_threads:
             thread.start()
         time.sleep(0.5)  # both heavy requests are in flight
-        flood_jobs = [tabs[0].submit(s, "beam search", 4, 128, "", api_name="/translate")
-                      for s in (sentences * (flood // len(sentences) + 1))[:flood]]
+        flood_sentences = (sentences * (flood // len(sentences) + 1))[:flood]
+        flood_jobs = [tabs[0].submit(s, "beam search", 4, 128, "", api_name="/translate") for s in flood_sentences]
 
         latencies, errors = [], []
-        deadline = time.monotonic() + seconds
         index = 1
-        while any(thread.is_alive() for thread in threads_) and time.monotonic() < deadline:
+        while any(thread.is_alive() for thread in heavy_threads) and time.monotonic() < deadline:
             sentence = sentences[index % len(sentences)]
             index += 1
-            started = time.perf_counter()
+            asked = time.perf_counter()
             try:
                 ordinary.predict(sentence, "beam search", 4, 128, "", api_name="/translate")
-                latencies.append(time.perf_counter() - started)
+                latencies.append(time.perf_counter() - asked)
             except Exception as error:  # a refusal (queue full) is a figure, not a crash of the benchmark
                 errors.append(type(error).__name__ + ": " + str(error)[:120])
             time.sleep(pause)
-        for thread in threads_:
+        for thread in heavy_threads:
             thread.join(timeout=max(deadline - time.monotonic(), 1))
+        wall = time.monotonic() - started
+        cpu = cpu_seconds(server.pid) - cpu_started
 
         refused, answered, failed = 0, 0, 0
         for job in flood_jobs:
@@ -97,16 +139,18 @@ def run_scenario(model_folder: Path, sentences: list[str], *, fair: bool, thread
             except Exception:
                 failed += 1
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    return dict(fair=fair, latencies=latencies, errors=errors, heavy_seconds=heavy_seconds,
-                heavy_notices=heavy_notices, flood=(refused, answered, failed))
+        for process in [server, *spinners]:
+            process.terminate()
+            process.wait(timeout=30)
+    flood_answers = (refused, answered, failed)
+    return dict(fair=fair, latencies=latencies, errors=errors, heavy=heavy, flood=flood_answers, wall=wall, cpu=cpu)
 
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     english, _ = harness.sample_sentences("test_2016_flickr", 50)
     flood = 8 if args.quick else args.flood
+    heavy_seconds = 15.0 if args.quick else args.heavy_seconds
     with tempfile.TemporaryDirectory() as scratch:
         model_folder, served = args.model, str(args.model)
         if not (model_folder / "config.json").is_file():
@@ -115,41 +159,69 @@ def main():
             torch.manual_seed(0)
             TransformerMTForConditionalGeneration(harness.shipped_config(tokenizer)).save_pretrained(model_folder)
             tokenizer.save_pretrained(model_folder)
-        scenarios = [run_scenario(model_folder, english, fair=True, threads=args.threads, flood=flood,
-                                  seconds=args.seconds, pause=args.pause)]
+        settings = dict(
+            threads=args.threads,
+            flood=flood,
+            heavy_seconds=heavy_seconds,
+            seconds=args.seconds,
+            pause=args.pause,
+            busy=args.busy,
+        )
+        scenarios = [run_scenario(model_folder, english, fair=True, **settings)]
         if args.before:
-            scenarios.append(run_scenario(model_folder, english, fair=False, threads=args.threads, flood=flood,
-                                          seconds=args.seconds, pause=args.pause))
+            scenarios.append(run_scenario(model_folder, english, fair=False, **settings))
 
-    print(f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), "
-          f"{os.cpu_count()} CPU(s) visible)")
-    print("# heavy: 2 tabs x 3,000 all-caps characters, beam 8, 255 new tokens; "
-          f"flood: {flood} more requests from the first tab; ordinary: one sentence at a time, beam 4, 128 tokens, "
-          f"{args.pause:g} s apart")
+    print(
+        f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), "
+        f"{os.cpu_count()} CPU(s) visible, {args.busy} busy process(es) beside it)"
+    )
+    print(
+        f"# heavy: 2 tabs x 3,000 capitals without a full stop, beam 8, 255 new tokens, sent again on each answer for "
+        f"{heavy_seconds:g} s; flood: {flood} more requests from the first tab; ordinary: one sentence at a time, "
+        f"beam 4, 128 tokens, {args.pause:g} s apart"
+    )
     rows = []
     for result in scenarios:
         latencies = result["latencies"] or [float("nan")]
+        heavy_times = [seconds for seconds, _, _ in result["heavy"]] or [float("nan")]
+        translated = sum(bool(text) for _, text, _ in result["heavy"])
+        cut = sum("time limit" in notice for _, _, notice in result["heavy"])
         refused, answered, failed = result["flood"]
-        rows.append([
-            "fair turns (now)" if result["fair"] else "fairness off (before)",
-            str(len(result["latencies"])),
-            f"{statistics.median(latencies):.2f}",
-            f"{percentile(latencies, 0.95):.2f}",
-            f"{max(latencies):.2f}",
-            " / ".join("unfinished" if s is None else f"{s:.1f}" for s in result["heavy_seconds"]),
-            f"{refused} refused, {answered} run, {failed} failed",
-            str(len(result["errors"])),
-        ])
+        rows.append(
+            [
+                "fair turns" if result["fair"] else "fairness off",
+                str(len(result["latencies"])),
+                f"{statistics.median(latencies):.2f}",
+                f"{percentile(latencies, 0.95):.2f}",
+                f"{max(latencies):.2f}",
+                f"{len(result['heavy'])}: {statistics.median(heavy_times):.1f} / {max(heavy_times):.1f}",
+                f"{translated} translated, {cut} cut",
+                f"{refused} refused, {answered} run, {failed} failed",
+                f"{result['cpu']:.0f} / {result['wall']:.0f}",
+                str(len(result["errors"])),
+            ]
+        )
     harness.print_table(
-        ["scenario", "ordinary requests", "p50 (s)", "p95 (s)", "max (s)", "heavy requests (s)", "flood",
-         "ordinary errors"],
+        [
+            "scenario",
+            "ordinary requests",
+            "p50 (s)",
+            "p95 (s)",
+            "max (s)",
+            "heavy requests: p50 / max (s)",
+            "heavy answers",
+            "flood",
+            "server CPU / wall (s)",
+            "ordinary errors",
+        ],
         rows,
     )
     for result in scenarios:
-        for notice in result["heavy_notices"]:
-            print(f"# heavy answer ({'fair' if result['fair'] else 'before'}): {str(notice)[:300]}")
+        label = "fair" if result["fair"] else "fairness off"
+        for _, text, notice in result["heavy"][:1]:
+            print(f"# heavy answer ({label}): {text[:160]!r} | {notice[:400]}")
         for error in result["errors"][:3]:
-            print(f"# ordinary error ({'fair' if result['fair'] else 'before'}): {error}")
+            print(f"# ordinary error ({label}): {error}")
 
 
 if __name__ == "__main__":

@@ -42,13 +42,8 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from transformer_en_de.data import DataError, _normalise, read_lines  # noqa: E402
-from transformer_en_de.engine import (  # noqa: E402
-    DecodingSettings,
-    generation_config_for,
-    length_bound,
-    translate,
-)
+from transformer_en_de.data import DataError, normalise_text, read_lines  # noqa: E402
+from transformer_en_de.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
 from transformer_en_de.hub import load_model  # noqa: E402
 
 DEFAULT_CHUNK_SIZE = 1000
@@ -74,7 +69,7 @@ class Chunk:
 
 def clean(line: str) -> str:
     """A line as the training data is cleaned (entities, non-breaking spaces, runs of whitespace), or "" to skip."""
-    text = _normalise(line)
+    text = normalise_text(line)
     return text if any(character.isalnum() for character in text) else ""
 
 
@@ -99,22 +94,7 @@ def fingerprint_model(model, tokenizer) -> str:
 
 def decoding_record(model, settings: DecodingSettings, chunk_size: int, seed: int) -> dict:
     """The effective decoding of a run (the model's saved settings filled in): what a resumed run must repeat."""
-    config = generation_config_for(model, settings)
-    ratio, offset = length_bound(model, settings)
-    return {
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
-        "do_sample": config.do_sample,
-        "top_k": config.top_k,
-        "top_p": config.top_p,
-        "temperature": config.temperature,
-        "max_new_tokens": config.max_new_tokens,
-        "max_new_tokens_ratio": ratio,
-        "max_new_tokens_offset": offset,
-        "batch_size": settings.batch_size,
-        "chunk_size": chunk_size,
-        "seed": seed,
-    }
+    return {**resolved_settings(model, settings), "chunk_size": chunk_size, "seed": seed}
 
 
 class CorpusWriter:
@@ -281,7 +261,7 @@ def translate_corpus(
         chunk_started, chunk_cpu_started = time.perf_counter(), time.process_time()
         torch.manual_seed(seed + chunk.index)  # each chunk its own seed: a resumed run samples what a whole run does
         run = translate(model, tokenizer, sources, settings)
-        targets = [_normalise(text) for text in run.texts]
+        targets = [normalise_text(text) for text in run.texts]
         counts = {
             "lines_skipped": chunk.stop - chunk.start - len(sources),
             "sources_truncated": sum(result.source_truncated for result in run.translations),

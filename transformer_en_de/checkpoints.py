@@ -15,7 +15,7 @@ from transformers import GenerationConfig
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 
-from .engine import DecodingSettings, generation_config_for, length_bound, translate
+from .engine import DecodingSettings, resolved_settings, translate
 from .evaluation import score_split
 
 # The values of n tried by `train.py --average_last N` (those up to N, and N itself).
@@ -83,16 +83,11 @@ def average_checkpoints(checkpoints: list[str | Path]) -> TransformerMTForCondit
 
 def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> dict:
     """The decoding a score was measured with, as eval_results.json keeps it (the engine's resolved settings)."""
-    config = generation_config_for(model, settings)
-    ratio, offset = length_bound(model, settings)
-    return {
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
-        "max_new_tokens": config.max_new_tokens,
-        "max_new_tokens_ratio": ratio,
-        "max_new_tokens_offset": offset,
-        "batch_size": settings.batch_size,
-    }
+    record = resolved_settings(model, settings)
+    if not record["do_sample"]:  # search: the sampling fields say nothing
+        for name in ("do_sample", "top_k", "top_p", "temperature"):
+            record.pop(name)
+    return record
 
 
 def score_model(model, tokenizer, sources: list[str], references: list[str],

@@ -86,7 +86,7 @@ def split_paths(data_dir: str | Path, split: str, source_lang: str, target_lang:
     return data_dir / f"{split}.{source_lang}", data_dir / f"{split}.{target_lang}"
 
 
-def _normalise(text: str) -> str:
+def normalise_text(text: str) -> str:
     # Upstream defects: HTML entities (&amp;), non-breaking spaces, tabs, stray outer spaces.
     text = html.unescape(text).replace("\u00a0", " ").replace("\t", " ")
     return " ".join(text.split())
@@ -100,7 +100,7 @@ def clean_pairs(sources: list[str], targets: list[str]) -> tuple[list[str], list
     """Normalise whitespace and entities, and drop pairs that cannot teach translation; returns the reasons."""
     kept_sources, kept_targets, dropped = [], [], Counter()
     for source, target in zip(sources, targets, strict=True):
-        source, target = _normalise(source), _normalise(target)
+        source, target = normalise_text(source), normalise_text(target)
         if not source or not target:
             dropped["empty side"] += 1
         elif _is_placeholder(source) or _is_placeholder(target):

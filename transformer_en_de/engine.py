@@ -197,6 +197,25 @@ class Deadline(LogitsProcessor):
         return scores
 
 
+def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
+    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records)."""
+    config = generation_config_for(model, settings)
+    ratio, offset = length_bound(model, settings)
+    return {
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "do_sample": config.do_sample,
+        "top_k": config.top_k,
+        "top_p": config.top_p,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens_ratio": ratio,
+        "max_new_tokens_offset": offset,
+        "normalise_case": settings.normalise_case,
+        "batch_size": settings.batch_size,
+    }
+
+
 def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
     """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
     kept = [sequence[0]]

@@ -7,7 +7,7 @@ full stop in many words) is translated in parts; a request that reaches its time
 
 from dataclasses import dataclass, field
 
-from transformer_en_de.engine import DecodingSettings, TranslationRun, translate
+from transformer_en_de.engine import DecodingSettings, TranslationRun, length_bound, translate
 from transformer_en_de.evaluation import sentence_scores
 
 from .limits import Limits, plan_work, token_limits
@@ -88,9 +88,10 @@ def run_system(
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
+        ratio, offset = length_bound(translator.model, settings)
         listed = ", ".join(map(str, bounded[:10])) + (" …" if len(bounded) > 10 else "")
         output.notices.append(
-            f"Sentence {listed} stopped at its length limit (1.5 × its source tokens + 10, at most "
+            f"Sentence {listed} stopped at its length limit ({ratio:g} × its source tokens + {offset}, at most "
             f"{settings.max_new_tokens}) before it ended: the translation is cut."
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:

@@ -1,6 +1,17 @@
 """Configuration of the encoder–decoder Transformer of Vaswani et al. 2017, "Attention Is All You Need"."""
 
-from transformers import PreTrainedConfig
+import transformers
+from packaging.version import Version
+
+# Loading the model imports this file first. The code is written for transformers 5 (PreTrainedConfig,
+# transformers.initialization, EncoderDecoderCache only); on 4.x it would fail with an unrelated ImportError.
+if Version(transformers.__version__).major < 5:
+    raise ImportError(
+        f"This model's code needs transformers>=5, but transformers {transformers.__version__} is installed: "
+        "run `pip install -U 'transformers>=5'`. (In v5 there is no translation pipeline: call model.generate().)"
+    )
+
+from transformers import PreTrainedConfig  # noqa: E402
 
 NORM_PLACEMENTS = ("post", "pre")
 # Generous upper bounds, checked before anything is allocated: a typo such as 1e8 positions would otherwise ask for

@@ -94,3 +94,18 @@ def test_folder_loads_with_trust_remote_code_without_the_project_and_generates_t
         expected = model.generate(**batch, num_beams=4, max_new_tokens=20)
     assert report["ids"] == expected.tolist()
     assert len({tuple(row) for row in report["ids"]}) > 1  # translations differ by source: a real comparison
+
+
+def test_remote_code_on_transformers_4_says_it_needs_5(tmp_path):
+    """transformers 4.x cannot be installed beside 5 here: the test makes the installed one report 4.57.0."""
+    folder = ROOT / "models" / "transformer-en-de"
+    script = (
+        "import sys, transformers\n"
+        "transformers.__version__ = '4.57.0'\n"
+        f"sys.path.insert(0, {str(folder)!r})\n"
+        "import configuration_transformer_mt\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "needs transformers>=5, but transformers 4.57.0 is installed" in result.stderr
+    assert "pip install -U 'transformers>=5'" in result.stderr

@@ -25,10 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import torch
-
 from benchmarks import harness
-from modeling import TransformerMTForConditionalGeneration
 
 
 def free_port() -> int:
@@ -76,13 +73,7 @@ def main():
     english, _ = harness.sample_sentences("test_2016_flickr", max(requests, args.clients * per_client))
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = args.model, str(args.model)
-        if not (model_folder / "config.json").is_file():
-            model_folder, served = Path(scratch) / "model", "random weights, shipped size"
-            tokenizer = harness.benchmark_tokenizer()
-            torch.manual_seed(0)
-            TransformerMTForConditionalGeneration(harness.shipped_config(tokenizer)).save_pretrained(model_folder)
-            tokenizer.save_pretrained(model_folder)
+        model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
         port = free_port()
         environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
         command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from modeling import TransformerMTConfig
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +81,19 @@ def shipped_config(tokenizer=None, **overrides) -> TransformerMTConfig:
 
 def config_source() -> str:
     return str(SHIPPED_DIR / "config.json") if (SHIPPED_DIR / "config.json").is_file() else "default shipped size"
+
+
+def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
+    """(folder, description): `model` if it is a saved model folder, else a random-weight model of the shipped size
+    saved into `scratch` (speed does not depend on the weights)."""
+    if (model / "config.json").is_file():
+        return model, str(model)
+    folder = scratch / "model"
+    tokenizer = benchmark_tokenizer()
+    torch.manual_seed(0)
+    TransformerMTForConditionalGeneration(shipped_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, "random weights, shipped size"
 
 
 def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], list[str]]:

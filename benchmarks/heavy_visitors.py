@@ -27,11 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-
 from benchmarks import harness
 from benchmarks.app_latency import free_port, percentile, wait_until_up
-from modeling import TransformerMTForConditionalGeneration
 
 HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY IN THE SNOW AND " * 40)[:3_000]
 
@@ -152,13 +149,7 @@ def main():
     flood = 8 if args.quick else args.flood
     heavy_seconds = 15.0 if args.quick else args.heavy_seconds
     with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = args.model, str(args.model)
-        if not (model_folder / "config.json").is_file():
-            model_folder, served = Path(scratch) / "model", "random weights, shipped size"
-            tokenizer = harness.benchmark_tokenizer()
-            torch.manual_seed(0)
-            TransformerMTForConditionalGeneration(harness.shipped_config(tokenizer)).save_pretrained(model_folder)
-            tokenizer.save_pretrained(model_folder)
+        model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
         settings = dict(
             threads=args.threads,
             flood=flood,

@@ -62,6 +62,11 @@ def read_lines(path: str | Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise DataError(f"{path} is not UTF-8 text ({error}); expected one sentence per line.") from error
+    return split_lines(text)
+
+
+def split_lines(text: str) -> list[str]:
+    """One sentence per line: split on \\n only (a sentence may hold other line-break characters), CRLF tolerated."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer_en_de.data import read_lines as read_corpus_lines
+from transformer_en_de.data import split_lines
 from transformer_en_de.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 
@@ -44,12 +44,12 @@ def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) ->
             f"The {what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
         )
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(
             f"The {what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
         ) from None
-    lines = read_corpus_lines(path)
+    lines = split_lines(text)  # the same lines compare.py and the corpus translator read
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
     for number, line in enumerate(lines, start=1):

@@ -15,6 +15,8 @@ More training data and other directions:
     --case_augmentation 0.1             that share of pairs added again upper- or lower-cased (all-caps input)
     --average_last 10                   at the end, average the last n checkpoints (n = 1, 2, 5, 10), score each on
                                         validation, ship the best
+    --model_name_or_path FOLDER_OR_ID   fine-tune a trained model of this project (its weights, architecture and
+                                        tokenizer) instead of starting from random weights
 
 Data from the Hub or from `datasets` files instead of text files:
 
@@ -69,7 +71,7 @@ from transformer_en_de.checkpoints import (
     validation_curve,
 )
 from transformer_en_de.evaluation import read_eval_results, write_eval_results
-from transformer_en_de.hub import PublishError, hub_is_reachable, push_folder
+from transformer_en_de.hub import PublishError, hub_is_reachable, model_folder, push_folder
 from transformer_en_de.model_card import write_model_card
 
 # The paper's recipe (section 5.3-5.4) as defaults; anything given on the command line overrides them
@@ -106,6 +108,8 @@ ARCHITECTURE_FIELDS = (
     "activation_dropout", "max_position_embeddings", "norm_placement", "tie_word_embeddings", "init_std",
     "label_smoothing",
 )
+# What fine-tuning may change in a trained model; the rest of its architecture is its weights' shape.
+REGULARISATION_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
 
 
 def _config_help(name: str) -> str:
@@ -203,6 +207,21 @@ class TokenizerArguments:
 
 
 @dataclass
+class StartArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Fine-tune: start from this trained model of the project (a folder or a Hub id) instead of random "
+            "weights. Its architecture and tokenizer come with it; of the model flags only the regularisation ones ("
+            + ", ".join(f"--{name}" for name in REGULARISATION_FIELDS) + ") may change. A tag token new to its "
+            "tokenizer gets a new embedding."
+        },
+    )
+    # Where its files are on this machine (the folder itself, or the Hub download): set by parse_arguments.
+    folder: str | None = field(default=None, init=False)
+
+
+@dataclass
 class SelectionArguments:
     average_last: int = field(
         default=0,
@@ -221,7 +240,8 @@ def given(argv: list[str], flag: str) -> bool:
 
 def parse_arguments(argv: list[str]):
     parser = HfArgumentParser(
-        (DataArguments, TokenizerArguments, ModelArguments, SelectionArguments, Seq2SeqTrainingArguments)
+        (DataArguments, TokenizerArguments, ModelArguments, StartArguments, SelectionArguments,
+         Seq2SeqTrainingArguments)
     )
     # bf16 autocast needs `use_cpu` to be said explicitly where there is no GPU.
     device_defaults = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
@@ -230,10 +250,12 @@ def parse_arguments(argv: list[str]):
         # A stream has no epochs to count: evaluate and save every --save_steps steps unless told otherwise.
         device_defaults += ["--eval_strategy", "steps", "--save_strategy", "steps",
                             "--eval_steps", str(first_pass.save_steps)]
-    data_args, tokenizer_args, model_args, selection_args, training_args = parser.parse_args_into_dataclasses(
-        args=RECIPE_DEFAULTS + device_defaults + argv
+    data_args, tokenizer_args, model_args, start_args, selection_args, training_args = (
+        parser.parse_args_into_dataclasses(args=RECIPE_DEFAULTS + device_defaults + argv)
     )
     check_data_arguments(data_args, training_args)
+    if start_args.model_name_or_path:
+        resolve_starting_model(start_args, tokenizer_args, model_args, argv)
     if data_args.streaming and not given(argv, "--accelerator_config"):
         # Each process reads the stream itself (its own files where there are enough, else its share of each batch)
         # and pads its own batches: the main process cannot hand out slices of batches padded to different lengths.
@@ -249,7 +271,50 @@ def parse_arguments(argv: list[str]):
     if selection_args.average_last and training_args.save_total_limit:
         # The last N checkpoints, and the best one besides them (the Trainer never deletes the best).
         training_args.save_total_limit = max(training_args.save_total_limit, selection_args.average_last + 1)
-    return data_args, tokenizer_args, model_args, selection_args, training_args
+    return data_args, tokenizer_args, model_args, start_args, selection_args, training_args
+
+
+def resolve_starting_model(start_args: StartArguments, tokenizer_args: TokenizerArguments, model_args,
+                           argv: list[str]) -> None:
+    """Fine-tuning: find the model's folder (downloading a Hub id) and take its architecture into `model_args` and
+    its tokenizer into `tokenizer_args`, refusing architecture flags that its weights could not follow."""
+    fixed = [f"--{name}" for name in ARCHITECTURE_FIELDS
+             if name not in REGULARISATION_FIELDS and given(argv, f"--{name}")]
+    if fixed:
+        raise SystemExit(
+            f"error: {' '.join(fixed)} cannot change a trained model: --model_name_or_path "
+            f"{start_args.model_name_or_path} brings its own architecture. Drop the flag, or train from scratch."
+        )
+    try:
+        folder = model_folder(start_args.model_name_or_path)
+        config = TransformerMTConfig.from_pretrained(folder)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise SystemExit(f"error: --model_name_or_path {start_args.model_name_or_path}: {error}") from None
+    start_args.folder = str(folder)
+    for name in ARCHITECTURE_FIELDS:
+        if not (name in REGULARISATION_FIELDS and given(argv, f"--{name}")):
+            setattr(model_args, name, getattr(config, name))
+    if not tokenizer_args.tokenizer_name:
+        tokenizer_args.tokenizer_name = str(folder)
+
+
+def load_starting_model(folder: str, tokenizer, model_args, tag_token: str | None):
+    """The trained model to fine-tune, with this run's regularisation, and one embedding more when the run's tokenizer
+    added the tag token (initialised near the mean of the others, so the first steps are not thrown off)."""
+    config = TransformerMTConfig.from_pretrained(folder)
+    config.update({name: getattr(model_args, name) for name in REGULARISATION_FIELDS})
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, config=config)
+    added = len(tokenizer) - config.vocab_size
+    tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size
+    if added and not (added == 1 and tag_is_new):
+        raise SystemExit(
+            f"error: the tokenizer has {len(tokenizer)} tokens but the model in {folder} has {config.vocab_size} "
+            "embeddings: fine-tune with the model's own tokenizer (leave out --tokenizer_name)."
+        )
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
+        print(f"[model] embedding {config.vocab_size} added for {tag_token}")
+    return model
 
 
 def check_data_arguments(data_args: DataArguments, training_args) -> None:
@@ -577,7 +642,7 @@ def dataset_facts(data_args: DataArguments) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    data_args, tokenizer_args, model_args, selection_args, training_args = parse_arguments(argv)
+    data_args, tokenizer_args, model_args, start_args, selection_args, training_args = parse_arguments(argv)
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -627,8 +692,11 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             tokenizer = load_tokenizer(output_dir)
 
-    config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
-    model = TransformerMTForConditionalGeneration(config)
+    if start_args.model_name_or_path:
+        model = load_starting_model(start_args.folder, tokenizer, model_args, tag_token)
+    else:
+        config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
+        model = TransformerMTForConditionalGeneration(config)
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     training_args.generation_max_length = data_args.max_target_length
@@ -666,6 +734,8 @@ def main(argv: list[str] | None = None) -> dict:
                     else [training.facts]),
         "dataset": dataset_facts(data_args),
     }
+    if start_args.model_name_or_path:
+        facts["fine_tuned_from"] = start_args.model_name_or_path
     if data_args.case_augmentation:
         facts["case_augmentation"] = data_args.case_augmentation
     if tag_token:

@@ -1,6 +1,6 @@
 """train.py end to end on slices of the real Multi30k files: it learns, writes a Hub-ready folder with a card and the
 one eval_results.json, pushes it, resumes after a kill, averages its last checkpoints, mixes corpora (tagged
-back-translation, case variants), trains the reverse direction, and refuses bad data and bad set-ups with errors
+back-translation, case variants), trains the reverse direction, fine-tunes a trained model, and refuses bad data and bad set-ups with errors
 that name the fix, before training."""
 
 import json
@@ -506,6 +506,72 @@ def test_average_last_ships_the_average_of_the_chosen_checkpoints(averaged_run):
     assert f"| {results['training']['chosen_average']} ✓ |" in card
 
 
+# ------------------------------------------------------------------------------------------ fine-tuning
+
+
+def fine_tune_flags(data_dir: Path, output_dir: Path, model: Path, *extra: str) -> list[str]:
+    """A tiny run's flags without the architecture ones (the trained model brings its own)."""
+    flags = tiny_run_flags(data_dir, output_dir)
+    kept = []
+    for index in range(0, len(flags), 2):
+        name = flags[index].removeprefix("--")
+        if name not in train.ARCHITECTURE_FIELDS and name != "vocab_size":
+            kept += flags[index : index + 2]
+    return [*kept, "--model_name_or_path", str(model), *extra]
+
+
+def first_loss(run_dir: Path) -> float:
+    checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+    return next(entry["loss"] for entry in history if "loss" in entry)
+
+
+@pytest.mark.slow
+def test_fine_tuning_starts_from_the_trained_model_and_adds_the_tag(averaged_run, tmp_path):
+    trained, _ = averaged_run
+    data_dir = trained.parent  # the 24 pairs it learned by heart
+    write_pair(tmp_path, "synthetic", real_lines("en", 1000, 24), real_lines("de", 1000, 24))
+    output_dir = tmp_path / "fine-tuned"
+    results = train.main(fine_tune_flags(
+        data_dir, output_dir, trained, "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
+        "--logging_steps", "1", "--extra_train", f"{tmp_path / 'synthetic'}:tagged", "--dropout", "0.1",
+    ))
+    # It starts where the trained model ended: far below the loss a fresh model starts with.
+    assert first_loss(output_dir) < first_loss(trained) - 2.0, (first_loss(output_dir), first_loss(trained))
+    before = json.loads((trained / "config.json").read_text())
+    after = json.loads((output_dir / "config.json").read_text())
+    assert after["vocab_size"] == before["vocab_size"] + 1  # one embedding for <BT>, every other id kept
+    assert {key: after[key] for key in ("d_model", "encoder_layers", "d_ff")} == {
+        key: before[key] for key in ("d_model", "encoder_layers", "d_ff")}
+    assert (before["dropout"], after["dropout"]) == (0.0, 0.1)  # regularisation may change
+    tokenizer = train.load_tokenizer(output_dir)
+    assert tokenizer.convert_tokens_to_ids("<BT>") == before["vocab_size"]
+    assert results["training"]["fine_tuned_from"] == str(trained)
+    model = train.TransformerMTForConditionalGeneration.from_pretrained(output_dir)
+    assert model.get_output_embeddings().weight.shape[0] == before["vocab_size"] + 1
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+@pytest.mark.slow
+def test_fine_tuning_refuses_architecture_flags_and_another_tokenizer(averaged_run, tmp_path):
+    trained, _ = averaged_run
+    with pytest.raises(SystemExit, match="--d_model --d_ff cannot change a trained model"):
+        train.parse_arguments(["--data_dir", str(trained.parent), "--output_dir", "unused",
+                               "--model_name_or_path", str(trained), "--d_model", "64", "--d_ff", "128"])
+    shipped = ROOT / "models" / "transformer-en-de"
+    with pytest.raises(SystemExit, match="the tokenizer has 8000 tokens but the model .* has 300 embeddings"):
+        train.main(fine_tune_flags(trained.parent, tmp_path / "out", trained, "--tokenizer_name", str(shipped)))
+
+
+def test_fine_tuning_from_a_missing_folder_or_an_unreachable_hub_id_fails_at_once(tmp_path):
+    with pytest.raises(SystemExit, match="there is no model folder at ./no-such-model"):
+        train.parse_arguments(["--data_dir", "unused", "--output_dir", "unused",
+                               "--model_name_or_path", "./no-such-model"])
+    with pytest.raises(SystemExit, match="Hub is unreachable .offline. and someone/not-cached"):
+        train.parse_arguments(["--data_dir", "unused", "--output_dir", "unused",
+                               "--model_name_or_path", "someone/not-cached"])
+
+
 # ------------------------------------------------------------------------------------------ datasets (Hub or local)
 
 
@@ -614,7 +680,7 @@ def hub_shaped_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
 
 def test_wmt14_command_parses_to_the_papers_base_model():
     argv = WMT14_COMMAND.split()[4:]  # after "torchrun --nproc_per_node 8 train.py"
-    data_args, tokenizer_args, model_args, selection_args, training_args = train.parse_arguments(argv)
+    data_args, tokenizer_args, model_args, _, selection_args, training_args = train.parse_arguments(argv)
     assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.num_attention_heads,
             model_args.d_ff, model_args.dropout, model_args.label_smoothing) == (512, 6, 6, 8, 2048, 0.1, 0.1)
     assert tokenizer_args.vocab_size == 37000 and training_args.warmup_steps == 4000

@@ -1,11 +1,12 @@
 """The Hugging Face Hub: load a model by folder or id, and push a folder as a model repo or a Space.
 
 `load_model` takes a local folder or a Hub id and says in plain words why it could not load one (offline, no such
-folder, not in the cache). `push_folder` creates the repo if needed and uploads the folder in one commit; anything
-that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is not what
-the repo type needs, a model folder that does not load) raises `PublishError` at once with the cause and what to do
-about it. `check_model_loads` is that last check: the folder is loaded here, offline, as a user would load it from the
-Hub, before a single byte is uploaded.
+folder, not in the cache); `model_folder` finds or downloads a model's files the same way, for fine-tuning.
+`push_folder` creates the repo if needed and uploads the folder in one commit; anything that stops the push (offline
+mode, an unreachable endpoint, a missing or read-only token, a folder that is not what the repo type needs, a model
+folder that does not load) raises `PublishError` at once with the cause and what to do about it. `check_model_loads`
+is that last check: the folder is loaded here, offline, as a user would load it from the Hub, before a single byte is
+uploaded.
 """
 
 import socket
@@ -14,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, constants, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.repocard import metadata_load
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -26,6 +27,8 @@ HUB_CONNECT_TIMEOUT_S = 3.0
 # Never worth uploading: Python byte-code caches and notebook autosaves.
 IGNORE_PATTERNS = ["*__pycache__*", "*.pyc", "*.ipynb_checkpoints*"]
 REPO_TYPES = ("model", "dataset", "space")
+# What a model of this project needs to be loaded and fine-tuned (not other frameworks' weights or training state).
+MODEL_FILES = ["*.json", "*.safetensors", "*.py", "*.md"]
 
 
 class PublishError(RuntimeError):
@@ -226,15 +229,41 @@ def _explain_refusal(error: Exception, where: str, endpoint: str) -> str:
     return f"Cannot push to the {where}: {endpoint} answered HTTP {status}: {' '.join(reason).strip()}"
 
 
-def load_model(model_id: str, device: str | torch.device = "cpu"):
-    """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
+def _where(model_id: str) -> tuple[str, bool]:
+    """(what to load from, whether only local files can be used): a local folder, or a Hub id looked up online when
+    the Hub is reachable and in the local cache otherwise. A path that is no folder raises RuntimeError."""
     folder = Path(model_id).expanduser()
     if folder.is_dir():
-        source, local_only = str(folder), True
-    elif model_id.startswith((".", "/", "~")) or folder.exists() or model_id.count("/") > 1:
+        return str(folder), True
+    if model_id.startswith((".", "/", "~")) or folder.exists() or model_id.count("/") > 1:
         raise RuntimeError(f"could not be loaded: there is no model folder at {model_id}.")
-    else:
-        source, local_only = model_id, not hub_is_reachable()
+    return model_id, not hub_is_reachable()
+
+
+def _offline_message(model_id: str) -> str:
+    return (
+        f"could not be loaded: the Hugging Face Hub is unreachable (offline) and {model_id} is neither a local folder "
+        "nor in the local cache. Run once with network access to download it, or pass a folder."
+    )
+
+
+def model_folder(model_id: str) -> Path:
+    """A local folder with the files of `model_id`: the folder itself, or the Hub repo downloaded (or found in the
+    cache when offline). Raises RuntimeError in plain words."""
+    source, local_only = _where(model_id)
+    if Path(source).is_dir():
+        return Path(source)
+    try:
+        return Path(snapshot_download(model_id, allow_patterns=MODEL_FILES, local_files_only=local_only))
+    except Exception as error:  # offline, not in the cache, no such repo, no access
+        message = _offline_message(model_id) if local_only else f"could not be loaded: {_cause(error)}"
+        raise RuntimeError(message) from error
+
+
+def load_model(model_id: str, device: str | torch.device = "cpu"):
+    """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
+    source, local_only = _where(model_id)
+    folder = Path(model_id).expanduser()
     try:
         # Our own folders carry their modeling code (auto_map); loading it needs trust_remote_code.
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
@@ -242,9 +271,6 @@ def load_model(model_id: str, device: str | torch.device = "cpu"):
     except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
         cause = _cause(error)
         if local_only and not folder.is_dir():
-            raise RuntimeError(
-                f"could not be loaded: the Hugging Face Hub is unreachable (offline) and {model_id} is neither a "
-                "local folder nor in the local cache. Run once with network access to download it, or pass a folder."
-            ) from error
+            raise RuntimeError(_offline_message(model_id)) from error
         raise RuntimeError(f"could not be loaded: {cause}") from error
     return model.to(device).eval(), tokenizer

@@ -1,7 +1,7 @@
 """train.py end to end on slices of the real Multi30k files: it learns, writes a Hub-ready folder with a card and the
 one eval_results.json, pushes it, resumes after a kill, averages its last checkpoints, mixes corpora (tagged
-back-translation, case variants), trains the reverse direction, fine-tunes a trained model, and refuses bad data and bad set-ups with errors
-that name the fix, before training."""
+back-translation, case variants), trains the reverse direction, fine-tunes a trained model, and refuses bad data and
+bad set-ups with errors that name the fix, before training."""
 
 import json
 import os

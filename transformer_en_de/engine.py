@@ -19,7 +19,6 @@ pretrained models is fair: the same batching, the same decoding settings, the sa
 """
 
 import copy
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits
+from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, force_eos, new_token_limits
 
 from .casing import normalise_case
 
@@ -192,9 +191,7 @@ class Deadline(LogitsProcessor):
             if time.monotonic() <= self.deadline:
                 return scores
             self.stopped_at = input_ids.shape[1] - self.prompt_length
-        scores = torch.full_like(scores, -math.inf)
-        scores[:, self.eos_token_id] = 0.0
-        return scores
+        return force_eos(scores, None, self.eos_token_id)
 
 
 def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:

@@ -33,6 +33,15 @@ def new_token_limits(lengths: torch.Tensor, ratio: float, offset: int, cap: int 
     return limits if cap is None else limits.clamp(max=max(int(cap), 1))
 
 
+def force_eos(scores: torch.FloatTensor, rows: torch.Tensor | None, eos_token_id: int) -> torch.FloatTensor:
+    """`scores` in which the given rows (a boolean mask; every row when None) can choose nothing but `</s>`."""
+    scores = scores.clone()
+    rows = slice(None) if rows is None else rows
+    scores[rows] = -math.inf
+    scores[rows, eos_token_id] = 0.0
+    return scores
+
+
 class SourceLengthBound(LogitsProcessor):
     """Forces `</s>` for every hypothesis that has reached its sentence's limit of new tokens (the `</s>` counts).
 
@@ -59,8 +68,4 @@ class SourceLengthBound(LogitsProcessor):
         rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
         limits = self.limits.to(scores.device).repeat_interleave(rows_per_sentence)  # (rows,)
         must_end = limits <= generated + 1  # the token chosen now would be the last one allowed
-        if must_end.any():
-            scores = scores.clone()
-            scores[must_end] = -math.inf
-            scores[must_end, self.eos_token_id] = 0.0
-        return scores
+        return force_eos(scores, must_end, self.eos_token_id) if must_end.any() else scores

@@ -298,19 +298,20 @@ def translate(
     capitals = [index + 1 for index, result in enumerate(results) if result and result.case_normalised]
     if capitals:
         notices.append(
-            f"{_count(capitals, 'sentence')} typed in capitals and read in sentence case (sentence {_list(capitals)})."
+            f"{_count(capitals, 'sentence')} typed in capitals and read in sentence case "
+            f"(sentence {sentence_numbers(capitals)})."
         )
     truncated = [index + 1 for index, result in enumerate(results) if result and result.source_truncated]
     if truncated:
         notices.append(
             f"{_count(truncated, 'sentence')} longer than the {limit} tokens the model reads and cut there "
-            f"(sentence {_list(truncated)})."
+            f"(sentence {sentence_numbers(truncated)})."
         )
     cut = [index + 1 for index, result in enumerate(results) if result and result.cut]
     if cut:
         notices.append(
             f"the deadline passed while decoding: {_count(cut, 'sentence')} cut short, translated as far as the "
-            f"search had got (sentence {_list(cut)})."
+            f"search had got (sentence {sentence_numbers(cut)})."
         )
     if stopped:
         done = sum(result is not None for result in results)
@@ -334,7 +335,8 @@ def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'} {'was' if len(items) == 1 else 'were'}"
 
 
-def _list(numbers: list[int], shown: int = 10) -> str:
+def sentence_numbers(numbers: list[int], shown: int = 10) -> str:
+    """Sentence numbers for a notice: "3, 7, 12", the first `shown` of them and how many more."""
     more = len(numbers) - shown
     return ", ".join(map(str, numbers[:shown])) + (f" and {more} more" if more > 0 else "")
 
@@ -348,6 +350,7 @@ __all__ = [
     "length_bound",
     "max_source_tokens",
     "model_sources",
+    "sentence_numbers",
     "translate",
     "translate_texts",
 ]

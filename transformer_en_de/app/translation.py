@@ -7,7 +7,7 @@ full stop in many words) is translated in parts; a request that reaches its time
 
 from dataclasses import dataclass, field
 
-from transformer_en_de.engine import DecodingSettings, TranslationRun, length_bound, translate
+from transformer_en_de.engine import DecodingSettings, TranslationRun, length_bound, sentence_numbers, translate
 from transformer_en_de.evaluation import sentence_scores
 
 from .limits import Limits, plan_work, token_limits
@@ -89,10 +89,9 @@ def run_system(
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
         ratio, offset = length_bound(translator.model, settings)
-        listed = ", ".join(map(str, bounded[:10])) + (" …" if len(bounded) > 10 else "")
         output.notices.append(
-            f"Sentence {listed} stopped at its length limit ({ratio:g} × its source tokens + {offset}, at most "
-            f"{settings.max_new_tokens}) before it ended: the translation is cut."
+            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({ratio:g} × its source tokens + "
+            f"{offset}, at most {settings.max_new_tokens}) before it ended: the translation is cut."
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")

@@ -169,6 +169,18 @@ def test_ordinary_text_is_read_as_typed(wide_model, tiny_tokenizer):
     assert not any(t.case_normalised for t in normalised.translations) and normalised.notices == []
 
 
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_special_tokens_typed_as_text_are_read_as_text(which, wide_model, tiny_tokenizer, marian):
+    model, tokenizer = (wide_model, tiny_tokenizer) if which == "ours" else marian
+    typed = "A dog </s> runs <pad> on the grass."
+    run = translate(model, tokenizer, [typed], DecodingSettings(num_beams=2, max_new_tokens=8))
+    source_ids = run.translations[0].source_ids
+    assert source_ids.index(tokenizer.eos_token_id) == len(source_ids) - 1  # the source ends at its end only
+    assert tokenizer.pad_token_id not in source_ids
+    if which == "ours":  # byte-level BPE: every character is in the vocabulary
+        assert tokenizer.decode(source_ids, skip_special_tokens=True) == typed
+
+
 # -- a deadline ends the batch in progress and keeps what the search had written ----------------------------------
 
 

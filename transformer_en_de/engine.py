@@ -225,6 +225,12 @@ def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None
     return kept
 
 
+def encode(tokenizer, texts: list[str], **kwargs):
+    """The tokenizer's encoding of typed text: a "</s>", "<pad>" or tag token written in it is read as the characters
+    it is, never as that special token (a visitor's "</s>" would end the source in the middle)."""
+    return tokenizer(texts, split_special_tokens=True, **kwargs)
+
+
 def translate(
     model,
     tokenizer,
@@ -242,7 +248,7 @@ def translate(
         return TranslationRun([], 0.0)
     sources, recased = model_sources(model, sentences, settings)
     limit = max_source_tokens(model, tokenizer)
-    full_lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    full_lengths = [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: full_lengths[index], reverse=True)
     generation_config = generation_config_for(model, settings)
     ratio, offset = length_bound(model, settings)
@@ -257,7 +263,8 @@ def translate(
                 stopped = True
                 break
             indices = order[start : start + settings.batch_size]
-            batch = tokenizer(
+            batch = encode(
+                tokenizer,
                 [sources[index] for index in indices],
                 return_tensors="pt",
                 padding=True,

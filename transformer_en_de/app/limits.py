@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.engine import DecodingSettings, length_bound, max_source_tokens, model_sources
+from transformer_en_de.engine import DecodingSettings, encode, length_bound, max_source_tokens, model_sources
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def token_limits(model, tokenizer, sentences: list[str], settings: DecodingSetti
     if not sentences:
         return []
     sources, _ = model_sources(model, sentences, settings)
-    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    lengths = [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
     readable = max_source_tokens(model, tokenizer)
     ratio, offset = length_bound(model, settings)
     cap = settings.max_new_tokens

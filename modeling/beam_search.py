@@ -18,35 +18,26 @@ This file imports only torch and transformers, so it travels with the model code
 
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-from transformers.generation.logits_process import (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    InfNanRemoveLogitsProcessor,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    NoBadWordsLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-    SequenceBiasLogitsProcessor,
-    SuppressTokensAtBeginLogitsProcessor,
-    SuppressTokensLogitsProcessor,
-)
+from transformers.generation import logits_process
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.modeling_outputs import BaseModelOutput
 
 # Processors that treat each row (hypothesis) on its own: they give the same scores for a row in any batch.
-ROW_WISE_PROCESSORS = (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    InfNanRemoveLogitsProcessor,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    NoBadWordsLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-    SequenceBiasLogitsProcessor,
-    SuppressTokensAtBeginLogitsProcessor,
-    SuppressTokensLogitsProcessor,
+ROW_WISE_PROCESSORS = tuple(
+    getattr(logits_process, name)
+    for name in (
+        "ForcedBOSTokenLogitsProcessor",
+        "ForcedEOSTokenLogitsProcessor",
+        "InfNanRemoveLogitsProcessor",
+        "MinLengthLogitsProcessor",
+        "MinNewTokensLengthLogitsProcessor",
+        "NoBadWordsLogitsProcessor",
+        "NoRepeatNGramLogitsProcessor",
+        "RepetitionPenaltyLogitsProcessor",
+        "SequenceBiasLogitsProcessor",
+        "SuppressTokensAtBeginLogitsProcessor",
+        "SuppressTokensLogitsProcessor",
+    )
 )
 ROW_WISE_CRITERIA = (EosTokenCriteria, MaxLengthCriteria)
 

@@ -8,6 +8,13 @@ generation defaults, and, with --data_dir, the validation and test scores (throu
 model's own decoding, every sentence in file order) in eval_results.json and the model card. The run folder's
 eval_results.json gives the language pair, the validation curve and the commands; this command is appended to them.
 
+    python average_checkpoints.py runs/my-run --choose_last 10 --output-dir runs/averaged \
+        --data_dir ../shared/data/multi30k --test_split ''
+
+averages the last n checkpoints of the run for n in 1, 2, 5, 10, scores each on validation and saves the best, as
+`train.py --average_last 10` does at the end of a run (for a run stopped before its end); every candidate's score goes
+into eval_results.json.
+
     python average_checkpoints.py --rescore models/transformer-en-de --data_dir ../shared/data/multi30k
 
 re-measures the scores of an existing folder with its current generation config, keeping its commands and training
@@ -23,7 +30,14 @@ from pathlib import Path
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de import data
-from transformer_en_de.checkpoints import average_checkpoints, decoding_record, score_model, validation_curve
+from transformer_en_de.checkpoints import (
+    average_checkpoints,
+    choose_average,
+    complete_checkpoints,
+    decoding_record,
+    score_model,
+    validation_curve,
+)
 from transformer_en_de.evaluation import EvalResultsError, read_eval_results, write_eval_results
 from transformer_en_de.model_card import write_model_card
 
@@ -53,12 +67,16 @@ def run_facts(run_dir: Path, last_checkpoint: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoints", nargs="*", type=Path, help="checkpoint folders of one run")
+    parser.add_argument("checkpoints", nargs="*", type=Path,
+                        help="checkpoint folders of one run (with --choose_last: the run folder)")
     parser.add_argument("--output-dir", type=Path, default=None)
     parser.add_argument("--tokenizer", type=Path, default=None, help="default: the run folder of the first checkpoint")
     parser.add_argument("--data_dir", type=Path, default=None, help="score the splits below, write the card")
     parser.add_argument("--validation_split", default="val")
     parser.add_argument("--test_split", default="test_2016_flickr", help="scored only, never used to choose")
+    parser.add_argument("--choose_last", type=int, default=0, metavar="N",
+                        help="average the last n checkpoints of the run for n = 1, 2, 5, 10 ... N, keep the best on "
+                        "validation (needs --data_dir)")
     parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
                         help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
     args = parser.parse_args(argv)
@@ -70,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             return rescore(args.rescore, args.data_dir, splits)
         if not args.checkpoints or not args.output_dir:
             parser.error("give the checkpoint folders and --output-dir (or --rescore FOLDER)")
-        return average(args, splits, "python average_checkpoints.py " + shlex.join(argv))
+        command = "python average_checkpoints.py " + shlex.join(argv)
+        if args.choose_last:
+            if len(args.checkpoints) != 1 or not args.data_dir or args.choose_last < 1:
+                parser.error("--choose_last N (N >= 1) takes one run folder and needs --data_dir")
+            return choose(args, splits, command)
+        return average(args, splits, command)
     except (data.DataError, EvalResultsError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -83,28 +106,56 @@ def average(args, splits: list[str], command: str) -> int:
     run_dir = args.checkpoints[0].parent
     model = average_checkpoints(args.checkpoints)
     tokenizer = load_tokenizer(args.tokenizer or run_dir)
+    print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
+    save(args, model, tokenizer, run_facts(run_dir, args.checkpoints[-1]), args.checkpoints, splits, command)
+    return 0
+
+
+def choose(args, splits: list[str], command: str) -> int:
+    """The best on validation of the averages of the run's last n checkpoints, saved with every candidate's score."""
+    run_dir = args.checkpoints[0]
+    checkpoints = complete_checkpoints(run_dir)
+    if not checkpoints:
+        raise FileNotFoundError(f"no complete checkpoint-* folder in {run_dir}")
+    tokenizer = load_tokenizer(args.tokenizer or run_dir)
+    run = run_facts(run_dir, checkpoints[-1])
+    sources, references = data.read_parallel(
+        *data.split_paths(args.data_dir, args.validation_split, run["languages"]["source"], run["languages"]["target"])
+    )
+    choice = choose_average(run_dir, args.choose_last, tokenizer, sources, references)
+    print(f"[average] saving {choice.name} into {args.output_dir}: val {choice.scores['bleu']} BLEU")
+    chosen = {"average_candidates": choice.candidates, "chosen_average": choice.name}
+    save(args, choice.model, tokenizer, run, choice.checkpoints, splits, command, chosen,
+         known={args.validation_split: choice.scores})
+    return 0
+
+
+def save(args, model, tokenizer, run: dict, checkpoints: list[Path], splits: list[str], command: str,
+         chosen: dict | None = None, known: dict | None = None) -> None:
+    """The averaged model as a Hub-ready folder; with --data_dir, scored (`known` scores are not measured again)."""
     model.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
-    print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
     if not args.data_dir:
-        return 0
-    run = run_facts(run_dir, args.checkpoints[-1])
+        return
     languages = (run["languages"]["source"], run["languages"]["target"])
     training = dict(run["training"], validation_split=args.validation_split,
-                    averaged_checkpoints=[path.name for path in args.checkpoints])
+                    averaged_checkpoints=[path.name for path in checkpoints])
     training.pop("average_candidates", None)  # the run's own choice; this model is another one
     training.pop("chosen_average", None)
+    training.update(chosen or {})
+    known = known or {}
+    scores = dict(known, **score_splits(model, tokenizer, args.data_dir, [s for s in splits if s not in known],
+                                         languages))
     write_eval_results(
         args.output_dir,
         num_parameters=model.num_parameters(),
         languages=languages,
         decoding=decoding_record(model),
-        scores=score_splits(model, tokenizer, args.data_dir, splits, languages),
+        scores={split: scores[split] for split in splits},
         command=[*run["command"], command],
         training=training,
     )
     write_model_card(args.output_dir, config=model.config)
-    return 0
 
 
 def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:

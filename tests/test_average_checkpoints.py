@@ -108,6 +108,33 @@ def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir
     assert TRAIN_COMMAND in card and "checkpoint-20, checkpoint-30" in card
 
 
+def test_choose_last_saves_the_best_candidate_on_validation_only(run_dir, data_dir, tmp_path):
+    output_dir = tmp_path / "chosen"
+    argv = [str(run_dir), "--choose_last", "2", "--output-dir", str(output_dir), "--data_dir", str(data_dir),
+            "--test_split", ""]
+    assert average_checkpoints.main(argv) == 0
+    results = read_eval_results(output_dir)
+    training = results["training"]
+    candidates = {candidate["name"]: candidate for candidate in training["average_candidates"]}
+    assert candidates["last 1"]["checkpoints"] == ["checkpoint-30"]
+    assert candidates["last 2"]["checkpoints"] == ["checkpoint-20", "checkpoint-30"]
+    chosen = candidates[training["chosen_average"]]
+    assert chosen["validation"]["bleu"] == max(c["validation"]["bleu"] for c in candidates.values())
+    assert training["averaged_checkpoints"] == chosen["checkpoints"]
+    assert set(results["scores"]) == {"val"}  # test is not scored while choosing
+    expected = average([run_dir / name for name in chosen["checkpoints"]]).state_dict()
+    saved = TransformerMTForConditionalGeneration.from_pretrained(output_dir).state_dict()
+    assert all(torch.equal(saved[name], expected[name]) for name in expected)
+    from tokenizer import load_tokenizer
+
+    sources = (data_dir / "val.en").read_text(encoding="utf-8").splitlines()
+    references = (data_dir / "val.de").read_text(encoding="utf-8").splitlines()
+    model = TransformerMTForConditionalGeneration.from_pretrained(output_dir)
+    assert results["scores"]["val"] == score_split(translate(model, load_tokenizer(output_dir), sources).texts,
+                                                   references)
+    assert results["command"] == [TRAIN_COMMAND, "python average_checkpoints.py " + " ".join(argv[:-1]) + " ''"]
+
+
 def test_rescore_keeps_commands_and_training_and_measures_again(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "averaged"
     assert average_checkpoints.main([str(run_dir / "checkpoint-10"), "--output-dir", str(output_dir),

@@ -301,9 +301,9 @@ def resolve_starting_model(start_args: StartArguments, tokenizer_args: Tokenizer
 def load_starting_model(folder: str, tokenizer, model_args, tag_token: str | None):
     """The trained model to fine-tune, with this run's regularisation, and one embedding more when the run's tokenizer
     added the tag token (initialised near the mean of the others, so the first steps are not thrown off)."""
-    config = TransformerMTConfig.from_pretrained(folder)
-    config.update({name: getattr(model_args, name) for name in REGULARISATION_FIELDS})
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder, config=config)
+    regularisation = {name: getattr(model_args, name) for name in REGULARISATION_FIELDS}
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, **regularisation)  # overrides its config
+    config = model.config
     added = len(tokenizer) - config.vocab_size
     tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size
     if added and not (added == 1 and tag_is_new):

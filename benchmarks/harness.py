@@ -20,6 +20,7 @@ import torch
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
+from transformer_en_de import precision
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ SHIPPED_SIZE = dict(
     decoder_layers=3,
     num_attention_heads=4,
     d_ff=1024,
-    dropout=0.2,
+    dropout=0.3,
     attention_dropout=0.1,
 )
 
@@ -105,12 +106,18 @@ def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], 
 
 def training_setup(description: str):
     """Arguments, shipped-size config, rounds and real Multi30k batches for a training benchmark."""
-    args = parse_args(
-        description,
-        lambda parser: parser.add_argument(
+
+    def training_flags(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
             "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
-        ),
-    )
+        )
+        parser.add_argument(
+            "--precision", choices=["auto", "bf16", "float32"], default="auto",
+            help="auto (default): what train.py picks on this machine, bf16 autocast only where bf16 is native",
+        )
+
+    args = parse_args(description, training_flags)
+    args.bf16 = args.precision == "bf16" or (args.precision == "auto" and precision.native_bf16(use_cpu=True))
     tokenizer = benchmark_tokenizer()
     config = shipped_config(tokenizer)
     rounds, batches_per_round = (3, 2) if args.quick else (8, 4)
@@ -195,4 +202,9 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
 
 
 def describe_machine(threads: int) -> str:
-    return f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible"
+    return (f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
+            f"{precision.describe(use_cpu=True)}")
+
+
+def precision_name(bf16: bool) -> str:
+    return "bf16 autocast" if bf16 else "float32"

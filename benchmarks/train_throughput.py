@@ -1,12 +1,13 @@
 """Training throughput (target tokens/s): our model against torch.nn.Transformer wired the same way.
 
-One step = forward + label-smoothed loss + backward + AdamW step, under bf16 autocast on the CPU, on real Multi30k
-batches. The reference is `torch.nn.Transformer` with the same sizes, post-norm layers (no extra final LayerNorm),
+One step = forward + label-smoothed loss + backward + AdamW step on the CPU, in the precision train.py picks here
+(bf16 autocast only where bf16 is native; `--precision` to choose), on real Multi30k batches.
+The reference is `torch.nn.Transformer` with the same sizes, post-norm layers (no extra final LayerNorm),
 the same dropouts, one embedding shared by source, target and the output projection, sinusoidal positions on scaled
 embeddings, and the same loss; it gets the masks our model gets from the training collator (source padding, causal
 target). Before timing, the script gives it our weights and checks that both compute the same loss.
 
-    python -m benchmarks.train_throughput [--quick]
+    python -m benchmarks.train_throughput [--quick] [--precision auto|bf16|float32]
 """
 
 import math
@@ -120,10 +121,10 @@ def check_same_function(ours, reference, batch) -> None:
         raise AssertionError(f"the reference is not wired like our model: loss {theirs.item()} vs {mine.item()}")
 
 
-def training_step(model, loss_of, optimizer, batches):
+def training_step(model, loss_of, optimizer, batches, bf16: bool):
     def step():
         for batch in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_of(model, batch)
             loss.backward()
             optimizer.step()
@@ -148,9 +149,9 @@ def main():
 
     timings = harness.alternate(
         {
-            "ours": training_step(ours, lambda model, batch: model(**batch).loss, adamw(ours), batches),
+            "ours": training_step(ours, lambda model, batch: model(**batch).loss, adamw(ours), batches, args.bf16),
             "torch.nn.Transformer": training_step(
-                reference, lambda model, batch: model(**batch), adamw(reference), batches
+                reference, lambda model, batch: model(**batch), adamw(reference), batches, args.bf16
             ),
         },
         rounds=rounds,
@@ -164,8 +165,9 @@ def main():
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "
         f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}, "
-        f"attention dropout {config.attention_dropout}; bf16 autocast, AdamW; {len(batches)} batches of "
-        f"{args.batch_size} Multi30k pairs ({target_tokens} target tokens) per round, {rounds} rounds"
+        f"attention dropout {config.attention_dropout}; {harness.precision_name(args.bf16)}, AdamW; "
+        f"{len(batches)} batches of {args.batch_size} Multi30k pairs ({target_tokens} target tokens) per round, "
+        f"{rounds} rounds"
     )
     harness.print_table(
         ["model", "parameters", "wall s/round: median [IQR]", "CPU s/round", "target tokens/s"],

@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import DATA_DIR, ROOT
 from huggingface_hub import ModelCard, constants
 from loopback_hub import LoopbackHub
 
 import train
+from transformer_en_de import precision
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import read_eval_results
 
@@ -721,3 +723,26 @@ def test_wmt14_command_runs_on_a_tiny_copy(tmp_path, datasets_cache):
     assert set(results["scores"]) == {"validation", "test"}
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "(configuration `de-en`)" in card
+
+
+# ------------------------------------------------------------------------------------------ precision
+
+
+def test_native_bf16_is_read_from_the_cpu_flags():
+    assert precision.cpu_has_native_bf16({"avx2", "fma", "avx512f", "avx512_bf16"})
+    assert precision.cpu_has_native_bf16({"avx2", "amx_tile", "amx_bf16"})
+    assert precision.cpu_has_native_bf16({"fp", "asimd", "bf16"})  # Arm with the BF16 extension
+    assert not precision.cpu_has_native_bf16({"avx2", "fma", "avx512f", "avx512bw"})  # AVX-512 without BF16
+    assert not precision.cpu_has_native_bf16({"avx2", "fma"})
+
+
+def test_default_precision_follows_the_machine_and_a_given_flag_wins(tmp_path):
+    argv = ["--data_dir", str(DATA_DIR), "--output_dir", str(tmp_path / "out")]
+    native = precision.native_bf16(use_cpu=True)  # no GPU here: the Trainer runs on the CPU
+    assert precision.cpu_has_native_bf16() == native
+    assert train.parse_arguments(argv)[-1].bf16 is native
+    assert train.parse_arguments(argv + ["--bf16", "true"])[-1].bf16 is True
+    assert train.parse_arguments(argv + ["--bf16", "false"])[-1].bf16 is False
+    described = precision.describe(use_cpu=True)
+    assert torch.backends.cpu.get_cpu_capability() in described
+    assert ("bf16 autocast" if native else "float32") in described

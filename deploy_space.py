@@ -4,7 +4,8 @@
     python deploy_space.py your-name/transformer-en-de-demo --model runs/base --model-id your-name/transformer-en-de
     python deploy_space.py your-name/transformer-en-de-demo --stage-only space/   # look before pushing
 
-The Space gets app.py, README.md (its front matter tells the Hub to run app.py with Gradio), requirements.txt,
+The Space gets app.py, README.md (the Space's card: `space_card.md` with front matter that tells the Hub to run
+app.py with Gradio), requirements.txt,
 transformer_en_de/, modeling/, tokenizer/, the comparison results if present, and the model folder as
 models/transformer-en-de/, the app's default. The upload goes through `transformer_en_de.hub.push_folder`.
 
@@ -12,7 +13,7 @@ models/transformer-en-de/, the app's default. The upload goes through `transform
 - The Space's requirements.txt is the project's with PyTorch's CPU package index in front: a Space on CPU hardware
   then installs the CPU build of torch, not the default CUDA build and its gigabytes of NVIDIA libraries.
 - The Space ships the weights, so its front matter carries the weights' licence (from the model card's `license`,
-  cc-by-nc-4.0 for Multi30k-trained weights); the README's "Data and licence" section says the code is Apache-2.0.
+  cc-by-nc-4.0 for Multi30k-trained weights); the card's last paragraph says the code is Apache-2.0.
 """
 
 import argparse
@@ -22,12 +23,14 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from huggingface_hub import ModelCard, SpaceCard
+from huggingface_hub import ModelCard, SpaceCard, SpaceCardData
 
 from transformer_en_de.hub import PublishError, check_model_loads, push_folder
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODEL_FOLDER = ROOT / "models" / "transformer-en-de"
+# What a visitor of the Space reads (the project's README.md is for people who use the code).
+SPACE_CARD_TEMPLATE = ROOT / "space_card.md"
 MODEL_IN_SPACE = "models/transformer-en-de"  # where app.py looks by default
 MARIAN_MODEL_ID = "Helsinki-NLP/opus-mt-en-de"
 SPACE_FILES = ["app.py", "results/comparison_test_2016_flickr.json"]
@@ -37,7 +40,7 @@ REQUIRED = ["app.py", "requirements.txt", "transformer_en_de", "modeling", "toke
 # label sorts above the same PyPI version), which carry no CUDA libraries. Other packages still come from PyPI.
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
-# The Space's settings (https://huggingface.co/docs/hub/spaces-config-reference); README.md's own front matter wins.
+# The Space's settings (https://huggingface.co/docs/hub/spaces-config-reference).
 SPACE_METADATA = {
     "title": "Transformer vs MarianMT EN→DE",
     "emoji": "🔤",
@@ -65,18 +68,17 @@ def model_license(model_folder: Path) -> str | None:
         return None
 
 
-def space_readme(readme: Path | None, model_id: str | None = None, weights_license: str | None = None) -> str:
-    """README.md for the Space: the project's README with every Space setting it lacks added to its front matter.
+def space_readme(template: Path = SPACE_CARD_TEMPLATE, model_id: str | None = None,
+                 weights_license: str | None = None) -> str:
+    """README.md for the Space: the card template's text under the Space settings as front matter.
 
-    `weights_license` (the shipped model's) overrides the README's own `license`: the Space distributes the weights.
+    `weights_license` (the shipped model's) replaces the code's licence: the Space distributes the weights.
     """
-    text = readme.read_text(encoding="utf-8") if readme is not None and readme.is_file() else ""
-    card = SpaceCard(text or "# Transformer vs MarianMT, English → German\n")
-    for key, value in SPACE_METADATA.items():
-        if card.data.get(key) is None:
-            card.data[key] = value
-    if weights_license:
-        card.data["license"] = weights_license
+    settings = dict(SPACE_METADATA, license=weights_license or SPACE_METADATA["license"])
+    card = SpaceCard.from_template(
+        SpaceCardData(**settings), template_path=str(template),
+        weights_license=weights_license or "see the model card",
+    )
     if model_id and model_id not in (card.data.get("models") or []):
         card.data["models"] = [model_id, *(card.data.get("models") or [])]
     return str(card)
@@ -123,7 +125,7 @@ def stage_space(destination: Path, model_folder: Path = DEFAULT_MODEL_FOLDER, *,
             shutil.copy2(path, target / path.name)
     requirements = (root / "requirements.txt").read_text(encoding="utf-8")
     (destination / "requirements.txt").write_text(space_requirements(requirements), encoding="utf-8")
-    readme = space_readme(root / "README.md", model_id, weights_license=model_license(model_folder))
+    readme = space_readme(model_id=model_id, weights_license=model_license(model_folder))
     (destination / "README.md").write_text(readme, encoding="utf-8")
     return destination
 

@@ -81,17 +81,21 @@ def check_front_matter(data: dict) -> None:
 
 
 def test_staged_readme_front_matter_is_a_valid_space_config():
-    card = SpaceCard(deploy_space.space_readme(ROOT / "README.md", model_id="someone/transformer-en-de"))
+    card = SpaceCard(deploy_space.space_readme(model_id="someone/transformer-en-de"))
 
     check_front_matter(card.data.to_dict())
     assert card.data.models[0] == "someone/transformer-en-de"
 
 
-def test_readme_front_matter_when_present():
-    readme = ROOT / "README.md"
-    if not readme.is_file() or not readme.read_text(encoding="utf-8").startswith("---"):
-        pytest.skip("README.md has no front matter yet; the staged README (tested above) gets the Space settings")
-    check_front_matter(SpaceCard.load(readme).data.to_dict())
+def test_space_card_is_the_template_for_visitors_not_the_projects_readme():
+    card = SpaceCard(deploy_space.space_readme(weights_license="cc-by-nc-4.0"))
+    template_body = deploy_space.SPACE_CARD_TEMPLATE.read_text(encoding="utf-8").split("---", 2)[2]
+    first_line = template_body.strip().splitlines()[0]
+    assert card.text.strip().startswith(first_line)
+    assert "{{" not in card.text  # every placeholder filled
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not readme.startswith("---")  # the project's README is no Space card
+    assert first_line not in readme
 
 
 @pytest.fixture
@@ -159,9 +163,9 @@ def test_space_license_is_the_shipped_weights_licence(tmp_path):
     shipped = deploy_space.model_license(deploy_space.DEFAULT_MODEL_FOLDER)
     assert shipped == "cc-by-nc-4.0"  # Multi30k's non-commercial terms, as the shipped model card declares
 
-    card = SpaceCard(deploy_space.space_readme(ROOT / "README.md", weights_license=shipped))
+    card = SpaceCard(deploy_space.space_readme(weights_license=shipped))
     assert card.data.license == shipped
-    assert "Apache-2.0" in card.text and shipped in card.text  # the README says which licence covers what
+    assert "Apache-2.0" in card.text and shipped in card.text  # the card says which licence covers what
     assert deploy_space.model_license(tmp_path) is None  # no model card: the code's licence stays
 
 

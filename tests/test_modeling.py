@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
-from modeling.modeling_transformer_mt import sinusoidal_table
+from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, sinusoidal_table
 
 SOURCES = [source for source, _ in PAIRS]
 TARGETS = [target for _, target in PAIRS]
@@ -88,22 +88,41 @@ def smoothed_cross_entropy_by_hand(logits, labels, epsilon):
 
 @torch.no_grad()
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-def test_loss_is_label_smoothed_cross_entropy_with_the_configs_epsilon(tiny_tokenizer, epsilon):
+def test_loss_is_plain_cross_entropy_whatever_the_configs_label_smoothing(tiny_tokenizer, epsilon):
+    """As in every transformers model: smoothing belongs to training, so evaluation losses compare across models."""
     torch.manual_seed(0)
     model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, label_smoothing=epsilon)).eval()
     batch = make_batch(tiny_tokenizer)
 
     out = model(**batch)
 
-    expected = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], epsilon)
+    expected = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], 0.0)
     assert torch.allclose(out.loss.double(), expected, atol=1e-5)
-    reference = F.cross_entropy(
-        out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=epsilon
-    )
+    reference = F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
     assert torch.allclose(out.loss, reference, atol=1e-6)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_training_loss_is_label_smoothed_cross_entropy(tiny_model, tiny_tokenizer, epsilon):
+    batch = make_batch(tiny_tokenizer)
+    logits = tiny_model(**batch).logits
+
+    loss = label_smoothed_cross_entropy(logits, batch["labels"], epsilon)
+
+    expected = smoothed_cross_entropy_by_hand(logits, batch["labels"], epsilon)
+    assert torch.allclose(loss.double(), expected, atol=1e-5)
+    reference = F.cross_entropy(
+        logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=epsilon
+    )
+    assert torch.allclose(loss, reference, atol=1e-6)
     if epsilon:
-        unsmoothed = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], 0.0)
-        assert not torch.allclose(out.loss.double(), unsmoothed, atol=1e-3)
+        unsmoothed = smoothed_cross_entropy_by_hand(logits, batch["labels"], 0.0)
+        assert not torch.allclose(loss.double(), unsmoothed, atol=1e-3)
+    # With the Trainer's token count over accumulated micro-batches: the sum over this batch divided by that count.
+    scored = int((batch["labels"] != -100).sum())
+    summed = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, num_items_in_batch=2 * scored)
+    assert torch.allclose(summed, loss / 2, atol=1e-6)
 
 
 @torch.no_grad()
@@ -123,8 +142,8 @@ def test_loss_ignores_label_positions_marked_minus_100(tiny_model, tiny_tokenize
     assert not torch.allclose(out.logits[:, -1], changed.logits[:, -1], atol=1e-3)
     # ...and the loss, which ignores that position, does not change;
     assert torch.allclose(out.loss, changed.loss, atol=1e-6)
-    # it is the smoothed cross-entropy over exactly the unmarked positions,
-    expected = smoothed_cross_entropy_by_hand(out.logits, labels, tiny_model.config.label_smoothing)
+    # it is the cross-entropy over exactly the unmarked positions,
+    expected = smoothed_cross_entropy_by_hand(out.logits, labels, 0.0)
     assert torch.allclose(out.loss.double(), expected, atol=1e-5)
     # and scoring the last position as well gives a different loss.
     counted = tiny_model(**inputs, decoder_input_ids=decoder_input_ids, labels=batch["labels"]).loss

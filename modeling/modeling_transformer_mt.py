@@ -24,6 +24,8 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -169,7 +171,7 @@ class MultiHeadAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, d_model = hidden_states.shape
         queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
@@ -239,7 +241,12 @@ class EncoderLayer(ResidualLayer):
         self.feed_forward = PositionwiseFeedForward(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
         attended, _ = self.self_attn(
             self.sublayer_input(hidden_states, self.self_attn_norm), attention_mask=attention_mask, **kwargs
         )
@@ -267,7 +274,7 @@ class DecoderLayer(ResidualLayer):
         self_attn_mask: torch.Tensor | None = None,
         cross_attn_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attended, _ = self.self_attn(
             self.sublayer_input(hidden_states, self.self_attn_norm),
@@ -368,7 +375,7 @@ class TransformerMTEncoder(TransformerMTPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """`output_hidden_states` / `output_attentions` (arguments, else the config's) are recorded by hooks on the
         layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple."""
@@ -417,7 +424,7 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """Reads the target so far (all of it, or the tokens after those in `past_key_values`, which it extends)."""
         kwargs.pop("use_cache", None)  # the caller decides by passing a cache or not
@@ -489,7 +496,7 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         """`output_attentions`, `output_hidden_states` and `return_dict` fall back to the config's when not given."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
@@ -695,7 +702,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """With `labels`: `loss` is their cross-entropy (no smoothing: see `label_smoothed_cross_entropy`)."""
         if labels is not None:

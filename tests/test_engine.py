@@ -13,8 +13,8 @@ from transformers import MarianMTModel, MarianTokenizer
 
 import modeling.modeling_transformer_mt as modeling_code
 from modeling import TransformerMTForConditionalGeneration
-from modeling.modeling_transformer_mt import set_translation_defaults
 from modeling.length_bound import SourceLengthBound, new_token_limits
+from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import engine
 from transformer_en_de.engine import DecodingSettings, translate

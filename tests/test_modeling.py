@@ -575,6 +575,23 @@ def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, s
     assert theirs == {"decoder": new_tokens, "model": new_tokens}
 
 
+@torch.no_grad()
+def test_forward_exports_with_torch_export_and_the_program_gives_the_same_logits(tiny_model, tiny_tokenizer):
+    """What a deployment exports is the forward pass (one decoding step, or a scoring pass); our beam search is
+    Python around it and is not what `torch.export` captures (see the test above)."""
+    batch = make_batch(tiny_tokenizer, PAIRS[:2])
+    inputs = dict(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"]),
+        use_cache=False,
+    )
+
+    program = torch.export.export(tiny_model, args=(), kwargs=inputs)
+
+    assert torch.allclose(program.module()(**inputs).logits, tiny_model(**inputs).logits, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Attention weights
 

@@ -4,6 +4,11 @@ Reads bottom-up: sinusoidal positions (3.5) -> masks -> multi-head attention (3.
 (3.3) -> encoder and decoder layers (3.1) -> pretrained base with weight init -> encoder, decoder -> the
 encoder-decoder model and the model with the tied output projection (3.4) that `generate()` drives.
 
+It keeps transformers' model contract (its common tests run in tests/test_transformers_common.py): attention through
+transformers' attention functions (SDPA by default, eager for attention weights), hidden states and attention weights
+recorded by hooks (`_can_record_outputs`) when asked for or set in the config, tuples with `return_dict=False`,
+`inputs_embeds`, and a plain cross-entropy `loss`.
+
 This file imports only torch, transformers and its sibling configuration file, so a saved model folder carries it
 to the Hub and loads with `trust_remote_code=True`.
 """

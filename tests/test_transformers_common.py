@@ -6,11 +6,9 @@ reads them to choose labels and heads). The test files come from the source rele
 (`transformers_suite.py`); without a cached copy and without the package registry, the module is skipped.
 """
 
-import os
 import unittest
 
 import pytest
-import torch
 from transformers.models.auto import modeling_auto
 from transformers_suite import upstream_tests
 
@@ -109,7 +107,6 @@ class TransformerMTModelTest(ModelTesterMixin, unittest.TestCase):
     test_can_init_all_missing_weights_before_2023 = True
 
     def setUp(self):
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         self.model_tester = TransformerMTModelTester(self)
         self.config_tester = ConfigTester(self, config_class=TransformerMTConfig)
 

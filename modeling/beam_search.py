@@ -150,11 +150,13 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
     while True:
+        # The decoder module itself, called as a module: its hooks (and its layers') see every step.
         hidden_states = model.get_decoder()(
             decoder_input_ids,
             encoder_states,
             encoder_attention_mask=source_mask,
             past_key_values=cache,
+            return_dict=True,
         ).last_hidden_state
         logits = torch.mm(hidden_states[:, -1, :], output_projection)  # (n * beams, vocab)
         if output_bias is not None:

@@ -65,7 +65,9 @@ class TransformerMTConfig(PreTrainedConfig):
             Standard deviation of the normal init of linear layers. Embeddings use d_model**-0.5, so that after
             the sqrt(d_model) scaling they have unit variance.
         label_smoothing (`float`, defaults to 0.1):
-            Label smoothing of the training loss (epsilon_ls, section 5.4).
+            Label smoothing of the training loss (epsilon_ls, section 5.4): train.py's loss,
+            `label_smoothed_cross_entropy`. The `loss` the model returns with `labels` is the plain cross-entropy, as
+            in every transformers model, so that evaluation losses compare across models.
         pad_token_id (`int`, defaults to 0), bos_token_id (`int`, defaults to 1), eos_token_id (`int`, defaults to 2):
             Special token ids; they must match the tokenizer's.
         decoder_start_token_id (`int`, defaults to 1):

@@ -4,6 +4,11 @@ Reads bottom-up: sinusoidal positions (3.5) -> masks -> multi-head attention (3.
 (3.3) -> encoder and decoder layers (3.1) -> pretrained base with weight init -> encoder, decoder -> the
 encoder-decoder model and the model with the tied output projection (3.4) that `generate()` drives.
 
+It keeps transformers' model contract (its common tests run in tests/test_transformers_common.py): attention through
+transformers' attention functions (SDPA by default, eager for attention weights), hidden states and attention weights
+recorded by hooks (`_can_record_outputs`) when asked for or set in the config, tuples with `return_dict=False`,
+`inputs_embeds`, and a plain cross-entropy `loss`.
+
 This file imports only torch, transformers and its sibling configuration file, so a saved model folder carries it
 to the Hub and loads with `trust_remote_code=True`.
 """
@@ -23,6 +28,11 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .beam_search import compact_beam_search, compact_search_covers
 from .configuration_transformer_mt import TransformerMTConfig
@@ -85,13 +95,49 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     return combined
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(QK^T / sqrt(d_k)) V written out, so that the weights it returns are exactly those that multiply V.
+
+    query: (B, h, T, d_k), key and value: (B, h, S, d_k); attention_mask: boolean (True where attending is allowed)
+    or additive float, broadcastable to (B, h, T, S). Returns the context (B, T, h, d_k) and the weights (B, h, T, S),
+    the layout of transformers' attention functions (`ALL_ATTENTION_FUNCTIONS`).
+    """
+    scores = query @ key.transpose(-2, -1) * scaling  # (B, h, T, S)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+    context = F.dropout(weights, p=dropout, training=module.training) @ value  # (B, h, T, d_k)
+    return context.transpose(1, 2).contiguous(), weights  # (B, T, h, d_k)
+
+
 class MultiHeadAttention(nn.Module):
-    """softmax(QK^T / sqrt(d_k)) V over h heads, concatenated and projected by W_O; self- or cross-attention."""
+    """softmax(QK^T / sqrt(d_k)) V over h heads, concatenated and projected by W_O; self- or cross-attention.
+
+    The product itself runs in the configured attention implementation (`config._attn_implementation`): SDPA by
+    default, or the written-out `eager_attention_forward`. Attention weights exist only in the eager path, so a call
+    that asks for them (`output_attentions`) runs eager whatever is configured.
+    """
+
+    is_causal = False  # every mask is passed explicitly (see `causal_mask`): SDPA must not add its own
 
     def __init__(self, config: TransformerMTConfig, is_cross_attention: bool = False, layer_idx: int | None = None):
         super().__init__()
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.d_model // config.num_attention_heads  # d_k = d_v = d_model / h
+        self.scaling = self.head_dim**-0.5  # 1 / sqrt(d_k)
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
         self.attention_dropout = config.attention_dropout
@@ -130,23 +176,30 @@ class MultiHeadAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, d_model = hidden_states.shape
         queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
         keys, values = self._keys_and_values(hidden_states, key_value_states, past_key_values)  # (B, h, S, d_k)
-        dropout = self.attention_dropout if self.training else 0.0
-        if output_attentions:
-            # The explicit path, so that the returned weights are exactly the softmax that multiplies V.
-            scores = queries @ keys.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, h, T, S)
-            if attention_mask is not None:
-                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-            weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
-            context = F.dropout(weights, p=dropout, training=self.training) @ values  # (B, h, T, d_k)
+        output_attentions = kwargs.pop("output_attentions", None)
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        implementation = self.config._attn_implementation
+        if output_attentions or implementation in (None, "eager"):
+            attention_interface = eager_attention_forward
         else:
-            weights = None
-            context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=attention_mask, dropout_p=dropout)
-        context = context.transpose(1, 2).reshape(batch, length, d_model)  # (B, T, h * d_k)
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        context, weights = attention_interface(
+            self,
+            queries,
+            keys,
+            values,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )  # (B, T, h, d_k)
+        context = context.reshape(batch, length, d_model)  # (B, T, h * d_k)
         return self.out_proj(context), weights
 
 
@@ -193,16 +246,18 @@ class EncoderLayer(ResidualLayer):
         self.feed_forward = PositionwiseFeedForward(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        attended, self_attn_weights = self.self_attn(
-            self.sublayer_input(hidden_states, self.self_attn_norm),
-            attention_mask=attention_mask,
-            output_attentions=output_attentions,
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(
+            self.sublayer_input(hidden_states, self.self_attn_norm), attention_mask=attention_mask, **kwargs
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
         transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
-        hidden_states = self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)
-        return hidden_states, self_attn_weights
+        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, S, d_model)
 
 
 class DecoderLayer(ResidualLayer):
@@ -219,31 +274,30 @@ class DecoderLayer(ResidualLayer):
 
     def forward(
         self,
-        hidden_states,
-        encoder_hidden_states,
-        self_attn_mask=None,
-        cross_attn_mask=None,
-        past_key_values=None,
-        output_attentions=False,
-    ):
-        attended, self_attn_weights = self.self_attn(
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        self_attn_mask: torch.Tensor | None = None,
+        cross_attn_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(
             self.sublayer_input(hidden_states, self.self_attn_norm),
             attention_mask=self_attn_mask,
             past_key_values=past_key_values,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
-        attended, cross_attn_weights = self.cross_attn(
+        attended, _ = self.cross_attn(
             self.sublayer_input(hidden_states, self.cross_attn_norm),
             key_value_states=encoder_hidden_states,
             attention_mask=cross_attn_mask,
             past_key_values=past_key_values,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
         transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
-        hidden_states = self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)
-        return hidden_states, self_attn_weights, cross_attn_weights
+        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
 
 
 class TransformerMTPreTrainedModel(PreTrainedModel):
@@ -255,6 +309,9 @@ class TransformerMTPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
     supports_gradient_checkpointing = True
+    # Attention runs through transformers' attention functions: SDPA by default, eager on request (and whenever
+    # attention weights are asked for). Flash and flex attention need masks in their own formats: not offered.
+    _supports_sdpa = True
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -275,15 +332,33 @@ class TransformerMTPreTrainedModel(PreTrainedModel):
             init.copy_(module.table, sinusoidal_table(module.num_positions, module.d_model))
 
 
-class TransformerMTEncoder(nn.Module):
-    """N encoder layers over scaled token embeddings plus positions."""
+def embed(
+    module: "TransformerMTEncoder | TransformerMTDecoder",
+    input_ids: torch.LongTensor | None,
+    inputs_embeds: torch.Tensor | None,
+    offset: int = 0,
+) -> torch.Tensor:
+    """Token embeddings (looked up, or given as `inputs_embeds`) times sqrt(d_model), plus positions (section 3.4)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of input_ids and inputs_embeds (decoder_input_ids / decoder_inputs_embeds).")
+    if inputs_embeds is None:
+        inputs_embeds = module.embed_tokens(input_ids)  # (B, T, d_model)
+    positions = module.embed_positions(inputs_embeds.shape[1], offset=offset)  # (T, d_model)
+    return module.dropout(inputs_embeds * module.embed_scale + positions)  # (B, T, d_model)
 
-    main_input_name = "input_ids"
 
-    def __init__(self, config: TransformerMTConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = embed_tokens
+class TransformerMTEncoder(TransformerMTPreTrainedModel):
+    """N encoder layers over scaled token embeddings plus positions.
+
+    Its own embedding module, whose weight the model ties to the shared matrix (`_tied_weights_keys`): tied by
+    parameter, as transformers' Marian and BART tie theirs, so loading sees each alias as a key of its own.
+    """
+
+    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model)
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -291,40 +366,45 @@ class TransformerMTEncoder(nn.Module):
         self.final_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_placement == "pre" else None
         )
+        self.post_init()
 
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    @capture_outputs
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        return_dict: bool = True,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        positions = self.embed_positions(input_ids.shape[1])  # (S, d_model)
-        hidden_states = self.dropout(self.embed_tokens(input_ids) * self.embed_scale + positions)  # (B, S, d_model)
+        """`output_hidden_states` / `output_attentions` (arguments, else the config's) are recorded by hooks on the
+        layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple."""
+        hidden_states = embed(self, input_ids, inputs_embeds)  # (B, S, d_model)
         mask = padding_mask(attention_mask)  # (B, 1, 1, S)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
         for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, attention_mask=mask, output_attentions=output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
+            hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
-        )
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class TransformerMTDecoder(nn.Module):
+class TransformerMTDecoder(TransformerMTPreTrainedModel):
     """N decoder layers: causal self-attention over the target so far, cross-attention over the encoder output."""
 
-    def __init__(self, config: TransformerMTConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = embed_tokens
+    _can_record_outputs = {
+        "hidden_states": DecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
+    }
+
+    def __init__(self, config: TransformerMTConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model)
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -332,59 +412,57 @@ class TransformerMTDecoder(nn.Module):
         self.final_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_placement == "pre" else None
         )
+        self.post_init()
 
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    @capture_outputs
     def forward(
         self,
-        input_ids: torch.LongTensor,
-        encoder_hidden_states: torch.Tensor,
+        input_ids: torch.LongTensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        query_length = input_ids.shape[1]
+        """Reads the target so far (all of it, or the tokens after those in `past_key_values`, which it extends)."""
+        kwargs.pop("use_cache", None)  # the caller decides by passing a cache or not
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        positions = self.embed_positions(query_length, offset=past_length)  # (T, d_model)
-        hidden_states = self.dropout(self.embed_tokens(input_ids) * self.embed_scale + positions)  # (B, T, d_model)
+        hidden_states = embed(self, input_ids, inputs_embeds, offset=past_length)  # (B, T, d_model)
 
+        query_length = hidden_states.shape[1]
         key_length = past_length + query_length
         # One new token may see everything cached: no causal mask needed (and SDPA runs unmasked).
-        future = causal_mask(query_length, key_length, input_ids.device) if query_length > 1 else None  # (T, S)
+        future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None  # (T, S)
         self_attn_mask = combine_masks(future, padding_mask(attention_mask))  # (B, 1, T, S)
         cross_attn_mask = padding_mask(encoder_attention_mask)  # (B, 1, 1, S_src)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_self_attentions = () if output_attentions else None
-        all_cross_attentions = () if output_attentions else None
         for layer in self.layers:
-            hidden_states, self_weights, cross_weights = layer(
+            hidden_states = layer(
                 hidden_states,
-                encoder_hidden_states,
+                encoder_hidden_states,  # positional: gradient checkpointing passes it on
                 self_attn_mask=self_attn_mask,
                 cross_attn_mask=cross_attn_mask,
                 past_key_values=past_key_values,
-                output_attentions=output_attentions,
+                **kwargs,
             )
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_self_attentions += (self_weights,)
-                all_cross_attentions += (cross_weights,)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
-            hidden_states=all_hidden_states,
-            attentions=all_self_attentions,
-            cross_attentions=all_cross_attentions,
+            last_hidden_state=hidden_states, past_key_values=past_key_values
         )
 
 
 class TransformerMTModel(TransformerMTPreTrainedModel):
     """The bare encoder-decoder, with one embedding matrix shared by source and target (joint BPE vocabulary)."""
 
+    # The encoder's and the decoder's embeddings are the shared matrix (target -> source): stored once, as
+    # `shared.weight`, the layout of every folder saved before and since.
     _tied_weights_keys = {
         "encoder.embed_tokens.weight": "shared.weight",
         "decoder.embed_tokens.weight": "shared.weight",
@@ -393,8 +471,8 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
     def __init__(self, config: TransformerMTConfig):
         super().__init__(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.encoder = TransformerMTEncoder(config, self.shared)
-        self.decoder = TransformerMTDecoder(config, self.shared)
+        self.encoder = TransformerMTEncoder(config)
+        self.decoder = TransformerMTDecoder(config)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -411,6 +489,7 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
     def get_decoder(self, modality=None):
         return self.decoder
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -419,14 +498,12 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
         past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        output_attentions = bool(output_attentions)
-        output_hidden_states = bool(output_hidden_states)
+        """`output_attentions`, `output_hidden_states` and `return_dict` fall back to the config's when not given."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -434,17 +511,14 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
             past_key_values = None
 
         if encoder_outputs is None:
-            if input_ids is None:
-                raise ValueError("Pass input_ids (the source) or precomputed encoder_outputs.")
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("Pass input_ids (the source), inputs_embeds or precomputed encoder_outputs.")
             encoder_outputs = self.encoder(
-                input_ids,
-                attention_mask=attention_mask,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
+                input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if decoder_input_ids is None:
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("Pass decoder_input_ids, or labels to the model with a language-modeling head.")
 
         decoder_outputs = self.decoder(
@@ -453,8 +527,9 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask,
             past_key_values=past_key_values,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            inputs_embeds=decoder_inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -476,11 +551,37 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)  # -100 marks ignored label positions
 
 
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cross-entropy with label smoothing epsilon (section 5.4), ignoring label positions set to -100.
+
+    The training loss (`config.label_smoothing`); the model's own `loss` is the plain cross-entropy (epsilon 0), so
+    that evaluation losses compare across models. `num_items_in_batch` (the Trainer's token count over all
+    accumulated micro-batches) makes it a true per-token mean.
+    """
+    # Only scored positions reach the float32 log-softmax: target padding is a third of a batch or more, and
+    # upcasting and normalising its logits over the whole vocabulary cost about 15% of a training step.
+    scored = labels != -100  # (B, T)
+    loss = F.cross_entropy(
+        logits[scored].float(),  # (N, vocab) float32: bf16 log-softmax over the vocabulary is too coarse
+        labels[scored],
+        label_smoothing=epsilon,
+        reduction="sum" if num_items_in_batch is not None else "mean",
+    )
+    if num_items_in_batch is not None:
+        loss = loss / num_items_in_batch
+    return loss
+
+
 def set_translation_defaults(generation_config, config: TransformerMTConfig) -> None:
     """The paper's decoding (beam 4, length penalty 0.6), each sentence bounded by its source length.
 
+    What a trained model ships in its `generation_config.json` (train.py and average_checkpoints.py set it): a model
+    built from a bare config decodes as any transformers model does (greedy, transformers' defaults).
     `max_new_tokens_ratio` and `max_new_tokens_offset` bound every sentence of a batch on its own: at most
-    `ratio * (source tokens) + offset` new tokens (see `length_bound.py`); `max_new_tokens` caps them all.
+    `ratio * (source tokens) + offset` new tokens, `</s>` included (see `length_bound.py`); `max_new_tokens` caps them
+    all, as it caps any transformers model (it ends decoding, it forces no `</s>`).
     """
     # A config derived from the model config drops unknown fields (the bound's) when it is loaded back: this one is
     # the model's own generation config.
@@ -518,7 +619,6 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         if config.tie_word_embeddings:
             self._tied_weights_keys["lm_head.weight"] = "model.shared.weight"
         self.post_init()
-        set_translation_defaults(self.generation_config, config)
 
     def get_input_embeddings(self):
         return self.model.shared
@@ -541,7 +641,9 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate` with the per-sentence length bound of the generation config.
 
-        `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off.
+        `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off
+        (a generation config without them, as a bare config's, has none). The bound forces `</s>` when a sentence
+        reaches its own limit; `max_new_tokens` and `max_length` only end decoding, as in any transformers model.
         """
         config = generation_config if generation_config is not None else self.generation_config
         ratio = kwargs.pop("max_new_tokens_ratio", getattr(config, "max_new_tokens_ratio", None))
@@ -559,11 +661,17 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             else:
                 cap = config.max_new_tokens
             lengths = source_lengths(input_ids, kwargs.get("attention_mask"), self.config.pad_token_id)
-            limits = new_token_limits(lengths, ratio, offset, cap)
-            kwargs["max_new_tokens"] = int(limits.max())  # the batch ends with its longest allowed sentence
-            logits_processor = LogitsProcessorList(
-                [*(logits_processor or []), SourceLengthBound(limits, self.config.eos_token_id)]
-            )
+            limits = new_token_limits(lengths, ratio, offset)
+            # The batch ends with its longest allowed sentence, or at the cap: the cap cuts, it forces no </s>.
+            longest = int(limits.max())
+            kwargs["max_new_tokens"] = longest if cap is None else min(longest, int(cap))
+            eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)  # the caller's end token wins
+            if isinstance(eos_token_id, (list, tuple)):
+                eos_token_id = eos_token_id[0]
+            if eos_token_id is not None:
+                logits_processor = LogitsProcessorList(
+                    [*(logits_processor or []), SourceLengthBound(limits, eos_token_id)]
+                )
         return super().generate(
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
@@ -585,22 +693,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def label_smoothed_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-        """Cross-entropy with label smoothing (section 5.4), ignoring label positions set to -100."""
-        # Only scored positions reach the float32 log-softmax: target padding is a third of a batch or more, and
-        # upcasting and normalising its logits over the whole vocabulary cost about 15% of a training step.
-        scored = labels != -100  # (B, T)
-        loss = F.cross_entropy(
-            logits[scored].float(),  # (N, vocab) float32: bf16 log-softmax over the vocabulary is too coarse
-            labels[scored],
-            label_smoothing=self.config.label_smoothing,
-            reduction="sum" if num_items_in_batch is not None else "mean",
-        )
-        if num_items_in_batch is not None:
-            # The Trainer passes the token count over all accumulated micro-batches: a true per-token mean.
-            loss = loss / num_items_in_batch
-        return loss
-
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -609,17 +702,17 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
         past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        """With `labels`: `loss` is their cross-entropy (no smoothing: see `label_smoothed_cross_entropy`)."""
         if labels is not None:
             use_cache = False  # training and scoring read the whole target at once
-            if decoder_input_ids is None:
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids,
@@ -628,12 +721,16 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
             past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
-        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = label_smoothed_cross_entropy(logits, labels, 0.0, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -651,4 +748,5 @@ __all__ = [
     "TransformerMTPreTrainedModel",
     "TransformerMTModel",
     "TransformerMTForConditionalGeneration",
+    "label_smoothed_cross_entropy",
 ]

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from transformers import GenerationConfig  # noqa: E402
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
+from modeling.modeling_transformer_mt import set_translation_defaults  # noqa: E402
 from tokenizer import config_token_fields, train_tokenizer  # noqa: E402
 
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
@@ -57,9 +58,12 @@ def tiny_tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_tokenizer):
-    """A randomly initialised 2+2-layer model, d_model 32, in eval mode."""
+    """A randomly initialised 2+2-layer model, d_model 32, in eval mode, with the decoding a trained model ships
+    (beam 4, length penalty 0.6, the per-sentence length bound: what train.py writes to generation_config.json)."""
     torch.manual_seed(0)
-    return TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer)).eval()
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer)).eval()
+    set_translation_defaults(model.generation_config, model.config)
+    return model
 
 
 @pytest.fixture(scope="session")

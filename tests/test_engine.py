@@ -14,6 +14,7 @@ from transformers import MarianMTModel, MarianTokenizer
 import modeling.modeling_transformer_mt as modeling_code
 from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import SourceLengthBound, new_token_limits
+from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import engine
 from transformer_en_de.engine import DecodingSettings, translate
@@ -28,9 +29,12 @@ SOURCES = [english for english, _ in PAIRS] + [
 
 @pytest.fixture(scope="module")
 def wide_model(tiny_tokenizer):
-    """A tiny model of ours with wide random weights: its translations depend on the source and differ in length."""
+    """A tiny model of ours with wide random weights: its translations depend on the source and differ in length.
+    It decodes as a trained model ships (beam 4, length penalty 0.6, the length bound)."""
     torch.manual_seed(0)
-    return TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, init_std=0.5)).eval()
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, init_std=0.5)).eval()
+    set_translation_defaults(model.generation_config, model.config)
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,14 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PAIRS, tiny_config
+from conftest import PAIRS, ROOT, tiny_config
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
-from modeling.modeling_transformer_mt import sinusoidal_table
+from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, sinusoidal_table
 
 SOURCES = [source for source, _ in PAIRS]
 TARGETS = [target for _, target in PAIRS]
@@ -88,22 +89,41 @@ def smoothed_cross_entropy_by_hand(logits, labels, epsilon):
 
 @torch.no_grad()
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-def test_loss_is_label_smoothed_cross_entropy_with_the_configs_epsilon(tiny_tokenizer, epsilon):
+def test_loss_is_plain_cross_entropy_whatever_the_configs_label_smoothing(tiny_tokenizer, epsilon):
+    """As in every transformers model: smoothing belongs to training, so evaluation losses compare across models."""
     torch.manual_seed(0)
     model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, label_smoothing=epsilon)).eval()
     batch = make_batch(tiny_tokenizer)
 
     out = model(**batch)
 
-    expected = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], epsilon)
+    expected = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], 0.0)
     assert torch.allclose(out.loss.double(), expected, atol=1e-5)
-    reference = F.cross_entropy(
-        out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=epsilon
-    )
+    reference = F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
     assert torch.allclose(out.loss, reference, atol=1e-6)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_training_loss_is_label_smoothed_cross_entropy(tiny_model, tiny_tokenizer, epsilon):
+    batch = make_batch(tiny_tokenizer)
+    logits = tiny_model(**batch).logits
+
+    loss = label_smoothed_cross_entropy(logits, batch["labels"], epsilon)
+
+    expected = smoothed_cross_entropy_by_hand(logits, batch["labels"], epsilon)
+    assert torch.allclose(loss.double(), expected, atol=1e-5)
+    reference = F.cross_entropy(
+        logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, label_smoothing=epsilon
+    )
+    assert torch.allclose(loss, reference, atol=1e-6)
     if epsilon:
-        unsmoothed = smoothed_cross_entropy_by_hand(out.logits, batch["labels"], 0.0)
-        assert not torch.allclose(out.loss.double(), unsmoothed, atol=1e-3)
+        unsmoothed = smoothed_cross_entropy_by_hand(logits, batch["labels"], 0.0)
+        assert not torch.allclose(loss.double(), unsmoothed, atol=1e-3)
+    # With the Trainer's token count over accumulated micro-batches: the sum over this batch divided by that count.
+    scored = int((batch["labels"] != -100).sum())
+    summed = label_smoothed_cross_entropy(logits, batch["labels"], epsilon, num_items_in_batch=2 * scored)
+    assert torch.allclose(summed, loss / 2, atol=1e-6)
 
 
 @torch.no_grad()
@@ -123,8 +143,8 @@ def test_loss_ignores_label_positions_marked_minus_100(tiny_model, tiny_tokenize
     assert not torch.allclose(out.logits[:, -1], changed.logits[:, -1], atol=1e-3)
     # ...and the loss, which ignores that position, does not change;
     assert torch.allclose(out.loss, changed.loss, atol=1e-6)
-    # it is the smoothed cross-entropy over exactly the unmarked positions,
-    expected = smoothed_cross_entropy_by_hand(out.logits, labels, tiny_model.config.label_smoothing)
+    # it is the cross-entropy over exactly the unmarked positions,
+    expected = smoothed_cross_entropy_by_hand(out.logits, labels, 0.0)
     assert torch.allclose(out.loss.double(), expected, atol=1e-5)
     # and scoring the last position as well gives a different loss.
     counted = tiny_model(**inputs, decoder_input_ids=decoder_input_ids, labels=batch["labels"]).loss
@@ -380,6 +400,199 @@ def test_asking_for_more_tokens_than_the_positions_hold_fails_clearly(tiny_model
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# generate(): transformers' contract (GenerationTesterMixin is only in transformers' repository, so these stand in)
+
+
+@torch.no_grad()
+def test_a_model_built_from_a_bare_config_decodes_greedily_like_any_transformers_model(trained_model, tiny_tokenizer):
+    """The paper's beam 4 and the length bound are what a trained model ships (generation_config.json), not what
+    the constructor imposes."""
+    generation = trained_model.generation_config
+    assert generation.num_beams in (None, 1) and not generation.do_sample  # None: transformers' default, 1
+    assert getattr(generation, "max_new_tokens_ratio", None) is None
+    sources = tiny_tokenizer(SOURCES, padding=True, return_tensors="pt")
+
+    generated = trained_model.generate(**sources, max_new_tokens=25)
+
+    expected = greedy_translate(trained_model, sources["input_ids"], sources["attention_mask"], max_new_tokens=25)
+    assert torch.equal(generated, expected)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_max_new_tokens_n_gives_n_new_tokens_and_forces_no_eos(tiny_model, sources, num_beams):
+    """With the shipped decoding (length bound on): the cap ends decoding, as in any transformers model; only a
+    sentence's own bound forces </s>. The untrained model never chooses </s> itself."""
+    eos = tiny_model.config.eos_token_id
+    limits = [math.ceil(1.5 * length) + 10 for length in sources["attention_mask"].sum(dim=-1).tolist()]
+    assert min(limits) > 6
+
+    short = tiny_model.generate(**sources, num_beams=num_beams, max_new_tokens=6)
+    longer = tiny_model.generate(**sources, num_beams=num_beams, max_new_tokens=min(limits))
+
+    assert short.shape[1] == 1 + 6
+    assert not (short[:, 1:] == eos).any()
+    if num_beams == 1:  # greedy: the first tokens do not depend on how many follow
+        assert torch.equal(short, longer[:, : 1 + 6])
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("model_name", ["trained_model", "tiny_model"])
+def test_generate_continues_from_the_past_key_values_it_returned(model_name, request, sources):
+    """Six tokens in one call equal three, then three more from the returned cache (GenerationTesterMixin's
+    test_generate_continue_from_past_key_values), for a bare model and with the shipped decoding's bound on."""
+    model = request.getfixturevalue(model_name)
+    settings = dict(num_beams=1, do_sample=False, use_cache=True, return_dict_in_generate=True)
+
+    at_once = model.generate(**sources, max_new_tokens=6, **settings).sequences
+    first = model.generate(**sources, max_new_tokens=3, **settings)
+    assert first.sequences.shape[1] == 1 + 3 and first.past_key_values.get_seq_length() == 3
+    continued = model.generate(
+        **sources, decoder_input_ids=first.sequences, past_key_values=first.past_key_values, max_new_tokens=3,
+        **settings,
+    ).sequences  # fmt: skip
+
+    assert torch.equal(continued, at_once)
+
+
+@torch.no_grad()
+def test_a_callers_eos_token_id_wins_over_the_configs(tiny_model, sources):
+    """The length bound ends each sentence with the end token of this call, not the config's."""
+    config_eos = tiny_model.config.eos_token_id
+    source_lengths = sources["attention_mask"].sum(dim=-1).tolist()
+    limits = [math.ceil(1.5 * length) + 10 for length in source_lengths]
+    unbounded = tiny_model.generate(**sources, num_beams=1, max_new_tokens_ratio=None, max_new_tokens=max(limits))
+    callers_eos = min(set(range(3, tiny_model.config.vocab_size)) - set(unbounded.flatten().tolist()))  # never chosen
+
+    output = tiny_model.generate(**sources, num_beams=1, eos_token_id=callers_eos)
+
+    assert not (output[:, 1:] == config_eos).any()
+    assert _lengths_up_to_eos(output, callers_eos) == limits
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# transformers' switches: outputs from the config, tuples, inputs_embeds, attention implementations, hooks
+
+
+@torch.no_grad()
+def test_output_switches_fall_back_to_the_config_and_an_argument_wins(tiny_tokenizer):
+    config = tiny_config(tiny_tokenizer, output_attentions=True, output_hidden_states=True)
+    model = TransformerMTForConditionalGeneration(config).eval()
+    batch = make_batch(tiny_tokenizer, PAIRS[:2])
+
+    out = model(**batch)
+
+    assert len(out.encoder_attentions) == config.encoder_layers
+    assert len(out.decoder_attentions) == len(out.cross_attentions) == config.decoder_layers
+    assert len(out.encoder_hidden_states) == config.encoder_layers + 1  # the embeddings, then each layer's output
+    assert len(out.decoder_hidden_states) == config.decoder_layers + 1
+    assert torch.equal(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
+    quiet = model(**batch, output_attentions=False, output_hidden_states=False)
+    assert quiet.encoder_attentions is None and quiet.cross_attentions is None and quiet.decoder_hidden_states is None
+    assert torch.allclose(quiet.logits, out.logits, atol=1e-5)  # SDPA without weights, eager with them
+
+
+@torch.no_grad()
+def test_return_dict_false_gives_a_tuple_from_the_argument_or_the_config(tiny_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer, PAIRS[:2])
+    as_dict = tiny_model(**batch)
+
+    as_tuple = tiny_model(**batch, return_dict=False)
+    base_tuple = tiny_model.model(
+        input_ids=batch["input_ids"], decoder_input_ids=tiny_model.prepare_decoder_input_ids_from_labels(
+            batch["labels"]), return_dict=False
+    )  # fmt: skip
+
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], as_dict.loss)
+    assert torch.equal(as_tuple[1], as_dict.logits)
+    assert isinstance(base_tuple, tuple) and base_tuple[0].shape[-1] == tiny_model.config.d_model
+    config = tiny_config(tiny_tokenizer, return_dict=False)
+    assert isinstance(TransformerMTForConditionalGeneration(config).eval()(**batch), tuple)
+
+
+@torch.no_grad()
+def test_inputs_embeds_give_the_same_outputs_as_input_ids(tiny_model, tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer, PAIRS[:3])
+    decoder_input_ids = tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    embeddings = tiny_model.get_input_embeddings()
+    from_ids = tiny_model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+    )
+
+    from_embeds = tiny_model(
+        inputs_embeds=embeddings(batch["input_ids"]),
+        attention_mask=batch["attention_mask"],
+        decoder_inputs_embeds=embeddings(decoder_input_ids),
+    )
+
+    assert torch.equal(from_embeds.logits, from_ids.logits)
+    with pytest.raises(ValueError, match="exactly one of input_ids and inputs_embeds"):
+        tiny_model(input_ids=batch["input_ids"], inputs_embeds=embeddings(batch["input_ids"]),
+                   decoder_input_ids=decoder_input_ids)  # fmt: skip
+
+
+@torch.no_grad()
+def test_sdpa_is_the_default_and_eager_agrees_and_gives_attention_weights(tiny_model, tiny_tokenizer, tiny_model_dir):
+    batch = make_batch(tiny_tokenizer, PAIRS[:4])
+    assert tiny_model.config._attn_implementation == "sdpa"
+    eager = TransformerMTForConditionalGeneration.from_pretrained(tiny_model_dir, attn_implementation="eager").eval()
+    assert eager.config._attn_implementation == "eager"
+
+    sdpa_out = tiny_model(**batch)
+    eager_out = eager(**batch)
+    with_weights = tiny_model(**batch, output_attentions=True)  # asked for: that call runs eager, even under sdpa
+
+    assert torch.allclose(sdpa_out.logits, eager_out.logits, atol=1e-5)
+    assert torch.allclose(with_weights.logits, sdpa_out.logits, atol=1e-5)
+    assert len(with_weights.cross_attentions) == tiny_model.config.decoder_layers
+    assert all(weights is not None for weights in with_weights.cross_attentions)
+
+
+@torch.no_grad()
+def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, sources):
+    """Our beam search (finished sentences leave the batch) calls the decoder module at every step, so hooks on it
+    and its layers (the app's, output capturing) see each step. It calls the decoder, not the model's `forward`: a
+    hook on the top-level module, or `torch.export` of `generate()`, sees no step of it; with
+    `drop_finished_sentences = False` transformers' own loop runs, through `forward`."""
+    steps = {"decoder": 0, "model": 0}
+    hooks = [
+        tiny_model.get_decoder().register_forward_hook(lambda *_: steps.__setitem__("decoder", steps["decoder"] + 1)),
+        tiny_model.register_forward_hook(lambda *_: steps.__setitem__("model", steps["model"] + 1)),
+    ]
+    try:
+        output = tiny_model.generate(**sources, num_beams=3, max_new_tokens=5)
+        ours = dict(steps)
+        tiny_model.drop_finished_sentences = False
+        steps.update(decoder=0, model=0)
+        assert torch.equal(tiny_model.generate(**sources, num_beams=3, max_new_tokens=5), output)
+        theirs = dict(steps)
+    finally:
+        tiny_model.drop_finished_sentences = True
+        for hook in hooks:
+            hook.remove()
+    new_tokens = output.shape[1] - 1
+    assert ours == {"decoder": new_tokens, "model": 0}
+    assert theirs == {"decoder": new_tokens, "model": new_tokens}
+
+
+@torch.no_grad()
+def test_forward_exports_with_torch_export_and_the_program_gives_the_same_logits(tiny_model, tiny_tokenizer):
+    """What a deployment exports is the forward pass (one decoding step, or a scoring pass); our beam search is
+    Python around it and is not what `torch.export` captures (see the test above)."""
+    batch = make_batch(tiny_tokenizer, PAIRS[:2])
+    inputs = dict(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"]),
+        use_cache=False,
+    )
+
+    program = torch.export.export(tiny_model, args=(), kwargs=inputs)
+
+    assert torch.allclose(program.module()(**inputs).logits, tiny_model(**inputs).logits, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Attention weights
 
 
@@ -450,6 +663,56 @@ def test_save_and_load_round_trip_keeps_outputs_tied_weights_positions_and_gener
     assert "model.shared.weight" in stored
     assert not stored & {"lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}
     assert not [key for key in stored if "embed_positions" in key]
+
+
+def test_a_checkpoint_without_the_shared_embedding_loads_it_initialised_and_reports_it_missing(tiny_model, tmp_path):
+    """Nothing stays on the meta device: the encoder's and decoder's embeddings are their own modules, tied to the
+    shared matrix by parameter, so loading sees the shared key missing instead of taking an alias for it."""
+    tiny_model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights["model.shared.weight"]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+
+    loaded, info = TransformerMTForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+
+    assert "model.shared.weight" in info["missing_keys"]
+    assert not [name for name, tensor in loaded.state_dict().items() if tensor.is_meta]
+    shared = loaded.model.shared.weight
+    assert torch.isfinite(shared).all() and shared.std() > 0  # initialised, not left empty
+    for alias in (loaded.model.encoder.embed_tokens, loaded.model.decoder.embed_tokens, loaded.lm_head):
+        assert alias.weight is shared
+    assert torch.equal(loaded.model.encoder.layers[0].feed_forward.fc1.weight,
+                       tiny_model.model.encoder.layers[0].feed_forward.fc1.weight)  # fmt: skip
+
+
+# The shipped folder's weights were saved by the code before encoder and decoder had embedding modules of their own
+# (one `model.shared.weight`, no aliases stored). Its first three test translations through generate() defaults, as
+# that code produced them.
+SHIPPED = ROOT / "models" / "transformer-en-de"
+SHIPPED_SOURCES = [
+    "A man in an orange hat starring at something.",
+    "A Boston Terrier is running on lush green grass in front of a white fence.",
+    "A girl in karate uniform breaking a stick with a front kick.",
+]
+SHIPPED_IDS_BEFORE = [
+    [1, 281, 329, 315, 297, 1487, 1081, 3805, 317, 878, 17, 2, 2, 2, 2, 2, 2, 2],
+    [1, 281, 1031, 363, 4208, 429, 1183, 317, 6588, 279, 942, 1095, 443, 297, 675, 2173, 17, 2],
+    [1, 281, 475, 274, 5013, 4236, 312, 1853, 403, 2068, 443, 297, 901, 7989, 17, 2, 2, 2],
+]
+
+
+@torch.no_grad()
+def test_a_folder_saved_in_the_old_layout_loads_every_weight_and_translates_as_before():
+    with safe_open(SHIPPED / "model.safetensors", "pt") as weights:
+        stored = set(weights.keys())
+    assert "model.shared.weight" in stored and not [key for key in stored if "embed_tokens" in key]
+
+    model, info = TransformerMTForConditionalGeneration.from_pretrained(SHIPPED, output_loading_info=True)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    output = model.eval().generate(**tokenizer(SHIPPED_SOURCES, return_tensors="pt", padding=True))
+    assert output.tolist() == SHIPPED_IDS_BEFORE
 
 
 def test_pre_norm_variant_round_trips_too(tiny_tokenizer, tmp_path):

@@ -12,7 +12,7 @@ More training data and other directions:
     --extra_train bt/task2:0.5:tagged   more corpora (PREFIX.{src,tgt} files, seen WEIGHT times per epoch, synthetic
                                         sources tagged with <BT>); --train_weight upsamples the main corpus
     --source_lang de --target_lang en   the reverse direction (with --tokenizer_name for the same joint vocabulary)
-    --case_augmentation 0.1             that share of pairs added again upper- or lower-cased (all-caps input)
+    --case_augmentation 0.3             that share of pairs added again with the source upper- or lower-cased
     --average_last 10                   at the end, average the last n checkpoints (n = 1, 2, 5, 10), score each on
                                         validation, ship the best
     --model_name_or_path FOLDER_OR_ID   fine-tune a trained model of this project (its weights, architecture and
@@ -60,6 +60,7 @@ from transformers import (
 )
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
+from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 from transformer_en_de import data, precision
 from transformer_en_de.checkpoints import (
@@ -183,8 +184,8 @@ class DataArguments:
     case_augmentation: float = field(
         default=0.0,
         metadata={
-            "help": "Share of training pairs added again all upper-case or all lower-case (source and target alike), "
-            "so that all-caps or lower-case input translates like normal text. E.g. 0.1."
+            "help": "Share of training pairs added again with the source all upper-case or all lower-case and the "
+            "target as written, so that all-caps or lower-case input translates like normal text. E.g. 0.3."
         },
     )
 
@@ -461,7 +462,7 @@ def load_training_pairs(data_dir: Path, data_args: DataArguments, seed: int) -> 
             targets.append(target)
             tagged.append(tagged[index])
             texts += [source, target]
-        print(f"[data] case augmentation: {len(variants)} pairs added upper- or lower-cased")
+        print(f"[data] case augmentation: {len(variants)} pairs added with the source upper- or lower-cased")
     if len(corpora) > 1 or data_args.train_weight != 1:
         mix = ", ".join(f"{corpus.prefix} x{corpus.weight}{' tagged' if corpus.tagged else ''}" for corpus in corpora)
         print(f"[data] training mix: {len(sources)} pairs per epoch ({mix})")
@@ -550,6 +551,17 @@ def encode_pairs(tokenizer, sources, targets, data_args: DataArguments, tagged: 
         "labels": labels,
         "length": [len(ids) for ids in input_ids],
     }
+
+
+def training_loss(model):
+    """The Trainer's loss: label-smoothed cross-entropy while training (the config's epsilon, section 5.4), the plain
+    cross-entropy in evaluation (the model's own loss, comparable across models)."""
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        epsilon = model.config.label_smoothing if model.training else 0.0
+        return label_smoothed_cross_entropy(outputs.logits, labels, epsilon, num_items_in_batch)
+
+    return loss
 
 
 class StartingStep(TrainerCallback):
@@ -699,6 +711,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
         model = TransformerMTForConditionalGeneration(config)
+        restore_translation_defaults(model)  # validation decodes as the shipped folder will: beam 4, the length bound
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     chosen = "bf16 autocast" if training_args.bf16 else "fp16 autocast" if training_args.fp16 else "float32"
@@ -718,6 +731,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
         callbacks=[starting_step := StartingStep()],
+        compute_loss_func=training_loss(model),
         validation=(val_sources, val_targets),
     )
     started = time.time()

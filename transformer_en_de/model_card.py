@@ -78,8 +78,8 @@ Trained with the project's `train.py` (Seq2SeqTrainer; Adam β=(0.9, 0.98), ε=1
 square root decay, label smoothing {{ config.label_smoothing }}, gradient clipping, bf16 autocast){% if averaged %}, then averaging
 the weights of checkpoints {{ averaged | join(", ") }} (the paper averages its last checkpoints; chosen on validation BLEU){% else %}, keeping the
 checkpoint with the best validation BLEU{% endif %}.{% if case_augmentation %} Case augmentation: {{ case_augmentation }} of the
-training pairs were added again in upper case or lower case (source and target alike), so that all-caps or lower-case
-input translates like normal text.{% endif %}
+training pairs were added again with the English source in upper case or lower case and the German target as written,
+so that all-caps or lower-case input translates like normal text.{% endif %}
 {% if corpora|length > 1 %}
 Training corpora (pairs after cleaning; weight = times each pair is seen per epoch):
 

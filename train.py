@@ -48,11 +48,13 @@ from transformer_en_de.training import (
     TranslationTrainer,
     check_output_dir,
     clear_previous_run,
+    model_to_fine_tune,
     resolve_resume,
     without_resume_flag,
     write_failure,
 )
 from transformer_en_de.training_data import (
+    dataset_facts,
     load_split,
     load_training_set,
     prepare_tokenizer,
@@ -388,35 +390,6 @@ def check_push(training_args: TrainingArguments) -> None:
         )
 
 
-def dataset_facts(data_args: DataArguments) -> dict:
-    """The dataset a run trained on, named as the Hub names it (the card links it)."""
-    if data_args.dataset_name:
-        return {"name": data_args.dataset_name, "config": data_args.dataset_config_name,
-                "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
-    # Text files: Multi30k (downloaded, or a local copy with its split names), on the Hub as bentrevett/multi30k.
-    return {"name": data.MULTI30K_HUB_ID, "config": None, "files": data_args.data_dir or "downloaded",
-            "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
-
-
-def load_model_to_fine_tune(folder: Path, tokenizer, model_args: ModelArguments, tag_token: str | None):
-    """The trained model to fine-tune, with this run's regularisation, and one embedding more when the run's tokenizer
-    added the tag token (initialised near the mean of the others, so the first steps are not thrown off)."""
-    regularisation = {name: getattr(model_args, name) for name in REGULARISATION_FIELDS}
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder, **regularisation)  # overrides its config
-    config = model.config
-    added = len(tokenizer) - config.vocab_size
-    tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size
-    if added and not (added == 1 and tag_is_new):
-        raise SystemExit(
-            f"error: the tokenizer has {len(tokenizer)} tokens but the model in {folder} has {config.vocab_size} "
-            "embeddings: fine-tune with the model's own tokenizer (leave out --tokenizer_name)."
-        )
-    if added:
-        model.resize_token_embeddings(len(tokenizer))
-        print(f"[model] embedding {config.vocab_size} added for {tag_token}")
-    return model
-
-
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     data_args, tokenizer_args, model_args, start_args, selection_args, training_args = parse_arguments(argv)
@@ -477,7 +450,11 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
 
     # Model
     if start_args.model_name_or_path:
-        model = load_model_to_fine_tune(start_args.folder, tokenizer, model_args, tag_token)
+        regularisation = {name: getattr(model_args, name) for name in REGULARISATION_FIELDS}
+        try:
+            model = model_to_fine_tune(start_args.folder, tokenizer, regularisation, tag_token)
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from None
     else:
         config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
         model = TransformerMTForConditionalGeneration(config)

@@ -14,6 +14,8 @@ from accelerate.utils import broadcast_object_list
 from torch.utils.data import DataLoader, Sampler
 from transformers import Seq2SeqTrainer, TrainerCallback
 
+from modeling import TransformerMTForConditionalGeneration
+
 from .checkpoints import complete_checkpoints, damaged_checkpoint
 from .evaluation import score_model
 
@@ -137,6 +139,25 @@ def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
     scored = labels != -100  # (B, T)
     logits = model.lm_head(hidden[scored])  # (N, vocab): real target tokens only
     return model.label_smoothed_loss(logits, labels[scored], num_items_in_batch)
+
+
+def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token: str | None):
+    """The trained model in `folder` to fine-tune, with this run's `regularisation` (config overrides such as dropout),
+    and one embedding more when the run's tokenizer added the tag token (initialised near the mean of the others, so
+    the first steps are not thrown off)."""
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, **regularisation)  # overrides its config
+    config = model.config
+    added = len(tokenizer) - config.vocab_size
+    tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size
+    if added and not (added == 1 and tag_is_new):
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model in {folder} has {config.vocab_size} "
+            "embeddings: fine-tune with the model's own tokenizer (leave out --tokenizer_name)."
+        )
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
+        print(f"[model] embedding {config.vocab_size} added for {tag_token}")
+    return model
 
 
 class StartingStep(TrainerCallback):

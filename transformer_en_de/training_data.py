@@ -161,6 +161,16 @@ def _dataset_training_set(data_args, training_args, tokenizer_train_samples: int
     return DatasetTrainingSet(dataset, corpus, tokenizer_texts)
 
 
+def dataset_facts(data_args) -> dict:
+    """The dataset a run trained on, named as the Hub names it (the card links it)."""
+    if data_args.dataset_name:
+        return {"name": data_args.dataset_name, "config": data_args.dataset_config_name,
+                "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+    # Text files: Multi30k (downloaded, or a local copy with its split names), on the Hub as bentrevett/multi30k.
+    return {"name": data.MULTI30K_HUB_ID, "config": None, "files": data_args.data_dir or "downloaded",
+            "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+
+
 # ---------------------------------------------------------------------------------------------------------- tokenizer
 
 

@@ -1,19 +1,19 @@
 """Average the weights of several checkpoints into one model (the paper averages its last checkpoints, section 6.1).
 
     python average_checkpoints.py runs/my-run/checkpoint-3405 runs/my-run/checkpoint-4540 \
-        --output-dir runs/averaged --data_dir ../shared/data/multi30k
+        --output_dir runs/averaged --data_dir ../shared/data/multi30k
 
 The output folder is Hub-ready like train.py's: averaged weights, config and code, tokenizer, the translation
 generation defaults, and, with --data_dir, the validation and test scores (through the translation engine with the
 model's own decoding, every sentence in file order) in eval_results.json and the model card. The run folder's
 eval_results.json gives the language pair, the validation curve and the commands; this command is appended to them.
 
-    python average_checkpoints.py runs/my-run --choose_last 10 --output-dir runs/averaged \
+    python average_checkpoints.py runs/my-run --average_last 10 --output_dir runs/averaged \
         --data_dir ../shared/data/multi30k --test_split ''
 
 averages the last n checkpoints of the run for n in 1, 2, 5, 10, scores each on validation and saves the best, as
 `train.py --average_last 10` does at the end of a run (for a run stopped before its end); every candidate's score goes
-into eval_results.json.
+into eval_results.json. (--choose_last is the old name of --average_last; flags take dashes or underscores.)
 
     python average_checkpoints.py --rescore models/transformer-en-de --data_dir ../shared/data/multi30k
 
@@ -25,6 +25,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from modeling import TransformerMTForConditionalGeneration
@@ -34,11 +35,15 @@ from transformer_en_de.checkpoints import (
     average_checkpoints,
     choose_average,
     complete_checkpoints,
-    decoding_record,
-    score_model,
     validation_curve,
 )
-from transformer_en_de.evaluation import EvalResultsError, read_eval_results, write_eval_results
+from transformer_en_de.evaluation import (
+    EvalResultsError,
+    decoding_record,
+    read_eval_results,
+    score_model,
+    write_eval_results,
+)
 from transformer_en_de.model_card import write_model_card
 
 
@@ -68,15 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="*", type=Path,
-                        help="checkpoint folders of one run (with --choose_last: the run folder)")
-    parser.add_argument("--output-dir", type=Path, default=None)
-    parser.add_argument("--tokenizer", type=Path, default=None, help="default: the run folder of the first checkpoint")
-    parser.add_argument("--data_dir", type=Path, default=None, help="score the splits below, write the card")
-    parser.add_argument("--validation_split", default="val")
-    parser.add_argument("--test_split", default="test_2016_flickr", help="scored only, never used to choose")
-    parser.add_argument("--choose_last", type=int, default=0, metavar="N",
+                        help="checkpoint folders of one run (with --average_last: the run folder)")
+    parser.add_argument("--output_dir", "--output-dir", type=Path, default=None)
+    parser.add_argument("--tokenizer_name", "--tokenizer-name", "--tokenizer", type=Path, default=None,
+                        help="default: the run folder of the first checkpoint")
+    parser.add_argument("--data_dir", "--data-dir", type=Path, default=None,
+                        help="score the splits below, write the card")
+    parser.add_argument("--validation_split", "--validation-split", default="val")
+    parser.add_argument("--test_split", "--test-split", default="test_2016_flickr", help="scored only, never to choose")
+    parser.add_argument("--average_last", "--average-last", "--choose_last", type=int, default=0, metavar="N",
                         help="average the last n checkpoints of the run for n = 1, 2, 5, 10 ... N, keep the best on "
-                        "validation (needs --data_dir)")
+                        "validation (needs --data_dir), as train.py --average_last N does at the end of a run")
     parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
                         help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
     args = parser.parse_args(argv)
@@ -87,75 +94,86 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--rescore FOLDER takes no checkpoints and needs --data_dir")
             return rescore(args.rescore, args.data_dir, splits)
         if not args.checkpoints or not args.output_dir:
-            parser.error("give the checkpoint folders and --output-dir (or --rescore FOLDER)")
-        command = "python average_checkpoints.py " + shlex.join(argv)
-        if args.choose_last:
-            if len(args.checkpoints) != 1 or not args.data_dir or args.choose_last < 1:
-                parser.error("--choose_last N (N >= 1) takes one run folder and needs --data_dir")
-            return choose(args, splits, command)
-        return average(args, splits, command)
+            parser.error("give the checkpoint folders and --output_dir (or --rescore FOLDER)")
+        scoring = Scoring(args.data_dir, args.validation_split, splits,
+                          "python average_checkpoints.py " + shlex.join(argv))
+        if args.average_last:
+            if len(args.checkpoints) != 1 or not args.data_dir or args.average_last < 1:
+                parser.error("--average_last N (N >= 1) takes one run folder and needs --data_dir")
+            return choose(args.checkpoints[0], args.average_last, args.output_dir, args.tokenizer_name, scoring)
+        return average(args.checkpoints, args.output_dir, args.tokenizer_name, scoring)
     except (data.DataError, EvalResultsError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
-def average(args, splits: list[str], command: str) -> int:
-    missing = [str(path) for path in args.checkpoints if not (path / "config.json").is_file()]
+@dataclass
+class Scoring:
+    """What to score a new folder on (no `data_dir`: nothing) and the command to record."""
+
+    data_dir: Path | None
+    validation_split: str
+    splits: list[str]  # the validation and test splits that are not ''
+    command: str
+
+
+def average(checkpoints: list[Path], output_dir: Path, tokenizer_name: Path | None, scoring: Scoring) -> int:
+    missing = [str(path) for path in checkpoints if not (path / "config.json").is_file()]
     if missing:
         raise FileNotFoundError(f"not checkpoint folders (no config.json): {', '.join(missing)}")
-    run_dir = args.checkpoints[0].parent
-    model = average_checkpoints(args.checkpoints)
-    tokenizer = load_tokenizer(args.tokenizer or run_dir)
-    print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
-    save(args, model, tokenizer, run_facts(run_dir, args.checkpoints[-1]), args.checkpoints, splits, command)
+    run_dir = checkpoints[0].parent
+    model = average_checkpoints(checkpoints)
+    tokenizer = load_tokenizer(tokenizer_name or run_dir)
+    print(f"averaged {len(checkpoints)} checkpoints into {output_dir}")
+    save(output_dir, model, tokenizer, run_facts(run_dir, checkpoints[-1]), checkpoints, scoring)
     return 0
 
 
-def choose(args, splits: list[str], command: str) -> int:
+def choose(run_dir: Path, average_last: int, output_dir: Path, tokenizer_name: Path | None, scoring: Scoring) -> int:
     """The best on validation of the averages of the run's last n checkpoints, saved with every candidate's score."""
-    run_dir = args.checkpoints[0]
     checkpoints = complete_checkpoints(run_dir)
     if not checkpoints:
         raise FileNotFoundError(f"no complete checkpoint-* folder in {run_dir}")
-    tokenizer = load_tokenizer(args.tokenizer or run_dir)
+    tokenizer = load_tokenizer(tokenizer_name or run_dir)
     run = run_facts(run_dir, checkpoints[-1])
+    validation_split = scoring.validation_split
     sources, references = data.read_parallel(
-        *data.split_paths(args.data_dir, args.validation_split, run["languages"]["source"], run["languages"]["target"])
+        *data.split_paths(scoring.data_dir, validation_split, run["languages"]["source"], run["languages"]["target"])
     )
-    choice = choose_average(run_dir, args.choose_last, tokenizer, sources, references)
-    print(f"[average] saving {choice.name} into {args.output_dir}: val {choice.scores['bleu']} BLEU")
+    choice = choose_average(run_dir, average_last, tokenizer, sources, references)
+    print(f"[average] saving {choice.name} into {output_dir}: val {choice.scores['bleu']} BLEU")
     chosen = {"average_candidates": choice.candidates, "chosen_average": choice.name}
-    save(args, choice.model, tokenizer, run, choice.checkpoints, splits, command, chosen,
-         known={args.validation_split: choice.scores})
+    save(output_dir, choice.model, tokenizer, run, choice.checkpoints, scoring, chosen,
+         known={validation_split: choice.scores})
     return 0
 
 
-def save(args, model, tokenizer, run: dict, checkpoints: list[Path], splits: list[str], command: str,
+def save(output_dir: Path, model, tokenizer, run: dict, checkpoints: list[Path], scoring: Scoring,
          chosen: dict | None = None, known: dict | None = None) -> None:
-    """The averaged model as a Hub-ready folder; with --data_dir, scored (`known` scores are not measured again)."""
-    model.save_pretrained(args.output_dir)
-    tokenizer.save_pretrained(args.output_dir)
-    if not args.data_dir:
+    """The averaged model as a Hub-ready folder; with a data folder, scored (`known` scores are not measured again)."""
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    if not scoring.data_dir:
         return
     languages = (run["languages"]["source"], run["languages"]["target"])
-    training = dict(run["training"], validation_split=args.validation_split,
+    training = dict(run["training"], validation_split=scoring.validation_split,
                     averaged_checkpoints=[path.name for path in checkpoints])
     training.pop("average_candidates", None)  # the run's own choice; this model is another one
     training.pop("chosen_average", None)
     training.update(chosen or {})
     known = known or {}
-    scores = dict(known, **score_splits(model, tokenizer, args.data_dir, [s for s in splits if s not in known],
-                                         languages))
+    unknown = [split for split in scoring.splits if split not in known]
+    scores = dict(known, **score_splits(model, tokenizer, scoring.data_dir, unknown, languages))
     write_eval_results(
-        args.output_dir,
+        output_dir,
         num_parameters=model.num_parameters(),
         languages=languages,
         decoding=decoding_record(model),
-        scores={split: scores[split] for split in splits},
-        command=[*run["command"], command],
+        scores={split: scores[split] for split in scoring.splits},
+        command=[*run["command"], scoring.command],
         training=training,
     )
-    write_model_card(args.output_dir, config=model.config)
+    write_model_card(output_dir, config=model.config)
 
 
 def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:

@@ -2,16 +2,16 @@
 
     python compare.py --models models/transformer-en-de Helsinki-NLP/opus-mt-en-de \\
         --source ../shared/data/multi30k/test_2016_flickr.en --reference ../shared/data/multi30k/test_2016_flickr.de \\
-        --num-beams 4 --batch-size 32 --output results/comparison_test_2016_flickr.json
+        --num_beams 4 --batch_size 32 --output results/comparison_test_2016_flickr.json
 
 A model is a local folder or a Hub id, loaded with the Auto classes. Each is scored with cased sacreBLEU BLEU and chrF
-(`metrics.corpus_scores`) and timed; the results go to a JSON file and a Markdown table (printed and written beside
-the JSON as .md). A model that cannot be loaded gets a row with the reason and the others are still scored.
+(`evaluation.score_split`, the scorer of train.py and average_checkpoints.py) and timed; the results go to a JSON file
+and a Markdown table (printed and written beside the JSON as .md). An --output that cannot be written is refused before
+any scoring. A model that cannot be loaded gets a row with the reason and the others are still scored.
 """
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -20,16 +20,11 @@ import torch
 from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
 from transformer_en_de.data import DataError, read_parallel
 from transformer_en_de.engine import DecodingSettings, translate
-from transformer_en_de.evaluation import ChrF, SacreBleu, corpus_scores
+from transformer_en_de.evaluation import score_split
 from transformer_en_de.hub import load_model
 
 
-def count_parameters(model) -> int:
-    """Distinct parameters (a tied embedding counts once)."""
-    return sum(parameter.numel() for parameter in model.parameters())
-
-
-def score_model(
+def score_system(
     model_id: str,
     sources: list[str],
     references: list[str],
@@ -37,7 +32,7 @@ def score_model(
     *,
     device: str | torch.device = "cpu",
 ) -> dict:
-    """One row of the comparison: scores, size and speed of `model_id`, or its `error`.
+    """One row of the comparison: scores (with sacreBLEU's signatures), size and speed of `model_id`, or its `error`.
 
     The row also carries the `translations` (in input order) that were scored.
     """
@@ -48,13 +43,15 @@ def score_model(
     except RuntimeError as error:
         row["error"] = str(error)
         return row
-    row["num_parameters"] = count_parameters(model)
+    row["num_parameters"] = model.num_parameters()  # a tied embedding counts once
     try:
         run = translate(model, tokenizer, sources, settings)
     except Exception as error:  # one model failing mid-way must not lose the others' scores
         row["error"] = f"failed while translating: {type(error).__name__}: {error}"
         return row
-    row.update(corpus_scores(run.texts, references))
+    scores = score_split(run.texts, references)
+    row.update(bleu=scores["bleu"], chrf=scores["chrf"])
+    row["signatures"] = (scores["bleu_signature"], scores["chrf_signature"])
     row["seconds"] = round(run.seconds, 2)
     row["sentences_per_second"] = round(len(sources) / run.seconds, 2) if run.seconds > 0 else None
     row["translations"] = run.texts
@@ -143,17 +140,32 @@ def compare(
     }
     for model_id in model_ids:
         print(f"[compare] {model_id} ...", file=sys.stderr, flush=True)
-        row = score_model(model_id, sources, references, settings, device=device)
-        translations = row.pop("translations")
-        if translations is not None and comparison["bleu_signature"] is None:  # the same settings for every model
-            comparison["bleu_signature"] = SacreBleu().compute(predictions=translations, references=references)[
-                "signature"
-            ]
-            comparison["chrf_signature"] = ChrF().compute(predictions=translations, references=references)["signature"]
+        row = score_system(model_id, sources, references, settings, device=device)
+        row.pop("translations")
+        signatures = row.pop("signatures", None)
+        if signatures and comparison["bleu_signature"] is None:  # the same settings for every model
+            comparison["bleu_signature"], comparison["chrf_signature"] = signatures
         comparison["systems"].append(row)
         if on_row is not None:
             on_row(comparison)
     return comparison
+
+
+def unwritable(output: Path) -> str | None:
+    """Why `output` cannot be written, or None: tried for real (permissions alone say nothing to root)."""
+    existed = output.exists()
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "a", encoding="utf-8"):
+            pass
+        with open(output.with_suffix(".md"), "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    if not existed:
+        output.unlink()
+        output.with_suffix(".md").unlink(missing_ok=True)
+    return None
 
 
 def write_comparison(comparison: dict, output: Path) -> str:
@@ -170,33 +182,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", required=True, type=Path, help="source sentences, one per line")
     parser.add_argument("--reference", required=True, type=Path, help="reference translations, line by line")
     parser.add_argument("--output", required=True, type=Path, help="JSON file to write (the .md goes beside it)")
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence")
+    # transformers' underscores, as in train.py; the dashed spellings work too.
+    parser.add_argument("--num_beams", "--num-beams", type=int, default=4)
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
+                        help="a hard cap besides the bound per sentence")
     parser.add_argument(
-        "--max-new-tokens-ratio", type=float, default=DEFAULT_RATIO,
+        "--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=DEFAULT_RATIO,
         help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens, for every model",
     )  # fmt: skip
-    parser.add_argument("--max-new-tokens-offset", type=int, default=DEFAULT_OFFSET)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument(
-        "--length-penalty", type=float, default=None, help="same for every model (default: each model's own)"
-    )
+    parser.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=DEFAULT_OFFSET)
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=32)
+    parser.add_argument("--length_penalty", "--length-penalty", type=float, default=None,
+                        help="same for every model (default: each model's own)")
     parser.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     for name in ("num_beams", "max_new_tokens", "batch_size", "limit", "max_new_tokens_ratio"):
         value = getattr(args, name)
         if value is not None and value <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}.")
+            parser.error(f"--{name} must be positive, got {value}.")
     if args.max_new_tokens_offset < 0:
-        parser.error(f"--max-new-tokens-offset must be at least 0, got {args.max_new_tokens_offset}.")
-    # Before any scoring: a folder that cannot be written would lose every score at the end.
-    try:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        parser.error(f"--output {args.output}: its folder cannot be made: {error.strerror or error}.")
-    if args.output.is_dir() or not os.access(args.output.parent, os.W_OK):
-        parser.error(f"--output {args.output} cannot be written (a folder, or no write permission there).")
+        parser.error(f"--max_new_tokens_offset must be at least 0, got {args.max_new_tokens_offset}.")
+    # Before any scoring: an output that cannot be written would lose every score at the end.
+    problem = unwritable(args.output)
+    if problem:
+        print(f"error: --output {args.output} cannot be written: {problem}.", file=sys.stderr)
+        return 2
     settings = fair_settings(
         args.num_beams, args.length_penalty, args.max_new_tokens, args.max_new_tokens_ratio,
         args.max_new_tokens_offset, args.batch_size,

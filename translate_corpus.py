@@ -42,7 +42,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from transformer_en_de.data import DataError, normalise_text, read_lines  # noqa: E402
+from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
 from transformer_en_de.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
 from transformer_en_de.hub import load_model  # noqa: E402
 
@@ -67,12 +67,6 @@ class Chunk:
     stop: int  # one past the last input line
 
 
-def clean(line: str) -> str:
-    """A line as the training data is cleaned (entities, non-breaking spaces, runs of whitespace), or "" to skip."""
-    text = normalise_text(line)
-    return text if any(character.isalnum() for character in text) else ""
-
-
 def fingerprint_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -92,7 +86,7 @@ def fingerprint_model(model, tokenizer) -> str:
     return digest.hexdigest()
 
 
-def decoding_record(model, settings: DecodingSettings, chunk_size: int, seed: int) -> dict:
+def run_decoding(model, settings: DecodingSettings, chunk_size: int, seed: int) -> dict:
     """The effective decoding of a run (the model's saved settings filled in): what a resumed run must repeat."""
     return {**resolved_settings(model, settings), "chunk_size": chunk_size, "seed": seed}
 
@@ -241,7 +235,7 @@ def translate_corpus(
         "input_sha256": fingerprint_file(Path(input_path)),
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "decoding": decoding_record(model, settings, chunk_size, seed),
+        "decoding": run_decoding(model, settings, chunk_size, seed),
     }
     writer = CorpusWriter(Path(output), source_lang, target_lang)
     state = writer.open(identity, total, chunk_size)
@@ -257,7 +251,7 @@ def translate_corpus(
     started, translated, chunks_done = time.perf_counter(), 0, 0
     for chunk_start in range(start_line, total, chunk_size):
         chunk = Chunk(chunk_start // chunk_size, chunk_start, min(chunk_start + chunk_size, total))
-        sources = [text for text in map(clean, lines[chunk.start : chunk.stop]) if text]
+        sources = [text for text in map(clean_line, lines[chunk.start : chunk.stop]) if text]
         chunk_started, chunk_cpu_started = time.perf_counter(), time.process_time()
         torch.manual_seed(seed + chunk.index)  # each chunk its own seed: a resumed run samples what a whole run does
         run = translate(model, tokenizer, sources, settings)
@@ -358,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["CorpusError", "CorpusWriter", "clean", "decoding_record", "translate_corpus"]
+__all__ = ["CorpusError", "CorpusWriter", "run_decoding", "translate_corpus"]
 
 if __name__ == "__main__":
     sys.exit(main())

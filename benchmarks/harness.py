@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
+from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
-from transformer_en_de import precision
+from transformer_en_de import data, precision
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,11 +53,11 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def read_lines(split: str, language: str) -> list[str]:
+    """A Multi30k file beside the repository, read as every script reads it (`data.read_lines`)."""
     path = DATA_DIR / f"{split}.{language}"
     if not path.is_file():
         raise SystemExit(f"Multi30k not found: expected {path} (the benchmarks read the data beside the repository).")
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
+    return data.read_lines(path)
 
 
 def benchmark_tokenizer():
@@ -92,7 +93,9 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
     folder = scratch / "model"
     tokenizer = benchmark_tokenizer()
     torch.manual_seed(0)
-    TransformerMTForConditionalGeneration(shipped_config(tokenizer)).save_pretrained(folder)
+    model = TransformerMTForConditionalGeneration(shipped_config(tokenizer))
+    set_translation_defaults(model.generation_config, model.config)  # decodes as the shipped folder does: beam 4
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder, "random weights, shipped size"
 

@@ -85,7 +85,7 @@ def test_average_restores_the_translation_defaults(run_dir):
 
 def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "averaged"
-    argv = [str(run_dir / "checkpoint-20"), str(run_dir / "checkpoint-30"), "--output-dir", str(output_dir),
+    argv = [str(run_dir / "checkpoint-20"), str(run_dir / "checkpoint-30"), "--output_dir", str(output_dir),
             "--data_dir", str(data_dir)]
     assert average_checkpoints.main(argv) == 0
     results = read_eval_results(output_dir)
@@ -108,9 +108,9 @@ def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir
     assert TRAIN_COMMAND in card and "checkpoint-20, checkpoint-30" in card
 
 
-def test_choose_last_saves_the_best_candidate_on_validation_only(run_dir, data_dir, tmp_path):
+def test_average_last_saves_the_best_candidate_on_validation_only(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "chosen"
-    argv = [str(run_dir), "--choose_last", "2", "--output-dir", str(output_dir), "--data_dir", str(data_dir),
+    argv = [str(run_dir), "--average_last", "2", "--output_dir", str(output_dir), "--data_dir", str(data_dir),
             "--test_split", ""]
     assert average_checkpoints.main(argv) == 0
     results = read_eval_results(output_dir)

@@ -57,7 +57,7 @@ def test_files():
 def run_cli(tmp_path, models, source, reference, *extra):
     output = tmp_path / "results" / "comparison.json"
     argv = ["--models", *map(str, models), "--source", str(source), "--reference", str(reference)]
-    argv += ["--num-beams", str(SETTINGS["num_beams"]), "--max-new-tokens", str(SETTINGS["max_new_tokens"])]
+    argv += ["--num_beams", str(SETTINGS["num_beams"]), "--max_new_tokens", str(SETTINGS["max_new_tokens"])]
     argv += ["--batch-size", str(SETTINGS["batch_size"]), "--limit", str(NUM_LINES), "--output", str(output), *extra]
     return compare.main(argv), output
 
@@ -98,9 +98,9 @@ def test_translate_keeps_input_order(which, test_files, source_sensitive_model_d
     assert len(set(batched)) > 2  # different sentences get different outputs, so a mix-up would show
 
 
-def test_score_model_row_matches_its_translations(test_files, tiny_marian_dir):
+def test_score_system_row_matches_its_translations(test_files, tiny_marian_dir):
     _, _, sources, references = test_files
-    row = compare.score_model(str(tiny_marian_dir), sources, references, DECODING)
+    row = compare.score_system(str(tiny_marian_dir), sources, references, DECODING)
     assert row["error"] is None and len(row["translations"]) == NUM_LINES
     assert {"bleu": row["bleu"], "chrf": row["chrf"]} == corpus_scores(row["translations"], references)
 
@@ -108,7 +108,7 @@ def test_score_model_row_matches_its_translations(test_files, tiny_marian_dir):
 def test_offline_hub_id_gets_an_error_row_fast_and_others_are_scored(offline, tmp_path, test_files, tiny_model_dir):
     source, reference, sources, references = test_files
     started = time.perf_counter()
-    row = compare.score_model(OFFLINE_HUB_ID, sources, references, DECODING)
+    row = compare.score_system(OFFLINE_HUB_ID, sources, references, DECODING)
     assert time.perf_counter() - started < 10
     assert row["bleu"] is None and row["num_parameters"] is None
     assert row["error"].startswith("could not be loaded: the Hugging Face Hub is unreachable (offline)")
@@ -148,3 +148,16 @@ def test_unequal_line_counts_name_both_files(tmp_path, capsys, test_files, tiny_
     assert code != 0 and not output.exists()
     message = capsys.readouterr().err
     assert str(source) in message and str(reference) in message
+
+
+def test_unwritable_output_is_one_line_before_any_scoring(tmp_path, capsys, test_files, tiny_model_dir):
+    source, reference, _, _ = test_files
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    output = blocker / "comparison.json"
+    started = time.perf_counter()
+    code = compare.main(["--models", str(tiny_model_dir), "--source", str(source), "--reference", str(reference),
+                         "--output", str(output)])
+    assert code == 2 and time.perf_counter() - started < 5  # refused before the model is loaded or anything scored
+    message = capsys.readouterr().err.strip()
+    assert message.startswith(f"error: --output {output} cannot be written") and "\n" not in message

@@ -15,9 +15,9 @@ from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.app.translators import load_translator
-from transformer_en_de.checkpoints import score_model
 from transformer_en_de.data import normalise_text
 from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.evaluation import score_model
 from transformer_en_de.hub import load_model
 from translate_corpus import translate_corpus
 
@@ -53,7 +53,7 @@ def test_every_path_gives_the_engines_translations(model_dir, lines, tmp_path):
     assert len(set(expected)) > 2  # different sentences get different outputs, so a mix-up would show
 
     paths = {}
-    row = compare.score_model(
+    row = compare.score_system(
         str(model_dir), sources, references, compare.fair_settings(num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS)
     )
     paths["compare.py"] = row["translations"]

@@ -243,3 +243,30 @@ def test_command_line_writes_the_card_for_the_hub_id_and_leaves_the_local_folder
     assert 'model_id = "someone/pushed-model"' in card and str(tmp_path) not in card
     assert pushed == {name: data for name, data in local.items() if name != "README.md"}
     assert folder_files(folder) == local  # the local folder and its card are untouched
+
+
+def scored_model_folder(tiny_model_dir: Path, folder: Path) -> Path:
+    """A model folder with scores and a card: the kind publish.py stages in a temporary copy."""
+    copy_model(tiny_model_dir, folder)
+    write_eval_results(
+        folder, num_parameters=123, decoding={"num_beams": 4}, command=["python train.py --output_dir my-run"],
+        scores={"test_2016_flickr": {"bleu": 1.5, "chrf": 20.0, "num_sentences": 3}},
+    )  # fmt: skip
+    write_model_card(folder, config=AutoConfig.from_pretrained(folder, trust_remote_code=True))
+    return folder
+
+
+def test_messages_name_the_users_folder_not_the_staged_copy(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    folder = scored_model_folder(tiny_model_dir, tmp_path / "my-run")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the push is refused after staging, naming the folder
+    assert publish.main([str(folder), "someone/offline"]) == 1
+    message = capsys.readouterr().err.strip().splitlines()[-1].split("\r")[-1]  # after the loading progress bar
+    assert message.startswith(f"error: Cannot push {folder} to the model repo") and "publish-" not in message
+
+
+def test_a_corrupt_config_is_one_line_naming_the_users_folder(tiny_model_dir, tmp_path, capsys):
+    folder = scored_model_folder(tiny_model_dir, tmp_path / "my-run")
+    (folder / "config.json").write_text('{"model_type": "transformer_mt", "d_model": ', encoding="utf-8")
+    assert publish.main([str(folder), "someone/corrupt"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {folder} does not load") and "\n" not in err

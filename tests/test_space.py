@@ -19,12 +19,15 @@ from transformer_en_de.hub import PublishError
 
 TOKEN = "hf_loopback_write_token"
 SPACE_CODE = ["app.py", *sorted(str(path.relative_to(ROOT)) for folder in deploy_space.SPACE_FOLDERS
-                                 for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts)]
+                                 for path in (ROOT / folder).rglob("*.py")
+                                 if "__pycache__" not in path.parts and path.name not in deploy_space.TRAINING_ONLY)]
 
 
 def requirements(text: str | None = None) -> dict[str, Requirement]:
-    """The requirements of a requirements.txt (the project's by default); pip options (`--...`) left out."""
-    lines = (text if text is not None else (ROOT / "requirements.txt").read_text(encoding="utf-8")).splitlines()
+    """The requirements of a requirements.txt (by default the one deploy_space.py generates from pyproject.toml); pip
+    options (`--...`) and comments left out."""
+    text = text if text is not None else deploy_space.space_requirements(deploy_space.app_requirements())
+    lines = text.splitlines()
     parsed = [Requirement(line) for line in lines if line.strip() and not line.lstrip().startswith(("#", "--"))]
     return {canonicalize_name(requirement.name): requirement for requirement in parsed}
 

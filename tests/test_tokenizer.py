@@ -109,7 +109,7 @@ def run_cli(*arguments):
 def test_cli_writes_a_loadable_tokenizer_folder(tmp_path):
     english, german = write_corpus(tmp_path)
     output = tmp_path / "tokenizer-out"
-    result = run_cli("--files", english, german, "--vocab-size", 320, "--min-frequency", 1, "--output-dir", output)
+    result = run_cli("--files", english, german, "--vocab_size", 320, "--bpe_min_frequency", 1, "--output_dir", output)
     assert result.returncode == 0, result.stderr
     assert str(output) in result.stdout
     loaded = load_tokenizer(output)

@@ -4,7 +4,9 @@ back-translation, case variants), trains the reverse direction, fine-tunes a tra
 bad set-ups with errors that name the fix, before training."""
 
 import json
+import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -19,9 +21,12 @@ from huggingface_hub import ModelCard, constants
 from loopback_hub import LoopbackHub
 
 import train
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from transformer_en_de import precision
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import read_eval_results
+from transformer_en_de.training import resolve_resume
+from transformer_en_de.training_data import load_training_set, prepare_tokenizer, tokenize_pairs
 
 TOKEN = "hf_loopback_write_token"
 TINY_MODEL_FLAGS = [
@@ -292,7 +297,104 @@ def test_resume_last_skips_a_checkpoint_cut_off_while_saving(tmp_path):
         (folder / "config.json").write_text("{}")
         if complete:
             (folder / "trainer_state.json").write_text("{}")
-    assert train.resolve_resume("last", str(tmp_path)) == str(tmp_path / "checkpoint-12")
+    assert resolve_resume("last", tmp_path) == str(tmp_path / "checkpoint-12")
+
+
+def test_resume_last_passes_over_a_checkpoint_with_truncated_weights(tmp_path, capsys):
+    for step in (6, 12):
+        folder = tmp_path / f"checkpoint-{step}"
+        TransformerMTForConditionalGeneration(TransformerMTConfig(
+            vocab_size=300, d_model=32, encoder_layers=1, decoder_layers=1, num_attention_heads=4, d_ff=64,
+        )).save_pretrained(folder)
+        (folder / "trainer_state.json").write_text("{}")
+    weights = tmp_path / "checkpoint-12" / "model.safetensors"
+    with open(weights, "r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)  # what a full disk leaves
+    assert resolve_resume("last", tmp_path) == str(tmp_path / "checkpoint-6")
+    assert f"passing over {tmp_path / 'checkpoint-12'}: model.safetensors is damaged" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"checkpoint-12: model.safetensors is damaged"):
+        resolve_resume(str(tmp_path / "checkpoint-12"), tmp_path)
+
+
+def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
+    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True).stdout
+    usage, description = help_text.split("\n\n")[:2]
+    assert usage.count("\n") == 0 and description.startswith("Train the Transformer on Multi30k")
+
+    def entry(flag: str) -> str:
+        start = help_text.index(f"  --{flag} ")
+        return " ".join(help_text[start : help_text.index("\n  --", start + 1)].split())
+
+    assert "(default: 20.0)" in entry("num_train_epochs")  # the recipe, not the Trainer's 3
+    assert "(default: 128)" in entry("per_device_train_batch_size")
+    assert "(default: inverse_sqrt)" in entry("lr_scheduler_type")
+    assert "d_model^-0.5 * warmup_steps^-0.5" in entry("learning_rate")
+    assert "(default: epoch" not in entry("eval_strategy") and "Default: epoch" in entry("eval_strategy")
+    assert "P_drop" in entry("dropout") and "(default: 0.1)" in entry("dropout")  # the config's doc and default
+
+
+def test_unwritable_output_dir_is_one_line_before_any_work(small_corpus, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit) as refused:
+        train.main(tiny_run_flags(small_corpus, blocker / "out"))
+    message = str(refused.value)
+    assert message.startswith(f"error: --output_dir {blocker / 'out'} cannot be written") and "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_run_is_never_overwritten_by_accident_and_resumes_past_a_damaged_checkpoint(tmp_path, capsys, caplog):
+    output_dir = tmp_path / "out"
+    flags = tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "2", "--logging_steps", "50",
+                           "--max_tokens", "400", "--test_split", "")
+    with caplog.at_level(logging.WARNING):
+        first = train.main(flags)
+    assert "missing keys" not in caplog.text  # the tied embedding's aliases come back by tying, not worth a warning
+    checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    assert len(checkpoints) == 2
+    history = json.loads((checkpoints[-1] / "trainer_state.json").read_text())["log_history"]
+    steps = first["training"]["trained_steps"]["to"]
+    assert len([entry for entry in history if "loss" in entry]) >= min(10, steps)  # a short run logs its loss
+    # Batches of at most 400 padded tokens: several to a 96-pair epoch, not 96 / 16 = 6 of 16 pairs.
+    assert steps == 2 * int(checkpoints[0].name.split("-")[1]) and steps > 2 * 6
+
+    weights = (output_dir / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit, match=r"--output_dir .*out is not empty.*--resume_from_checkpoint last.*"
+                                         r"--overwrite_output_dir"):
+        train.main(flags)
+    assert (output_dir / "model.safetensors").read_bytes() == weights
+
+    damaged = checkpoints[-1] / "model.safetensors"
+    with open(damaged, "r+b") as handle:
+        handle.truncate(damaged.stat().st_size // 2)
+    capsys.readouterr()
+    resumed = train.main([*flags, "--num_train_epochs", "3", "--resume_from_checkpoint", "last"])
+    assert f"passing over {checkpoints[-1]}: model.safetensors is damaged" in capsys.readouterr().out
+    assert resumed["training"]["trained_steps"] == {"from": steps // 2, "to": 3 * steps // 2}
+
+    train.main([*flags, "--num_train_epochs", "1", "--overwrite_output_dir"])
+    assert [path.name for path in output_dir.glob("checkpoint-*")] == [checkpoints[0].name]  # the old ones gone
+
+
+@pytest.mark.slow
+def test_a_failed_write_is_one_line_naming_the_output_dir(tmp_path):
+    """A real failed write: a file-size limit (what a full disk does to torch.save) while saving a checkpoint."""
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of killing us
+        resource.setrlimit(resource.RLIMIT_FSIZE, (150_000, 150_000))  # the weights fit, the optimizer state not
+
+    output_dir = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "train.py", *tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "1")],
+        cwd=ROOT, capture_output=True, text=True, preexec_fn=limit_file_size,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: writing to {output_dir} failed") and "--resume_from_checkpoint last" in last
 
 
 def test_every_pair_dropped_by_cleaning_is_a_clear_error_before_training(small_corpus, tmp_path):
@@ -302,14 +404,14 @@ def test_every_pair_dropped_by_cleaning_is_a_clear_error_before_training(small_c
     assert not (tmp_path / "out" / "tokenizer.json").exists()  # no 0-merge tokenizer left behind
 
 
-def test_tokenizer_in_the_output_folder_must_match_vocab_size(small_corpus, tmp_path):
+def test_tokenizer_in_the_output_folder_must_match_vocab_size(tmp_path):
     output_dir = tmp_path / "out"
     sources = (DATA_DIR / "train.en").read_text(encoding="utf-8").splitlines()[:200]
     targets = (DATA_DIR / "train.de").read_text(encoding="utf-8").splitlines()[:200]
-    train.prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, sources + targets, 64)
+    prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, sources + targets, 64)
     with pytest.raises(SystemExit, match=r"300-token vocabulary but --vocab_size is 400.*--vocab_size 300"):
-        train.main(tiny_run_flags(small_corpus, output_dir, "--vocab_size", "400"))
-    reused = train.prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, [], 64)
+        prepare_tokenizer(train.TokenizerArguments(vocab_size=400), output_dir, sources + targets, 64)
+    reused = prepare_tokenizer(train.TokenizerArguments(vocab_size=300), output_dir, [], 64)
     assert len(reused) == 300
 
 
@@ -353,11 +455,11 @@ def mixed_corpus(tmp_path):
 
 def test_mix_has_the_weighted_counts(mixed_corpus):
     folder, synthetic = mixed_corpus
-    data_args, *_ = train.parse_arguments(
+    data_args, *_, training_args = train.parse_arguments(
         ["--data_dir", str(folder), "--output_dir", "unused", "--train_weight", "2",
          "--extra_train", f"{synthetic}:0.5:tagged"]
     )
-    pairs = train.load_training_pairs(folder, data_args, seed=0)
+    pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
     assert len(pairs.sources) == 2 * 200 + 50
     assert pairs.tagged.count(True) == 50 and pairs.tagged.count(False) == 400
     synthetic_sources = set(real_lines("en", 1000, 100))
@@ -368,16 +470,16 @@ def test_mix_has_the_weighted_counts(mixed_corpus):
 
 def test_tag_is_one_special_token_on_synthetic_sources_only(mixed_corpus, tmp_path):
     folder, synthetic = mixed_corpus
-    data_args, tokenizer_args, *_ = train.parse_arguments(
+    data_args, tokenizer_args, *_, training_args = train.parse_arguments(
         ["--data_dir", str(folder), "--output_dir", "unused", "--vocab_size", "400",
          "--extra_train", f"{synthetic}:tagged"]
     )
-    pairs = train.load_training_pairs(folder, data_args, seed=0)
-    tokenizer = train.prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
+    pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
+    tokenizer = prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
     tag_id = tokenizer.convert_tokens_to_ids("<BT>")
     assert tag_id == 400  # appended after the trained vocabulary
-    dataset = train.tokenize(tokenizer, pairs.sources, pairs.targets, data_args, pairs.tagged)
-    plain = train.tokenize(tokenizer, pairs.sources, pairs.targets, data_args)
+    dataset = tokenize_pairs(tokenizer, pairs.sources, pairs.targets, data_args, pairs.tagged)
+    plain = tokenize_pairs(tokenizer, pairs.sources, pairs.targets, data_args)
     for row, untagged, tag in zip(dataset, plain, pairs.tagged, strict=True):
         if tag:
             assert row["input_ids"][0] == tag_id and row["input_ids"].count(tag_id) == 1
@@ -397,7 +499,7 @@ def test_tag_keeps_the_shipped_tokenizer_ids(tmp_path):
     before = load_tokenizer(shipped)
     tag = "<FT>"  # a tag the shipped tokenizer does not have yet
     assert tag not in before.all_special_tokens
-    tokenizer = train.prepare_tokenizer(
+    tokenizer = prepare_tokenizer(
         train.TokenizerArguments(tokenizer_name=str(shipped)), tmp_path / "out", [], 256, tag
     )
     assert tokenizer(text)["input_ids"] == before(text)["input_ids"]
@@ -407,10 +509,10 @@ def test_tag_keeps_the_shipped_tokenizer_ids(tmp_path):
 
 def test_case_augmentation_adds_recased_sources_with_their_targets(mixed_corpus):
     folder, _ = mixed_corpus
-    data_args, *_ = train.parse_arguments(
+    data_args, *_, training_args = train.parse_arguments(
         ["--data_dir", str(folder), "--output_dir", "unused", "--case_augmentation", "0.1"]
     )
-    pairs = train.load_training_pairs(folder, data_args, seed=0)
+    pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
     assert len(pairs.sources) == 200 + 20
     assert pairs.sources[:200] == real_lines("en", 0, 200)  # the cased originals are all kept
     added = list(zip(pairs.sources[200:], pairs.targets[200:], strict=True))

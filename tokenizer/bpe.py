@@ -15,6 +15,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from transformer_en_de.data import read_lines
+
 # Order fixes the ids: pad 0, bos 1, eos 2, unk 3 — the defaults of TransformerMTConfig.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # Set by from_pretrained (where the files came from) or read back from the backend's last truncation/padding (the
@@ -26,9 +28,7 @@ DEFAULT_SIDES = {"truncation_side": "right", "padding_side": "right"}  # dropped
 
 def _lines(files: Iterable[str | Path]) -> Iterator[str]:
     for path in files:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                yield line.rstrip("\n")
+        yield from read_lines(path)  # the lines every script reads: split on \n only
 
 
 def train_tokenizer(

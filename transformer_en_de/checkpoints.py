@@ -5,18 +5,21 @@ same way wherever it comes from. Averaging the weights of the last checkpoints i
 the base models average the last 5 checkpoints, the big ones the last 20).
 """
 
+import json
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import GenerationConfig
 
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 
-from .engine import DecodingSettings, resolved_settings, translate
-from .evaluation import score_split
+from .engine import DecodingSettings
+from .evaluation import score_model
 
 # The values of n tried by `train.py --average_last N` (those up to N, and N itself).
 AVERAGE_CANDIDATES = (1, 2, 5, 10, 20)
@@ -37,6 +40,29 @@ def complete_checkpoints(run_dir: str | Path) -> list[Path]:
         if match and path.is_dir() and (path / "trainer_state.json").is_file() and (path / "config.json").is_file():
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
+
+
+def damaged_checkpoint(checkpoint: str | Path) -> str | None:
+    """What makes a checkpoint folder unusable for resuming (a file cut short or unreadable), or None if it is sound.
+
+    Reads headers and indexes only, not the tensors: the weights' safetensors header (which must cover the whole
+    file), the zip index of each torch.save file (at the end of the file, so a truncated one has none), the JSON state.
+    """
+    checkpoint = Path(checkpoint)
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            return f"{path.name} is damaged ({error})"
+    for path in sorted(checkpoint.glob("*.pt")) + sorted(checkpoint.glob("*.pth")):
+        if not zipfile.is_zipfile(path):
+            return f"{path.name} is damaged (cut short or not a torch.save file)"
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"trainer_state.json is damaged ({error})"
+    return None
 
 
 def validation_curve(log_history: list[dict]) -> list[dict]:
@@ -79,22 +105,6 @@ def average_checkpoints(checkpoints: list[str | Path]) -> TransformerMTForCondit
         for name, total in sums.items():
             state[name].copy_((total / len(checkpoints)).to(state[name].dtype))
     return restore_translation_defaults(averaged)
-
-
-def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> dict:
-    """The decoding a score was measured with, as eval_results.json keeps it (the engine's resolved settings)."""
-    record = resolved_settings(model, settings)
-    if not record["do_sample"]:  # search: the sampling fields say nothing
-        for name in ("do_sample", "top_k", "top_p", "temperature"):
-            record.pop(name)
-    return record
-
-
-def score_model(model, tokenizer, sources: list[str], references: list[str],
-                settings: DecodingSettings = DecodingSettings()) -> tuple[list[str], dict]:
-    """Translate `sources` through the engine (the model's saved decoding by default) and score them in file order."""
-    texts = translate(model, tokenizer, sources, settings).texts
-    return texts, score_split(texts, references)
 
 
 def candidate_sizes(average_last: int, available: int) -> list[int]:
@@ -151,8 +161,7 @@ __all__ = [
     "candidate_sizes",
     "choose_average",
     "complete_checkpoints",
-    "decoding_record",
+    "damaged_checkpoint",
     "restore_translation_defaults",
-    "score_model",
     "validation_curve",
 ]

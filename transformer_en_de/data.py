@@ -101,6 +101,13 @@ def _is_placeholder(text: str) -> bool:
     return not any(character.isalnum() for character in text)
 
 
+def clean_line(text: str) -> str:
+    """A line as training data is cleaned (entities, non-breaking spaces, runs of whitespace), or "" where cleaning
+    would drop it (nothing left, or no letter or digit)."""
+    text = normalise_text(text)
+    return "" if _is_placeholder(text) else text
+
+
 def clean_pairs(sources: list[str], targets: list[str]) -> tuple[list[str], list[str], Counter]:
     """Normalise whitespace and entities, and drop pairs that cannot teach translation; returns the reasons."""
     kept_sources, kept_targets, dropped = [], [], Counter()

@@ -1,4 +1,5 @@
-"""Evaluation: BLEU and chrF as `evaluate` metrics computed locally by sacreBLEU, and eval_results.json.
+"""Evaluation: BLEU and chrF as `evaluate` metrics computed locally by sacreBLEU, a model scored through the engine,
+and eval_results.json.
 
 `evaluate.load("sacrebleu")` fetches its script from the Hub; these subclasses compute the same scores offline:
 cased, detokenised, 13a tokenisation (sacreBLEU's defaults), one reference per sentence.
@@ -10,6 +11,8 @@ from pathlib import Path
 import datasets
 import evaluate
 import sacrebleu
+
+from .engine import DecodingSettings, resolved_settings, translate
 
 _FEATURES = datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")})
 
@@ -52,14 +55,9 @@ class ChrF(_SacreBleuMetric):
 
 
 def corpus_scores(predictions: list[str], references: list[str]) -> dict[str, float]:
-    """{"bleu": ..., "chrf": ...} for a whole corpus, through the `evaluate` metrics above."""
-    if len(predictions) != len(references):
-        raise ValueError(f"{len(predictions)} predictions but {len(references)} references: they must pair up.")
-    if not predictions:
-        raise ValueError("No sentences to score.")
-    bleu = SacreBleu().compute(predictions=predictions, references=references)["score"]
-    chrf = ChrF().compute(predictions=predictions, references=references)["score"]
-    return {"bleu": round(bleu, 2), "chrf": round(chrf, 2)}
+    """{"bleu": ..., "chrf": ...} for a whole corpus (`score_split` without its signatures)."""
+    scores = score_split(predictions, references)
+    return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
 
 
 def sentence_scores(prediction: str, reference: str) -> dict[str, float]:
@@ -74,6 +72,8 @@ def score_split(hypotheses: list[str], references: list[str]) -> dict:
     """BLEU and chrF of a whole split, with sacreBLEU's signatures (what eval_results.json keeps per split)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} predictions but {len(references)} references: they must pair up.")
+    if not hypotheses:
+        raise ValueError("No sentences to score.")
     bleu = SacreBleu().compute(predictions=hypotheses, references=references)
     chrf = ChrF().compute(predictions=hypotheses, references=references)
     return {
@@ -83,6 +83,22 @@ def score_split(hypotheses: list[str], references: list[str]) -> dict:
         "bleu_signature": bleu["signature"],
         "chrf_signature": chrf["signature"],
     }
+
+
+def score_model(model, tokenizer, sources: list[str], references: list[str],
+                settings: DecodingSettings = DecodingSettings()) -> tuple[list[str], dict]:
+    """Translate `sources` through the engine (the model's saved decoding by default) and score them in file order."""
+    texts = translate(model, tokenizer, sources, settings).texts
+    return texts, score_split(texts, references)
+
+
+def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> dict:
+    """The decoding a score was measured with, as eval_results.json keeps it (the engine's resolved settings)."""
+    record = resolved_settings(model, settings)
+    if not record["do_sample"]:  # search: the sampling fields say nothing
+        for name in ("do_sample", "top_k", "top_p", "temperature"):
+            record.pop(name)
+    return record
 
 
 # ----------------------------------------------------------------------------------------------- eval_results.json

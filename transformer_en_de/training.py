@@ -1,0 +1,278 @@
+"""What train.py adds to transformers' `Seq2SeqTrainer`: validation BLEU/chrF through the engine, a loss that projects
+only real target tokens onto the vocabulary, batches of about N tokens (fairseq's --max-tokens), a loss line even in
+short runs, and an output folder that loses nothing (a finished run is never overwritten by accident; resuming passes
+over a damaged checkpoint; a failed write is one clear line).
+"""
+
+import errno
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from accelerate.utils import broadcast_object_list
+from torch.utils.data import DataLoader, Sampler
+from transformers import Seq2SeqTrainer, TrainerCallback
+
+from modeling import TransformerMTForConditionalGeneration
+from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
+
+from .checkpoints import complete_checkpoints, damaged_checkpoint
+from .evaluation import score_model
+
+# ------------------------------------------------------------------------------------------------------------ batching
+
+
+class TokenBatchSampler(Sampler):
+    """Batches of at most `max_tokens` padded tokens (fairseq's --max-tokens): pairs sorted by length, packed greedily,
+    the batches shuffled again every epoch.
+
+    A batch of short sentences holds many more of them than one of long sentences, so every step does about the same
+    work and almost nothing is padding. A pair's size is the longer of its source and target (each padded to the
+    longest in its batch). The packing depends only on the lengths, so the number of batches per epoch is fixed.
+    """
+
+    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 0):
+        if max_tokens < max(lengths):
+            raise ValueError(
+                f"--max_tokens {max_tokens} is below the longest pair ({max(lengths)} tokens): raise it, or lower "
+                "--max_source_length/--max_target_length."
+            )
+        self.lengths, self.max_tokens, self.seed, self.epoch = lengths, max_tokens, seed, 0
+        self.num_batches = len(self._pack(sorted(range(len(lengths)), key=lengths.__getitem__)))
+
+    def _pack(self, order: list[int]) -> list[list[int]]:
+        batches, batch, longest = [], [], 0
+        for index in order:
+            longest_with = max(longest, self.lengths[index])
+            if batch and longest_with * (len(batch) + 1) > self.max_tokens:
+                batches.append(batch)
+                batch, longest_with = [], self.lengths[index]
+            batch.append(index)
+            longest = longest_with
+        return batches + [batch] if batch else batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        rng = random.Random(self.seed + self.epoch)
+        # Random order among equal lengths, so each epoch mixes other sentences into the batches.
+        order = sorted(range(len(self.lengths)), key=lambda index: (self.lengths[index], rng.random()))
+        batches = self._pack(order)
+        rng.shuffle(batches)
+        self.epoch += 1  # the next pass shuffles differently, whether or not the caller calls set_epoch
+        yield from batches
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+# ------------------------------------------------------------------------------------------------------------- trainer
+
+
+class TranslationTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer whose evaluation adds BLEU and chrF of the validation sentences, translated through the engine
+    with the model's own decoding on the main process: every real sentence once, in file order, however many
+    processes train. (A distributed generate-and-gather would pad the last batch with repeated sentences and decode
+    each shard in other batches.) The other processes wait for the scores, so every process chooses the same best
+    checkpoint. With `max_tokens`, training batches hold about that many tokens instead of a number of sentences."""
+
+    def __init__(self, *args, validation: tuple[list[str], list[str]], max_tokens: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validation = validation
+        self.max_tokens = max_tokens
+
+    def get_train_dataloader(self) -> DataLoader:
+        if not self.max_tokens:
+            return super().get_train_dataloader()
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        lengths = [max(len(source), len(target)) for source, target in zip(dataset["input_ids"], dataset["labels"],
+                                                                           strict=True)]
+        batches = TokenBatchSampler(lengths, self.max_tokens * self.args.world_size, seed=self.args.seed)
+        loader = DataLoader(dataset, batch_sampler=batches, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers)
+        return self.accelerator.prepare(loader)  # with several processes, each takes its share of every batch
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        scores = [None]
+        if self.is_world_process_zero():
+            _, split_scores = score_model(self.model, self.processing_class, *self.validation)
+            scores = [{name: split_scores[name] for name in ("bleu", "chrf", "num_sentences")}]
+        if self.args.world_size > 1:
+            broadcast_object_list(scores)
+        output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in scores[0].items()})
+        return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        unwrapped = self.accelerator.unwrap_model(model)
+        if not model.training:
+            # Evaluation: the model's own loss, plain cross-entropy, comparable across models.
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if not return_outputs and model is unwrapped:
+            return scored_loss(model, inputs, num_items_in_batch)
+        # A DDP-wrapped model must be called whole, or its gradients are not synced.
+        outputs = model(**inputs)
+        loss = label_smoothed_cross_entropy(
+            outputs.logits, inputs["labels"], unwrapped.config.label_smoothing, num_items_in_batch
+        )
+        return (loss, outputs) if return_outputs else loss
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's
+        # embedding, lm_head) are "missing" from it and come back by tying: not worth the Trainer's alarming warning.
+        tied = set(self.model.all_tied_weights_keys)
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+
+def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
+    """The label-smoothed training loss (section 5.4), the output projection applied to the real target tokens only.
+
+    `model(**inputs).loss` projects every position, padding too, onto the vocabulary before the loss drops the padded
+    ones: the largest matrix multiply of a step (d_model x vocab per position, forward and backward), a third of it
+    wasted on padding in a Multi30k batch. Same loss, same gradients.
+    """
+    labels = inputs["labels"]
+    decoder_input_ids = inputs.get("decoder_input_ids")
+    if decoder_input_ids is None:
+        decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    hidden = model.model(
+        inputs["input_ids"], attention_mask=inputs.get("attention_mask"), decoder_input_ids=decoder_input_ids,
+        use_cache=False,
+    ).last_hidden_state  # (B, T, d_model)
+    scored = labels != -100  # (B, T)
+    logits = model.lm_head(hidden[scored])  # (N, vocab): real target tokens only
+    return label_smoothed_cross_entropy(logits, labels[scored], model.config.label_smoothing, num_items_in_batch)
+
+
+def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token: str | None):
+    """The trained model in `folder` to fine-tune, with this run's `regularisation` (config overrides such as dropout),
+    and one embedding more when the run's tokenizer added the tag token (initialised near the mean of the others, so
+    the first steps are not thrown off)."""
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, **regularisation)  # overrides its config
+    config = model.config
+    added = len(tokenizer) - config.vocab_size
+    tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size
+    if added and not (added == 1 and tag_is_new):
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model in {folder} has {config.vocab_size} "
+            "embeddings: fine-tune with the model's own tokenizer (leave out --tokenizer_name)."
+        )
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
+        print(f"[model] embedding {config.vocab_size} added for {tag_token}")
+    return model
+
+
+class StartingStep(TrainerCallback):
+    """Remembers the step this process started training at: 0, or the step of the checkpoint it resumed."""
+
+    step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.step = state.global_step
+        if self.step:
+            print(f"[train] resumed at step {self.step} of {state.max_steps}")
+
+
+class ShortRunLogging(TrainerCallback):
+    """At least ten loss lines per run: a run shorter than ten times --logging_steps logs more often."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.logging_steps = max(1, min(state.logging_steps, state.max_steps // 10))
+
+
+# ------------------------------------------------------------------------------------------------------ output folder
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EIO)
+TORCH_WRITE_ERRORS = ("iostream error", "PytorchStreamWriter failed", "file write failed", "unexpected pos")
+
+
+def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse a folder that holds another run unless told to overwrite it or resume it (as transformers'
+    run_translation.py does), and a folder that cannot be written, before any work."""
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not (overwrite or resume):
+        raise SystemExit(
+            f"error: --output_dir {output_dir} is not empty (an earlier run?). Pass --resume_from_checkpoint last to "
+            "continue that run, --overwrite_output_dir to train a new one over it, or choose another folder."
+        )
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise SystemExit(f"error: --output_dir {output_dir} cannot be written: {error.strerror or error}.") from None
+
+
+def clear_previous_run(output_dir: Path) -> None:
+    """--overwrite_output_dir: remove the earlier run's checkpoints and tokenizer, which this run would otherwise
+    rotate among its own checkpoints and reuse as its vocabulary. Its other files are replaced at the end."""
+    for checkpoint in output_dir.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (output_dir / name).unlink(missing_ok=True)
+
+
+def resolve_resume(value: str | None, output_dir: str | Path) -> str | None:
+    """`--resume_from_checkpoint last` (or true): the newest checkpoint in the output folder that loads; damaged ones
+    (a file cut short, e.g. by a full disk) are passed over with a line saying so. Or the folder given."""
+    if value is None or value.lower() in ("", "false", "no"):
+        return None
+    if value.lower() not in ("last", "true", "yes"):
+        problem = "no such checkpoint folder" if not Path(value).is_dir() else damaged_checkpoint(value)
+        if problem:
+            raise SystemExit(f"error: --resume_from_checkpoint {value}: {problem}.")
+        return value
+    # A checkpoint cut off while saving has no trainer_state.json: complete_checkpoints leaves it out.
+    for checkpoint in reversed(complete_checkpoints(output_dir)):
+        problem = damaged_checkpoint(checkpoint)
+        if not problem:
+            return str(checkpoint)
+        print(f"[resume] passing over {checkpoint}: {problem}")
+    raise SystemExit(f"error: --resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}.")
+
+
+def without_resume_flag(argv: list[str]) -> list[str]:
+    """The command that trains this model from scratch: a resumed run is the same run."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.startswith("--resume_from_checkpoint"):
+            skip = "=" not in arg
+        else:
+            kept.append(arg)
+    return kept
+
+
+def write_failure(error: BaseException, output_dir: Path) -> str | None:
+    """One line for an error that means the output folder could not be written (full disk, file-size limit, no
+    permission), naming the folder and what to do; None for any other error."""
+    causes = []
+    while error is not None and len(causes) < 10:  # torch.save's failure is raised while handling the first one
+        causes.append(error)
+        error = error.__cause__ or error.__context__
+    numbered = [cause for cause in causes if getattr(cause, "errno", None) in WRITE_ERRNOS]
+    # torch.save reports a failed write as a RuntimeError of its C++ stream, without an errno.
+    stream = any(isinstance(cause, RuntimeError) and any(text in str(cause) for text in TORCH_WRITE_ERRORS)
+                 for cause in causes)
+    if not (numbered or stream):
+        return None
+    what = "a file could not be written (a full disk, or a limit on file size)"
+    if numbered and numbered[0].strerror:
+        what = numbered[0].strerror
+    try:
+        free = f" ({shutil.disk_usage(output_dir).free / 2**20:,.0f} MiB free there)"
+    except OSError:
+        free = ""
+    return (
+        f"error: writing to {output_dir} failed: {what}{free}. Free some space (or choose another --output_dir), "
+        "then run the same command with --resume_from_checkpoint last to go on from the last sound checkpoint."
+    )

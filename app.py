@@ -9,10 +9,14 @@ comparison models come from `--comparison-models` / COMPARISON_MODELS (ids or fo
 variable; default Helsinki-NLP/opus-mt-en-de; "" for none). They load in background threads: the page is up before
 they are, and a model that cannot be loaded (offline) says why in its panel while the others keep serving.
 
-Requests take turns on the CPU (`transformer_en_de/app/scheduler.py`); each has a budget of work (estimated CPU
-seconds) and time (`limits.py`), one runs per visitor, closing the page cancels it. A request that reaches its time
-limit keeps what it has translated and says so; a long sentence without a full stop is translated in parts, and text
-typed in capitals is read in sentence case (by the engine, for every model). TRANSFORMER_MT_FAIR_SCHEDULING=0 turns the
+Requests are admitted by the work they carry, not by who sends them (`transformer_en_de/app/scheduler.py`): each has a
+budget of work (estimated CPU seconds) and time (`limits.py`); ordinary requests have a lane of their own, served
+first; only a few heavy ones run at once and more are refused at once. Every field and body is bounded before any work
+(`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
+is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
+full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
+model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust-forwarded-for (behind a proxy that appends the client's address,
+such as a Space's) adds a limit of one heavy request per address. TRANSFORMER_MT_FAIR_SCHEDULING=0 turns admission and
 turns off (every request runs at once, two at a time), for benchmarks/heavy_visitors.py's "fairness off".
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
@@ -34,10 +38,18 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS, corpus_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
+from transformer_en_de.app.guard import (  # noqa: E402
+    Readers,
+    RequestGuard,
+    client_address,
+    forget_inputs,
+    stop_unread_work,
+)
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS  # noqa: E402
@@ -102,20 +114,35 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
+    parser.add_argument(
+        "--trust-forwarded-for",
+        action="store_true",
+        default=os.environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR", "0") == "1",
+        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): limit heavy requests "
+        "per address, by its last hop (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1)",
+    )
     return parser.parse_args(argv)
 
 
 def uploaded_path(payload) -> str | None:
     """The server path of an upload as sent to an unpreprocessed callback; only files in Gradio's upload folder."""
     path = payload.get("path") if isinstance(payload, dict) else None
-    if path and is_in_or_equal(path, get_upload_folder()):
+    if isinstance(path, str) and path and "\x00" not in path and is_in_or_equal(path, get_upload_folder()):
         return path
     return None
 
 
-def launch_options(host: str | None = None, port: int | None = None, limits: Limits = Limits()) -> dict:
-    """demo.launch() settings: the upload cap is enforced by the server while the upload streams in."""
-    return dict(server_name=host, server_port=port, max_file_size=limits.max_file_bytes)
+def launch_options(demo: gr.Blocks, host: str | None = None, port: int | None = None, limits: Limits = Limits()) -> dict:
+    """demo.launch() settings: the upload cap is enforced by the server while the upload streams in, every other body
+    by `RequestGuard` before it is read; sessions kept in memory are bounded (each holds only what its page shows)."""
+    guard = Middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, readers=demo.readers)
+    return dict(
+        server_name=host,
+        server_port=port,
+        max_file_size=limits.max_file_bytes,
+        app_kwargs={"middleware": [guard]},
+        state_session_capacity=limits.sessions_kept,
+    )
 
 
 def build_demo(
@@ -124,10 +151,14 @@ def build_demo(
     *,
     limits: Limits = Limits(),
     fair: bool = True,
+    trust_forwarded_for: bool = False,
     comparison_path: Path = COMPARISON_PATH,
 ) -> gr.Blocks:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
-    scheduler = FairScheduler(fair=fair)
+    scheduler = FairScheduler(
+        fair=fair, heavy_jobs=limits.heavy_jobs, heavy_jobs_per_address=limits.heavy_jobs_per_address
+    )
+    readers = Readers()
 
     def take_turns(model):
         # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
@@ -161,7 +192,9 @@ def build_demo(
             scheduler=scheduler,
             limits=limits,
             session=request.session_hash,
+            address=client_address(request, trust_forwarded_for),
         )
+        forget_inputs(demo, request.session_hash, text_inputs)
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
@@ -169,8 +202,11 @@ def build_demo(
         figures = [None] * len(systems)
         if not state:
             return figures
-        index = min(int(sentence_index or 0), len(state["sentences"]) - 1)
-        layer = None if not layer_index else int(layer_index) - 1
+        try:  # the page sends whole numbers; anything else draws the first sentence, all layers
+            index = min(max(int(sentence_index or 0), 0), len(state["sentences"]) - 1)
+            layer = None if not layer_index else int(layer_index) - 1
+        except (TypeError, ValueError, OverflowError):
+            index, layer = 0, None
         try:
             with scheduler.job(request.session_hash, limits.text.seconds, exclusive=False):
                 for number, (system, ids) in enumerate(zip(systems, state["systems"], strict=True)):
@@ -212,8 +248,10 @@ def build_demo(
             output_dir=get_upload_folder(),
             limits=limits,
             session=request.session_hash,
+            address=client_address(request, trust_forwarded_for),
             progress=progress,
         )
+        forget_inputs(demo, request.session_hash, file_inputs)
         return result.path, result.summary
 
     def comparison():
@@ -306,6 +344,8 @@ def build_demo(
         compute = dict(
             concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
         )
+        text_inputs = [text, decoding, num_beams, max_new_tokens, reference]
+        file_inputs = [source_file, reference_file, decoding, num_beams, max_new_tokens]
         translate_button.click(
             translate,
             [text, decoding, num_beams, max_new_tokens, reference],
@@ -329,18 +369,25 @@ def build_demo(
             poll_models, None, [*model_states, timer], api_visibility="private", queue=False, show_progress="hidden"
         )
         demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
-    demo.queue(max_size=limits.queue_size)
+    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
+    demo.queue(max_size=limits.queue_size, api_open=False)
     demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
+    demo.readers = readers  # RequestGuard counts the result streams being read; the watcher stops unread work
+    if fair:
+        stop_unread_work(demo, scheduler, readers, grace=limits.unread_grace_seconds)
     return demo
 
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])
 try:
     demo = build_demo(
-        OPTIONS.model, OPTIONS.comparison_models, fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0"
+        OPTIONS.model,
+        OPTIONS.comparison_models,
+        fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0",
+        trust_forwarded_for=OPTIONS.trust_forwarded_for,
     )
 except ModelUnavailableError as error:
     sys.exit(f"app.py: {error}")
 
 if __name__ == "__main__":
-    demo.launch(**launch_options(OPTIONS.host, OPTIONS.port))
+    demo.launch(**launch_options(demo, OPTIONS.host, OPTIONS.port))

@@ -17,7 +17,7 @@ from tiny_models import T5_PREFIX, build_tiny_t5
 from transformer_en_de import engine, evaluation
 from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
 from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
-from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler
+from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.engine import DecodingSettings, translate
 
@@ -244,28 +244,104 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
 # ------------------------------------------------------------------------------------------------ turns on the CPU
 
 
-def test_a_short_request_overtakes_a_long_one_and_one_request_per_visitor():
+def test_an_ordinary_request_overtakes_a_heavy_one_and_one_request_per_visitor():
     scheduler = FairScheduler()
     finished, started = [], threading.Event()
 
-    def request(session, steps):
-        with scheduler.job(session, 60):
+    def request(session, steps, **kind):
+        with scheduler.job(session, 60, **kind):
             started.set()
             for _ in range(steps):
                 time.sleep(0.01)  # one decoder step's work
                 scheduler.checkpoint()
         finished.append(session)
 
-    heavy = threading.Thread(target=request, args=("heavy", 200))
+    heavy = threading.Thread(target=request, args=("heavy", 200), kwargs=dict(heavy=True, work=20.0))
     heavy.start()
     started.wait()
     with pytest.raises(Busy):
         with scheduler.job("heavy", 60):
             pass
-    request("light", 5)
+    request("light", 5, work=0.2)
     heavy.join()
 
     assert finished == ["light", "heavy"]
+
+
+class Held:
+    """A request admitted in another thread and kept there (waiting for its turn or not) until `release()`."""
+
+    def __init__(self, scheduler, session, **kind):
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(scheduler, session), kwargs=kind, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 5
+        while session not in scheduler.active_sessions:  # admitted (it may still wait for its turn)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    def _run(self, scheduler, session, **kind):
+        with scheduler.job(session, 60, **kind):
+            self.done.wait()
+
+    def release(self):
+        self.done.set()
+        self.thread.join(5)
+
+
+def test_heavy_requests_beyond_the_bound_are_refused_at_once_whatever_their_session():
+    scheduler = FairScheduler(heavy_jobs=2)
+    held = [Held(scheduler, session, heavy=True, work=12.0) for session in ("a", "b")]
+    asked = time.monotonic()
+    with pytest.raises(Full, match="as many long requests as it can"):
+        with scheduler.job("fresh session", 60, heavy=True, work=12.0):
+            pass
+    assert time.monotonic() - asked < 0.1
+    for job in held:
+        job.release()
+    with scheduler.job("c", 60, heavy=True, work=12.0):  # the bound is on work in flight: room again
+        pass
+
+
+def test_a_trusted_address_holds_one_heavy_request():
+    scheduler = FairScheduler(heavy_jobs=4, heavy_jobs_per_address=1)
+    held = Held(scheduler, "a", heavy=True, work=9.0, address="203.0.113.7")
+    with pytest.raises(Full, match="your address already has a long request"):
+        with scheduler.job("b", 60, heavy=True, work=9.0, address="203.0.113.7"):
+            pass
+    other = Held(scheduler, "c", heavy=True, work=9.0, address="198.51.100.2")
+    held.release()
+    other.release()
+
+
+def test_ordinary_requests_go_first_shortest_work_first():
+    scheduler = FairScheduler()
+    order, holding = [], threading.Event()
+    release = threading.Event()
+
+    def holder():
+        with scheduler.job("holder", 60, heavy=True, work=30.0):
+            holding.set()
+            release.wait()
+            scheduler.checkpoint()  # hands over to every waiting ordinary request, then resumes
+        order.append("heavy")
+
+    def request(session, work):
+        with scheduler.job(session, 60, work=work):
+            order.append(session)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    holding.wait()
+    for session, work in (("long ordinary", 1.0), ("short ordinary", 0.1)):
+        threads.append(threading.Thread(target=request, args=(session, work)))
+        threads[-1].start()
+        time.sleep(0.05)
+    release.set()
+    for thread in threads:
+        thread.join()
+
+    assert order == ["short ordinary", "long ordinary", "heavy"]
 
 
 def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_between_batches():

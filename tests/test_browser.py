@@ -32,7 +32,7 @@ def page_url(app_model_dir, tmp_path_factory):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     demo = app.build_demo(str(ours), [str(marian), str(t5)])
-    demo.launch(**app.launch_options("127.0.0.1", port), prevent_thread_lock=True, quiet=True)
+    demo.launch(**app.launch_options(demo, "127.0.0.1", port), prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 

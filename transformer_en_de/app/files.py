@@ -6,6 +6,7 @@ lines pair up with a reference file's exactly as in compare.py. The TSV is writt
 """
 
 import csv
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from transformer_en_de.evaluation import corpus_scores
 
 from .limits import Limits, plan_work, token_limits
 from .scheduler import Busy, Cancelled, FairScheduler
-from .text_checks import InputError, check_decoding, check_text
+from .text_checks import InputError, as_text, check_decoding, check_text
 from .translation import available, run_system, system_name
 from .translators import BackgroundTranslator, Translator
 
@@ -28,6 +29,7 @@ class FileResult:
     path: str | None  # the TSV of translations
     summary: str  # Markdown: scores, timings, notices, or why nothing was translated
     scores: dict[str, dict] = field(default_factory=dict)  # system name → {"bleu", "chrf"}
+    preview: dict | None = None  # the first lines beside their translations: {"headers": [...], "data": [[...]]}
 
 
 def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
@@ -35,27 +37,28 @@ def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) ->
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
+    name = as_text(path.name)  # the visitor's file name, shown as text
+    if not path.is_file():  # gone from the upload folder (it keeps files an hour), or a folder
+        raise InputError(f"The {what} is no longer on the server (uploads are kept for an hour); upload it again.")
     size = path.stat().st_size
     if size > limits.max_file_bytes:
-        raise InputError(f"The {what} ({path.name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
+        raise InputError(f"The {what} ({name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
     data = path.read_bytes()
     if b"\x00" in data:
-        raise InputError(
-            f"The {what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
-        )
+        raise InputError(f"The {what} ({name}) looks like a binary file; upload plain text, one sentence per line.")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(
-            f"The {what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
+            f"The {what} ({name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
         ) from None
     lines = split_lines(text)  # the same lines compare.py and the corpus translator read
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
     for number, line in enumerate(lines, start=1):
-        check_text(line, f"{what} ({path.name}, line {number})")
+        check_text(line, f"{what} ({name}, line {number})")
     if not any(line.strip() for line in lines):
-        raise InputError(f"The {what} ({path.name}) has no text.")
+        raise InputError(f"The {what} ({name}) has no text.")
     return lines
 
 
@@ -72,7 +75,9 @@ def translate_file(
     output_dir: str | Path,
     limits: Limits = Limits(),
     session: str | None = None,
+    address: str | None = None,
     progress=None,
+    preview_lines: int = 10,
 ) -> FileResult:
     """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given."""
     try:
@@ -100,20 +105,25 @@ def translate_file(
     filled = [index for index, line in enumerate(lines) if line.strip()]
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
     columns, rows = {}, []
+    sentences = [lines[index].strip() for index in filled]
+    plan = plan_work(
+        token_limits(ours.model, ours.tokenizer, sentences, settings),
+        beams,
+        limits.file,
+        unit="line",
+        batch_size=limits.batch_size,
+        cost=limits.step_cost,
+    )
+    notices += [plan.notice] if plan.notice else []
+    kept = sentences[: plan.num_sentences]
+    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ready = sum(available(system)[0] is not None for system in systems)
+    scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
+    work = ready * (plan.cpu_seconds + scoring)
     try:
-        with scheduler.job(session, limits.file.seconds) as job:
-            sentences = [lines[index].strip() for index in filled]
-            plan = plan_work(
-                token_limits(ours.model, ours.tokenizer, sentences, settings),
-                beams,
-                limits.file,
-                unit="line",
-                batch_size=limits.batch_size,
-                cost=limits.step_cost,
-            )
-            notices += [plan.notice] if plan.notice else []
-            kept = sentences[: plan.num_sentences]
-            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+        with scheduler.job(
+            session, limits.file.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
+        ) as job:
             for number, system in enumerate(systems):
                 translator, why_not = available(system)
                 if translator is None:
@@ -132,16 +142,32 @@ def translate_file(
                 notices += [f"{translator.name}: {notice}" for notice in output.notices]
                 row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
                 if references is not None and not plan.cut and not output.run.stopped_early:
-                    row.update(corpus_scores(translations, references))
+                    if scheduler.should_stop():  # a turn point before scoring, as between batches
+                        notices.append(f"{translator.name}: not scored, the request reached its time limit.")
+                    else:
+                        row.update(corpus_scores(translations, references))
                 rows.append(row)
     except Busy as error:
         return FileResult(None, f"⚠️ {error}")
     except Cancelled:
         return FileResult(None, "⚠️ Cancelled: the page that asked for this translation was closed.")
 
-    path = write_tsv(Path(output_dir), Path(source_file).stem, lines, columns, references)
+    path = write_tsv(Path(output_dir), safe_stem(Path(source_file).stem), lines, columns, references)
     scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
-    return FileResult(str(path), file_summary(rows, notices, references is not None), scores)
+    summary = file_summary(rows, notices, references is not None)
+    return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
+
+
+def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> dict:
+    """The first `count` non-blank lines beside each system's translation, for a table on the page (plain text)."""
+    shown = [index for index, line in enumerate(lines) if line.strip()][:count]
+    headers = ["Line", "English", *columns]
+    return {"headers": headers, "data": [[index + 1, lines[index], *(c[index] for c in columns.values())] for index in shown]}
+
+
+def safe_stem(stem: str) -> str:
+    """The visitor's file name as the TSV's name: letters, digits, "-", "_" and "." only, at most 60 characters."""
+    return re.sub(r"[^\w.-]+", "_", stem)[:60].strip("._") or "translations"
 
 
 def write_tsv(

@@ -98,6 +98,31 @@ def run_system(
     return output
 
 
+def check_reference(reference, limits: Limits) -> tuple[str, str]:
+    """(reference, notice): a reference too long to score is dropped, and the notice says so; InputError for one that
+    is not text."""
+    if reference is None:
+        return "", ""
+    if not isinstance(reference, str):
+        return check_text(reference, "reference"), ""  # raises: not a string
+    lines = reference.count("\n") + 1
+    if len(reference) > limits.max_reference_chars or lines > limits.max_reference_lines:
+        return "", (
+            f"The reference has {len(reference):,} characters on {lines:,} lines; references of up to "
+            f"{limits.max_reference_chars:,} characters and {limits.max_reference_lines:,} lines are scored here, so "
+            "there are no scores. Use the File tab for longer texts."
+        )
+    return check_text(reference, "reference").strip(), ""
+
+
+def score(output: SystemOutput, reference: str, scheduler: FairScheduler) -> str:
+    """Sentence BLEU/chrF of the output against the reference, unless the request must stop first; a notice if not."""
+    if scheduler.should_stop():  # a turn point like a decoder step: past the time limit or cancelled, no scores
+        return f"{output.name}: not scored, the request reached its time limit."
+    output.scores = sentence_scores(output.translation, reference)
+    return ""
+
+
 def translate_text(
     text: str | None,
     decoding: str = "beam search",
@@ -110,40 +135,51 @@ def translate_text(
     scheduler: FairScheduler,
     limits: Limits = Limits(),
     session: str | None = None,
+    address: str | None = None,
 ) -> TextResult:
-    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given."""
+    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given.
+
+    Every field is bounded before any work (the text cut to `limits.max_input_chars`, a reference past its limits not
+    scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
+    """
     systems = [ours, *comparisons]
     result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        text = check_text(text or "").strip()
-        reference = check_text(reference or "", "reference").strip()
+        if isinstance(text, str):
+            text, clipped = clip_text(text.strip(), limits.max_input_chars)
+            result.notices += [clipped] if clipped else []
+        text = check_text("" if text is None else text).strip()
+        reference, too_long = check_reference(reference, limits)
+        result.notices += [too_long] if too_long else []
     except InputError as error:
-        result.message = str(error)
+        result.message, result.notices = str(error), []
         return result
     if not text:
-        result.message = "Type an English sentence (or several) to translate."
+        result.message, result.notices = "Type an English sentence (or several) to translate.", []
         return result
-    text, clipped = clip_text(text, limits.max_input_chars)
-    result.notices += [clipped] if clipped else []
     sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    plan = plan_work(
+        token_limits(ours.model, ours.tokenizer, sentences, settings),
+        beams,
+        limits.text,
+        batch_size=limits.batch_size,
+        cost=limits.step_cost,
+    )
+    result.notices += [plan.notice] if plan.notice else []
+    kept = sentences[: plan.num_sentences]
+    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ready = sum(available(system)[0] is not None for system in systems)
+    work = ready * (plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char)
     try:
-        with scheduler.job(session, limits.text.seconds) as job:
-            plan = plan_work(
-                token_limits(ours.model, ours.tokenizer, sentences, settings),
-                beams,
-                limits.text,
-                batch_size=limits.batch_size,
-                cost=limits.step_cost,
-            )
-            result.notices += [plan.notice] if plan.notice else []
-            kept = sentences[: plan.num_sentences]
-            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+        with scheduler.job(
+            session, limits.text.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
+        ) as job:
             for index, system in enumerate(systems):
                 translator, why_not = available(system)
                 if translator is None:
@@ -152,10 +188,11 @@ def translate_text(
                 output = run_system(translator, kept, settings, scheduler, deadline=job.hard_deadline)
                 output.translation = join_sentences(output.run.texts, separators[: len(kept)])
                 if reference:
-                    output.scores = sentence_scores(output.translation, reference)
+                    output.notices += [notice for notice in [score(output, reference, scheduler)] if notice]
                 result.outputs[index] = output
     except Busy as error:
-        result.message = str(error)
+        result.message, result.notices = str(error), []
+        result.outputs = [SystemOutput(name=system_name(system)) for system in systems]
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
     return result

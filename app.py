@@ -132,7 +132,9 @@ def uploaded_path(payload) -> str | None:
     return None
 
 
-def launch_options(demo: gr.Blocks, host: str | None = None, port: int | None = None, limits: Limits = Limits()) -> dict:
+def launch_options(
+    demo: gr.Blocks, host: str | None = None, port: int | None = None, limits: Limits = Limits()
+) -> dict:
     """demo.launch() settings: the upload cap is enforced by the server while the upload streams in, every other body
     by `RequestGuard` before it is read; sessions kept in memory are bounded (each holds only what its page shows)."""
     guard = Middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, readers=demo.readers)

@@ -162,7 +162,10 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> dict
     """The first `count` non-blank lines beside each system's translation, for a table on the page (plain text)."""
     shown = [index for index, line in enumerate(lines) if line.strip()][:count]
     headers = ["Line", "English", *columns]
-    return {"headers": headers, "data": [[index + 1, lines[index], *(c[index] for c in columns.values())] for index in shown]}
+    return {
+        "headers": headers,
+        "data": [[index + 1, lines[index], *(c[index] for c in columns.values())] for index in shown],
+    }
 
 
 def safe_stem(stem: str) -> str:

@@ -17,10 +17,15 @@ import threading
 import time
 from collections import Counter
 
+from gradio.utils import get_upload_folder, is_in_or_equal
+
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[0-9a-f]+)/?$")
 _CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<api>[^/]+)/?$")
 _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
+# A refused body is read and dropped up to this size, so that the client gets the message; past it, the connection
+# closes. Nothing of it is kept.
+DRAIN_BYTES = 64_000_000
 
 
 class RequestGuard:
@@ -46,7 +51,8 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return await refuse(send, 413, self._too_large(length.decode("latin-1")))
+            size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
+            return await refuse(send, 413, self._too_large(size), await drain(receive))
         body, more = b"", True
         while more:  # read here (bounded) so that the call can be checked, then replayed to Gradio
             message = await receive()
@@ -55,7 +61,8 @@ class RequestGuard:
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.max_body_bytes:
-                return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"))
+                drained = not more or await drain(receive)
+                return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), drained)
         problem = self.check_call(path, body)
         if problem:
             return await refuse(send, 422, problem)
@@ -85,16 +92,17 @@ class RequestGuard:
         try:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError):
-            return "The request body is not JSON: send {\"data\": [...]} with one value per parameter."
+            return 'The request body is not JSON: send {"data": [...]} with one value per parameter.'
         if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-            return "The request body must be a JSON object with a \"data\" list, one value per parameter."
+            return 'The request body must be a JSON object with a "data" list, one value per parameter.'
         function = self._function(call["api"] if call else None, payload.get("fn_index"))
         if function is None:
             return ""
         inputs = [block for block in function.inputs]
         shown = [block for block in inputs if not getattr(block, "skip_api", False)]
         if len(payload["data"]) in (len(inputs), len(shown)):
-            return ""
+            blocks = inputs if len(payload["data"]) == len(inputs) else shown
+            return check_files(blocks, payload["data"])
         names = ", ".join(getattr(block, "label", None) or type(block).__name__ for block in shown)
         return (
             f"/{function.api_name} takes {len(shown)} value{'s' if len(shown) != 1 else ''} ({names}); this call "
@@ -108,9 +116,44 @@ class RequestGuard:
         return None
 
 
-async def refuse(send, status: int, message: str) -> None:
+def check_files(blocks, values) -> str:
+    """A one-line message if a file input's value is not what an upload returns (`null`, or an object whose "path" is
+    a string); Gradio would fail on it with a traceback."""
+    for block, value in zip(blocks, values, strict=True):
+        if getattr(block, "data_model", None) is None or type(block).__name__ not in ("File", "UploadButton"):
+            continue
+        label = getattr(block, "label", None) or "file"
+        if value is None:
+            continue
+        path = value.get("path") if isinstance(value, dict) else None
+        if not isinstance(path, str):
+            return (
+                f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
+                '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
+            )
+        if "\x00" in path or not is_in_or_equal(path, get_upload_folder()):
+            return f"The {label} must be a file uploaded to this server (through /gradio_api/upload)."
+    return ""
+
+
+async def drain(receive, most: int = DRAIN_BYTES) -> bool:
+    """Read and drop the rest of a refused body (so that the client, still sending, reads the answer instead of a
+    broken pipe), up to `most` bytes; True if it was all read."""
+    seen, more = 0, True
+    while more and seen <= most:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        seen += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    return not more
+
+
+async def refuse(send, status: int, message: str, drained: bool = True) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if not drained:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

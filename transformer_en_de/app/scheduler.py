@@ -208,8 +208,7 @@ class FairScheduler:
             heavy = sum(job.lane == HEAVY for job in self._jobs)
             waiting = len(self._waiting)
         return (
-            f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the "
-            "CPU."
+            f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the CPU."
         )
 
     @property

@@ -528,9 +528,11 @@ def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
 
     assert time.monotonic() - started < 30  # HF_HUB_OFFLINE=1: fails fast instead of retrying the Hub
     assert offline.translator is None and "offline" in offline.error and "Helsinki-NLP/opus-mt-en-de" in offline.error
+    # The page gets one line in a visitor's words; the operator's (the cause, what to do) is in offline.error.
+    assert offline.status() == "opus-mt-en-de is not available on this server right now, so our model translates alone."
     result = text(SENTENCE, "greedy", 1, 5, ours=ours, comparisons=[offline])
-    assert result.outputs[0].translation != "" and result.outputs[1].message == offline.error
-    assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.error}"
+    assert result.outputs[0].translation != "" and result.outputs[1].message == offline.status()
+    assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.status()}"
 
 
 def test_comparison_models_loading_at_the_same_time_all_load(tmp_path):
@@ -626,3 +628,43 @@ def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):
     assert "broken.json could not be read" in corpus_report.corpus_table(None, tmp_path / "broken.json")[0]
     (tmp_path / "list.json").write_text("[1, 2]")
     assert "list.json is not a JSON object" in corpus_report.corpus_table(None, tmp_path / "list.json")[0]
+
+
+# ------------------------------------------------------------------------------------------------ confidence
+
+
+def test_confidence_is_each_models_own_probability_of_its_tokens(ours, marian, t5):
+    sentences = ["A dog runs in the park.", "Two men are working on a roof today.", "The cat sleeps."]
+    settings = DecodingSettings(num_beams=2, max_new_tokens=12, batch_size=2)
+    for translator in (ours, marian, t5):
+        run = translate(translator.model, translator.tokenizer, sentences, settings)
+
+        batched = engine.confidences(translator.model, run.translations, batch_size=3)
+
+        for item, confidence in zip(run.translations, batched, strict=True):
+            with torch.inference_mode():
+                logits = translator.model(
+                    input_ids=torch.tensor([item.source_ids]),
+                    decoder_input_ids=torch.tensor([item.generated_ids[:-1]]),
+                ).logits[0]
+            chosen = logits.log_softmax(-1)[range(len(item.generated_ids) - 1), item.generated_ids[1:]]
+            if item.hit_length_bound:  # the engine forced that </s>: not the model's choice
+                chosen = chosen[:-1]
+            assert confidence == pytest.approx(chosen.mean().exp().item(), rel=1e-4)
+            assert 0 < confidence <= 1
+
+
+def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, marian, monkeypatch):
+    result = text("A dog runs. The cat sleeps.", "greedy", 1, 8, ours=ours, comparisons=[marian])
+
+    for output in result.outputs:
+        assert "**Confidence per sentence**" in translation.format_details(output) and len(output.confidences) == 2
+    # The tiny models are random: every sentence is below the threshold, but only ours carries the note.
+    assert "our model learned German from 29,000 descriptions of photos" in translation.format_details(
+        result.outputs[0]
+    )
+    assert "descriptions of photos" not in translation.format_details(result.outputs[1])
+    monkeypatch.setattr(translation, "LOW_CONFIDENCE", 0.0)
+    calm = text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[])
+    assert "descriptions of photos" not in translation.format_details(calm.outputs[0])
+    assert "**Confidence** " in translation.format_details(calm.outputs[0])

@@ -22,8 +22,9 @@ turns off (every request runs at once, two at a time), for benchmarks/heavy_visi
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)
         -> (our_translation, our_details, [model_translation, model_details]..., notice)
-    /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens) -> (translations_tsv, summary)
-    /comparison() -> (summary, table)
+    /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens)
+        -> (translations_tsv, summary, first_lines {"headers", "data"})
+    /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
 """
 
@@ -41,7 +42,7 @@ from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
-from transformer_en_de.app.corpus_report import HEADERS, corpus_table  # noqa: E402
+from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
 from transformer_en_de.app.guard import (  # noqa: E402
     Readers,
@@ -83,12 +84,26 @@ EXAMPLES = [
     ["A little girl eats an ice cream on a bench.", "Ein kleines Mädchen isst auf einer Bank ein Eis."],
     ["Several people wait at a bus stop. It is raining.", "Mehrere Leute warten an einer Bushaltestelle. Es regnet."],
     ["An old woman sells vegetables at a market.", "Eine alte Frau verkauft Gemüse auf einem Markt."],
+    # An everyday sentence, where our model is out of its depth (and says so).
+    ["Where is the train station?", "Wo ist der Bahnhof?"],
 ]
 
 INTRO = """# English → German: our Transformer beside pretrained models
-Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on Multi30k
-(29,000 image descriptions). The pretrained models beside it were trained on far more data. Every model translates the
-same input with the same decoding settings, through the same code."""
+Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on **29,000 English
+descriptions of photos** and their German translations (Multi30k): *"Two dogs are playing in the snow."* It translates
+sentences like those well, and little else: on everyday sentences (try the last example) it writes fluent nonsense, and
+its **confidence** (how probable the model finds its own words) drops; the page then says so. The pretrained models
+beside it learned from millions of sentences of every kind. Every model translates the same input with the same
+settings, through the same code."""
+
+# At phone width: the input boxes stack, the examples' text wraps instead of being cut, a dropdown's text stays clear
+# of its arrow, wide tables scroll inside their box.
+CSS = """
+.gallery td, .gallery th { white-space: normal !important; word-break: normal; overflow-wrap: anywhere; }
+.wrap .secondary-wrap input { text-overflow: ellipsis; padding-right: 1.5em; }
+.prose table { display: block; overflow-x: auto; }
+.prose th { white-space: nowrap; }
+"""
 
 
 def resolve_model(model_id: str | None) -> str:
@@ -143,6 +158,7 @@ def launch_options(
         server_port=port,
         max_file_size=limits.max_file_bytes,
         app_kwargs={"middleware": [guard]},
+        css=CSS,
         state_session_capacity=limits.sessions_kept,
     )
 
@@ -254,20 +270,28 @@ def build_demo(
             progress=progress,
         )
         forget_inputs(demo, request.session_hash, file_inputs)
-        return result.path, result.summary
+        return result.path, result.summary, result.preview or {"headers": ["Line", "English"], "data": []}
 
     def comparison():
-        """Corpus-level results: Markdown notes and a table (eval_results.json and compare.py's JSON)."""
+        """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
+        test set (eval_results.json and compare.py's JSON)."""
         folder = ours.model_id if Path(ours.model_id).is_dir() else None
-        summary, rows = corpus_table(folder, comparison_path)
-        return summary, {"headers": HEADERS, "data": rows or [[""] * len(HEADERS)]}
+        summary, rows = corpus_table(folder, comparison_path, display_id(ours.model_id))
+        return summary, markdown_table(rows)
 
     def status():
         """Each comparison model's loading state, and the requests in progress, as Markdown lines."""
         return "\n\n".join([model.status() for model in comparisons] + [scheduler.describe()])
 
     def poll_models():
-        return (*[model.status() for model in comparisons], gr.Timer(active=not all(m.done for m in comparisons)))
+        """Each comparison model's line; a model that cannot be loaded keeps only its line (no empty boxes)."""
+        shown = [gr.update(visible=not model.failed) for model in comparisons]
+        return (
+            *[model.status() for model in comparisons],
+            *shown,
+            *shown,
+            gr.Timer(active=not all(m.done for m in comparisons)),
+        )
 
     def cancel_visitor(request: gr.Request):
         if scheduler.cancel(request.session_hash):
@@ -276,27 +300,38 @@ def build_demo(
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown(INTRO)
         with gr.Row():
-            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding")
-            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)")
-            max_new_tokens = gr.Slider(1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens")
+            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding", min_width=240)
+            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)", min_width=240)
+            max_new_tokens = gr.Slider(
+                1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens", min_width=240
+            )
         with gr.Tabs():
             with gr.Tab("Translate"):
-                with gr.Row():
+                with gr.Row():  # side by side on a wide screen, one above the other on a phone
                     text = gr.Textbox(
-                        label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english"
+                        label="English",
+                        lines=4,
+                        placeholder="Type one or more English sentences.",
+                        elem_id="english",
+                        min_width=320,
                     )
                     reference = gr.Textbox(
-                        "", label="Reference translation (optional, German)", lines=4, elem_id="reference"
+                        "",
+                        label="Reference translation (optional, German)",
+                        lines=4,
+                        elem_id="reference",
+                        min_width=320,
                     )
                 translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
                 notice = gr.Markdown(label="Notice", elem_id="notice")
-                panels, model_states = [], []
+                panels, model_states, columns = [], [], []
                 with gr.Row(equal_height=False):
                     for number, system in enumerate(systems):
-                        with gr.Column():
+                        if number:
+                            # A model that cannot be loaded keeps only this line (the rest of its column is hidden).
+                            model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
+                        with gr.Column(min_width=300, visible=not getattr(system, "failed", False)) as column:
                             gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
-                            if number:
-                                model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
                             panels += [
                                 gr.Textbox(
                                     label=f"{system.name} (German)",
@@ -306,18 +341,31 @@ def build_demo(
                                 ),
                                 gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
                             ]
+                        columns += [column] if number else []
                 gr.Examples(
-                    EXAMPLES, inputs=[text, reference], label="Examples (with references)", cache_examples=False
+                    EXAMPLES,
+                    inputs=[text, reference],
+                    label="Examples (with references; the last is an everyday sentence)",
+                    cache_examples=False,
                 )
                 gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
                 with gr.Row():
-                    sentence = gr.Dropdown(choices=[], type="value", label="Sentence")
+                    sentence = gr.Dropdown(choices=[], type="value", label="Sentence", min_width=240)
                     layer = gr.Dropdown(
-                        choices=[(label, index) for index, label in enumerate(layer_choices)], value=0, label="Layer"
+                        choices=[(label, index) for index, label in enumerate(layer_choices)],
+                        value=0,
+                        label="Layer",
+                        min_width=240,
                     )
                 with gr.Row():
                     plots = [
-                        gr.Plot(label=f"{system.name} cross-attention", show_label=False, elem_id=f"heatmap-{number}")
+                        gr.Plot(
+                            label=f"{system.name} cross-attention",
+                            show_label=False,
+                            elem_id=f"heatmap-{number}",
+                            min_width=300,
+                            visible=not getattr(system, "failed", False),
+                        )
                         for number, system in enumerate(systems)
                     ]
             with gr.Tab("File"):
@@ -325,17 +373,22 @@ def build_demo(
                     f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
                     f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
                     "translated with fewer beams. Optionally a German reference file with the same number of "
-                    "lines for corpus BLEU and chrF."
+                    "lines for corpus BLEU and chrF. The first lines show below; the download has them all."
                 )
                 with gr.Row():
-                    source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath")
-                    reference_file = gr.File(label="Reference file (optional)", file_types=FILE_TYPES, type="filepath")
+                    source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath", min_width=300)
+                    reference_file = gr.File(
+                        label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
+                    )
                 file_button = gr.Button("Translate file", variant="primary")
-                file_output = gr.File(label="Translations (TSV)")
-                file_summary = gr.Markdown(label="Summary")
+                file_summary = gr.Markdown(label="Summary", elem_id="file-summary")
+                file_preview = gr.Dataframe(
+                    label="The first lines", interactive=False, wrap=True, visible=False, elem_id="file-preview"
+                )
+                file_output = gr.File(label="All translations (TSV)")
             with gr.Tab("Corpus comparison"):
                 comparison_summary = gr.Markdown(label="Notes")
-                comparison_rows = gr.Dataframe(headers=HEADERS, label="Corpus results", interactive=False, wrap=True)
+                comparison_rows = gr.Markdown(label="Corpus results", elem_id="corpus-table")
         status_line = gr.Markdown(visible=False)
         attention = gr.State()
         timer = gr.Timer(1.0, active=bool(comparisons))
@@ -360,15 +413,23 @@ def build_demo(
         file_button.click(
             run_file,
             [source_file, reference_file, decoding, num_beams, max_new_tokens],
-            [file_output, file_summary],
+            [file_output, file_summary, file_preview],
             api_name="translate_file",
             **compute,
+        )
+        file_output.change(  # the table of first lines shows once there are translations to show
+            lambda path: gr.Dataframe(visible=bool(path)), file_output, file_preview, api_visibility="private"
         )
         # Reading files and statuses skips the queue: it must never wait behind translations.
         demo.load(comparison, None, [comparison_summary, comparison_rows], api_name="comparison", queue=False)
         demo.load(status, None, status_line, api_name="status", queue=False)
         timer.tick(
-            poll_models, None, [*model_states, timer], api_visibility="private", queue=False, show_progress="hidden"
+            poll_models,
+            None,
+            [*model_states, *columns, *plots[1:], timer],
+            api_visibility="private",
+            queue=False,
+            show_progress="hidden",
         )
         demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
     # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.

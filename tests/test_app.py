@@ -606,22 +606,25 @@ def test_corpus_table_reads_both_files(tmp_path):
         )
     )
 
-    summary, rows = corpus_report.corpus_table(model, comparison)
+    summary, rows = corpus_report.corpus_table(model, comparison, ours="transformer-en-de")
 
-    assert [row[:5] for row in rows] == [
-        [f"{translators.OURS_NAME}, eval_results.json", "test_2016_flickr", "1,000", "36.51", "62.30"],
-        [f"{translators.OURS_NAME}, eval_results.json", "val", "", "38.00", "64.00"],
-        ["transformer-en-de", "test_2016_flickr", "1,000", "36.50", "62.30"],
-        ["Helsinki-NLP/opus-mt-en-de", "test_2016_flickr", "1,000", "", ""],
+    # One row per model and test set: compare.py's figures for our model fill the row of eval_results.json.
+    assert rows == [
+        [translators.OURS_NAME, "val", "", "38.00", "64.00", "44.0M", ""],
+        [translators.OURS_NAME, "test 2016 flickr", "1,000", "36.50", "62.30", "44.0M", "20.0"],
     ]
-    assert rows[0][5] == "44.00M" and rows[0][7] == "beam 4" and rows[2][6] == "20.0" and rows[3][7] == "offline"
-    assert "1000 sentences" in summary
+    assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(4 beams)" in summary
+    assert "BLEU counts the word sequences" in summary and "*val* is the Multi30k validation set" in summary
+    table = corpus_report.markdown_table(rows)
+    assert table.splitlines()[0] == "| Model | Test set | Sentences | BLEU | chrF | Parameters | Sentences per second |"
+    assert r"| Transformer \(ours\) | test 2016 flickr | 1,000 | 36\.50 |" in table
 
 
 def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):
     (tmp_path / "eval_results.json").write_text(json.dumps({"test_2016_flickr": {"bleu": 1.0}}))
     summary, rows = corpus_report.corpus_table(tmp_path, tmp_path / "missing.json")
     assert rows == [] and "not in the expected shape" in summary and str(tmp_path) not in summary
+    assert corpus_report.markdown_table(rows) == ""
     assert "No corpus-level results yet" in summary
 
     (tmp_path / "broken.json").write_text("{not json")

@@ -238,7 +238,7 @@ def test_translate_file_endpoint(client, server, tmp_path):
     reference = tmp_path / "reference.de"
     reference.write_text("Ein Hund rennt.\nDie Katze schläft.\nZwei Männer arbeiten.\n", encoding="utf-8")
 
-    path, summary = client.predict(
+    path, summary, first_lines = client.predict(
         handle_file(source), handle_file(reference), "greedy", 1, 8, api_name="/translate_file"
     )
 
@@ -249,13 +249,17 @@ def test_translate_file_endpoint(client, server, tmp_path):
         scores = evaluation.corpus_scores([row[column] for row in rows[1:]], [row[5] for row in rows[1:]])
         assert f"{scores['bleu']:.2f} | {scores['chrf']:.2f}" in summary
     assert list((server[2] / "translations").rglob("source.de.tsv"))  # written into Gradio's cache, which it cleans
+    # The first lines beside their translations, for the page.
+    assert first_lines["headers"][:2] == ["Line", "English"] and len(first_lines["headers"]) == 2 + 3
+    assert [row[:2] for row in first_lines["data"]] == [[1, "A dog runs."], [2, "The cat sleeps."], [3, "Two men work."]]
+    assert [row[2:] for row in first_lines["data"]] == [row[2:5] for row in rows[1:]]
 
 
 def test_translate_file_endpoint_refuses_a_binary_file(client, tmp_path):
     upload = tmp_path / "image.txt"
     upload.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
 
-    path, summary = client.predict(handle_file(upload), None, "greedy", 1, 8, api_name="/translate_file")
+    path, summary, _ = client.predict(handle_file(upload), None, "greedy", 1, 8, api_name="/translate_file")
 
     assert path is None and "looks like a binary file" in summary
 
@@ -272,15 +276,10 @@ def test_upload_over_the_cap_is_refused_before_it_is_stored(client, server, tmp_
 def test_comparison_endpoint(client):
     summary, table = client.predict(api_name="/comparison")
 
-    assert table["headers"] == corpus_report.HEADERS
-    assert table["data"][0][:5] == [
-        f"{translators.OURS_NAME}, eval_results.json",
-        "test_2016_flickr",
-        "",
-        "12.34",
-        "45.60",
-    ]
-    assert "sacreBLEU" in summary
+    lines = table.splitlines()
+    assert lines[0] == "| " + " | ".join(corpus_report.HEADERS) + " |"
+    assert lines[2].startswith(r"| Transformer \(ours\) | test 2016 flickr |  | 12\.34 | 45\.60 |")
+    assert "BLEU counts the word sequences" in summary
 
 
 # ------------------------------------------------------------------------------------------------ hostile API clients

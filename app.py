@@ -23,7 +23,7 @@ Named API endpoints (gradio_client), with one (translation, details) pair per co
     /translate(text, decoding, num_beams, max_new_tokens, reference)
         -> (our_translation, our_details, [model_translation, model_details]..., notice)
     /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens)
-        -> (translations_tsv, summary, first_lines {"headers", "data"})
+        -> (translations_tsv, summary, first_lines: Markdown, each line beside its translations)
     /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
 """
@@ -42,6 +42,7 @@ from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
+from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
 from transformer_en_de.app.guard import (  # noqa: E402
@@ -99,11 +100,32 @@ settings, through the same code."""
 # At phone width: the input boxes stack, the examples' text wraps instead of being cut, a dropdown's text stays clear
 # of its arrow, wide tables scroll inside their box.
 CSS = """
-.gallery td, .gallery th { white-space: normal !important; word-break: normal; overflow-wrap: anywhere; }
-.wrap .secondary-wrap input { text-overflow: ellipsis; padding-right: 1.5em; }
+#examples table { table-layout: fixed; width: 100%; }
+#examples td, #examples th { max-width: none !important; white-space: normal; overflow-wrap: break-word; }
+#examples td div { width: auto !important; }
+.secondary-wrap input { text-overflow: ellipsis; padding-right: 1.5em; }
 .prose table { display: block; overflow-x: auto; }
 .prose th { white-space: nowrap; }
+.prose td { word-break: normal; overflow-wrap: normal; }
 """
+
+
+def stacked_table_css(elem_id: str, headers: list[str], width: int = 640) -> str:
+    """CSS that shows the Markdown table inside `#elem_id` as one block per row below `width` pixels, each cell
+    preceded by its column's header ("BLEU: 39.70"): a phone sees every column, none cut or scrolled away."""
+    scope = f"#{elem_id}"
+    parts = ", ".join(f"{scope} {tag}" for tag in ("table", "thead", "tbody", "tr", "th", "td"))
+    rules = [
+        f"{parts} {{ display: block; width: auto; }}",
+        f"{scope} thead {{ display: none; }}",
+        f"{scope} tr {{ border-bottom: 1px solid var(--border-color-primary); padding: 0.4em 0; }}",
+        f"{scope} td {{ border: none !important; padding: 0.1em 0.6em; }}",
+        f"{scope} td:empty {{ display: none; }}",
+    ]
+    for number, header in enumerate(headers, start=1):
+        label = header.replace("\\", "\\\\").replace('"', '\\"')
+        rules.append(f'{scope} td:nth-child({number})::before {{ content: "{label}: "; font-weight: 600; }}')
+    return f"@media (max-width: {width}px) {{\n" + "\n".join(rules) + "\n}\n"
 
 
 def resolve_model(model_id: str | None) -> str:
@@ -158,7 +180,7 @@ def launch_options(
         server_port=port,
         max_file_size=limits.max_file_bytes,
         app_kwargs={"middleware": [guard]},
-        css=CSS,
+        css=demo.page_css,
         state_session_capacity=limits.sessions_kept,
     )
 
@@ -270,7 +292,7 @@ def build_demo(
             progress=progress,
         )
         forget_inputs(demo, request.session_hash, file_inputs)
-        return result.path, result.summary, result.preview or {"headers": ["Line", "English"], "data": []}
+        return result.path, result.summary, result.preview
 
     def comparison():
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
@@ -327,26 +349,28 @@ def build_demo(
                 panels, model_states, columns = [], [], []
                 with gr.Row(equal_height=False):
                     for number, system in enumerate(systems):
-                        if number:
-                            # A model that cannot be loaded keeps only this line (the rest of its column is hidden).
-                            model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
-                        with gr.Column(min_width=300, visible=not getattr(system, "failed", False)) as column:
-                            gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
-                            panels += [
-                                gr.Textbox(
-                                    label=f"{system.name} (German)",
-                                    lines=4,
-                                    interactive=False,
-                                    elem_id=f"translation-{number}",
-                                ),
-                                gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
-                            ]
-                        columns += [column] if number else []
+                        with gr.Column(min_width=300):  # beside each other on a wide screen, stacked on a phone
+                            if number:
+                                # A model that cannot be loaded keeps only this line (the rest of its column hides).
+                                model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
+                            with gr.Column(visible=not getattr(system, "failed", False)) as column:
+                                gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                                panels += [
+                                    gr.Textbox(
+                                        label=f"{system.name} (German)",
+                                        lines=4,
+                                        interactive=False,
+                                        elem_id=f"translation-{number}",
+                                    ),
+                                    gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
+                                ]
+                            columns += [column] if number else []
                 gr.Examples(
                     EXAMPLES,
                     inputs=[text, reference],
                     label="Examples (with references; the last is an everyday sentence)",
                     cache_examples=False,
+                    elem_id="examples",
                 )
                 gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
                 with gr.Row():
@@ -382,9 +406,7 @@ def build_demo(
                     )
                 file_button = gr.Button("Translate file", variant="primary")
                 file_summary = gr.Markdown(label="Summary", elem_id="file-summary")
-                file_preview = gr.Dataframe(
-                    label="The first lines", interactive=False, wrap=True, visible=False, elem_id="file-preview"
-                )
+                file_preview = gr.Markdown(label="The first lines", elem_id="file-preview")
                 file_output = gr.File(label="All translations (TSV)")
             with gr.Tab("Corpus comparison"):
                 comparison_summary = gr.Markdown(label="Notes")
@@ -417,9 +439,6 @@ def build_demo(
             api_name="translate_file",
             **compute,
         )
-        file_output.change(  # the table of first lines shows once there are translations to show
-            lambda path: gr.Dataframe(visible=bool(path)), file_output, file_preview, api_visibility="private"
-        )
         # Reading files and statuses skips the queue: it must never wait behind translations.
         demo.load(comparison, None, [comparison_summary, comparison_rows], api_name="comparison", queue=False)
         demo.load(status, None, status_line, api_name="status", queue=False)
@@ -434,6 +453,14 @@ def build_demo(
         demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
     # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
     demo.queue(max_size=limits.queue_size, api_open=False)
+    demo.page_css = CSS + "".join(  # for launch_options: Gradio 6 takes the CSS at launch
+        stacked_table_css(elem_id, headers)
+        for elem_id, headers in (
+            ("corpus-table", CORPUS_HEADERS),
+            ("file-summary", ["System", "Sentences", "Seconds", "BLEU", "chrF"]),
+            ("file-preview", ["Line", "English", *[system.name for system in systems]]),
+        )
+    )
     demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
     demo.readers = readers  # RequestGuard counts the result streams being read; the watcher stops unread work
     if fair:

@@ -250,9 +250,9 @@ def test_translate_file_endpoint(client, server, tmp_path):
         assert f"{scores['bleu']:.2f} | {scores['chrf']:.2f}" in summary
     assert list((server[2] / "translations").rglob("source.de.tsv"))  # written into Gradio's cache, which it cleans
     # The first lines beside their translations, for the page.
-    assert first_lines["headers"][:2] == ["Line", "English"] and len(first_lines["headers"]) == 2 + 3
-    assert [row[:2] for row in first_lines["data"]] == [[1, "A dog runs."], [2, "The cat sleeps."], [3, "Two men work."]]
-    assert [row[2:] for row in first_lines["data"]] == [row[2:5] for row in rows[1:]]
+    table = first_lines.splitlines()
+    assert table[0] == "| Line | English | " + " | ".join(rows[0][2:5]) + " |" and len(table) == 2 + 3
+    assert table[2].startswith(r"| 1 | A dog runs\. | ")
 
 
 def test_translate_file_endpoint_refuses_a_binary_file(client, tmp_path):

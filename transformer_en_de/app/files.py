@@ -29,7 +29,7 @@ class FileResult:
     path: str | None  # the TSV of translations
     summary: str  # Markdown: scores, timings, notices, or why nothing was translated
     scores: dict[str, dict] = field(default_factory=dict)  # system name → {"bleu", "chrf"}
-    preview: dict | None = None  # the first lines beside their translations: {"headers": [...], "data": [[...]]}
+    preview: str = ""  # Markdown: the first lines beside their translations
 
 
 def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
@@ -158,14 +158,18 @@ def translate_file(
     return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
 
 
-def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> dict:
-    """The first `count` non-blank lines beside each system's translation, for a table on the page (plain text)."""
+def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
+    """The first `count` non-blank lines beside each system's translation: a Markdown table, every cell shown as text
+    (the visitor's lines, and what the models wrote from them)."""
     shown = [index for index, line in enumerate(lines) if line.strip()][:count]
+    if not shown:
+        return ""
     headers = ["Line", "English", *columns]
-    return {
-        "headers": headers,
-        "data": [[index + 1, lines[index], *(c[index] for c in columns.values())] for index in shown],
-    }
+    rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
+    table = ["| " + " | ".join(headers) + " |", "|---:|" + ":---|" * (len(headers) - 1)]
+    table += ["| " + " | ".join(as_text(cell) for cell in row) + " |" for row in rows]
+    more = len([line for line in lines if line.strip()]) - len(shown)
+    return "\n".join(table) + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 
 
 def safe_stem(stem: str) -> str:

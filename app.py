@@ -196,7 +196,10 @@ def build_demo(
 ) -> gr.Blocks:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
     scheduler = FairScheduler(
-        fair=fair, heavy_jobs=limits.heavy_jobs, heavy_jobs_per_address=limits.heavy_jobs_per_address
+        fair=fair,
+        heavy_jobs=limits.heavy_jobs,
+        heavy_jobs_per_address=limits.heavy_jobs_per_address,
+        ordinary_seconds=limits.ordinary_cpu_seconds,
     )
     readers = Readers()
 

@@ -115,12 +115,14 @@ def hostile_load(http, url: str, args, scratch: Path, results: dict) -> list[thr
     return threads
 
 
-def new_sessions(http, url: str, count: int, text_bytes: int) -> dict:
-    """`count` raw calls, each with a new session and a body of about `text_bytes`; read to the end when accepted."""
+def new_sessions(http, url: str, count: int, size: int) -> dict:
+    """`count` raw calls, each with a new session and a body of about `size` bytes (a one-sentence text and a long
+    reference); read to the end when accepted. HTTP status -> count."""
     statuses = {}
-    text = ("A dog runs in the park. " * (text_bytes // 24 + 1))[:text_bytes]
+    reference = ("Ein Hund rennt im Park. " * (size // 24 + 1))[:size]
     for _ in range(count):
-        body = json.dumps({"data": [text, "greedy", 1, 16, ""], "session_hash": uuid.uuid4().hex}).encode()
+        data = ["A dog runs in the park.", "greedy", 1, 16, reference]
+        body = json.dumps({"data": data, "session_hash": uuid.uuid4().hex}).encode()
         status, event = post_call(http, url, "translate", body)
         if status == 200:
             read_call(http, url, "translate", event)

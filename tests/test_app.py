@@ -303,6 +303,21 @@ def test_heavy_requests_beyond_the_bound_are_refused_at_once_whatever_their_sess
         pass
 
 
+def test_a_long_file_is_refused_before_any_work_when_the_long_requests_are_all_in_flight(ours, tmp_path):
+    scheduler = FairScheduler(heavy_jobs=1)
+    held = Held(scheduler, "someone", heavy=True, work=30.0)
+    source = write(tmp_path / "long.en", "A dog runs in the park.\n" * 1_000 + "A bell \x07 rings.\n")
+
+    asked = time.monotonic()
+    result = files.translate_file(
+        source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler, output_dir=tmp_path
+    )
+
+    # Refused on its length alone: the broken last line was never looked at, nothing was tokenized.
+    assert "as many long requests as it can" in result.summary and time.monotonic() - asked < 1.0
+    held.release()
+
+
 def test_a_trusted_address_holds_one_heavy_request():
     scheduler = FairScheduler(heavy_jobs=4, heavy_jobs_per_address=1)
     held = Held(scheduler, "a", heavy=True, work=9.0, address="203.0.113.7")

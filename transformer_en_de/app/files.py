@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings
+from transformer_en_de.engine import DecodingSettings, length_bound
 from transformer_en_de.evaluation import corpus_scores
 
-from .limits import Limits, plan_work, token_limits
+from .limits import Limits, decoding_seconds, plan_work, token_limits
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import InputError, as_text, check_decoding, check_text
 from .translation import available, run_system, system_name
@@ -32,8 +32,9 @@ class FileResult:
     preview: str = ""  # Markdown: the first lines beside their translations
 
 
-def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
-    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or broken text."""
+def read_lines(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
+    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or (with `check`,
+    `check_lines`) broken text."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
@@ -55,10 +56,15 @@ def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) ->
     lines = split_lines(text)  # the same lines compare.py and the corpus translator read
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
-    for number, line in enumerate(lines, start=1):
-        check_text(line, f"{what} ({name}, line {number})")
     if not any(line.strip() for line in lines):
         raise InputError(f"The {what} ({name}) has no text.")
+    return check_lines(lines, what, name) if check else lines
+
+
+def check_lines(lines: list[str], what: str, name: str) -> list[str]:
+    """`lines` if every one is text (`check_text`); InputError naming the first that is not."""
+    for number, line in enumerate(lines, start=1):
+        check_text(line, f"{what} ({name}, line {number})")
     return lines
 
 
@@ -84,9 +90,17 @@ def translate_file(
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines = read_lines(source_file, "English file", limits)
+        lines = read_lines(source_file, "English file", limits, check=False)
+        # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
+        # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
+        ratio, offset = length_bound(ours.model, DecodingSettings(max_new_tokens=tokens))
+        fewest = [min(int(ratio + offset), tokens)] * sum(1 for line in lines[: limits.max_file_lines] if line.strip())
+        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+        check_lines(lines, "English file", as_text(Path(source_file).name))
         references = read_lines(reference_file, "reference file", limits) if reference_file else None
     except InputError as error:
+        return FileResult(None, f"⚠️ {error}")
+    except Busy as error:
         return FileResult(None, f"⚠️ {error}")
     if references is not None and len(references) != len(lines):
         return FileResult(

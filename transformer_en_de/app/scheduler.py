@@ -82,11 +82,13 @@ class FairScheduler:
         slice_seconds: float = SLICE_SECONDS,
         heavy_jobs: int = 2,
         heavy_jobs_per_address: int = 1,
+        ordinary_seconds: float = 1.5,
     ):
         self.fair = fair
         self.slice_seconds = slice_seconds
         self.heavy_jobs = heavy_jobs
         self.heavy_jobs_per_address = heavy_jobs_per_address
+        self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
         self._condition = threading.Condition()
         self._holder: Job | None = None
         self._waiting: list[Job] = []
@@ -132,6 +134,14 @@ class FairScheduler:
                     self._waiting.remove(job)
                 self._jobs.remove(job)
                 self._hand_over()
+
+    def check_room(self, work: float, address: str | None = None) -> None:
+        """Full at once if a request of at least `work` CPU seconds would be heavy and could not be admitted now: a
+        caller may ask before doing anything costly with a request (its `work` a lower bound of the estimate)."""
+        if not self.fair or work <= self.ordinary_seconds:
+            return
+        with self._condition:
+            self._admit(Job("(probe)", 0.0, 0.0, HEAVY, work, address, exclusive=False))
 
     def _admit(self, job: Job) -> None:
         """Busy or Full unless the job may start (lock held)."""

@@ -17,7 +17,7 @@ from transformer_en_de.engine import (
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Limits, plan_work, token_limits
+from .limits import Limits, decoding_seconds, plan_work, token_limits
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
     InputError,
@@ -181,6 +181,13 @@ def translate_text(
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ratio, offset = length_bound(ours.model, settings)
+    fewest = [min(int(ratio + offset), tokens)] * len(sentences)  # a lower bound of the plan's estimate, for free
+    try:
+        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+    except Busy as error:  # the long requests are all in flight and this one is long: refused before any work
+        result.message, result.notices, result.sentences = str(error), [], []
+        return result
     plan = plan_work(
         token_limits(ours.model, ours.tokenizer, sentences, settings),
         beams,

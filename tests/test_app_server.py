@@ -368,6 +368,17 @@ def test_a_body_that_is_no_call_is_a_message(server, body):
     assert status == 422 and json.loads(answer)["error"]
 
 
+def test_no_route_runs_a_translation_outside_the_queue(server):
+    body = json.dumps({"data": ["A dog runs.", "greedy", 1, 10, ""]}).encode()
+    for route in ("run", "api"):
+        call = urllib.request.Request(
+            f"{server[0]}gradio_api/{route}/translate", data=body, headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refusal:
+            urllib.request.urlopen(call, timeout=30)
+        assert refusal.value.code == 404 and "join the queue" in refusal.value.read().decode()
+
+
 def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     body = json.dumps({"data": ["A dog runs. " * 100_000, "greedy", 1, 10, ""]}).encode()  # 1.2 MB
 

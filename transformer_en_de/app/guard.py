@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 
 from gradio.utils import get_upload_folder, is_in_or_equal
 
@@ -47,7 +48,7 @@ class RequestGuard:
                 return await self.app(scope, receive, send)
             with self.readers.reading(stream):
                 return await self.app(scope, receive, send)
-        if method != "POST" or path.startswith(_UPLOAD):
+        if method in ("HEAD", "OPTIONS") or path.startswith(_UPLOAD):
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
@@ -98,7 +99,7 @@ class RequestGuard:
         function = self._function(call["api"] if call else None, payload.get("fn_index"))
         if function is None:
             return ""
-        inputs = [block for block in function.inputs]
+        inputs = list(function.inputs)
         shown = [block for block in inputs if not getattr(block, "skip_api", False)]
         if len(payload["data"]) in (len(inputs), len(shown)):
             blocks = inputs if len(payload["data"]) == len(inputs) else shown
@@ -176,21 +177,18 @@ class Readers:
             return found[1].decode("latin-1") if found else None
         return None
 
+    @contextmanager
     def reading(self, key: str):
-        readers = self
-
-        class Reading:
-            def __enter__(self):
-                with readers._lock:
-                    readers._open[key] += 1
-
-            def __exit__(self, *exc):
-                with readers._lock:
-                    readers._open[key] -= 1
-                    if readers._open[key] <= 0:
-                        del readers._open[key]
-
-        return Reading()
+        """Count the stream `key` as read while the block runs."""
+        with self._lock:
+            self._open[key] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open[key] -= 1
+                if self._open[key] <= 0:
+                    del self._open[key]
 
     def is_read(self, *keys: str) -> bool:
         with self._lock:

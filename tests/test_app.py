@@ -686,3 +686,21 @@ def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, 
     calm = text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[])
     assert "descriptions of photos" not in translation.format_details(calm.outputs[0])
     assert "**Confidence** " in translation.format_details(calm.outputs[0])
+
+
+# ------------------------------------------------------------------------------------------------ addresses
+
+
+def test_a_client_address_only_where_the_operator_trusts_the_proxy():
+    from starlette.requests import Request
+
+    from transformer_en_de.app.guard import client_address
+
+    def request(forwarded: bytes | None):
+        headers = [(b"x-forwarded-for", forwarded)] if forwarded else []
+        return Request({"type": "http", "headers": headers, "client": ("10.0.0.9", 4242)})
+
+    # Behind the operator's proxy, its hop is the last one: what the client wrote before it does not count.
+    assert client_address(request(b"198.51.100.1, 203.0.113.7"), trust_forwarded_for=True) == "203.0.113.7"
+    assert client_address(request(None), trust_forwarded_for=True) == "10.0.0.9"
+    assert client_address(request(b"203.0.113.7"), trust_forwarded_for=False) is None  # loopback or a proxy: shared

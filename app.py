@@ -9,17 +9,22 @@ comparison models come from `--comparison-models` / COMPARISON_MODELS (ids or fo
 variable; default Helsinki-NLP/opus-mt-en-de; "" for none). They load in background threads: the page is up before
 they are, and a model that cannot be loaded (offline) says why in its panel while the others keep serving.
 
-Requests take turns on the CPU (`transformer_en_de/app/scheduler.py`); each has a budget of work (estimated CPU
-seconds) and time (`limits.py`), one runs per visitor, closing the page cancels it. A request that reaches its time
-limit keeps what it has translated and says so; a long sentence without a full stop is translated in parts, and text
-typed in capitals is read in sentence case (by the engine, for every model). TRANSFORMER_MT_FAIR_SCHEDULING=0 turns the
+Requests are admitted by the work they carry, not by who sends them (`transformer_en_de/app/scheduler.py`): each has a
+budget of work (estimated CPU seconds) and time (`limits.py`); ordinary requests have a lane of their own, served
+first; only a few heavy ones run at once and more are refused at once. Every field and body is bounded before any work
+(`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
+is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
+full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
+model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust-forwarded-for (behind a proxy that appends the client's address,
+such as a Space's) adds a limit of one heavy request per address. TRANSFORMER_MT_FAIR_SCHEDULING=0 turns admission and
 turns off (every request runs at once, two at a time), for benchmarks/heavy_visitors.py's "fairness off".
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)
         -> (our_translation, our_details, [model_translation, model_details]..., notice)
-    /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens) -> (translations_tsv, summary)
-    /comparison() -> (summary, table)
+    /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens)
+        -> (translations_tsv, summary, first_lines: Markdown, each line beside its translations)
+    /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
 """
 
@@ -34,10 +39,19 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
-from transformer_en_de.app.corpus_report import HEADERS, corpus_table  # noqa: E402
+from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
+from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
+from transformer_en_de.app.guard import (  # noqa: E402
+    Readers,
+    RequestGuard,
+    client_address,
+    forget_inputs,
+    stop_unread_work,
+)
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS  # noqa: E402
@@ -71,12 +85,47 @@ EXAMPLES = [
     ["A little girl eats an ice cream on a bench.", "Ein kleines Mädchen isst auf einer Bank ein Eis."],
     ["Several people wait at a bus stop. It is raining.", "Mehrere Leute warten an einer Bushaltestelle. Es regnet."],
     ["An old woman sells vegetables at a market.", "Eine alte Frau verkauft Gemüse auf einem Markt."],
+    # An everyday sentence, where our model is out of its depth (and says so).
+    ["Where is the train station?", "Wo ist der Bahnhof?"],
 ]
 
 INTRO = """# English → German: our Transformer beside pretrained models
-Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on Multi30k
-(29,000 image descriptions). The pretrained models beside it were trained on far more data. Every model translates the
-same input with the same decoding settings, through the same code."""
+Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on **29,000 English
+descriptions of photos** and their German translations (Multi30k): *"Two dogs are playing in the snow."* It translates
+sentences like those well, and little else: on everyday sentences (try the last example) it writes fluent nonsense, and
+its **confidence** (how probable the model finds its own words) drops; the page then says so. The pretrained models
+beside it learned from millions of sentences of every kind. Every model translates the same input with the same
+settings, through the same code."""
+
+# At phone width: the input boxes stack, the examples' text wraps instead of being cut, a dropdown's text stays clear
+# of its arrow, wide tables scroll inside their box.
+CSS = """
+#examples table { table-layout: fixed; width: 100%; }
+#examples td, #examples th { max-width: none !important; white-space: normal; overflow-wrap: break-word; }
+#examples td div { width: auto !important; }
+.secondary-wrap input { text-overflow: ellipsis; padding-right: 1.5em; }
+.prose table { display: block; overflow-x: auto; }
+.prose th { white-space: nowrap; }
+.prose td { word-break: normal; overflow-wrap: normal; }
+"""
+
+
+def stacked_table_css(elem_id: str, headers: list[str], width: int = 640) -> str:
+    """CSS that shows the Markdown table inside `#elem_id` as one block per row below `width` pixels, each cell
+    preceded by its column's header ("BLEU: 39.70"): a phone sees every column, none cut or scrolled away."""
+    scope = f"#{elem_id}"
+    parts = ", ".join(f"{scope} {tag}" for tag in ("table", "thead", "tbody", "tr", "th", "td"))
+    rules = [
+        f"{parts} {{ display: block; width: auto; }}",
+        f"{scope} thead {{ display: none; }}",
+        f"{scope} tr {{ border-bottom: 1px solid var(--border-color-primary); padding: 0.4em 0; }}",
+        f"{scope} td {{ border: none !important; padding: 0.1em 0.6em; }}",
+        f"{scope} td:empty {{ display: none; }}",
+    ]
+    for number, header in enumerate(headers, start=1):
+        label = header.replace("\\", "\\\\").replace('"', '\\"')
+        rules.append(f'{scope} td:nth-child({number})::before {{ content: "{label}: "; font-weight: 600; }}')
+    return f"@media (max-width: {width}px) {{\n" + "\n".join(rules) + "\n}\n"
 
 
 def resolve_model(model_id: str | None) -> str:
@@ -102,20 +151,38 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
+    parser.add_argument(
+        "--trust-forwarded-for",
+        action="store_true",
+        default=os.environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR", "0") == "1",
+        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): limit heavy requests "
+        "per address, by its last hop (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1)",
+    )
     return parser.parse_args(argv)
 
 
 def uploaded_path(payload) -> str | None:
     """The server path of an upload as sent to an unpreprocessed callback; only files in Gradio's upload folder."""
     path = payload.get("path") if isinstance(payload, dict) else None
-    if path and is_in_or_equal(path, get_upload_folder()):
+    if isinstance(path, str) and path and "\x00" not in path and is_in_or_equal(path, get_upload_folder()):
         return path
     return None
 
 
-def launch_options(host: str | None = None, port: int | None = None, limits: Limits = Limits()) -> dict:
-    """demo.launch() settings: the upload cap is enforced by the server while the upload streams in."""
-    return dict(server_name=host, server_port=port, max_file_size=limits.max_file_bytes)
+def launch_options(
+    demo: gr.Blocks, host: str | None = None, port: int | None = None, limits: Limits = Limits()
+) -> dict:
+    """demo.launch() settings: the upload cap is enforced by the server while the upload streams in, every other body
+    by `RequestGuard` before it is read; sessions kept in memory are bounded (each holds only what its page shows)."""
+    guard = Middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, readers=demo.readers)
+    return dict(
+        server_name=host,
+        server_port=port,
+        max_file_size=limits.max_file_bytes,
+        app_kwargs={"middleware": [guard]},
+        css=demo.page_css,
+        state_session_capacity=limits.sessions_kept,
+    )
 
 
 def build_demo(
@@ -124,10 +191,17 @@ def build_demo(
     *,
     limits: Limits = Limits(),
     fair: bool = True,
+    trust_forwarded_for: bool = False,
     comparison_path: Path = COMPARISON_PATH,
 ) -> gr.Blocks:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
-    scheduler = FairScheduler(fair=fair)
+    scheduler = FairScheduler(
+        fair=fair,
+        heavy_jobs=limits.heavy_jobs,
+        heavy_jobs_per_address=limits.heavy_jobs_per_address,
+        ordinary_seconds=limits.ordinary_cpu_seconds,
+    )
+    readers = Readers()
 
     def take_turns(model):
         # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
@@ -161,7 +235,9 @@ def build_demo(
             scheduler=scheduler,
             limits=limits,
             session=request.session_hash,
+            address=client_address(request, trust_forwarded_for),
         )
+        forget_inputs(demo, request.session_hash, text_inputs)
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
@@ -169,8 +245,11 @@ def build_demo(
         figures = [None] * len(systems)
         if not state:
             return figures
-        index = min(int(sentence_index or 0), len(state["sentences"]) - 1)
-        layer = None if not layer_index else int(layer_index) - 1
+        try:  # the page sends whole numbers; anything else draws the first sentence, all layers
+            index = min(max(int(sentence_index or 0), 0), len(state["sentences"]) - 1)
+            layer = None if not layer_index else int(layer_index) - 1
+        except (TypeError, ValueError, OverflowError):
+            index, layer = 0, None
         try:
             with scheduler.job(request.session_hash, limits.text.seconds, exclusive=False):
                 for number, (system, ids) in enumerate(zip(systems, state["systems"], strict=True)):
@@ -212,22 +291,32 @@ def build_demo(
             output_dir=get_upload_folder(),
             limits=limits,
             session=request.session_hash,
+            address=client_address(request, trust_forwarded_for),
             progress=progress,
         )
-        return result.path, result.summary
+        forget_inputs(demo, request.session_hash, file_inputs)
+        return result.path, result.summary, result.preview
 
     def comparison():
-        """Corpus-level results: Markdown notes and a table (eval_results.json and compare.py's JSON)."""
+        """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
+        test set (eval_results.json and compare.py's JSON)."""
         folder = ours.model_id if Path(ours.model_id).is_dir() else None
-        summary, rows = corpus_table(folder, comparison_path)
-        return summary, {"headers": HEADERS, "data": rows or [[""] * len(HEADERS)]}
+        summary, rows = corpus_table(folder, comparison_path, display_id(ours.model_id))
+        return summary, markdown_table(rows)
 
     def status():
         """Each comparison model's loading state, and the requests in progress, as Markdown lines."""
         return "\n\n".join([model.status() for model in comparisons] + [scheduler.describe()])
 
     def poll_models():
-        return (*[model.status() for model in comparisons], gr.Timer(active=not all(m.done for m in comparisons)))
+        """Each comparison model's line; a model that cannot be loaded keeps only its line (no empty boxes)."""
+        shown = [gr.update(visible=not model.failed) for model in comparisons]
+        return (
+            *[model.status() for model in comparisons],
+            *shown,
+            *shown,
+            gr.Timer(active=not all(m.done for m in comparisons)),
+        )
 
     def cancel_visitor(request: gr.Request):
         if scheduler.cancel(request.session_hash):
@@ -236,48 +325,74 @@ def build_demo(
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown(INTRO)
         with gr.Row():
-            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding")
-            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)")
-            max_new_tokens = gr.Slider(1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens")
+            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding", min_width=240)
+            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)", min_width=240)
+            max_new_tokens = gr.Slider(
+                1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens", min_width=240
+            )
         with gr.Tabs():
             with gr.Tab("Translate"):
-                with gr.Row():
+                with gr.Row():  # side by side on a wide screen, one above the other on a phone
                     text = gr.Textbox(
-                        label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english"
+                        label="English",
+                        lines=4,
+                        placeholder="Type one or more English sentences.",
+                        elem_id="english",
+                        min_width=320,
                     )
                     reference = gr.Textbox(
-                        "", label="Reference translation (optional, German)", lines=4, elem_id="reference"
+                        "",
+                        label="Reference translation (optional, German)",
+                        lines=4,
+                        elem_id="reference",
+                        min_width=320,
                     )
                 translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
                 notice = gr.Markdown(label="Notice", elem_id="notice")
-                panels, model_states = [], []
+                panels, model_states, columns = [], [], []
                 with gr.Row(equal_height=False):
                     for number, system in enumerate(systems):
-                        with gr.Column():
-                            gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                        with gr.Column(min_width=300):  # beside each other on a wide screen, stacked on a phone
                             if number:
+                                # A model that cannot be loaded keeps only this line (the rest of its column hides).
                                 model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
-                            panels += [
-                                gr.Textbox(
-                                    label=f"{system.name} (German)",
-                                    lines=4,
-                                    interactive=False,
-                                    elem_id=f"translation-{number}",
-                                ),
-                                gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
-                            ]
+                            with gr.Column(visible=not getattr(system, "failed", False)) as column:
+                                gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                                panels += [
+                                    gr.Textbox(
+                                        label=f"{system.name} (German)",
+                                        lines=4,
+                                        interactive=False,
+                                        elem_id=f"translation-{number}",
+                                    ),
+                                    gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
+                                ]
+                            columns += [column] if number else []
                 gr.Examples(
-                    EXAMPLES, inputs=[text, reference], label="Examples (with references)", cache_examples=False
+                    EXAMPLES,
+                    inputs=[text, reference],
+                    label="Examples (with references; the last is an everyday sentence)",
+                    cache_examples=False,
+                    elem_id="examples",
                 )
                 gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
                 with gr.Row():
-                    sentence = gr.Dropdown(choices=[], type="value", label="Sentence")
+                    sentence = gr.Dropdown(choices=[], type="value", label="Sentence", min_width=240)
                     layer = gr.Dropdown(
-                        choices=[(label, index) for index, label in enumerate(layer_choices)], value=0, label="Layer"
+                        choices=[(label, index) for index, label in enumerate(layer_choices)],
+                        value=0,
+                        label="Layer",
+                        min_width=240,
                     )
                 with gr.Row():
                     plots = [
-                        gr.Plot(label=f"{system.name} cross-attention", show_label=False, elem_id=f"heatmap-{number}")
+                        gr.Plot(
+                            label=f"{system.name} cross-attention",
+                            show_label=False,
+                            elem_id=f"heatmap-{number}",
+                            min_width=300,
+                            visible=not getattr(system, "failed", False),
+                        )
                         for number, system in enumerate(systems)
                     ]
             with gr.Tab("File"):
@@ -285,17 +400,20 @@ def build_demo(
                     f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
                     f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
                     "translated with fewer beams. Optionally a German reference file with the same number of "
-                    "lines for corpus BLEU and chrF."
+                    "lines for corpus BLEU and chrF. The first lines show below; the download has them all."
                 )
                 with gr.Row():
-                    source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath")
-                    reference_file = gr.File(label="Reference file (optional)", file_types=FILE_TYPES, type="filepath")
+                    source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath", min_width=300)
+                    reference_file = gr.File(
+                        label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
+                    )
                 file_button = gr.Button("Translate file", variant="primary")
-                file_output = gr.File(label="Translations (TSV)")
-                file_summary = gr.Markdown(label="Summary")
+                file_summary = gr.Markdown(label="Summary", elem_id="file-summary")
+                file_preview = gr.Markdown(label="The first lines", elem_id="file-preview")
+                file_output = gr.File(label="All translations (TSV)")
             with gr.Tab("Corpus comparison"):
                 comparison_summary = gr.Markdown(label="Notes")
-                comparison_rows = gr.Dataframe(headers=HEADERS, label="Corpus results", interactive=False, wrap=True)
+                comparison_rows = gr.Markdown(label="Corpus results", elem_id="corpus-table")
         status_line = gr.Markdown(visible=False)
         attention = gr.State()
         timer = gr.Timer(1.0, active=bool(comparisons))
@@ -306,6 +424,8 @@ def build_demo(
         compute = dict(
             concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
         )
+        text_inputs = [text, decoding, num_beams, max_new_tokens, reference]
+        file_inputs = [source_file, reference_file, decoding, num_beams, max_new_tokens]
         translate_button.click(
             translate,
             [text, decoding, num_beams, max_new_tokens, reference],
@@ -318,7 +438,7 @@ def build_demo(
         file_button.click(
             run_file,
             [source_file, reference_file, decoding, num_beams, max_new_tokens],
-            [file_output, file_summary],
+            [file_output, file_summary, file_preview],
             api_name="translate_file",
             **compute,
         )
@@ -326,21 +446,41 @@ def build_demo(
         demo.load(comparison, None, [comparison_summary, comparison_rows], api_name="comparison", queue=False)
         demo.load(status, None, status_line, api_name="status", queue=False)
         timer.tick(
-            poll_models, None, [*model_states, timer], api_visibility="private", queue=False, show_progress="hidden"
+            poll_models,
+            None,
+            [*model_states, *columns, *plots[1:], timer],
+            api_visibility="private",
+            queue=False,
+            show_progress="hidden",
         )
         demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
-    demo.queue(max_size=limits.queue_size)
+    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
+    demo.queue(max_size=limits.queue_size, api_open=False)
+    demo.page_css = CSS + "".join(  # for launch_options: Gradio 6 takes the CSS at launch
+        stacked_table_css(elem_id, headers)
+        for elem_id, headers in (
+            ("corpus-table", CORPUS_HEADERS),
+            ("file-summary", ["System", "Sentences", "Seconds", "BLEU", "chrF"]),
+            ("file-preview", ["Line", "English", *[system.name for system in systems]]),
+        )
+    )
     demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
+    demo.readers = readers  # RequestGuard counts the result streams being read; the watcher stops unread work
+    if fair:
+        stop_unread_work(demo, scheduler, readers, grace=limits.unread_grace_seconds)
     return demo
 
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])
 try:
     demo = build_demo(
-        OPTIONS.model, OPTIONS.comparison_models, fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0"
+        OPTIONS.model,
+        OPTIONS.comparison_models,
+        fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0",
+        trust_forwarded_for=OPTIONS.trust_forwarded_for,
     )
 except ModelUnavailableError as error:
     sys.exit(f"app.py: {error}")
 
 if __name__ == "__main__":
-    demo.launch(**launch_options(OPTIONS.host, OPTIONS.port))
+    demo.launch(**launch_options(demo, OPTIONS.host, OPTIONS.port))

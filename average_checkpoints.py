@@ -181,7 +181,7 @@ def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:
     recorded = read_eval_results(folder)
     if recorded is None:
         raise FileNotFoundError(f"{folder} has no eval_results.json to rescore: average or train into it first.")
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder)  # its saved generation config included
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True)  # + generation config
     tokenizer = load_tokenizer(folder)
     languages = (recorded["languages"]["source"], recorded["languages"]["target"])
     write_eval_results(

@@ -518,7 +518,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
                      averaged_checkpoints=[path.name for path in choice.checkpoints])
         print(f"[average] shipping {choice.name}: val {val_scores['bleu']} BLEU")
     elif best:
-        model = TransformerMTForConditionalGeneration.from_pretrained(best)
+        model = TransformerMTForConditionalGeneration.from_pretrained(best, use_safetensors=True)
     else:
         model = trainer.model
     restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config; the cache is on

@@ -17,7 +17,7 @@ from tiny_models import T5_PREFIX, build_tiny_t5
 from transformer_en_de import engine, evaluation
 from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
 from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
-from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler
+from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.engine import DecodingSettings, translate
 
@@ -244,28 +244,119 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
 # ------------------------------------------------------------------------------------------------ turns on the CPU
 
 
-def test_a_short_request_overtakes_a_long_one_and_one_request_per_visitor():
+def test_an_ordinary_request_overtakes_a_heavy_one_and_one_request_per_visitor():
     scheduler = FairScheduler()
     finished, started = [], threading.Event()
 
-    def request(session, steps):
-        with scheduler.job(session, 60):
+    def request(session, steps, **kind):
+        with scheduler.job(session, 60, **kind):
             started.set()
             for _ in range(steps):
                 time.sleep(0.01)  # one decoder step's work
                 scheduler.checkpoint()
         finished.append(session)
 
-    heavy = threading.Thread(target=request, args=("heavy", 200))
+    heavy = threading.Thread(target=request, args=("heavy", 200), kwargs=dict(heavy=True, work=20.0))
     heavy.start()
     started.wait()
     with pytest.raises(Busy):
         with scheduler.job("heavy", 60):
             pass
-    request("light", 5)
+    request("light", 5, work=0.2)
     heavy.join()
 
     assert finished == ["light", "heavy"]
+
+
+class Held:
+    """A request admitted in another thread and kept there (waiting for its turn or not) until `release()`."""
+
+    def __init__(self, scheduler, session, **kind):
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(scheduler, session), kwargs=kind, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 5
+        while session not in scheduler.active_sessions:  # admitted (it may still wait for its turn)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    def _run(self, scheduler, session, **kind):
+        with scheduler.job(session, 60, **kind):
+            self.done.wait()
+
+    def release(self):
+        self.done.set()
+        self.thread.join(5)
+
+
+def test_heavy_requests_beyond_the_bound_are_refused_at_once_whatever_their_session():
+    scheduler = FairScheduler(heavy_jobs=2)
+    held = [Held(scheduler, session, heavy=True, work=12.0) for session in ("a", "b")]
+    asked = time.monotonic()
+    with pytest.raises(Full, match="as many long requests as it can"):
+        with scheduler.job("fresh session", 60, heavy=True, work=12.0):
+            pass
+    assert time.monotonic() - asked < 0.1
+    for job in held:
+        job.release()
+    with scheduler.job("c", 60, heavy=True, work=12.0):  # the bound is on work in flight: room again
+        pass
+
+
+def test_a_long_file_is_refused_before_any_work_when_the_long_requests_are_all_in_flight(ours, tmp_path):
+    scheduler = FairScheduler(heavy_jobs=1)
+    held = Held(scheduler, "someone", heavy=True, work=30.0)
+    source = write(tmp_path / "long.en", "A dog runs in the park.\n" * 1_000 + "A bell \x07 rings.\n")
+
+    asked = time.monotonic()
+    result = files.translate_file(
+        source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler, output_dir=tmp_path
+    )
+
+    # Refused on its length alone: the broken last line was never looked at, nothing was tokenized.
+    assert "as many long requests as it can" in result.summary and time.monotonic() - asked < 1.0
+    held.release()
+
+
+def test_a_trusted_address_holds_one_heavy_request():
+    scheduler = FairScheduler(heavy_jobs=4, heavy_jobs_per_address=1)
+    held = Held(scheduler, "a", heavy=True, work=9.0, address="203.0.113.7")
+    with pytest.raises(Full, match="your address already has a long request"):
+        with scheduler.job("b", 60, heavy=True, work=9.0, address="203.0.113.7"):
+            pass
+    other = Held(scheduler, "c", heavy=True, work=9.0, address="198.51.100.2")
+    held.release()
+    other.release()
+
+
+def test_ordinary_requests_go_first_shortest_work_first():
+    scheduler = FairScheduler()
+    order, holding = [], threading.Event()
+    release = threading.Event()
+
+    def holder():
+        with scheduler.job("holder", 60, heavy=True, work=30.0):
+            holding.set()
+            release.wait()
+            scheduler.checkpoint()  # hands over to every waiting ordinary request, then resumes
+        order.append("heavy")
+
+    def request(session, work):
+        with scheduler.job(session, 60, work=work):
+            order.append(session)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    holding.wait()
+    for session, work in (("long ordinary", 1.0), ("short ordinary", 0.1)):
+        threads.append(threading.Thread(target=request, args=(session, work)))
+        threads[-1].start()
+        time.sleep(0.05)
+    release.set()
+    for thread in threads:
+        thread.join()
+
+    assert order == ["short ordinary", "long ordinary", "heavy"]
 
 
 def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_between_batches():
@@ -452,9 +543,11 @@ def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
 
     assert time.monotonic() - started < 30  # HF_HUB_OFFLINE=1: fails fast instead of retrying the Hub
     assert offline.translator is None and "offline" in offline.error and "Helsinki-NLP/opus-mt-en-de" in offline.error
+    # The page gets one line in a visitor's words; the operator's (the cause, what to do) is in offline.error.
+    assert offline.status() == "opus-mt-en-de is not available on this server right now, so our model translates alone."
     result = text(SENTENCE, "greedy", 1, 5, ours=ours, comparisons=[offline])
-    assert result.outputs[0].translation != "" and result.outputs[1].message == offline.error
-    assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.error}"
+    assert result.outputs[0].translation != "" and result.outputs[1].message == offline.status()
+    assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.status()}"
 
 
 def test_comparison_models_loading_at_the_same_time_all_load(tmp_path):
@@ -528,25 +621,86 @@ def test_corpus_table_reads_both_files(tmp_path):
         )
     )
 
-    summary, rows = corpus_report.corpus_table(model, comparison)
+    summary, rows = corpus_report.corpus_table(model, comparison, ours="transformer-en-de")
 
-    assert [row[:5] for row in rows] == [
-        [f"{translators.OURS_NAME}, eval_results.json", "test_2016_flickr", "1,000", "36.51", "62.30"],
-        [f"{translators.OURS_NAME}, eval_results.json", "val", "", "38.00", "64.00"],
-        ["transformer-en-de", "test_2016_flickr", "1,000", "36.50", "62.30"],
-        ["Helsinki-NLP/opus-mt-en-de", "test_2016_flickr", "1,000", "", ""],
+    # One row per model and test set: compare.py's figures for our model fill the row of eval_results.json.
+    assert rows == [
+        [translators.OURS_NAME, "val", "", "38.00", "64.00", "44.0M", ""],
+        [translators.OURS_NAME, "test 2016 flickr", "1,000", "36.50", "62.30", "44.0M", "20.0"],
     ]
-    assert rows[0][5] == "44.00M" and rows[0][7] == "beam 4" and rows[2][6] == "20.0" and rows[3][7] == "offline"
-    assert "1000 sentences" in summary
+    assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(4 beams)" in summary
+    assert "BLEU counts the word sequences" in summary and "*val* is the Multi30k validation set" in summary
+    table = corpus_report.markdown_table(rows)
+    assert table.splitlines()[0] == "| Model | Test set | Sentences | BLEU | chrF | Parameters | Sentences per second |"
+    assert r"| Transformer \(ours\) | test 2016 flickr | 1,000 | 36\.50 |" in table
 
 
 def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):
     (tmp_path / "eval_results.json").write_text(json.dumps({"test_2016_flickr": {"bleu": 1.0}}))
     summary, rows = corpus_report.corpus_table(tmp_path, tmp_path / "missing.json")
     assert rows == [] and "not in the expected shape" in summary and str(tmp_path) not in summary
+    assert corpus_report.markdown_table(rows) == ""
     assert "No corpus-level results yet" in summary
 
     (tmp_path / "broken.json").write_text("{not json")
     assert "broken.json could not be read" in corpus_report.corpus_table(None, tmp_path / "broken.json")[0]
     (tmp_path / "list.json").write_text("[1, 2]")
     assert "list.json is not a JSON object" in corpus_report.corpus_table(None, tmp_path / "list.json")[0]
+
+
+# ------------------------------------------------------------------------------------------------ confidence
+
+
+def test_confidence_is_each_models_own_probability_of_its_tokens(ours, marian, t5):
+    sentences = ["A dog runs in the park.", "Two men are working on a roof today.", "The cat sleeps."]
+    settings = DecodingSettings(num_beams=2, max_new_tokens=12, batch_size=2)
+    for translator in (ours, marian, t5):
+        run = translate(translator.model, translator.tokenizer, sentences, settings)
+
+        batched = engine.confidences(translator.model, run.translations, batch_size=3)
+
+        for item, confidence in zip(run.translations, batched, strict=True):
+            with torch.inference_mode():
+                logits = translator.model(
+                    input_ids=torch.tensor([item.source_ids]),
+                    decoder_input_ids=torch.tensor([item.generated_ids[:-1]]),
+                ).logits[0]
+            chosen = logits.log_softmax(-1)[range(len(item.generated_ids) - 1), item.generated_ids[1:]]
+            if item.hit_length_bound:  # the engine forced that </s>: not the model's choice
+                chosen = chosen[:-1]
+            assert confidence == pytest.approx(chosen.mean().exp().item(), rel=1e-4)
+            assert 0 < confidence <= 1
+
+
+def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, marian, monkeypatch):
+    result = text("A dog runs. The cat sleeps.", "greedy", 1, 8, ours=ours, comparisons=[marian])
+
+    for output in result.outputs:
+        assert "**Confidence per sentence**" in translation.format_details(output) and len(output.confidences) == 2
+    # The tiny models are random: every sentence is below the threshold, but only ours carries the note.
+    assert "our model learned German from 29,000 descriptions of photos" in translation.format_details(
+        result.outputs[0]
+    )
+    assert "descriptions of photos" not in translation.format_details(result.outputs[1])
+    monkeypatch.setattr(translation, "LOW_CONFIDENCE", 0.0)
+    calm = text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[])
+    assert "descriptions of photos" not in translation.format_details(calm.outputs[0])
+    assert "**Confidence** " in translation.format_details(calm.outputs[0])
+
+
+# ------------------------------------------------------------------------------------------------ addresses
+
+
+def test_a_client_address_only_where_the_operator_trusts_the_proxy():
+    from starlette.requests import Request
+
+    from transformer_en_de.app.guard import client_address
+
+    def request(forwarded: bytes | None):
+        headers = [(b"x-forwarded-for", forwarded)] if forwarded else []
+        return Request({"type": "http", "headers": headers, "client": ("10.0.0.9", 4242)})
+
+    # Behind the operator's proxy, its hop is the last one: what the client wrote before it does not count.
+    assert client_address(request(b"198.51.100.1, 203.0.113.7"), trust_forwarded_for=True) == "203.0.113.7"
+    assert client_address(request(None), trust_forwarded_for=True) == "10.0.0.9"
+    assert client_address(request(b"203.0.113.7"), trust_forwarded_for=False) is None  # loopback or a proxy: shared

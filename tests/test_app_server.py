@@ -238,7 +238,7 @@ def test_translate_file_endpoint(client, server, tmp_path):
     reference = tmp_path / "reference.de"
     reference.write_text("Ein Hund rennt.\nDie Katze schläft.\nZwei Männer arbeiten.\n", encoding="utf-8")
 
-    path, summary = client.predict(
+    path, summary, first_lines = client.predict(
         handle_file(source), handle_file(reference), "greedy", 1, 8, api_name="/translate_file"
     )
 
@@ -249,13 +249,17 @@ def test_translate_file_endpoint(client, server, tmp_path):
         scores = evaluation.corpus_scores([row[column] for row in rows[1:]], [row[5] for row in rows[1:]])
         assert f"{scores['bleu']:.2f} | {scores['chrf']:.2f}" in summary
     assert list((server[2] / "translations").rglob("source.de.tsv"))  # written into Gradio's cache, which it cleans
+    # The first lines beside their translations, for the page.
+    table = first_lines.splitlines()
+    assert table[0] == "| Line | English | " + " | ".join(rows[0][2:5]) + " |" and len(table) == 2 + 3
+    assert table[2].startswith(r"| 1 | A dog runs\. | ")
 
 
 def test_translate_file_endpoint_refuses_a_binary_file(client, tmp_path):
     upload = tmp_path / "image.txt"
     upload.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
 
-    path, summary = client.predict(handle_file(upload), None, "greedy", 1, 8, api_name="/translate_file")
+    path, summary, _ = client.predict(handle_file(upload), None, "greedy", 1, 8, api_name="/translate_file")
 
     assert path is None and "looks like a binary file" in summary
 
@@ -272,12 +276,213 @@ def test_upload_over_the_cap_is_refused_before_it_is_stored(client, server, tmp_
 def test_comparison_endpoint(client):
     summary, table = client.predict(api_name="/comparison")
 
-    assert table["headers"] == corpus_report.HEADERS
-    assert table["data"][0][:5] == [
-        f"{translators.OURS_NAME}, eval_results.json",
-        "test_2016_flickr",
-        "",
-        "12.34",
-        "45.60",
-    ]
-    assert "sacreBLEU" in summary
+    lines = table.splitlines()
+    assert lines[0] == "| " + " | ".join(corpus_report.HEADERS) + " |"
+    assert lines[2].startswith(r"| Transformer \(ours\) | test 2016 flickr |  | 12\.34 | 45\.60 |")
+    assert "BLEU counts the word sequences" in summary
+
+
+# ------------------------------------------------------------------------------------------------ hostile API clients
+
+
+def raw_call(url: str, api: str, body: bytes | dict, *, read: bool = True) -> tuple[int, str]:
+    """POST /gradio_api/call/<api> as a raw HTTP client (no session unless the body has one); (status, answer): the
+    event stream when accepted and `read`, else the response body."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    call = urllib.request.Request(
+        f"{url}gradio_api/call/{api}", data=data, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(call, timeout=30) as response:
+            answer = response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    if not read:
+        return 200, answer
+    with urllib.request.urlopen(f"{url}gradio_api/call/{api}/{json.loads(answer)['event_id']}", timeout=120) as stream:
+        return 200, stream.read().decode()
+
+
+def completed(stream: str) -> list:
+    """The values of the stream's `complete` event (the test fails on an `error` event, message or not)."""
+    assert "event: complete" in stream, stream[-500:]
+    return json.loads(stream.split("event: complete\ndata: ", 1)[1].split("\n", 1)[0])
+
+
+def no_traceback_since(log, before: str) -> bool:
+    return "Traceback" not in log.read_text()[len(before) :]
+
+
+@pytest.mark.parametrize(
+    "value, kind", [(7, "a number"), (["A dog."], "a list"), ({"a": 1}, "an object"), (True, "true")]
+)
+@pytest.mark.parametrize("field", ["text", "reference"])
+def test_text_or_reference_of_the_wrong_type_is_a_message(server, field, value, kind):
+    before = server[1].read_text()
+    data = ["A dog runs.", "greedy", 1, 10, ""]
+    data[0 if field == "text" else 4] = value
+
+    status, stream = raw_call(server[0], "translate", {"data": data})
+
+    answer = completed(stream)
+    assert status == 200 and f"The {field} must be a string of text, not {kind}" in answer[-2]
+    assert answer[-2].count("\n") == 0 and no_traceback_since(server[1], before)
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "1e400", "NaN"])
+@pytest.mark.parametrize("slider", [2, 3])
+def test_infinite_slider_values_are_a_message(server, slider, literal):
+    before = server[1].read_text()
+    values = ['"A dog runs."', '"beam search"', "2", "10", '""']
+    values[slider] = literal
+
+    status, stream = raw_call(server[0], "translate", ('{"data": [' + ", ".join(values) + "]}").encode())
+
+    answer = completed(stream)
+    name = "Beams" if slider == 2 else "Maximum new tokens"
+    assert status == 200 and f"{name} must be a whole number" in answer[-2] and answer[0] == ""
+    assert no_traceback_since(server[1], before)
+
+
+@pytest.mark.parametrize(
+    "api, data, expected",
+    [
+        ("translate", ["A dog runs.", "greedy"], "/translate takes 5 values"),
+        ("translate", [], "/translate takes 5 values"),
+        ("translate_file", [None], "/translate_file takes 5 values"),
+    ],
+)
+def test_missing_arguments_are_a_message(server, api, data, expected):
+    before = server[1].read_text()
+
+    status, answer = raw_call(server[0], api, {"data": data})
+
+    assert status == 422 and expected in json.loads(answer)["error"]
+    assert no_traceback_since(server[1], before)
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"data": "A dog runs."}', b"[1, 2]"])
+def test_a_body_that_is_no_call_is_a_message(server, body):
+    status, answer = raw_call(server[0], "translate", body)
+
+    assert status == 422 and json.loads(answer)["error"]
+
+
+def test_no_route_runs_a_translation_outside_the_queue(server):
+    body = json.dumps({"data": ["A dog runs.", "greedy", 1, 10, ""]}).encode()
+    for route in ("run", "api"):
+        call = urllib.request.Request(
+            f"{server[0]}gradio_api/{route}/translate", data=body, headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refusal:
+            urllib.request.urlopen(call, timeout=30)
+        assert refusal.value.code == 404 and "join the queue" in refusal.value.read().decode()
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
+    body = json.dumps({"data": ["A dog runs. " * 100_000, "greedy", 1, 10, ""]}).encode()  # 1.2 MB
+
+    status, answer = raw_call(server[0], "translate", body)
+
+    assert status == 413 and f"the limit here is {Limits().max_body_bytes:,}" in json.loads(answer)["error"]
+
+
+@pytest.mark.parametrize(
+    "where, expected",
+    [
+        ("a-folder", "is no longer on the server"),
+        ("missing.txt", "is no longer on the server"),
+    ],
+)
+def test_a_file_payload_that_is_no_upload_is_a_message(server, where, expected):
+    (server[2] / "a-folder").mkdir(exist_ok=True)
+    before = server[1].read_text()
+    payload = {"path": str(server[2] / where), "meta": {"_type": "gradio.FileData"}}
+
+    status, stream = raw_call(server[0], "translate_file", {"data": [payload, None, "greedy", 1, 8]})
+
+    assert expected in completed(stream)[1] and no_traceback_since(server[1], before)
+
+
+@pytest.mark.parametrize(
+    "payload, expected",
+    [
+        (42, "must be null or the object /gradio_api/upload describes"),
+        ("long.txt", "must be null or the object /gradio_api/upload describes"),
+        ({"name": "x"}, "must be null or the object /gradio_api/upload describes"),
+        ({"path": "/etc/hostname"}, "The English file must be a file uploaded to this server"),
+        ({"path": "../../etc/hostname"}, "The English file must be a file uploaded to this server"),
+    ],
+)
+def test_a_file_payload_of_the_wrong_shape_or_place_is_a_message(server, payload, expected):
+    before = server[1].read_text()
+
+    status, answer = raw_call(server[0], "translate_file", {"data": [payload, None, "greedy", 1, 8]})
+
+    assert status == 422 and expected in json.loads(answer)["error"]
+    assert no_traceback_since(server[1], before)
+
+
+def test_injected_markdown_comes_back_as_text(server, client, tmp_path):
+    link = "[click here](http://evil.example/x) ![x](http://evil.example/i.png) <img src=x onerror=alert(1)>"
+    status, stream = raw_call(server[0], "translate", {"data": ["A dog runs.", link, 2, 10, ""]})
+    notice = completed(stream)[-2]
+    assert "Decoding must be one of" in notice and "evil.example" not in notice
+
+    upload = tmp_path / "[click here](http:evil.example).txt"
+    upload.write_bytes(b"\x00binary")
+    _, summary = client.predict(handle_file(upload), None, "greedy", 1, 8, api_name="/translate_file")[:2]
+    assert r"\[click here\]\(httpevil\.example\)\.txt" in summary and "[click here](" not in summary  # Gradio drops ":"
+
+
+def test_a_session_keeps_no_visitor_text_for_deep_links(server, client):
+    secret = "A dog runs past [a link](http://evil.example/x)."
+    body = {"data": [secret, "greedy", 1, 10, secret], "session_hash": "deeplinkprobe"}
+
+    status, stream = raw_call(server[0], "translate", body)
+    completed(stream)
+    with urllib.request.urlopen(f"{server[0]}gradio_api/deep_link?session_hash=deeplinkprobe", timeout=10) as response:
+        link = json.loads(response.read())
+
+    saved = (server[2] / "deep_links" / link / "state.json").read_text()
+    assert "evil.example" not in saved
+
+
+def test_a_long_reference_is_not_scored_and_says_so(server):
+    reference = "Ein Hund rennt. " * 1_000  # 16,000 characters
+
+    status, stream = raw_call(server[0], "translate", {"data": ["A dog runs.", "greedy", 1, 10, reference]})
+
+    answer = completed(stream)
+    assert "references of up to 10,000 characters and 200 lines are scored here" in answer[-2]
+    assert answer[0] != "" and "Sentence BLEU" not in answer[1]
+
+
+def test_heavy_requests_beyond_the_bound_are_refused_at_once_and_unread_work_stops(server, client, tmp_path):
+    source = tmp_path / "long.txt"
+    source.write_text(LONG_FILE * 4, encoding="utf-8")  # 2,000 lines, put where uploads go
+    before = server[1].read_text()
+    file_payload = {"path": str(server[2] / "long.txt"), "meta": {"_type": "gradio.FileData"}}
+    shutil.copy(source, server[2] / "long.txt")
+    for _ in range(2):  # two file jobs posted and never read
+        status, _ = raw_call(
+            server[0], "translate_file", {"data": [file_payload, None, "beam search", 8, 255]}, read=False
+        )
+        assert status == 200
+    deadline = time.monotonic() + 30
+    while "(2 long)" not in client.predict(api_name="/status"):
+        assert time.monotonic() < deadline, "the two file jobs never started"
+        time.sleep(0.1)
+
+    asked = time.monotonic()
+    answer = client.predict(HEAVY, "beam search", 8, 255, "", api_name="/translate")
+    refused_in = time.monotonic() - asked
+    ordinary = client.predict("A dog runs.", "beam search", 4, 128, "", api_name="/translate")
+
+    assert "as many long requests as it can" in answer[-1] and refused_in < 5
+    assert ordinary[0] != "" and ordinary[-1] == ""
+    deadline = time.monotonic() + 30  # nobody reads them: both stop within the grace (5 s) and a decoder step
+    while "0 requests in progress" not in client.predict(api_name="/status"):
+        assert time.monotonic() < deadline, "the unread file jobs kept running"
+        time.sleep(0.2)
+    assert "nobody reads a request's results any more" in server[1].read_text()[len(before) :]

@@ -32,7 +32,7 @@ def page_url(app_model_dir, tmp_path_factory):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     demo = app.build_demo(str(ours), [str(marian), str(t5)])
-    demo.launch(**app.launch_options("127.0.0.1", port), prevent_thread_lock=True, quiet=True)
+    demo.launch(**app.launch_options(demo, "127.0.0.1", port), prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 
@@ -93,4 +93,58 @@ def test_empty_input_shows_a_message_not_an_error(page_url, browser):
 
     page.locator("#notice").get_by_text("Type an English sentence").wait_for(timeout=30_000)
     assert page.get_by_text("Error", exact=True).count() == 0
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def phone_page_url(app_model_dir, tmp_path_factory):
+    """Ours, a tiny MarianMT, and a comparison model that cannot be loaded here (the Hub is offline)."""
+    marian = build_tiny_marian(tmp_path_factory.mktemp("marian-phone"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo = app.build_demo(str(app_model_dir), [str(marian), "Helsinki-NLP/opus-mt-en-de"])
+    demo.launch(**app.launch_options(demo, "127.0.0.1", port), prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def inside(page, selector: str, width: int) -> bool:
+    """Every element matching `selector` lies within the page's width (nothing cut at the right)."""
+    rights = page.eval_on_selector_all(selector, "nodes => nodes.map(n => n.getBoundingClientRect().right)")
+    return bool(rights) and max(rights) <= width
+
+
+def test_at_phone_width_inputs_stack_nothing_is_cut_and_a_missing_model_is_one_line(phone_page_url, browser):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(phone_page_url)
+    page.locator("#status-1").get_by_text("ready").wait_for(timeout=60_000)
+    line = "opus-mt-en-de is not available on this server right now, so our model translates alone."
+    page.wait_for_function(  # one line in a visitor's words (the operator's cause is in the log)
+        "line => document.querySelector('#status-2')?.innerText.trim() === line", arg=line, timeout=60_000
+    )
+    page.locator("#translation-2").wait_for(state="hidden", timeout=10_000)  # no empty box, no empty heatmap
+    page.locator("#heatmap-2").wait_for(state="hidden", timeout=10_000)
+
+    english, reference = (page.locator(f"#{name} textarea").bounding_box() for name in ("english", "reference"))
+    assert english["y"] + english["height"] <= reference["y"] and english["width"] >= 280  # stacked, full width
+    page.get_by_text("Where is the train station?").click()  # the everyday example
+    assert page.locator("#english textarea").input_value() == "Where is the train station?"
+    assert inside(page, "#examples td", 390)
+    page.locator("#translate").click()
+    details = page.locator("#details-0")
+    details.get_by_text("Low confidence").wait_for(timeout=60_000)  # a random tiny model is out of its depth
+    assert "**" not in details.inner_text() and "Confidence" in details.inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    page.get_by_role("tab", name="Corpus comparison").click()
+    page.locator("#corpus-table td").first.wait_for(timeout=30_000)
+    assert inside(page, "#corpus-table td", 390)
+    label = page.eval_on_selector("#corpus-table td", "cell => getComputedStyle(cell, '::before').content")
+    assert label == '"Model: "'  # each cell says which column it is, as the header row is hidden
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT.with_name("app-390.png")), full_page=True)
+    assert errors == []
     page.close()

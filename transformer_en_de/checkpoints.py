@@ -92,11 +92,11 @@ def average_checkpoints(checkpoints: list[str | Path]) -> TransformerMTForCondit
     """One model whose floating-point weights are the mean of the checkpoints' (loaded one at a time)."""
     if not checkpoints:
         raise ValueError("average_checkpoints needs at least one checkpoint folder.")
-    averaged = TransformerMTForConditionalGeneration.from_pretrained(checkpoints[0])
+    averaged = TransformerMTForConditionalGeneration.from_pretrained(checkpoints[0], use_safetensors=True)
     state = averaged.state_dict()
     sums = {name: tensor.detach().double().clone() for name, tensor in state.items() if tensor.is_floating_point()}
     for path in checkpoints[1:]:
-        other = TransformerMTForConditionalGeneration.from_pretrained(path).state_dict()
+        other = TransformerMTForConditionalGeneration.from_pretrained(path, use_safetensors=True).state_dict()
         if other.keys() != state.keys() or any(other[name].shape != state[name].shape for name in sums):
             raise ValueError(f"{path} is not a checkpoint of the same model as {checkpoints[0]}.")
         for name in sums:

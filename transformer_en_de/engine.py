@@ -326,6 +326,48 @@ def translate(
     return TranslationRun(results, time.perf_counter() - started, stopped or bool(cut), notices)
 
 
+def confidences(model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE) -> list:
+    """Each translation's confidence: the geometric mean of the probabilities the model gives its own tokens, `</s>`
+    included (a teacher-forced pass over the source and generated ids; None for a sentence not translated). The same
+    measure for every model, from its own probabilities. A `</s>` the engine forced (at the length bound or the
+    deadline) was not the model's choice and is left out."""
+    results: list[float | None] = [None] * len(translations)
+
+    def chosen(item: Translation) -> int:
+        """How many of the new tokens the model chose (all but a forced `</s>`)."""
+        return item.new_tokens - (1 if item.hit_length_bound or item.cut else 0)
+
+    done = [index for index, item in enumerate(translations) if item is not None and chosen(item) > 0]
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(done), batch_size):
+            indices = done[start : start + batch_size]
+            items = [translations[index] for index in indices]
+            sources, source_mask = _padded([item.source_ids for item in items], pad)  # (B, S)
+            targets, _ = _padded([item.generated_ids for item in items], pad)  # (B, T + 1)
+            _, mask = _padded([item.generated_ids[1 : 1 + chosen(item)] for item in items], pad)  # (B, <= T)
+            mask = torch.nn.functional.pad(mask, (0, targets.shape[1] - 1 - mask.shape[1]))  # (B, T): the tokens chosen
+            logits = model(
+                input_ids=sources.to(model.device),
+                attention_mask=source_mask.to(model.device),
+                decoder_input_ids=targets[:, :-1].to(model.device),
+                use_cache=False,
+            ).logits  # (B, T, vocab)
+            picked = logits.float().log_softmax(-1).gather(-1, targets[:, 1:, None].to(model.device))[..., 0]  # (B, T)
+            means = (picked * mask).sum(-1) / mask.sum(-1)
+            for index, mean in zip(indices, means.exp().tolist(), strict=True):
+                results[index] = mean
+    return results
+
+
+def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows padded to one length, and the mask of their real positions."""
+    width = max(len(row) for row in rows)
+    ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+    return ids, torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+
+
 def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tuple[list[str], list[bool]]:
     """What the model reads for each sentence (its task prefix, the casing applied), and which were recased."""
     prefix = source_prefix(model)
@@ -351,6 +393,7 @@ def sentence_numbers(numbers: list[int], shown: int = 10) -> str:
 __all__ = [
     "Deadline",
     "DecodingSettings",
+    "confidences",
     "Translation",
     "TranslationRun",
     "generation_config_for",

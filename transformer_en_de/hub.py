@@ -1,7 +1,11 @@
 """The Hugging Face Hub: load a model by folder or id, and push a folder as a model repo or a Space.
 
 `load_model` takes a local folder or a Hub id and says in plain words why it could not load one (offline, no such
-folder, not in the cache); `model_folder` finds or downloads a model's files the same way, for fine-tuning.
+folder, not in the cache); `model_folder` finds or downloads a model's files the same way, for fine-tuning. A Hub id
+may pin a revision (`id@revision`: a commit, tag or branch). Weights load from safetensors only: a pickle
+(`pytorch_model.bin`) can run code when it is read, so a folder or repo that has only one is refused with the command
+that converts it (`PICKLE_ONLY`). Remote code is trusted only where the config needs it (a model type transformers
+does not know, with an `auto_map`: this project's own models); every other model loads with transformers' own code.
 `push_folder` creates the repo if needed and uploads the folder in one commit; anything that stops the push (offline
 mode, an unreachable endpoint, a missing or read-only token, a folder that is not what the repo type needs, a model
 folder that does not load) raises `PublishError` at once with the cause and what to do about it. `check_model_loads`
@@ -116,8 +120,47 @@ def check_folder(folder: Path, repo_type: str) -> None:
         raise PublishError(f"{folder} has no app.py, the file a Gradio Space runs. Push the Space's folder.")
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = SAFE_WEIGHTS + PICKLE_WEIGHTS
+
+
+def pickle_only_message(where: str) -> str:
+    """Why a model with only pickle weights is refused, and the command that converts it."""
+    return (
+        f"has only PyTorch pickle weights (pytorch_model.bin), and this project loads safetensors only (a pickle can "
+        f"run code when it is read). Convert it once, on a machine you trust: python -c \"from transformers import "
+        f"AutoModelForSeq2SeqLM as M; M.from_pretrained('{where}', use_safetensors=False).save_pretrained('{where}')\" "
+        "writes model.safetensors beside it (then delete pytorch_model.bin)."
+    )
+
+
+def check_safetensors(folder: str | Path, name: str | None = None) -> None:
+    """RuntimeError (with the conversion command) if `folder` holds pickle weights and no safetensors."""
+    folder = Path(folder)
+    has = lambda names: any((folder / file).is_file() for file in names)  # noqa: E731
+    if has(PICKLE_WEIGHTS) and not has(SAFE_WEIGHTS):
+        raise RuntimeError(f"could not be loaded: {name or folder} {pickle_only_message(str(folder))}")
+
+
+def split_revision(model_id: str) -> tuple[str, str | None]:
+    """("owner/name", "revision") from "owner/name@revision"; a local folder or an id without "@" has no revision."""
+    if "@" not in model_id or Path(model_id).expanduser().exists():
+        return model_id, None
+    name, revision = model_id.rsplit("@", 1)
+    if not name or not revision:
+        raise RuntimeError(f"could not be loaded: {model_id!r} is not an id@revision (a commit, tag or branch).")
+    return name, revision
+
+
+def needs_remote_code(source: str, *, revision: str | None = None, local_files_only: bool = False) -> bool:
+    """Whether loading `source` needs its own modeling code: its config names a model type transformers does not
+    know and maps it to code (`auto_map`). Reads config.json only; runs nothing."""
+    from transformers import PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config, _ = PretrainedConfig.get_config_dict(source, revision=revision, local_files_only=local_files_only)
+    return "auto_map" in config and config.get("model_type") not in CONFIG_MAPPING
 
 
 def model_folders(folder: Path, repo_type: str) -> list[Path]:
@@ -137,11 +180,15 @@ def check_model_loads(folder: str | Path) -> None:
     """Raise PublishError unless `folder` loads as a user would load it from the Hub, here and offline: the config,
     every weight (none missing, unexpected, mis-shaped or non-finite) and the tokenizer, matching the config's ids."""
     folder = Path(folder)
-    options = dict(trust_remote_code=True, local_files_only=True)  # the folder's own copy of the modeling code
     refusal = (f"{folder} does not load, so it would not load from the Hub either; nothing was uploaded. Fix the "
                "folder (save it again with train.py or save_pretrained) and push again")
     try:
-        model, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True, **options)
+        check_safetensors(folder)
+        # The folder's own copy of the modeling code, where its config needs one.
+        options = dict(trust_remote_code=needs_remote_code(str(folder), local_files_only=True), local_files_only=True)
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(
+            folder, output_loading_info=True, use_safetensors=True, **options
+        )
     except Exception as error:  # OSError (no weights), ValueError (config), SafetensorError (truncated), ...
         raise PublishError(f"{refusal}. Loading the model failed ({type(error).__name__}): {_cause(error)}") from error
     wrong = {kind: sorted(info.get(kind) or []) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
@@ -248,29 +295,45 @@ def _offline_message(model_id: str) -> str:
 
 
 def model_folder(model_id: str) -> Path:
-    """A local folder with the files of `model_id`: the folder itself, or the Hub repo downloaded (or found in the
-    cache when offline). Raises RuntimeError in plain words."""
-    source, local_only = _where(model_id)
+    """A local folder with the files of `model_id` (`id@revision` pins one): the folder itself, or the Hub repo
+    downloaded (or found in the cache when offline). Raises RuntimeError in plain words, for a folder or repo with
+    pickle weights only too."""
+    name, revision = split_revision(model_id)
+    source, local_only = _where(name)
     if Path(source).is_dir():
+        check_safetensors(source, model_id)
         return Path(source)
     try:
-        return Path(snapshot_download(model_id, allow_patterns=MODEL_FILES, local_files_only=local_only))
+        folder = Path(
+            snapshot_download(name, revision=revision, allow_patterns=MODEL_FILES, local_files_only=local_only)
+        )
     except Exception as error:  # offline, not in the cache, no such repo, no access
         message = _offline_message(model_id) if local_only else f"could not be loaded: {_cause(error)}"
         raise RuntimeError(message) from error
+    if not any((folder / file).is_file() for file in SAFE_WEIGHTS):
+        raise RuntimeError(f"could not be loaded: {model_id} {pickle_only_message(name)}")
+    return folder
 
 
 def load_model(model_id: str, device: str | torch.device = "cpu"):
-    """(model in eval mode, tokenizer) from a local folder or a Hub id; raises RuntimeError in plain words."""
-    source, local_only = _where(model_id)
-    folder = Path(model_id).expanduser()
+    """(model in eval mode, tokenizer) from a local folder or a Hub id (`id@revision` pins a commit, tag or branch),
+    from safetensors only, trusting remote code only where the config needs it; raises RuntimeError in plain words."""
+    name, revision = split_revision(model_id)
+    source, local_only = _where(name)
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        check_safetensors(folder, model_id)
     try:
-        # Our own folders carry their modeling code (auto_map); loading it needs trust_remote_code.
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
-        model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=True, local_files_only=local_only)
+        options = dict(revision=revision, local_files_only=local_only)
+        # Our own models carry their modeling code (auto_map); any model transformers knows loads with its own.
+        trust = needs_remote_code(source, **options)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust, **options)
+        model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=trust, use_safetensors=True, **options)
     except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
         cause = _cause(error)
         if local_only and not folder.is_dir():
             raise RuntimeError(_offline_message(model_id)) from error
+        if "safetensors" in cause and "pytorch_model.bin" in cause:
+            raise RuntimeError(f"could not be loaded: {model_id} {pickle_only_message(name)}") from error
         raise RuntimeError(f"could not be loaded: {cause}") from error
     return model.to(device).eval(), tokenizer

@@ -154,7 +154,7 @@ def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token:
     """The trained model in `folder` to fine-tune, with this run's `regularisation` (config overrides such as dropout),
     and one embedding more when the run's tokenizer added the tag token (initialised near the mean of the others, so
     the first steps are not thrown off)."""
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder, **regularisation)  # overrides its config
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True, **regularisation)
     config = model.config
     added = len(tokenizer) - config.vocab_size
     tag_is_new = tag_token is not None and tokenizer.convert_tokens_to_ids(tag_token) == config.vocab_size

@@ -6,17 +6,18 @@ lines pair up with a reference file's exactly as in compare.py. The TSV is writt
 """
 
 import csv
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings
+from transformer_en_de.engine import DecodingSettings, length_bound
 from transformer_en_de.evaluation import corpus_scores
 
-from .limits import Limits, plan_work, token_limits
+from .limits import Limits, decoding_seconds, plan_work, token_limits
 from .scheduler import Busy, Cancelled, FairScheduler
-from .text_checks import InputError, check_decoding, check_text
+from .text_checks import InputError, as_text, check_decoding, check_text
 from .translation import available, run_system, system_name
 from .translators import BackgroundTranslator, Translator
 
@@ -28,34 +29,42 @@ class FileResult:
     path: str | None  # the TSV of translations
     summary: str  # Markdown: scores, timings, notices, or why nothing was translated
     scores: dict[str, dict] = field(default_factory=dict)  # system name → {"bleu", "chrf"}
+    preview: str = ""  # Markdown: the first lines beside their translations
 
 
-def read_lines(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
-    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or broken text."""
+def read_lines(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
+    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or (with `check`,
+    `check_lines`) broken text."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
+    name = as_text(path.name)  # the visitor's file name, shown as text
+    if not path.is_file():  # gone from the upload folder (it keeps files an hour), or a folder
+        raise InputError(f"The {what} is no longer on the server (uploads are kept for an hour); upload it again.")
     size = path.stat().st_size
     if size > limits.max_file_bytes:
-        raise InputError(f"The {what} ({path.name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
+        raise InputError(f"The {what} ({name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
     data = path.read_bytes()
     if b"\x00" in data:
-        raise InputError(
-            f"The {what} ({path.name}) looks like a binary file; upload plain text, one sentence per line."
-        )
+        raise InputError(f"The {what} ({name}) looks like a binary file; upload plain text, one sentence per line.")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(
-            f"The {what} ({path.name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
+            f"The {what} ({name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
         ) from None
     lines = split_lines(text)  # the same lines compare.py and the corpus translator read
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
-    for number, line in enumerate(lines, start=1):
-        check_text(line, f"{what} ({path.name}, line {number})")
     if not any(line.strip() for line in lines):
-        raise InputError(f"The {what} ({path.name}) has no text.")
+        raise InputError(f"The {what} ({name}) has no text.")
+    return check_lines(lines, what, name) if check else lines
+
+
+def check_lines(lines: list[str], what: str, name: str) -> list[str]:
+    """`lines` if every one is text (`check_text`); InputError naming the first that is not."""
+    for number, line in enumerate(lines, start=1):
+        check_text(line, f"{what} ({name}, line {number})")
     return lines
 
 
@@ -72,16 +81,26 @@ def translate_file(
     output_dir: str | Path,
     limits: Limits = Limits(),
     session: str | None = None,
+    address: str | None = None,
     progress=None,
+    preview_lines: int = 10,
 ) -> FileResult:
     """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given."""
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines = read_lines(source_file, "English file", limits)
+        lines = read_lines(source_file, "English file", limits, check=False)
+        # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
+        # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
+        ratio, offset = length_bound(ours.model, DecodingSettings(max_new_tokens=tokens))
+        fewest = [min(int(ratio + offset), tokens)] * sum(1 for line in lines[: limits.max_file_lines] if line.strip())
+        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+        check_lines(lines, "English file", as_text(Path(source_file).name))
         references = read_lines(reference_file, "reference file", limits) if reference_file else None
     except InputError as error:
+        return FileResult(None, f"⚠️ {error}")
+    except Busy as error:
         return FileResult(None, f"⚠️ {error}")
     if references is not None and len(references) != len(lines):
         return FileResult(
@@ -100,20 +119,25 @@ def translate_file(
     filled = [index for index, line in enumerate(lines) if line.strip()]
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
     columns, rows = {}, []
+    sentences = [lines[index].strip() for index in filled]
+    plan = plan_work(
+        token_limits(ours.model, ours.tokenizer, sentences, settings),
+        beams,
+        limits.file,
+        unit="line",
+        batch_size=limits.batch_size,
+        cost=limits.step_cost,
+    )
+    notices += [plan.notice] if plan.notice else []
+    kept = sentences[: plan.num_sentences]
+    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ready = sum(available(system)[0] is not None for system in systems)
+    scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
+    work = ready * (plan.cpu_seconds + scoring)
     try:
-        with scheduler.job(session, limits.file.seconds) as job:
-            sentences = [lines[index].strip() for index in filled]
-            plan = plan_work(
-                token_limits(ours.model, ours.tokenizer, sentences, settings),
-                beams,
-                limits.file,
-                unit="line",
-                batch_size=limits.batch_size,
-                cost=limits.step_cost,
-            )
-            notices += [plan.notice] if plan.notice else []
-            kept = sentences[: plan.num_sentences]
-            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+        with scheduler.job(
+            session, limits.file.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
+        ) as job:
             for number, system in enumerate(systems):
                 translator, why_not = available(system)
                 if translator is None:
@@ -132,16 +156,39 @@ def translate_file(
                 notices += [f"{translator.name}: {notice}" for notice in output.notices]
                 row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
                 if references is not None and not plan.cut and not output.run.stopped_early:
-                    row.update(corpus_scores(translations, references))
+                    if scheduler.should_stop():  # a turn point before scoring, as between batches
+                        notices.append(f"{translator.name}: not scored, the request reached its time limit.")
+                    else:
+                        row.update(corpus_scores(translations, references))
                 rows.append(row)
     except Busy as error:
         return FileResult(None, f"⚠️ {error}")
     except Cancelled:
         return FileResult(None, "⚠️ Cancelled: the page that asked for this translation was closed.")
 
-    path = write_tsv(Path(output_dir), Path(source_file).stem, lines, columns, references)
+    path = write_tsv(Path(output_dir), safe_stem(Path(source_file).stem), lines, columns, references)
     scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
-    return FileResult(str(path), file_summary(rows, notices, references is not None), scores)
+    summary = file_summary(rows, notices, references is not None)
+    return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
+
+
+def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
+    """The first `count` non-blank lines beside each system's translation: a Markdown table, every cell shown as text
+    (the visitor's lines, and what the models wrote from them)."""
+    shown = [index for index, line in enumerate(lines) if line.strip()][:count]
+    if not shown:
+        return ""
+    headers = ["Line", "English", *columns]
+    rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
+    table = ["| " + " | ".join(headers) + " |", "|---:|" + ":---|" * (len(headers) - 1)]
+    table += ["| " + " | ".join(as_text(cell) for cell in row) + " |" for row in rows]
+    more = len([line for line in lines if line.strip()]) - len(shown)
+    return "\n".join(table) + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
+
+
+def safe_stem(stem: str) -> str:
+    """The visitor's file name as the TSV's name: letters, digits, "-", "_" and "." only, at most 60 characters."""
+    return re.sub(r"[^\w.-]+", "_", stem)[:60].strip("._") or "translations"
 
 
 def write_tsv(

@@ -42,7 +42,13 @@ class Limits:
 
     max_beams: int = 8
     max_new_tokens: int = 255
-    max_input_chars: int = 3_000
+    max_input_chars: int = 3_000  # a longer text is cut here (and says so) before anything else looks at it
+    # A reference is scored, never cut (a cut reference gives wrong scores): a longer one is not scored, and says so.
+    max_reference_chars: int = 10_000
+    max_reference_lines: int = 200
+    # Every request body but an upload's (`max_file_bytes` caps those): a bigger one is refused before it is read.
+    # 3,000 characters of emoji, JSON-escaped, are 36 kB; a reference at its limit 120 kB.
+    max_body_bytes: int = 256_000
     # A sentence longer than this (no full stop in 3,000 characters) is translated in parts: the model was trained on
     # sentences of up to about 40 words, and a source past its 256 positions would be cut.
     max_sentence_words: int = 30
@@ -53,8 +59,20 @@ class Limits:
     file: Budget = Budget(cpu_seconds=60.0, seconds=120.0)
     step_cost: StepCost = StepCost()
     batch_size: int = 8  # sentences per engine batch
-    concurrent_jobs: int = 8  # requests admitted at once; they take turns on the CPU (scheduler.py)
-    queue_size: int = 32  # requests waiting beyond those; more are refused with Gradio's "queue is full"
+    # Admission by work (scheduler.py): a request estimated at no more than this many CPU seconds is ordinary (a few
+    # sentences at the page's defaults: one sentence at 4 beams is about 0.2 s) and has a lane of its own; only
+    # `heavy_jobs` heavier ones are in flight at once (`heavy_jobs_per_address` per trusted address), more are refused.
+    ordinary_cpu_seconds: float = 1.5
+    heavy_jobs: int = 2
+    heavy_jobs_per_address: int = 1
+    # Scoring a reference (sacreBLEU's BLEU and chrF): CPU seconds per character of reference and translation,
+    # measured on one core (about 0.5 s for 200 kB); it counts against the request's budget like decoding.
+    score_seconds_per_char: float = 2.5e-6
+    # A running request whose results nobody reads (a raw API call never fetched, a client gone) stops after this.
+    unread_grace_seconds: float = 5.0
+    sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
+    concurrent_jobs: int = 16  # requests in the callbacks at once: the admitted ones take turns, the others are refused
+    queue_size: int = 64  # requests waiting for a callback beyond those; more get Gradio's "queue is full"
 
 
 @dataclass

@@ -1,17 +1,23 @@
-"""Turns on the CPU for the visitors' requests: the least-served request computes next.
+"""Admission and turns on the CPU for the visitors' requests: by the work a request carries, not by who sends it.
 
 Generation on a CPU is one long computation per request; run side by side, requests slow each other down, and run
 one after another, a one-sentence request waits behind a long one. So requests take turns: one computes at a time,
 and at every decoder step (a forward pre-hook on each model's decoder) and between engine batches (`should_stop`) the
-running request hands the CPU to a waiting one whose visitor has had less CPU time lately, by more than a slice
-("least attained service" per visitor, fading with time). A one-sentence request from a visitor who has not been
-computing waits at most one decoder step of a heavy one, and heavy requests alternate slice by slice.
+running request hands the CPU to a waiting one that comes first.
 
-The same checkpoints cancel: a request whose visitor left (the page's `unload` event) stops at its next decoder step.
-A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time the engine ends the
-batch in progress (`Job.hard_deadline`, passed as `engine.translate(deadline=...)`): either way it keeps what it has
-translated. Each visitor (a Gradio session) runs at most one request at a time; a second one is refused at once
-with `Busy` instead of queueing.
+What comes first rests on what was sent, never on who sent it: a client chooses its session (a raw API call without
+one gets a fresh session each time) and on one machine every client may share one address. Each request arrives with
+its estimated CPU seconds (`limits.plan_work`). Ordinary requests (a few sentences at the page's defaults) have a lane
+of their own, served before any heavy one, shortest remaining work first: one of them waits at most one decoder step of
+a heavy request. Heavy requests alternate slice by slice (least served first), and only `heavy_jobs` of them are in
+flight at once: beyond that a heavy request is refused at once with `Full` (a message in words) instead of waiting. An
+address the operator trusts (the last X-Forwarded-For hop behind a proxy) may further hold `heavy_jobs_per_address`.
+
+The same checkpoints cancel: a request whose visitor left (the page's `unload` event, or a raw client gone) stops at its
+next decoder step. A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time
+the engine ends the batch in progress (`Job.hard_deadline`, passed as `engine.translate(deadline=...)`): either way it
+keeps what it has translated. A session runs one request at a time (a page's second click is refused with `Busy`):
+a convenience for pages, not a limit anyone relies on. Nothing is kept per session once its request ends.
 """
 
 import threading
@@ -21,13 +27,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-# A visitor's CPU time counts against their next requests too, fading by half every HALF_LIFE seconds: back-to-back
-# requests cannot starve a long one, and a visitor who paused is served first again.
-HALF_LIFE_SECONDS = 10.0
+ORDINARY, HEAVY = 0, 1  # the lanes: every ordinary request is served before any heavy one
 
 
 class Busy(RuntimeError):
-    """The visitor already has a request running."""
+    """The request was not started (the visitor's previous one is still running, or the server is full); the message
+    says why and what to do."""
+
+
+class Full(Busy):
+    """A heavy request refused at once: as many heavy requests as allowed are in flight."""
 
 
 class Cancelled(RuntimeError):
@@ -36,11 +45,16 @@ class Cancelled(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request: its visitor, its deadline, the CPU time it has been served, and whether it must stop."""
+    """One request: its visitor, lane and estimated work, its deadlines, the CPU time it has been served, and whether
+    it must stop."""
 
     session: str
     deadline: float  # (time.monotonic()) start no new engine batch after it
     hard_deadline: float  # end the batch in progress (the engine's `deadline`), keeping what it has
+    lane: int = ORDINARY
+    work: float = 0.0  # estimated CPU seconds
+    address: str | None = None  # a trusted client address, for the per-address limit on heavy requests
+    exclusive: bool = True  # counts as the session's one running request
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
@@ -51,40 +65,63 @@ class Job:
     def past_deadline(self) -> bool:
         return time.monotonic() > self.deadline
 
+    @property
+    def priority(self) -> tuple[int, float]:
+        """Lower comes first: the lane, then the remaining work (ordinary) or the work served so far (heavy)."""
+        return (self.lane, max(self.work - self.served, 0.0) if self.lane == ORDINARY else self.served)
+
 
 class FairScheduler:
-    """Gives the CPU to one job at a time, least served first; `fair=False` lets every job run at once, as before."""
+    """Gives the CPU to one job at a time, ordinary before heavy; `fair=False` lets every job run at once, unbounded,
+    as the app was before (for benchmarks' "fairness off")."""
 
-    def __init__(self, *, fair: bool = True, slice_seconds: float = SLICE_SECONDS):
+    def __init__(
+        self,
+        *,
+        fair: bool = True,
+        slice_seconds: float = SLICE_SECONDS,
+        heavy_jobs: int = 2,
+        heavy_jobs_per_address: int = 1,
+        ordinary_seconds: float = 1.5,
+    ):
         self.fair = fair
         self.slice_seconds = slice_seconds
+        self.heavy_jobs = heavy_jobs
+        self.heavy_jobs_per_address = heavy_jobs_per_address
+        self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
         self._condition = threading.Condition()
         self._holder: Job | None = None
         self._waiting: list[Job] = []
-        self._sessions: dict[str, Job] = {}  # visitor -> their running request (one each)
+        self._jobs: list[Job] = []  # every admitted request, running or waiting
         self._local = threading.local()  # the job of the request this thread is serving
-        self._service: dict[str, tuple[float, float]] = {}  # visitor -> (recent CPU seconds, when counted)
 
     # ------------------------------------------------------------------------------------------------ requests
 
     @contextmanager
-    def job(self, session: str | None, seconds: float, *, exclusive: bool = True) -> Iterator[Job]:
-        """Run a request's computation inside this block, taking turns; raises Busy or Cancelled.
+    def job(
+        self,
+        session: str | None,
+        seconds: float,
+        *,
+        exclusive: bool = True,
+        heavy: bool = False,
+        work: float = 0.0,
+        address: str | None = None,
+    ) -> Iterator[Job]:
+        """Run a request's computation inside this block, taking turns; raises Busy (Full) or Cancelled.
 
-        `exclusive` requests count against the visitor's one running request (heatmap redraws do not).
+        `heavy` requests are bounded in number (`heavy_jobs`, and `heavy_jobs_per_address` for a trusted `address`);
+        `work` is the estimate that orders ordinary ones. `exclusive` requests count against the session's one running
+        request (heatmap redraws do not).
         """
         session = session or f"anonymous-{threading.get_ident()}"
         now = time.monotonic()
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
-        job = Job(session, now + 0.8 * seconds, now + seconds)
+        job = Job(session, now + 0.8 * seconds, now + seconds, HEAVY if heavy else ORDINARY, work, address, exclusive)
         with self._condition:
-            if exclusive and self.fair:  # unfair is the app as it was: no turns, no limit per visitor
-                if session in self._sessions:
-                    raise Busy(
-                        "Your previous request is still running; this one was not started. Wait for the "
-                        "first to finish (or reload the page to cancel it)."
-                    )
-                self._sessions[session] = job
+            if self.fair:  # unfair is the app as it was: no turns, no limits
+                self._admit(job)
+            self._jobs.append(job)
         self._local.job = job
         try:
             self._take_turn(job)
@@ -95,9 +132,39 @@ class FairScheduler:
                 self._end_turn(job)
                 if job in self._waiting:
                     self._waiting.remove(job)
-                if self._sessions.get(session) is job:
-                    del self._sessions[session]
+                self._jobs.remove(job)
                 self._hand_over()
+
+    def check_room(self, work: float, address: str | None = None) -> None:
+        """Full at once if a request of at least `work` CPU seconds would be heavy and could not be admitted now: a
+        caller may ask before doing anything costly with a request (its `work` a lower bound of the estimate)."""
+        if not self.fair or work <= self.ordinary_seconds:
+            return
+        with self._condition:
+            self._admit(Job("(probe)", 0.0, 0.0, HEAVY, work, address, exclusive=False))
+
+    def _admit(self, job: Job) -> None:
+        """Busy or Full unless the job may start (lock held)."""
+        if job.exclusive and any(other.exclusive and other.session == job.session for other in self._jobs):
+            raise Busy(
+                "Your previous request is still running; this one was not started. Wait for the first to finish "
+                "(or reload the page to cancel it)."
+            )
+        if job.lane != HEAVY:
+            return
+        heavy = [other for other in self._jobs if other.lane == HEAVY]
+        advice = f"This request needs about {job.work:.0f} s of CPU time, more than an ordinary one, and"
+        if len(heavy) >= self.heavy_jobs:
+            raise Full(
+                f"{advice} the server is already running as many long requests as it can ({self.heavy_jobs}), so it "
+                "was not started. Try again in a minute, or send fewer sentences or fewer beams."
+            )
+        mine = [other for other in heavy if job.address is not None and other.address == job.address]
+        if len(mine) >= self.heavy_jobs_per_address:
+            raise Full(
+                f"{advice} your address already has a long request running, so it was not started. Wait for it to "
+                "finish, or send fewer sentences or fewer beams."
+            )
 
     def checkpoint(self) -> None:
         """Called by the request's own thread at every decoder step: hand over the CPU if due; Cancelled if gone."""
@@ -110,15 +177,20 @@ class FairScheduler:
             return
         with self._condition:
             now = time.monotonic()
-            self._account(job, now - job.turn_started)
+            job.served += now - job.turn_started
             job.turn_started = now
-            mine = self._priority(job.session)
-            if not any(self._priority(other.session) + self.slice_seconds < mine for other in self._waiting):
+            if not any(self._comes_first(other, job) for other in self._waiting):
                 return
             self._end_turn(job)
             self._waiting.append(job)
             self._hand_over()
         self._take_turn(job)
+
+    def _comes_first(self, other: Job, running: Job) -> bool:
+        """Whether a waiting job should take the CPU from the running one: a better lane, or more than a slice ahead
+        in its own."""
+        (other_lane, other_key), (lane, key) = other.priority, running.priority
+        return other_lane < lane or (other_lane == lane and other_key + self.slice_seconds < key)
 
     def should_stop(self) -> bool:
         """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
@@ -131,10 +203,9 @@ class FairScheduler:
         return False
 
     def cancel(self, session: str | None) -> bool:
-        """Stop the visitor's requests (they left); True if one was running or waiting."""
+        """Stop the session's requests (the visitor left); True if one was running or waiting."""
         with self._condition:
-            everyone = [self._holder, *self._waiting, *self._sessions.values()]
-            jobs = [job for job in everyone if job is not None and job.session == session]
+            jobs = [job for job in self._jobs if job.session == session]
             for job in jobs:
                 job.cancelled = True
             self._condition.notify_all()
@@ -143,14 +214,17 @@ class FairScheduler:
     def describe(self) -> str:
         """One line for the status endpoint: requests running and waiting for the CPU."""
         with self._condition:
-            running = len(self._sessions)
+            running = sum(job.exclusive for job in self._jobs)
+            heavy = sum(job.lane == HEAVY for job in self._jobs)
             waiting = len(self._waiting)
-        return f"{running} request{'s' if running != 1 else ''} in progress, {waiting} waiting for the CPU."
+        return (
+            f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the CPU."
+        )
 
     @property
     def active_sessions(self) -> set[str]:
         with self._condition:
-            return set(self._sessions)
+            return {job.session for job in self._jobs if job.exclusive}
 
     # ------------------------------------------------------------------------------------------------ turns
 
@@ -174,24 +248,14 @@ class FairScheduler:
     def _end_turn(self, job: Job) -> None:
         """Add the time since the job's turn started to what it has been served (lock held)."""
         if job.turn_started is not None:
-            self._account(job, time.monotonic() - job.turn_started)
+            job.served += time.monotonic() - job.turn_started
             job.turn_started = None
         if self._holder is job:
             self._holder = None
 
-    def _account(self, job: Job, seconds: float) -> None:
-        """Count CPU time to the job and (fading) to its visitor (lock held)."""
-        job.served += seconds
-        self._service[job.session] = (self._priority(job.session) + seconds, time.monotonic())
-
-    def _priority(self, session: str) -> float:
-        """The visitor's recent CPU seconds, halving every HALF_LIFE_SECONDS: the least comes first."""
-        amount, stamp = self._service.get(session, (0.0, 0.0))
-        return amount * 0.5 ** ((time.monotonic() - stamp) / HALF_LIFE_SECONDS)
-
     def _hand_over(self) -> None:
-        """Give a free CPU to the least-served waiting job (lock held)."""
+        """Give a free CPU to the waiting job that comes first (lock held)."""
         if self._holder is None and self._waiting:
-            self._holder = min(self._waiting, key=lambda job: self._priority(job.session))
+            self._holder = min(self._waiting, key=lambda job: job.priority)
             self._waiting.remove(self._holder)
             self._condition.notify_all()

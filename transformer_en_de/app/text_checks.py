@@ -1,9 +1,12 @@
 """Checks on what a visitor sends (text, decoding settings) and the split of a text into sentences.
 
 Each check raises `InputError` with a message for the page; nothing a visitor types should reach the tokenizer as a
-crash (a lone surrogate, for one, makes the tokenizer raise TypeError).
+crash (a lone surrogate, for one, makes the tokenizer raise TypeError). A raw API client may send anything JSON holds
+(a number for the text, `Infinity` for a slider): each gets its one line too. Messages never repeat a visitor's string
+as it was sent; `as_text` is how anything a visitor sent is shown on the page (text, never Markdown or HTML).
 """
 
+import math
 import re
 import unicodedata
 
@@ -17,8 +20,22 @@ class InputError(ValueError):
     """Input the app cannot translate; the message says why and what to do, in words for the page."""
 
 
-def check_text(text: str, what: str = "text") -> str:
-    """`text` if it is translatable; InputError for surrogates, control characters or nothing visible."""
+def as_text(value) -> str:
+    """`value` for a Markdown component, shown as the characters it is: every Markdown and HTML mark escaped (a link,
+    an image, a tag or an entity sent by a visitor is displayed, never rendered), on one line."""
+    text = " ".join(str(value).split())
+    return _MARKDOWN_MARK.sub(r"\\\g<0>", text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+# Markdown's backslash-escapable punctuation, "&" excepted (its entity is escaped above, before this runs).
+_MARKDOWN_MARK = re.compile(r"[\\`*_{}\[\]()#+\-.!|~:\"']")
+
+
+def check_text(text, what: str = "text") -> str:
+    """`text` if it is translatable; InputError for a value that is not a string, surrogates, control characters or
+    nothing visible."""
+    if not isinstance(text, str):
+        raise InputError(f"The {what} must be a string of text, not {_kind(text)}.")
     for position, character in enumerate(text):
         code = ord(character)
         if 0xD800 <= code <= 0xDFFF:
@@ -43,19 +60,27 @@ def _visible(character: str) -> bool:
 
 def check_decoding(decoding, num_beams, max_new_tokens, *, max_beams: int, max_tokens: int) -> tuple[int, int]:
     """(beams, max new tokens) from the controls; InputError names the control and its range."""
-    if decoding not in DECODINGS:
-        raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}, got {decoding!r}.")
+    if not isinstance(decoding, str) or decoding not in DECODINGS:
+        raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}.")
     beams = _whole_number("Beams", num_beams, 1, max_beams)
     tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, max_tokens)
     return (1 if decoding == "greedy" else beams), tokens
 
 
 def _whole_number(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or int(value) != value:
-        raise InputError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{name} must be a whole number from {low} to {high}, not {_kind(value)}.")
+    if not math.isfinite(value) or int(value) != value:
+        raise InputError(f"{name} must be a whole number from {low} to {high}, got {value:g}.")
     if not low <= value <= high:
         raise InputError(f"{name} must be from {low} to {high}, got {value:g}.")
     return int(value)
+
+
+def _kind(value) -> str:
+    """What a value sent in place of another is, in words (never the value itself)."""
+    kinds = {bool: "true or false", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    return "nothing" if value is None else kinds.get(type(value), f"a {type(value).__name__}")
 
 
 def split_sentences(text: str) -> tuple[list[str], list[str]]:

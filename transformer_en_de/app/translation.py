@@ -7,10 +7,17 @@ full stop in many words) is translated in parts; a request that reaches its time
 
 from dataclasses import dataclass, field
 
-from transformer_en_de.engine import DecodingSettings, TranslationRun, length_bound, sentence_numbers, translate
+from transformer_en_de.engine import (
+    DecodingSettings,
+    TranslationRun,
+    confidences,
+    length_bound,
+    sentence_numbers,
+    translate,
+)
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Limits, plan_work, token_limits
+from .limits import Limits, decoding_seconds, plan_work, token_limits
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
     InputError,
@@ -21,7 +28,16 @@ from .text_checks import (
     split_long_sentences,
     split_sentences,
 )
-from .translators import BackgroundTranslator, Translator
+from .translators import OURS_NAME, BackgroundTranslator, Translator
+
+# Below this confidence (the geometric mean of a model's probabilities for its own tokens) our model is out of its
+# depth. On the shipped model: 56 of the first 60 Multi30k validation sentences score 0.6 or more (median 0.78); twelve
+# everyday sentences ("Hello, how are you?", "Where is the train station?", ...) all score 0.37-0.57.
+LOW_CONFIDENCE = 0.6
+OUT_OF_DEPTH = (
+    "Low confidence ({where}): our model learned German from 29,000 descriptions of photos and nothing else, and this "
+    "does not read like one. Its German may sound fluent and still be wrong; here, trust the pretrained model more."
+)
 
 
 @dataclass
@@ -34,6 +50,7 @@ class SystemOutput:
     new_tokens: int | None = None
     num_parameters: int | None = None
     scores: dict | None = None
+    confidences: list[float | None] = field(default_factory=list)  # per sentence (`engine.confidences`)
     message: str = ""
     notices: list[str] = field(default_factory=list)
     run: TranslationRun | None = None
@@ -98,6 +115,31 @@ def run_system(
     return output
 
 
+def check_reference(reference, limits: Limits) -> tuple[str, str]:
+    """(reference, notice): a reference too long to score is dropped, and the notice says so; InputError for one that
+    is not text."""
+    if reference is None:
+        return "", ""
+    if not isinstance(reference, str):
+        return check_text(reference, "reference"), ""  # raises: not a string
+    lines = reference.count("\n") + 1
+    if len(reference) > limits.max_reference_chars or lines > limits.max_reference_lines:
+        return "", (
+            f"The reference has {len(reference):,} characters on {lines:,} lines; references of up to "
+            f"{limits.max_reference_chars:,} characters and {limits.max_reference_lines:,} lines are scored here, so "
+            "there are no scores. Use the File tab for longer texts."
+        )
+    return check_text(reference, "reference").strip(), ""
+
+
+def score(output: SystemOutput, reference: str, scheduler: FairScheduler) -> str:
+    """Sentence BLEU/chrF of the output against the reference, unless the request must stop first; a notice if not."""
+    if scheduler.should_stop():  # a turn point like a decoder step: past the time limit or cancelled, no scores
+        return f"{output.name}: not scored, the request reached its time limit."
+    output.scores = sentence_scores(output.translation, reference)
+    return ""
+
+
 def translate_text(
     text: str | None,
     decoding: str = "beam search",
@@ -110,40 +152,58 @@ def translate_text(
     scheduler: FairScheduler,
     limits: Limits = Limits(),
     session: str | None = None,
+    address: str | None = None,
 ) -> TextResult:
-    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given."""
+    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given.
+
+    Every field is bounded before any work (the text cut to `limits.max_input_chars`, a reference past its limits not
+    scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
+    """
     systems = [ours, *comparisons]
     result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        text = check_text(text or "").strip()
-        reference = check_text(reference or "", "reference").strip()
+        if isinstance(text, str):
+            text, clipped = clip_text(text.strip(), limits.max_input_chars)
+            result.notices += [clipped] if clipped else []
+        text = check_text("" if text is None else text).strip()
+        reference, too_long = check_reference(reference, limits)
+        result.notices += [too_long] if too_long else []
     except InputError as error:
-        result.message = str(error)
+        result.message, result.notices = str(error), []
         return result
     if not text:
-        result.message = "Type an English sentence (or several) to translate."
+        result.message, result.notices = "Type an English sentence (or several) to translate.", []
         return result
-    text, clipped = clip_text(text, limits.max_input_chars)
-    result.notices += [clipped] if clipped else []
     sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ratio, offset = length_bound(ours.model, settings)
+    fewest = [min(int(ratio + offset), tokens)] * len(sentences)  # a lower bound of the plan's estimate, for free
     try:
-        with scheduler.job(session, limits.text.seconds) as job:
-            plan = plan_work(
-                token_limits(ours.model, ours.tokenizer, sentences, settings),
-                beams,
-                limits.text,
-                batch_size=limits.batch_size,
-                cost=limits.step_cost,
-            )
-            result.notices += [plan.notice] if plan.notice else []
-            kept = sentences[: plan.num_sentences]
-            settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+    except Busy as error:  # the long requests are all in flight and this one is long: refused before any work
+        result.message, result.notices, result.sentences = str(error), [], []
+        return result
+    plan = plan_work(
+        token_limits(ours.model, ours.tokenizer, sentences, settings),
+        beams,
+        limits.text,
+        batch_size=limits.batch_size,
+        cost=limits.step_cost,
+    )
+    result.notices += [plan.notice] if plan.notice else []
+    kept = sentences[: plan.num_sentences]
+    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    ready = sum(available(system)[0] is not None for system in systems)
+    work = ready * (plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char)
+    try:
+        with scheduler.job(
+            session, limits.text.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
+        ) as job:
             for index, system in enumerate(systems):
                 translator, why_not = available(system)
                 if translator is None:
@@ -151,11 +211,18 @@ def translate_text(
                     continue
                 output = run_system(translator, kept, settings, scheduler, deadline=job.hard_deadline)
                 output.translation = join_sentences(output.run.texts, separators[: len(kept)])
+                if not scheduler.should_stop():  # a forward pass per batch, preemptible like decoding
+                    output.confidences = confidences(translator.model, output.run.translations, limits.batch_size)
+                low = [n + 1 for n, c in enumerate(output.confidences) if c is not None and c < LOW_CONFIDENCE]
+                if low and translator.name == OURS_NAME:
+                    where = f"{output.confidences[0]:.0%}" if len(kept) == 1 else f"sentence {sentence_numbers(low)}"
+                    output.notices.insert(0, OUT_OF_DEPTH.format(where=where))
                 if reference:
-                    output.scores = sentence_scores(output.translation, reference)
+                    output.notices += [notice for notice in [score(output, reference, scheduler)] if notice]
                 result.outputs[index] = output
     except Busy as error:
-        result.message = str(error)
+        result.message, result.notices = str(error), []
+        result.outputs = [SystemOutput(name=system_name(system)) for system in systems]
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
     return result
@@ -171,6 +238,10 @@ def format_details(output: SystemOutput) -> str:
         f"**Latency** {output.seconds:.2f} s · **Tokens generated** {output.new_tokens} · "
         f"**Parameters** {output.num_parameters / 1e6:.2f}M"
     ]
+    shown = [c for c in output.confidences if c is not None]
+    if shown:
+        values = " · ".join(f"{c:.0%}" for c in shown[:10]) + (" …" if len(shown) > 10 else "")
+        lines.append(f"**Confidence{' per sentence' if len(output.confidences) > 1 else ''}** {values}")
     if output.scores:
         lines.append(f"**Sentence BLEU** {output.scores['bleu']:.2f} · **chrF** {output.scores['chrf']:.2f}")
     lines += [f"⚠️ {notice}" for notice in output.notices]

@@ -131,6 +131,7 @@ class BackgroundTranslator:
             for path in {self.model_id, str(Path(self.model_id).expanduser().resolve())}:
                 cause = cause.replace(path, display_id(self.model_id))  # the page shows no server paths
             self.error = f"{self.name} is not available: {display_id(self.model_id)} {cause}"
+            print(f"app.py: {self.error}", flush=True)  # the operator's words go to the log; the page has one line
         finally:
             self._done.set()
 
@@ -142,12 +143,17 @@ class BackgroundTranslator:
         """Block until loading has finished (either way); False on timeout."""
         return self._done.wait(timeout)
 
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
     def status(self) -> str:
-        """One line: loading, ready, or why not."""
+        """One line in a visitor's words: loading, ready, or not available (the cause is in the log, for the
+        operator)."""
         if self.translator is not None:
             millions = self.translator.num_parameters / 1e6
             return f"{self.name} ready: {display_id(self.model_id)}, {millions:.2f}M parameters."
         if self.error is not None:
-            return self.error
+            return f"{self.name} is not available on this server right now, so our model translates alone."
         waited = time.monotonic() - self._started
         return f"{self.name} ({display_id(self.model_id)}) is loading in the background ({waited:.0f} s so far)…"

@@ -5,7 +5,7 @@ corpus scores, and the corpus-level comparison. Runs locally (`python app.py`) a
 holds loading, layout and wiring; what the callbacks do lives in `transformer_en_de/app/`.
 
 Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de). The
-comparison models come from `--comparison-models` / COMPARISON_MODELS (ids or folders, comma-separated in the
+comparison models come from `--comparison_models` / COMPARISON_MODELS (ids or folders, comma-separated in the
 variable; default Helsinki-NLP/opus-mt-en-de; "" for none). They load in background threads: the page is up before
 they are, and a model that cannot be loaded (offline) says why in its panel while the others keep serving.
 
@@ -15,7 +15,7 @@ first; only a few heavy ones run at once and more are refused at once. Every fie
 (`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
 is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
 full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
-model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust-forwarded-for (behind a proxy that appends the client's address,
+model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address,
 such as a Space's) adds a limit of one heavy request per address. TRANSFORMER_MT_FAIR_SCHEDULING=0 turns admission and
 turns off (every request runs at once, two at a time), for benchmarks/heavy_visitors.py's "fairness off".
 
@@ -143,6 +143,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         help=f"our model: a folder or a Hub id (env TRANSFORMER_MT_MODEL; default {DEFAULT_MODEL})",
     )
     parser.add_argument(
+        "--comparison_models",
         "--comparison-models",
         nargs="*",
         default=parse_model_list(os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS)),
@@ -152,6 +153,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
     parser.add_argument(
+        "--trust_forwarded_for",
         "--trust-forwarded-for",
         action="store_true",
         default=os.environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR", "0") == "1",

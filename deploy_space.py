@@ -1,8 +1,8 @@
 """Deploy the app as a Hugging Face Space: stage what the Space runs in a temporary folder, then push it.
 
     python deploy_space.py your-name/transformer-en-de-demo
-    python deploy_space.py your-name/transformer-en-de-demo --model runs/base --model-id your-name/transformer-en-de
-    python deploy_space.py your-name/transformer-en-de-demo --stage-only space/   # look before pushing
+    python deploy_space.py your-name/transformer-en-de-demo --model runs/base --model_id your-name/transformer-en-de
+    python deploy_space.py your-name/transformer-en-de-demo --stage_only space/   # look before pushing
 
 The Space gets app.py, README.md (the Space's card: `space_card.md` with front matter that tells the Hub to run
 app.py with Gradio), requirements.txt,
@@ -156,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("repo_id", nargs="?", help="the Space, e.g. your-name/transformer-en-de-demo")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_FOLDER,
                         help=f"saved model folder to ship (default {DEFAULT_MODEL_FOLDER.relative_to(ROOT)})")
-    parser.add_argument("--model-id", default=None, help="Hub id of the same model, listed in the Space's metadata")
+    parser.add_argument("--model_id", "--model-id", default=None,
+                        help="Hub id of the same model, listed in the Space's metadata")
     parser.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`)")
     parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--private", action="store_true", help="create the Space as private")
-    parser.add_argument("--stage-only", type=Path, metavar="FOLDER", help="write the Space's files here, push nothing")
+    parser.add_argument("--stage_only", "--stage-only", type=Path, metavar="FOLDER",
+                        help="write the Space's files here, push nothing")
     args = parser.parse_args(argv)
     if not args.repo_id and not args.stage_only:
         parser.error("give the Space's repo id (your-name/space-name), or --stage-only FOLDER")

@@ -9,7 +9,7 @@ Starts `python app.py --model ... --port ...` as a server process, waits until i
 The server serves the shipped model (models/transformer-en-de) when it is there; otherwise a randomly initialised
 model of the shipped size is saved to a temporary folder and served, and the figures say so (a random model
 rarely stops before the token limit, so its latencies are those of long outputs). No comparison model is served, so
-the figures are our model's alone; pass `--comparison-models` to include some.
+the figures are our model's alone; pass `--comparison_models` to include some.
 
     python -m benchmarks.app_latency [--quick]
 """
@@ -58,7 +58,8 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--comparison-models", nargs="*", default=[], help="comparison models to serve (default: none)")
+    parser.add_argument("--comparison_models", "--comparison-models", nargs="*", default=[],
+                        help="comparison models to serve (default: none)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients for the throughput figure")
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)

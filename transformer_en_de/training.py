@@ -79,9 +79,15 @@ class TranslationTrainer(Seq2SeqTrainer):
     checkpoint. With `max_tokens`, training batches hold about that many tokens instead of a number of sentences."""
 
     def __init__(self, *args, validation: tuple[list[str], list[str]], max_tokens: int | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, compute_loss_func=self.smoothed_loss, **kwargs)
         self.validation = validation
         self.max_tokens = max_tokens
+
+    def smoothed_loss(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
+        """The Trainer's loss from the logits: label-smoothed while training (section 5.4), the plain cross-entropy in
+        evaluation (the model's own loss, comparable across models)."""
+        epsilon = self.model.config.label_smoothing if self.model.training else 0.0
+        return label_smoothed_cross_entropy(outputs.logits, labels, epsilon, num_items_in_batch)
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens:
@@ -107,18 +113,10 @@ class TranslationTrainer(Seq2SeqTrainer):
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        unwrapped = self.accelerator.unwrap_model(model)
-        if not model.training:
-            # Evaluation: the model's own loss, plain cross-entropy, comparable across models.
+        if return_outputs or not model.training or model is not self.accelerator.unwrap_model(model):
+            # Evaluation wants the logits; a DDP-wrapped model must be called whole, or its gradients are not synced.
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        if not return_outputs and model is unwrapped:
-            return scored_loss(model, inputs, num_items_in_batch)
-        # A DDP-wrapped model must be called whole, or its gradients are not synced.
-        outputs = model(**inputs)
-        loss = label_smoothed_cross_entropy(
-            outputs.logits, inputs["labels"], unwrapped.config.label_smoothing, num_items_in_batch
-        )
-        return (loss, outputs) if return_outputs else loss
+        return scored_loss(model, inputs, num_items_in_batch)
 
     def _issue_warnings_after_load(self, load_result) -> None:
         # A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's

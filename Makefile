@@ -21,10 +21,10 @@ torch: $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH)"
 
 install: torch
-	$(BIN)/pip install --quiet -e ".[train,app]"
+	$(BIN)/pip install --quiet ".[train,app]"
 
 dev: torch
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet ".[dev]"
 
 # Chromium for the browser test (Debian package; Playwright drives it, no browser download).
 browser:
@@ -34,7 +34,7 @@ test: dev browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 demo: torch
-	$(BIN)/pip install --quiet -e ".[app]"
+	$(BIN)/pip install --quiet ".[app]"
 	$(BIN)/python app.py --port $(PORT)
 
 # 2,000 pairs, one epoch, a small model: about a minute on one CPU core. DATA_DIR= (empty) downloads Multi30k.

@@ -116,7 +116,9 @@ class TranslationTrainer(Seq2SeqTrainer):
         if return_outputs or not model.training or model is not self.accelerator.unwrap_model(model):
             # Evaluation wants the logits; a DDP-wrapped model must be called whole, or its gradients are not synced.
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        return scored_loss(model, inputs, num_items_in_batch)
+        # Mixed precision wraps the model's forward only; scored_loss calls the model's parts, so it asks for it itself.
+        with self.accelerator.autocast():
+            return scored_loss(model, inputs, num_items_in_batch)
 
     def _issue_warnings_after_load(self, load_result) -> None:
         # A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's

@@ -131,7 +131,11 @@ def test_at_phone_width_inputs_stack_nothing_is_cut_and_a_missing_model_is_one_l
     english, reference = (page.locator(f"#{name} textarea").bounding_box() for name in ("english", "reference"))
     assert english["y"] + english["height"] <= reference["y"] and english["width"] >= 280  # stacked, full width
     page.get_by_text("Where is the train station?").click()  # the everyday example
-    assert page.locator("#english textarea").input_value() == "Where is the train station?"
+    # The example fills the input through the server: wait for it, as a visitor would.
+    page.wait_for_function(
+        "text => document.querySelector('#english textarea')?.value === text",
+        arg="Where is the train station?", timeout=30_000,
+    )
     assert inside(page, "#examples td", 390)
     page.locator("#translate").click()
     details = page.locator("#details-0")

@@ -461,7 +461,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
         restore_translation_defaults(model)  # validation decodes as the shipped folder will: beam 4, the length bound
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
-    chosen = "bf16 autocast" if training_args.bf16 else "fp16 autocast" if training_args.fp16 else "float32"
+    chosen = precision.name(training_args.bf16, training_args.fp16)
     print(f"[precision] {chosen} ({precision.describe(training_args.use_cpu)})")
 
     # Preprocessing the datasets

@@ -208,6 +208,3 @@ def describe_machine(threads: int) -> str:
     return (f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
             f"{precision.describe(use_cpu=True)}")
 
-
-def precision_name(bf16: bool) -> str:
-    return "bf16 autocast" if bf16 else "float32"

@@ -16,6 +16,7 @@ argument: the saved generation config decides (beam 4, length penalty 0.6, the p
 import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def main() -> None:
           f"{args.threads} thread(s), CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}, float32")
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
-    assert "modeling" not in __import__("sys").modules, "the project's modeling/ was imported: this must not be"
+    assert "modeling" not in sys.modules, "the project's modeling/ was imported: this must not be"
     limit = 100 if args.quick else None
 
     rows, runaway = [], []

@@ -22,6 +22,7 @@ import torch
 from benchmarks import harness
 from benchmarks.train_throughput import adamw, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
+from transformer_en_de import precision
 
 
 def training_matmul_flops(config: TransformerMTConfig, batch_size: int, source_length: int, target_length: int):
@@ -75,7 +76,7 @@ def main():
     print(f"# Training FLOP/s ({harness.describe_machine(args.threads)}; config: {harness.config_source()})")
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, d_ff {config.d_ff}, "
-        f"vocab {config.vocab_size}; {harness.precision_name(args.bf16)}, AdamW; {len(batches)} batches of "
+        f"vocab {config.vocab_size}; {precision.name(args.bf16)}, AdamW; {len(batches)} batches of "
         f"{args.batch_size} Multi30k pairs per round ({flops_per_round / 1e9:.1f} GFLOP of matmuls), {rounds} rounds"
     )
     harness.print_table(

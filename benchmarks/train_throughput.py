@@ -21,6 +21,7 @@ from torch import nn
 from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, shift_tokens_right, sinusoidal_table
+from transformer_en_de import precision
 from transformer_en_de.training import scored_loss
 
 
@@ -176,7 +177,7 @@ def main():
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "
         f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}, "
-        f"attention dropout {config.attention_dropout}; {harness.precision_name(args.bf16)}, AdamW; "
+        f"attention dropout {config.attention_dropout}; {precision.name(args.bf16)}, AdamW; "
         f"{len(batches)} batches of {args.batch_size} Multi30k pairs ({target_tokens} target tokens) per round, "
         f"{rounds} rounds"
     )

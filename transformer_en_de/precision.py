@@ -47,11 +47,16 @@ def native_bf16(use_cpu: bool = False) -> bool:
     return cpu_has_native_bf16()
 
 
+def name(bf16: bool, fp16: bool = False) -> str:
+    """What a run computes in, as the logs and benchmarks say it."""
+    return "bf16 autocast" if bf16 else "fp16 autocast" if fp16 else "float32"
+
+
 def describe(use_cpu: bool = True) -> str:
     """One line for logs and benchmarks: the device, its vector capability and the precision chosen for it."""
     if not use_cpu and torch.cuda.is_available():
         device = f"CUDA {torch.cuda.get_device_name()}"
     else:
         device = f"CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
-    precision = "bf16 autocast" if native_bf16(use_cpu) else "float32"
-    return f"{device}, native bf16: {'yes' if native_bf16(use_cpu) else 'no'} -> default precision {precision}"
+    native = native_bf16(use_cpu)
+    return f"{device}, native bf16: {'yes' if native else 'no'} -> default precision {name(native)}"

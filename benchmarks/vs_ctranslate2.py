@@ -7,6 +7,8 @@ parity only; nothing is tuned on it) with beam 4:
   0.6, each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
 - ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
   ids must be identical to ours);
+- generate(): what a Hub user runs, `model.generate(**tokenizer(batch, padding=True, return_tensors="pt"))` with
+  the saved defaults, no project code in between (the same ids as the engine);
 - CTranslate2 float32: beam 4, length penalty 0.6, the longest allowed sentence of each batch as its bound.
 Batch 1 goes sentence by sentence, batch 32 through the corpus sorted by source length (as the engine sorts it);
 the systems alternate on every sentence or batch, so a background load slows all alike.
@@ -23,6 +25,8 @@ import copy
 import sys
 import tempfile
 
+import torch
+
 from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
@@ -33,6 +37,7 @@ from transformer_en_de.evaluation import corpus_scores
 CT2 = "CTranslate2 float32"
 OURS = "ours (engine)"
 PLAIN = "ours, transformers' beam search"
+HUB = "generate() defaults"
 NO_BOUND_RATIO = 1e6  # every limit is then the cap of max_new_tokens: the bound is off
 
 
@@ -144,13 +149,18 @@ def main():
                 translate(model, tokenizer, chunk, DecodingSettings(batch_size=batch_size)).texts
             )
 
+        def hub_user(chunk, batch_size):
+            with torch.inference_mode():
+                generated = model.generate(**tokenizer(chunk, padding=True, return_tensors="pt"))
+            return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
         def theirs(chunk, batch_size):
             return ctranslate2_batch(translator, tokenizer, model, chunk, batch_size)
 
         results = {}
         for batch_size, runners in (
-            (1, {CT2: theirs, OURS: ours(model)}),
-            (32, {CT2: theirs, OURS: ours(model), PLAIN: ours(plain_model)}),
+            (1, {CT2: theirs, HUB: hub_user, OURS: ours(model)}),
+            (32, {CT2: theirs, HUB: hub_user, OURS: ours(model), PLAIN: ours(plain_model)}),
         ):
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
@@ -183,6 +193,7 @@ def main():
     )
     texts32 = results[32][0]
     print(f"ours and transformers' beam search give identical translations: {texts32[OURS] == texts32[PLAIN]}")
+    print(f"generate() and the engine give identical translations: {texts32[HUB] == texts32[OURS]}")
 
     if args.skip_bound:
         return

@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoToken
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
+from modeling.beam_search import DecodingState, ModuleDecodingState, decoding_state
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, sinusoidal_table
 
 SOURCES = [source for source, _ in PAIRS]
@@ -550,8 +551,9 @@ def test_sdpa_is_the_default_and_eager_agrees_and_gives_attention_weights(tiny_m
 
 @torch.no_grad()
 def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, sources):
-    """Our beam search (finished sentences leave the batch) calls the decoder module at every step, so hooks on it
-    and its layers (the app's, output capturing) see each step. It calls the decoder, not the model's `forward`: a
+    """Our beam search (finished sentences leave the batch) calls the decoder module at every step when hooks watch
+    it or its layers (the app's, output capturing), so they see each step. It calls the decoder, not the model's
+    `forward`: a
     hook on the top-level module, or `torch.export` of `generate()`, sees no step of it; with
     `drop_finished_sentences = False` transformers' own loop runs, through `forward`."""
     steps = {"decoder": 0, "model": 0}
@@ -573,6 +575,52 @@ def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, s
     new_tokens = output.shape[1] - 1
     assert ours == {"decoder": new_tokens, "model": 0}
     assert theirs == {"decoder": new_tokens, "model": new_tokens}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("norm_placement", ["post", "pre"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_decoder_step_gives_the_hidden_states_of_the_decoder_module_exactly(tiny_tokenizer, norm_placement, attention):
+    """`TransformerMTDecoder.step` (plain tensors, what beam search runs when no hook watches) is the decoder
+    module's arithmetic call for call: a two-token prompt, then single tokens with the beams reordered and a sentence
+    leaving, give bit-identical hidden states."""
+    torch.manual_seed(0)
+    config = tiny_config(tiny_tokenizer, norm_placement=norm_placement)
+    model = TransformerMTForConditionalGeneration(config).eval()
+    model.set_attn_implementation(attention)
+    assert model.config._attn_implementation == attention
+    num_beams = 2
+    batch = tiny_tokenizer(SOURCES[:3], padding=True, return_tensors="pt")
+    encoder_states = model.get_encoder()(**batch).last_hidden_state.repeat_interleave(num_beams, 0)
+    source_mask = batch["attention_mask"].repeat_interleave(num_beams, 0)
+    decoder = model.get_decoder()
+    plain = DecodingState(decoder, encoder_states, source_mask, num_beams)
+    module = ModuleDecodingState(decoder, encoder_states, source_mask, num_beams)
+
+    prompt = torch.tensor([[config.decoder_start_token_id, 7]] * 6)
+    assert torch.equal(plain.step(prompt), module.step(prompt))
+    for step, beam_idx in enumerate(([1, 1, 2, 3, 5, 4], [0, 1, 3, 3, 4, 4], [2, 2, 0, 1])):
+        tokens = torch.randint(4, config.vocab_size, (len(beam_idx), 1))
+        if step == 2:  # the second sentence is done: its two rows leave
+            for state in (plain, module):
+                state.keep_rows(torch.tensor([0, 1, 4, 5]))
+        for state in (plain, module):
+            state.follow_beams(torch.tensor(beam_idx))
+        assert torch.equal(plain.step(tokens), module.step(tokens))
+    assert plain.length == 5
+
+
+@torch.no_grad()
+def test_beam_search_runs_the_plain_decoder_step_unless_hooks_watch(tiny_model):
+    """Without hooks the search runs `TransformerMTDecoder.step`; a hook anywhere in the decoder (the app's
+    scheduler, transformers' output recorders) brings back the decoder module, so that the hook sees every step."""
+    encoder_states = torch.zeros(4, 3, tiny_model.config.d_model)
+    assert type(decoding_state(tiny_model, encoder_states, None, num_beams=2)) is DecodingState
+    hook = tiny_model.get_decoder().layers[-1].feed_forward.register_forward_hook(lambda *_: None)
+    try:
+        assert type(decoding_state(tiny_model, encoder_states, None, num_beams=2)) is ModuleDecodingState
+    finally:
+        hook.remove()
 
 
 @torch.no_grad()

@@ -7,7 +7,9 @@ transformers' own helpers for choosing and finishing beams, but
 - a sentence leaves the batch as soon as it is done: four finished hypotheses (`early_stopping=True`), or no running
   beam that can still beat them; from then on transformers' loop no longer changes its hypotheses either;
 - the cross-attention keys/values, the same for every beam of a sentence, are projected once per sentence (not once
-  per beam) and only re-indexed when sentences leave.
+  per beam) and only re-indexed when sentences leave;
+- each step runs `TransformerMTDecoder.step`, the decoder's arithmetic on plain tensors (`DecodingState`) without the
+  module machinery around it, unless hooks watch the decoder (then the decoder module runs, hooks and all).
 
 Only rows of the batch change, never the arithmetic of a row, so the generated ids are the same (the parity tests
 check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
@@ -87,15 +89,95 @@ def _transposed_output_projection(model) -> torch.Tensor:
     return cached[1]
 
 
-def _fill_cross_attention_cache(model, cache: EncoderDecoderCache, encoder_states: torch.Tensor, num_beams: int):
-    """Cross-attention keys/values projected once per sentence, then repeated for its beams (not once per beam)."""
-    sources = encoder_states[::num_beams]  # (n, S, d_model): generate() repeated each source for its beams
-    for index, layer in enumerate(model.get_decoder().layers):
-        attention = layer.cross_attn
-        keys = attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, dim=0)  # (n*k, h, S, d_k)
-        values = attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, dim=0)
-        cache.cross_attention_cache.update(keys, values, index)
-        cache.is_updated[index] = True
+class DecodingState:
+    """What the decoder remembers during the search, as plain tensors, one row per running beam.
+
+    Per layer: the self-attention keys and values of the tokens so far (extended at every step, reordered to follow
+    the beams) and the cross-attention keys and values of the source, projected once per sentence (not once per beam)
+    and only re-indexed when sentences leave. `TransformerMTDecoder.step` reads and extends it.
+    """
+
+    def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
+        self.decoder = decoder
+        sources = encoder_states[::num_beams]  # (n, S, d_model): generate() repeated each source for its beams
+        self.cross_keys, self.cross_values = [], []
+        for layer in decoder.layers:
+            attention = layer.cross_attn
+            self.cross_keys.append(attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, 0))
+            self.cross_values.append(attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, 0))
+        self.source_mask = source_mask  # (n * beams, S), 1 for real tokens
+        self.keys: list[torch.Tensor | None] = [None] * len(decoder.layers)  # (n * beams, h, length, d_k)
+        self.values: list[torch.Tensor | None] = [None] * len(decoder.layers)
+        self.length = 0
+
+    def step(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The decoder's hidden states for `input_ids`, (rows, T) -> (rows, T, d_model), remembered for the next."""
+        return self.decoder.step(input_ids, self)
+
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys[layer] is not None:
+            keys = torch.cat([self.keys[layer], keys], dim=-2)
+            values = torch.cat([self.values[layer], values], dim=-2)
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
+
+    def follow_beams(self, beam_idx: torch.Tensor) -> None:
+        """Row i continues the tokens of row beam_idx[i]: only the self-attention memory differs between beams."""
+        self.keys = [keys.index_select(0, beam_idx) for keys in self.keys]
+        self.values = [values.index_select(0, beam_idx) for values in self.values]
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only these rows go on (the beams of the sentences still decoding), before `follow_beams` renumbers them."""
+        self.cross_keys = [keys.index_select(0, rows) for keys in self.cross_keys]
+        self.cross_values = [values.index_select(0, rows) for values in self.cross_values]
+        if self.source_mask is not None:
+            self.source_mask = self.source_mask.index_select(0, rows)
+
+
+def _decoder_is_watched(decoder) -> bool:
+    """Whether any hook would see the decoder's modules run (the app's scheduler, transformers' output recorders):
+    then the search calls the decoder module at every step instead of `TransformerMTDecoder.step`."""
+    global_hooks = torch.nn.modules.module
+    if global_hooks._global_forward_hooks or global_hooks._global_forward_pre_hooks:
+        return True
+    return any(module._forward_hooks or module._forward_pre_hooks for module in decoder.modules())
+
+
+class ModuleDecodingState(DecodingState):
+    """The same memory in transformers' cache object, for steps that call the decoder module (and its hooks)."""
+
+    def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
+        super().__init__(decoder, encoder_states, source_mask, num_beams)
+        self.encoder_states = encoder_states
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        for index in range(len(decoder.layers)):
+            self.cache.cross_attention_cache.update(self.cross_keys[index], self.cross_values[index], index)
+            self.cache.is_updated[index] = True
+
+    def step(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.decoder(
+            input_ids,
+            self.encoder_states,
+            encoder_attention_mask=self.source_mask,
+            past_key_values=self.cache,
+            return_dict=True,
+        ).last_hidden_state
+
+    def follow_beams(self, beam_idx: torch.Tensor) -> None:
+        self.cache.self_attention_cache.reorder_cache(beam_idx)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        self.cache.cross_attention_cache.reorder_cache(rows)
+        self.encoder_states = self.encoder_states[rows]
+        if self.source_mask is not None:
+            self.source_mask = self.source_mask[rows]
+
+
+def decoding_state(model, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
+    """The state whose `step(input_ids)` gives the decoder's hidden states: plain tensors unless hooks watch."""
+    decoder = model.get_decoder()
+    watched = _decoder_is_watched(decoder) or decoder.training
+    return (ModuleDecodingState if watched else DecodingState)(decoder, encoder_states, source_mask, num_beams)
 
 
 def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
@@ -141,23 +223,14 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
 
     sentences = torch.arange(batch_size, device=device)  # which sentences the running rows belong to
     encoder_states = model_kwargs["encoder_outputs"].last_hidden_state  # (n * beams, S, d_model)
-    source_mask = model_kwargs.get("attention_mask")  # (n * beams, S)
-    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    _fill_cross_attention_cache(model, cache, encoder_states, num_beams)
+    state = decoding_state(model, encoder_states, model_kwargs.get("attention_mask"), num_beams)
     processors = list(logits_processor)
     output_projection = _transposed_output_projection(model)  # (d_model, vocab)
     output_bias = model.get_output_embeddings().bias
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
     while True:
-        # The decoder module itself, called as a module: its hooks (and its layers') see every step.
-        hidden_states = model.get_decoder()(
-            decoder_input_ids,
-            encoder_states,
-            encoder_attention_mask=source_mask,
-            past_key_values=cache,
-            return_dict=True,
-        ).last_hidden_state
+        hidden_states = state.step(decoder_input_ids)  # (n * beams, T, d_model)
         logits = torch.mm(hidden_states[:, -1, :], output_projection)  # (n * beams, vocab)
         if output_bias is not None:
             logits = logits + output_bias
@@ -246,12 +319,10 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
             is_early_stop_heuristic_unsatisfied = is_early_stop_heuristic_unsatisfied[keep]
             kept_rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
             beam_idx = beam_idx.view(-1, num_beams)[keep].reshape(-1)
-            cache.cross_attention_cache.reorder_cache(kept_rows)
-            encoder_states = encoder_states[kept_rows]
-            source_mask = source_mask[kept_rows] if source_mask is not None else None
+            state.keep_rows(kept_rows)
             processors = _select_processors(logits_processor, sentences)
         # Every beam of a sentence reads the same source: only the self-attention keys/values follow the beams.
-        cache.self_attention_cache.reorder_cache(beam_idx)
+        state.follow_beams(beam_idx)
         decoder_input_ids = running_sequences[:, :, cur_len - 1].reshape(-1, 1)
 
     # As transformers does: cut the padding columns that no returned sequence reached.

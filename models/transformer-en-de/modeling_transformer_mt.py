@@ -178,12 +178,23 @@ class MultiHeadAttention(nn.Module):
         past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, length, d_model = hidden_states.shape
         queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
         keys, values = self._keys_and_values(hidden_states, key_value_states, past_key_values)  # (B, h, S, d_k)
         output_attentions = kwargs.pop("output_attentions", None)
         if output_attentions is None:
             output_attentions = self.config.output_attentions
+        return self.attend(queries, keys, values, attention_mask, output_attentions, **kwargs)
+
+    def attend(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention product of projected heads, concatenated and projected by W_O: (B, T, d_model), weights."""
         implementation = self.config._attn_implementation
         if output_attentions or implementation in (None, "eager"):
             attention_interface = eager_attention_forward
@@ -199,8 +210,8 @@ class MultiHeadAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )  # (B, T, h, d_k)
-        context = context.reshape(batch, length, d_model)  # (B, T, h * d_k)
-        return self.out_proj(context), weights
+        batch, length = context.shape[:2]
+        return self.out_proj(context.reshape(batch, length, -1)), weights  # (B, T, h * d_k) -> (B, T, d_model)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -294,6 +305,27 @@ class DecoderLayer(ResidualLayer):
             attention_mask=cross_attn_mask,
             past_key_values=past_key_values,
             **kwargs,
+        )
+        hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
+        transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
+        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
+
+    def step(self, hidden_states: torch.Tensor, state, self_attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """`forward` for incremental decoding on the plain tensors of `state` (see `TransformerMTDecoder.step`)."""
+        index, self_attention, cross_attention = self.self_attn.layer_idx, self.self_attn, self.cross_attn
+        attention_input = self.sublayer_input(hidden_states, self.self_attn_norm)
+        queries = self_attention._split_heads(self_attention.q_proj(attention_input))  # (B, h, T, d_k)
+        keys, values = state.append(
+            index,
+            self_attention._split_heads(self_attention.k_proj(attention_input)),
+            self_attention._split_heads(self_attention.v_proj(attention_input)),
+        )  # (B, h, past + T, d_k)
+        attended, _ = self_attention.attend(queries, keys, values, self_attn_mask)
+        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
+        attention_input = self.sublayer_input(hidden_states, self.cross_attn_norm)
+        queries = cross_attention._split_heads(cross_attention.q_proj(attention_input))
+        attended, _ = cross_attention.attend(
+            queries, state.cross_keys[index], state.cross_values[index], padding_mask(state.source_mask)
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
         transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
@@ -456,6 +488,26 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
         )
+
+    def step(self, input_ids: torch.LongTensor, state) -> torch.Tensor:
+        """The hidden states of `input_ids` (the prompt, then one token per row) after the tokens `state` holds.
+
+        `forward`'s arithmetic, call for call, for the one case beam search needs (`beam_search.DecodingState`):
+        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends. At batch 1
+        the decoder module's machinery around that arithmetic (the cache object, output recording, keyword
+        plumbing) costs about a fifth of a step; here it costs nothing. No hooks run: the search calls `forward`
+        when any are registered.
+        """
+        hidden_states = embed(self, input_ids, None, offset=state.length)  # (B, T, d_model)
+        query_length = hidden_states.shape[1]
+        key_length = state.length + query_length
+        future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None
+        for layer in self.layers:
+            hidden_states = layer.step(hidden_states, state, future)
+        state.length = key_length
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return hidden_states  # (B, T, d_model)
 
 
 class TransformerMTModel(TransformerMTPreTrainedModel):

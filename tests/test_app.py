@@ -136,7 +136,7 @@ def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     )
 
     settings = DecodingSettings(num_beams=LIMITS.max_beams, max_new_tokens=LIMITS.max_new_tokens)
-    steps = limits.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
+    steps = engine.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
 
     def seconds(kept, beams):
         return limits.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings, length_bound
+from transformer_en_de.engine import DecodingSettings, token_limits
 from transformer_en_de.evaluation import corpus_scores
 
-from .limits import Limits, decoding_seconds, plan_work, token_limits
+from .limits import Limits, least_seconds, plan_work
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import InputError, as_text, check_decoding, check_text
 from .translation import available, run_system, system_name
@@ -93,9 +93,9 @@ def translate_file(
         lines = read_lines(source_file, "English file", limits, check=False)
         # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
         # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
-        ratio, offset = length_bound(ours.model, DecodingSettings(max_new_tokens=tokens))
-        fewest = [min(int(ratio + offset), tokens)] * sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+        filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
+        least = least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
+        scheduler.check_room(least, address)
         check_lines(lines, "English file", as_text(Path(source_file).name))
         references = read_lines(reference_file, "reference file", limits) if reference_file else None
     except InputError as error:

@@ -466,7 +466,6 @@ def build_demo(
             ("file-preview", ["Line", "English", *[system.name for system in systems]]),
         )
     )
-    demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
     demo.readers = readers  # RequestGuard counts the result streams being read; the watcher stops unread work
     if fair:
         stop_unread_work(demo, scheduler, readers, grace=limits.unread_grace_seconds)

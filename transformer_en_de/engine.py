@@ -389,11 +389,6 @@ def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tu
     return [prefix + text for text in read], [text != sentence for text, sentence in zip(read, sentences, strict=True)]
 
 
-def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()):
-    """Just the translated texts, in input order."""
-    return translate(model, tokenizer, sentences, settings).texts
-
-
 def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'} {'was' if len(items) == 1 else 'were'}"
 
@@ -416,5 +411,4 @@ __all__ = [
     "sentence_numbers",
     "token_limits",
     "translate",
-    "translate_texts",
 ]

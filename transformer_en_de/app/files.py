@@ -18,7 +18,7 @@ from transformer_en_de.evaluation import corpus_scores
 from .limits import Limits, least_seconds, plan_work
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import available, run_system, system_name
+from .translation import available, run_system
 from .translators import BackgroundTranslator, Translator
 
 FILE_TYPES = [".txt", ".en", ".de"]
@@ -152,7 +152,7 @@ def translate_file(
                 translations = [""] * len(lines)
                 for index, text in zip(filled, output.run.texts, strict=False):
                     translations[index] = text
-                columns[system_name(system)] = translations
+                columns[system.name] = translations
                 notices += [f"{translator.name}: {notice}" for notice in output.notices]
                 row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
                 if references is not None and not plan.cut and not output.run.stopped_early:

@@ -72,10 +72,6 @@ def available(system: Translator | BackgroundTranslator) -> tuple[Translator | N
     return system, ""
 
 
-def system_name(system: Translator | BackgroundTranslator) -> str:
-    return system.name
-
-
 def run_system(
     translator: Translator,
     sentences: list[str],
@@ -162,7 +158,7 @@ def translate_text(
     scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
     """
     systems = [ours, *comparisons]
-    result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
+    result = TextResult([], [SystemOutput(name=system.name) for system in systems])
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
@@ -222,7 +218,7 @@ def translate_text(
                 result.outputs[index] = output
     except Busy as error:
         result.message, result.notices = str(error), []
-        result.outputs = [SystemOutput(name=system_name(system)) for system in systems]
+        result.outputs = [SystemOutput(name=system.name) for system in systems]
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
     return result

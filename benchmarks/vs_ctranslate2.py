@@ -130,8 +130,8 @@ def main():
     plain_model = copy.deepcopy(model)
     plain_model.drop_finished_sentences = False
     limit = 96 if args.quick and args.limit is None else args.limit
-    sources = harness.read_lines("test_2016_flickr", "en")[:limit]
-    references = harness.read_lines("test_2016_flickr", "de")[:limit]
+    sources = harness.read_split("test_2016_flickr", "en")[:limit]
+    references = harness.read_split("test_2016_flickr", "de")[:limit]
 
     with tempfile.TemporaryDirectory() as folder:
         ctranslate2_backend.convert(model, tokenizer, folder)
@@ -185,8 +185,8 @@ def main():
 
     if args.skip_bound:
         return
-    val_sources = harness.read_lines("val", "en")[:limit]
-    val_references = harness.read_lines("val", "de")[:limit]
+    val_sources = harness.read_split("val", "en")[:limit]
+    val_references = harness.read_split("val", "de")[:limit]
     bounded = {
         "bound 1.5 x source + 10 (default)": DecodingSettings(),
         "no bound (cap of 255 new tokens per batch)": DecodingSettings(max_new_tokens_ratio=NO_BOUND_RATIO),

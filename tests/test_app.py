@@ -508,7 +508,7 @@ def test_reference_with_other_line_count_is_a_message(ours, tmp_path):
 def test_file_lines_split_on_newline_only(ours, tmp_path):
     source = write(tmp_path / "source.txt", "\ufeffA dog runs.\u2028still line one\r\nThe cat sleeps.")
 
-    assert files.read_lines(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
+    assert files.read_upload(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
 
 
 # ------------------------------------------------------------------------------------------------ heatmaps

@@ -32,9 +32,9 @@ class FileResult:
     preview: str = ""  # Markdown: the first lines beside their translations
 
 
-def read_lines(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
-    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or (with `check`,
-    `check_lines`) broken text."""
+def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
+    """Lines of a visitor's uploaded UTF-8 text file, split as `data.read_lines` splits a corpus; InputError in the
+    visitor's words for binary, non-UTF-8, oversized, empty or (with `check`, `check_lines`) broken text."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
@@ -90,14 +90,14 @@ def translate_file(
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines = read_lines(source_file, "English file", limits, check=False)
+        lines = read_upload(source_file, "English file", limits, check=False)
         # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
         # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
         filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
         least = least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
         scheduler.check_room(least, address)
         check_lines(lines, "English file", as_text(Path(source_file).name))
-        references = read_lines(reference_file, "reference file", limits) if reference_file else None
+        references = read_upload(reference_file, "reference file", limits) if reference_file else None
     except InputError as error:
         return FileResult(None, f"⚠️ {error}")
     except Busy as error:

@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure
 from test_engine import StepClock
 from tiny_marian import build_tiny_marian
 from tiny_models import T5_PREFIX, build_tiny_t5
+from transformers import GenerationConfig
 
 from transformer_en_de import engine, evaluation
 from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
@@ -202,14 +204,14 @@ def test_split_long_sentence_at_commas_then_conjunctions_then_words():
     ],
 )
 def test_unusable_text_is_a_message(ours, value, expected):
-    result = text(value, ours=ours, comparisons=[])
+    result = text(value, "beam search", 4, 128, ours=ours, comparisons=[])
 
     assert expected in result.message and result.outputs[0].run is None
 
 
 @pytest.mark.parametrize("value", ["", "   \n\t  ", None])
 def test_empty_text_asks_for_input(ours, value):
-    assert "Type an English sentence" in text(value, ours=ours, comparisons=[]).message
+    assert "Type an English sentence" in text(value, "greedy", 1, 5, ours=ours, comparisons=[]).message
 
 
 @pytest.mark.parametrize(
@@ -223,6 +225,18 @@ def test_empty_text_asks_for_input(ours, value):
 )
 def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tokens, expected):
     assert expected in text(SENTENCE, decoding, beams, tokens, ours=ours, comparisons=[]).message
+
+
+def test_the_controls_start_at_what_the_model_decodes_with(ours):
+    saved = ours.model.generation_config
+    defaults = text_checks.decoding_defaults(ours.model, max_beams=8, max_tokens=LIMITS.max_new_tokens)
+    assert defaults == ("beam search", saved.num_beams, min(saved.max_new_tokens, LIMITS.max_new_tokens))
+    assert text_checks.decoding_defaults(ours.model, max_beams=2, max_tokens=20) == ("beam search", 2, 20)
+    bare = SimpleNamespace(generation_config=GenerationConfig())  # sets neither: the fallbacks
+    fallbacks = ("beam search", text_checks.FALLBACK_BEAMS, text_checks.FALLBACK_MAX_NEW_TOKENS)
+    assert text_checks.decoding_defaults(bare, max_beams=8, max_tokens=255) == fallbacks
+    greedy = SimpleNamespace(generation_config=GenerationConfig(num_beams=1, max_new_tokens=40))
+    assert text_checks.decoding_defaults(greedy, max_beams=8, max_tokens=255) == ("greedy", 1, 40)
 
 
 def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
@@ -491,7 +505,7 @@ def test_unusable_source_file_is_a_message(ours, tmp_path, content, expected):
     source = tmp_path / "upload.txt"
     source.write_bytes(content)
 
-    result = translate_file(source, None, ours=ours, comparisons=[], output_dir=tmp_path)
+    result = translate_file(source, None, "beam search", 4, 128, ours=ours, comparisons=[], output_dir=tmp_path)
 
     assert result.path is None and expected in result.summary
 
@@ -500,7 +514,7 @@ def test_reference_with_other_line_count_is_a_message(ours, tmp_path):
     source = write(tmp_path / "source.txt", "A dog runs.\nThe cat sleeps.\nTwo men work.\n")
     reference = write(tmp_path / "reference.txt", "Ein Hund rennt.\nDie Katze schläft.\n")
 
-    result = translate_file(source, reference, ours=ours, comparisons=[], output_dir=tmp_path)
+    result = translate_file(source, reference, "greedy", 1, 5, ours=ours, comparisons=[], output_dir=tmp_path)
 
     assert result.path is None and "reference file has 2 lines but the English file has 3" in result.summary
 

@@ -140,9 +140,9 @@ def score(output: SystemOutput, reference: str, scheduler: FairScheduler) -> str
 
 def translate_text(
     text: str | None,
-    decoding: str = "beam search",
-    num_beams: int = 4,
-    max_new_tokens: int = 128,
+    decoding: str,
+    num_beams: int,
+    max_new_tokens: int,
     reference: str | None = "",
     *,
     ours: Translator,

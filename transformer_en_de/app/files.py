@@ -68,12 +68,32 @@ def check_lines(lines: list[str], what: str, name: str) -> list[str]:
     return lines
 
 
+def read_files(
+    source_file, reference_file, tokens: int, ours: Translator, scheduler: FairScheduler, limits: Limits, address
+) -> tuple[list[str], list[str] | None]:
+    """The English file's lines and the reference file's (None without one); InputError for files that cannot be
+    translated or do not pair up, Busy (Full) for a file too long while the long requests are all in flight."""
+    lines = read_upload(source_file, "English file", limits, check=False)
+    # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
+    # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
+    filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
+    scheduler.check_room(least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits), address)
+    check_lines(lines, "English file", as_text(Path(source_file).name))
+    references = read_upload(reference_file, "reference file", limits) if reference_file else None
+    if references is not None and len(references) != len(lines):
+        raise InputError(
+            f"The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
+            "they must pair up line by line."
+        )
+    return lines, references
+
+
 def translate_file(
     source_file: str | Path | None,
-    reference_file: str | Path | None = None,
-    decoding: str = "beam search",
-    num_beams: int = 4,
-    max_new_tokens: int = 128,
+    reference_file: str | Path | None,
+    decoding: str,
+    num_beams: int,
+    max_new_tokens: int,
     *,
     ours: Translator,
     comparisons: list[Translator | BackgroundTranslator],
@@ -90,24 +110,9 @@ def translate_file(
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines = read_upload(source_file, "English file", limits, check=False)
-        # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
-        # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
-        filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-        least = least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
-        scheduler.check_room(least, address)
-        check_lines(lines, "English file", as_text(Path(source_file).name))
-        references = read_upload(reference_file, "reference file", limits) if reference_file else None
-    except InputError as error:
+        lines, references = read_files(source_file, reference_file, tokens, ours, scheduler, limits, address)
+    except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")
-    except Busy as error:
-        return FileResult(None, f"⚠️ {error}")
-    if references is not None and len(references) != len(lines):
-        return FileResult(
-            None,
-            f"⚠️ The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
-            "they must pair up line by line.",
-        )
     notices = []
     if len(lines) > limits.max_file_lines:
         notices.append(f"The file has {len(lines):,} lines; only the first {limits.max_file_lines:,} were translated.")

@@ -54,7 +54,7 @@ from transformer_en_de.app.guard import (  # noqa: E402
 )
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
-from transformer_en_de.app.text_checks import DECODINGS  # noqa: E402
+from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
     attention_state,
     available,
@@ -187,38 +187,60 @@ def launch_options(
     )
 
 
-def build_demo(
-    model_id: str = DEFAULT_MODEL,
-    comparison_model_ids: list[str] | None = None,
-    *,
-    limits: Limits = Limits(),
-    fair: bool = True,
-    trust_forwarded_for: bool = False,
-    comparison_path: Path = COMPARISON_PATH,
-) -> gr.Blocks:
-    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
-    scheduler = FairScheduler(
-        fair=fair,
-        heavy_jobs=limits.heavy_jobs,
-        heavy_jobs_per_address=limits.heavy_jobs_per_address,
-        ordinary_seconds=limits.ordinary_cpu_seconds,
-    )
-    readers = Readers()
+class TranslationApp:
+    """What the page serves from (our model, the comparison models, the turns on the CPU, the limits) and its event
+    callbacks: each hands its inputs to `transformer_en_de/app/` and its results to the components."""
 
-    def take_turns(model):
+    def __init__(
+        self,
+        model_id: str,
+        comparison_model_ids: list[str] | None,
+        *,
+        limits: Limits,
+        fair: bool,
+        trust_forwarded_for: bool,
+        comparison_path: Path,
+    ):
+        self.limits, self.trust_forwarded_for, self.comparison_path = limits, trust_forwarded_for, comparison_path
+        self.scheduler = FairScheduler(
+            fair=fair,
+            heavy_jobs=limits.heavy_jobs,
+            heavy_jobs_per_address=limits.heavy_jobs_per_address,
+            ordinary_seconds=limits.ordinary_cpu_seconds,
+        )
+        self.ours = load_our_translator(resolve_model(model_id), on_load=self.take_turns)
+        ids = list(comparison_model_ids or [])
+        self.comparisons = [
+            BackgroundTranslator(i, name, on_load=self.take_turns)
+            for i, name in zip(ids, comparison_names(ids), strict=True)
+        ]
+        self.systems = [self.ours, *self.comparisons]
+        self.demo: gr.Blocks | None = None  # the page, once built: its sessions keep the inputs `forget_inputs` drops
+        # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
+        # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
+        # and answers in one line, where Gradio's own check would log a traceback for each.
+        self.compute = dict(
+            concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
+        )
+
+    def take_turns(self, model) -> None:
         # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
         # the whole model: generation loops may call it directly (ours does, in its compact beam search).
-        model.get_decoder().register_forward_pre_hook(lambda module, args: scheduler.checkpoint())
+        model.get_decoder().register_forward_pre_hook(lambda module, args: self.scheduler.checkpoint())
         model.set_attn_implementation("eager")  # the heatmaps need attention weights, which SDPA does not return
 
-    ours = load_our_translator(resolve_model(model_id), on_load=take_turns)
-    ids = list(comparison_model_ids or [])
-    names = comparison_names(ids)
-    comparisons = [BackgroundTranslator(i, name, on_load=take_turns) for i, name in zip(ids, names, strict=True)]
-    systems = [ours, *comparisons]
-    layer_choices = ["mean over layers and heads"] + [f"layer {n + 1}" for n in range(ours.num_layers)]
+    def context(self, request: gr.Request) -> dict:
+        """What every translation needs besides its inputs: the systems, the turns, the limits, who is asking."""
+        return dict(
+            ours=self.ours,
+            comparisons=self.comparisons,
+            scheduler=self.scheduler,
+            limits=self.limits,
+            session=request.session_hash,
+            address=client_address(request, self.trust_forwarded_for),
+        )
 
-    def translate(text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
+    def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
         """Translate English text with our model and every comparison model.
 
         Args: text (str, one or more sentences), decoding ("beam search" or "greedy"), num_beams (int, 1-8; used with
@@ -226,25 +248,29 @@ def build_demo(
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
-        result = translate_text(
-            text,
-            decoding,
-            num_beams,
-            max_new_tokens,
-            reference,
-            ours=ours,
-            comparisons=comparisons,
-            scheduler=scheduler,
-            limits=limits,
-            session=request.session_hash,
-            address=client_address(request, trust_forwarded_for),
-        )
-        forget_inputs(demo, request.session_hash, text_inputs)
+        result = translate_text(text, decoding, num_beams, max_new_tokens, reference, **self.context(request))
+        forget_inputs(self.demo, request.session_hash, "translate")
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
-    def draw_heatmaps(state, sentence_index, layer_index, request: gr.Request):
-        figures = [None] * len(systems)
+    def translate_file(
+        self, source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request,
+        progress=gr.Progress(),
+    ):  # fmt: skip
+        """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
+
+        Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
+        reference file with the same number of lines is given, corpus BLEU and chrF.
+        """
+        result = translate_file(
+            uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
+            output_dir=get_upload_folder(), progress=progress, **self.context(request),
+        )  # fmt: skip
+        forget_inputs(self.demo, request.session_hash, "translate_file")
+        return result.path, result.summary, result.preview
+
+    def draw_heatmaps(self, state, sentence_index, layer_index, request: gr.Request):
+        figures = [None] * len(self.systems)
         if not state:
             return figures
         try:  # the page sends whole numbers; anything else draws the first sentence, all layers
@@ -253,8 +279,8 @@ def build_demo(
         except (TypeError, ValueError, OverflowError):
             index, layer = 0, None
         try:
-            with scheduler.job(request.session_hash, limits.text.seconds, exclusive=False):
-                for number, (system, ids) in enumerate(zip(systems, state["systems"], strict=True)):
+            with self.scheduler.job(request.session_hash, self.limits.text.seconds, exclusive=False):
+                for number, (system, ids) in enumerate(zip(self.systems, state["systems"], strict=True)):
                     translator, _ = available(system)
                     if translator is None or ids is None or ids["source"][index] is None:
                         continue
@@ -266,199 +292,203 @@ def build_demo(
             pass
         return figures
 
-    def refresh_heatmaps(state, layer_index, request: gr.Request):
+    def refresh_heatmaps(self, state, layer_index, request: gr.Request):
         sentences = state["sentences"] if state else []
         choices = [(f"{n + 1}. {s[:60]}", n) for n, s in enumerate(sentences)]
         sentence = gr.Dropdown(choices=choices, value=0 if choices else None)
-        return (sentence, *draw_heatmaps(state, 0, layer_index, request))
+        return (sentence, *self.draw_heatmaps(state, 0, layer_index, request))
 
-    def run_file(
-        source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request, progress=gr.Progress()
-    ):
-        """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
-
-        Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
-        reference file with the same number of lines is given, corpus BLEU and chrF.
-        """
-        source_file, reference_file = uploaded_path(source_file), uploaded_path(reference_file)
-        result = translate_file(
-            source_file,
-            reference_file,
-            decoding,
-            num_beams,
-            max_new_tokens,
-            ours=ours,
-            comparisons=comparisons,
-            scheduler=scheduler,
-            output_dir=get_upload_folder(),
-            limits=limits,
-            session=request.session_hash,
-            address=client_address(request, trust_forwarded_for),
-            progress=progress,
-        )
-        forget_inputs(demo, request.session_hash, file_inputs)
-        return result.path, result.summary, result.preview
-
-    def comparison():
+    def comparison(self):
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
         test set (eval_results.json and compare.py's JSON)."""
-        folder = ours.model_id if Path(ours.model_id).is_dir() else None
-        summary, rows = corpus_table(folder, comparison_path, display_id(ours.model_id))
+        folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
+        summary, rows = corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
         return summary, markdown_table(rows)
 
-    def status():
+    def status(self):
         """Each comparison model's loading state, and the requests in progress, as Markdown lines."""
-        return "\n\n".join([model.status() for model in comparisons] + [scheduler.describe()])
+        return "\n\n".join([model.status() for model in self.comparisons] + [self.scheduler.describe()])
 
-    def poll_models():
+    def poll_models(self):
         """Each comparison model's line; a model that cannot be loaded keeps only its line (no empty boxes)."""
-        shown = [gr.update(visible=not model.failed) for model in comparisons]
-        return (
-            *[model.status() for model in comparisons],
-            *shown,
-            *shown,
-            gr.Timer(active=not all(m.done for m in comparisons)),
-        )
+        shown = [gr.update(visible=not model.failed) for model in self.comparisons]
+        statuses = [model.status() for model in self.comparisons]
+        return (*statuses, *shown, *shown, gr.Timer(active=not all(model.done for model in self.comparisons)))
 
-    def cancel_visitor(request: gr.Request):
-        if scheduler.cancel(request.session_hash):
+    def cancel_visitor(self, request: gr.Request):
+        if self.scheduler.cancel(request.session_hash):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
 
+
+# ------------------------------------------------------------------------------------------------------------ the page
+
+
+def build_demo(
+    model_id: str = DEFAULT_MODEL,
+    comparison_model_ids: list[str] | None = None,
+    *,
+    limits: Limits = Limits(),
+    fair: bool = True,
+    trust_forwarded_for: bool = False,
+    comparison_path: Path = COMPARISON_PATH,
+) -> gr.Blocks:
+    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
+    app = TranslationApp(
+        model_id, comparison_model_ids, limits=limits, fair=fair, trust_forwarded_for=trust_forwarded_for,
+        comparison_path=comparison_path,
+    )  # fmt: skip
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown(INTRO)
-        with gr.Row():
-            decoding = gr.Radio(list(DECODINGS), value="beam search", label="Decoding", min_width=240)
-            num_beams = gr.Slider(1, limits.max_beams, value=4, step=1, label="Beams (beam search)", min_width=240)
-            max_new_tokens = gr.Slider(
-                1, limits.max_new_tokens, value=128, step=1, label="Maximum new tokens", min_width=240
-            )
+        controls = decoding_controls(app)
         with gr.Tabs():
             with gr.Tab("Translate"):
-                with gr.Row():  # side by side on a wide screen, one above the other on a phone
-                    text = gr.Textbox(
-                        label="English",
-                        lines=4,
-                        placeholder="Type one or more English sentences.",
-                        elem_id="english",
-                        min_width=320,
-                    )
-                    reference = gr.Textbox(
-                        "",
-                        label="Reference translation (optional, German)",
-                        lines=4,
-                        elem_id="reference",
-                        min_width=320,
-                    )
-                translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
-                notice = gr.Markdown(label="Notice", elem_id="notice")
-                panels, model_states, columns = [], [], []
-                with gr.Row(equal_height=False):
-                    for number, system in enumerate(systems):
-                        with gr.Column(min_width=300):  # beside each other on a wide screen, stacked on a phone
-                            if number:
-                                # A model that cannot be loaded keeps only this line (the rest of its column hides).
-                                model_states.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
-                            with gr.Column(visible=not getattr(system, "failed", False)) as column:
-                                gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
-                                panels += [
-                                    gr.Textbox(
-                                        label=f"{system.name} (German)",
-                                        lines=4,
-                                        interactive=False,
-                                        elem_id=f"translation-{number}",
-                                    ),
-                                    gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
-                                ]
-                            columns += [column] if number else []
-                gr.Examples(
-                    EXAMPLES,
-                    inputs=[text, reference],
-                    label="Examples (with references; the last is an everyday sentence)",
-                    cache_examples=False,
-                    elem_id="examples",
-                )
-                gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
-                with gr.Row():
-                    sentence = gr.Dropdown(choices=[], type="value", label="Sentence", min_width=240)
-                    layer = gr.Dropdown(
-                        choices=[(label, index) for index, label in enumerate(layer_choices)],
-                        value=0,
-                        label="Layer",
-                        min_width=240,
-                    )
-                with gr.Row():
-                    plots = [
-                        gr.Plot(
-                            label=f"{system.name} cross-attention",
-                            show_label=False,
-                            elem_id=f"heatmap-{number}",
-                            min_width=300,
-                            visible=not getattr(system, "failed", False),
-                        )
-                        for number, system in enumerate(systems)
-                    ]
+                translate_tab(app, controls)
             with gr.Tab("File"):
-                gr.Markdown(
-                    f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
-                    f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
-                    "translated with fewer beams. Optionally a German reference file with the same number of "
-                    "lines for corpus BLEU and chrF. The first lines show below; the download has them all."
-                )
-                with gr.Row():
-                    source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath", min_width=300)
-                    reference_file = gr.File(
-                        label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
-                    )
-                file_button = gr.Button("Translate file", variant="primary")
-                file_summary = gr.Markdown(label="Summary", elem_id="file-summary")
-                file_preview = gr.Markdown(label="The first lines", elem_id="file-preview")
-                file_output = gr.File(label="All translations (TSV)")
+                file_tab(app, controls)
             with gr.Tab("Corpus comparison"):
-                comparison_summary = gr.Markdown(label="Notes")
-                comparison_rows = gr.Markdown(label="Corpus results", elem_id="corpus-table")
-        status_line = gr.Markdown(visible=False)
-        attention = gr.State()
-        timer = gr.Timer(1.0, active=bool(comparisons))
-
-        # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
-        # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
-        # and answers in one line, where Gradio's own check would log a traceback for each.
-        compute = dict(
-            concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
-        )
-        text_inputs = [text, decoding, num_beams, max_new_tokens, reference]
-        file_inputs = [source_file, reference_file, decoding, num_beams, max_new_tokens]
-        translate_button.click(
-            translate,
-            [text, decoding, num_beams, max_new_tokens, reference],
-            [*panels, notice, attention],
-            api_name="translate",
-            **compute,
-        ).then(refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private")
-        for control in (sentence, layer):
-            control.input(draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private")
-        file_button.click(
-            run_file,
-            [source_file, reference_file, decoding, num_beams, max_new_tokens],
-            [file_output, file_summary, file_preview],
-            api_name="translate_file",
-            **compute,
-        )
+                notes = gr.Markdown(label="Notes")
+                table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
+        status = gr.Markdown(visible=False)
         # Reading files and statuses skips the queue: it must never wait behind translations.
-        demo.load(comparison, None, [comparison_summary, comparison_rows], api_name="comparison", queue=False)
-        demo.load(status, None, status_line, api_name="status", queue=False)
-        timer.tick(
-            poll_models,
-            None,
-            [*model_states, *columns, *plots[1:], timer],
-            api_visibility="private",
-            queue=False,
-            show_progress="hidden",
-        )
-        demo.unload(cancel_visitor)  # a closed page cancels its request (at its next decoder step)
+        demo.load(app.comparison, None, [notes, table], api_name="comparison", queue=False)
+        demo.load(app.status, None, status, api_name="status", queue=False)
+        demo.unload(app.cancel_visitor)  # a closed page cancels its request (at its next decoder step)
     # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
     demo.queue(max_size=limits.queue_size, api_open=False)
-    demo.page_css = CSS + "".join(  # for launch_options: Gradio 6 takes the CSS at launch
+    demo.page_css = page_css(app.systems)  # for launch_options: Gradio 6 takes the CSS at launch
+    demo.readers = Readers()  # RequestGuard counts the result streams being read; the watcher stops unread work
+    app.demo = demo
+    if fair:
+        stop_unread_work(demo, app.scheduler, demo.readers, grace=limits.unread_grace_seconds)
+    return demo
+
+
+def decoding_controls(app: TranslationApp) -> list:
+    """Decoding, beams and maximum new tokens, shared by both tabs; they start at what our model decodes with."""
+    limits = app.limits
+    decoding, beams, tokens = decoding_defaults(
+        app.ours.model, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
+    )
+    with gr.Row():
+        return [
+            gr.Radio(list(DECODINGS), value=decoding, label="Decoding", min_width=240),
+            gr.Slider(1, limits.max_beams, value=beams, step=1, label="Beams (beam search)", min_width=240),
+            gr.Slider(1, limits.max_new_tokens, value=tokens, step=1, label="Maximum new tokens", min_width=240),
+        ]
+
+
+def translate_tab(app: TranslationApp, controls: list) -> None:
+    """Text in, a panel per model, the examples, then the cross-attention heatmaps."""
+    with gr.Row():  # side by side on a wide screen, one above the other on a phone
+        text = gr.Textbox(
+            label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english",
+            min_width=320,
+        )  # fmt: skip
+        reference = gr.Textbox(
+            "", label="Reference translation (optional, German)", lines=4, elem_id="reference", min_width=320
+        )
+    button = gr.Button("Translate", variant="primary", elem_id="translate")
+    notice = gr.Markdown(label="Notice", elem_id="notice")
+    panels, statuses, columns = model_panels(app.systems)
+    gr.Examples(
+        EXAMPLES,
+        inputs=[text, reference],
+        label="Examples (with references; the last is an everyday sentence)",
+        cache_examples=False,
+        elem_id="examples",
+    )
+    attention = gr.State()
+    sentence, layer, plots = heatmaps(app, attention)
+    button.click(
+        app.translate, [text, *controls, reference], [*panels, notice, attention], api_name="translate", **app.compute
+    ).then(app.refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private")
+    timer = gr.Timer(1.0, active=bool(app.comparisons))
+    timer.tick(
+        app.poll_models,
+        None,
+        [*statuses, *columns, *plots[1:], timer],
+        api_visibility="private",
+        queue=False,
+        show_progress="hidden",
+    )
+
+
+def model_panels(systems: list) -> tuple[list, list, list]:
+    """A column per model (its translation and details), side by side on a wide screen, stacked on a phone; for each
+    comparison model a status line, and the rest of its column hidden while it cannot be loaded."""
+    panels, statuses, columns = [], [], []
+    with gr.Row(equal_height=False):
+        for number, system in enumerate(systems):
+            with gr.Column(min_width=300):
+                if number:
+                    statuses.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
+                with gr.Column(visible=not getattr(system, "failed", False)) as column:
+                    gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                    panels += [
+                        gr.Textbox(
+                            label=f"{system.name} (German)", lines=4, interactive=False, elem_id=f"translation-{number}"
+                        ),
+                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
+                    ]
+                columns += [column] if number else []
+    return panels, statuses, columns
+
+
+def heatmaps(app: TranslationApp, attention: gr.State) -> tuple:
+    """The sentence and layer to draw, and a cross-attention heatmap per model, redrawn when either changes."""
+    gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
+    layers = ["mean over layers and heads"] + [f"layer {n + 1}" for n in range(app.ours.num_layers)]
+    with gr.Row():
+        sentence = gr.Dropdown(choices=[], type="value", label="Sentence", min_width=240)
+        layer = gr.Dropdown(
+            choices=[(label, index) for index, label in enumerate(layers)], value=0, label="Layer", min_width=240
+        )
+    with gr.Row():
+        plots = [
+            gr.Plot(
+                label=f"{system.name} cross-attention",
+                show_label=False,
+                elem_id=f"heatmap-{number}",
+                min_width=300,
+                visible=not getattr(system, "failed", False),
+            )
+            for number, system in enumerate(app.systems)
+        ]
+    for control in (sentence, layer):
+        control.input(app.draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private")
+    return sentence, layer, plots
+
+
+def file_tab(app: TranslationApp, controls: list) -> None:
+    """A file in, its first lines beside their translations, and a TSV of them all with a summary."""
+    limits = app.limits
+    gr.Markdown(
+        f"A UTF-8 text file ({', '.join(FILE_TYPES)}), one English sentence per line, up to "
+        f"{limits.max_file_bytes // 1000:,} kB and {limits.max_file_lines:,} lines; big files are "
+        "translated with fewer beams. Optionally a German reference file with the same number of "
+        "lines for corpus BLEU and chrF. The first lines show below; the download has them all."
+    )
+    with gr.Row():
+        source_file = gr.File(label="English file", file_types=FILE_TYPES, type="filepath", min_width=300)
+        reference_file = gr.File(
+            label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
+        )
+    button = gr.Button("Translate file", variant="primary")
+    summary = gr.Markdown(label="Summary", elem_id="file-summary")
+    preview = gr.Markdown(label="The first lines", elem_id="file-preview")
+    output = gr.File(label="All translations (TSV)")
+    button.click(
+        app.translate_file,
+        [source_file, reference_file, *controls],
+        [output, summary, preview],
+        api_name="translate_file",
+        **app.compute,
+    )
+
+
+def page_css(systems: list) -> str:
+    """The page's CSS, with the wide tables shown as one block per row on a phone."""
+    return CSS + "".join(
         stacked_table_css(elem_id, headers)
         for elem_id, headers in (
             ("corpus-table", CORPUS_HEADERS),
@@ -466,11 +496,6 @@ def build_demo(
             ("file-preview", ["Line", "English", *[system.name for system in systems]]),
         )
     )
-    demo.scheduler = scheduler  # for tests and benchmarks: the requests in progress
-    demo.readers = readers  # RequestGuard counts the result streams being read; the watcher stops unread work
-    if fair:
-        stop_unread_work(demo, scheduler, readers, grace=limits.unread_grace_seconds)
-    return demo
 
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])

@@ -41,21 +41,16 @@ from transformer_en_de.evaluation import (
     EvalResultsError,
     decoding_record,
     read_eval_results,
-    score_model,
+    score_splits,
     write_eval_results,
 )
 from transformer_en_de.model_card import write_model_card
 
 
-def score_splits(model, tokenizer, data_dir: Path, splits: list[str], languages: tuple[str, str]) -> dict:
-    """{split: scores} for every sentence of each split, through the engine with the model's saved decoding."""
-    scores = {}
-    for split in splits:
-        sources, references = data.read_parallel(*data.split_paths(data_dir, split, *languages))
-        _, scores[split] = score_model(model, tokenizer, sources, references)
-        print(f"[score] {split}: {scores[split]['bleu']} BLEU / {scores[split]['chrf']} chrF "
-              f"({scores[split]['num_sentences']} sentences)")
-    return scores
+def score_files(model, tokenizer, data_dir: Path, splits: list[str], languages: tuple[str, str]) -> dict:
+    """{split: scores} of the split files in `data_dir` (`evaluation.score_splits`)."""
+    pairs = {split: data.read_parallel(*data.split_paths(data_dir, split, *languages)) for split in splits}
+    return score_splits(model, tokenizer, pairs)[0]
 
 
 def run_facts(run_dir: Path, last_checkpoint: Path) -> dict:
@@ -163,7 +158,7 @@ def save(output_dir: Path, model, tokenizer, run: dict, checkpoints: list[Path],
     training.update(chosen or {})
     known = known or {}
     unknown = [split for split in scoring.splits if split not in known]
-    scores = dict(known, **score_splits(model, tokenizer, scoring.data_dir, unknown, languages))
+    scores = dict(known, **score_files(model, tokenizer, scoring.data_dir, unknown, languages))
     write_eval_results(
         output_dir,
         num_parameters=model.num_parameters(),
@@ -189,7 +184,7 @@ def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:
         num_parameters=model.num_parameters(),
         languages=languages,
         decoding=decoding_record(model),
-        scores=score_splits(model, tokenizer, data_dir, splits, languages),
+        scores=score_files(model, tokenizer, data_dir, splits, languages),
         command=recorded["command"],
         training=recorded["training"],
     )

@@ -17,7 +17,6 @@ More data, other directions, fine-tuning, datasets and streaming, several proces
 train.py ...`): see the flags' help and the README.
 """
 
-import argparse
 import dataclasses
 import json
 import shlex
@@ -27,55 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from huggingface_hub import constants
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTrainingArguments, set_seed
-from transformers.utils.auto_docstring import parse_docstring
 
-from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from tokenizer import config_token_fields, load_tokenizer
-from transformer_en_de import data, precision
-from transformer_en_de.checkpoints import (
-    choose_average,
-    restore_translation_defaults,
-    validation_curve,
-)
-from transformer_en_de.evaluation import decoding_record, read_eval_results, score_model, write_eval_results
-from transformer_en_de.hub import PublishError, hub_is_reachable, model_folder, push_folder
+from transformer_en_de import checkpoints, evaluation, precision, training, training_data
+from transformer_en_de.flags import HelpFormatter, config_field, recipe
+from transformer_en_de.hub import PublishError, push_folder
 from transformer_en_de.model_card import write_model_card
-from transformer_en_de.training import (
-    ShortRunLogging,
-    StartingStep,
-    TranslationTrainer,
-    check_output_dir,
-    clear_previous_run,
-    model_to_fine_tune,
-    resolve_resume,
-    without_resume_flag,
-    write_failure,
-)
-from transformer_en_de.training_data import (
-    dataset_facts,
-    load_split,
-    load_training_set,
-    prepare_tokenizer,
-    tokenize_pairs,
-    tokenize_training_set,
-)
+from transformer_en_de.training import REGULARISATION_FIELDS
 
 # ------------------------------------------------------------------------------------------------------------ arguments
 #
 # A flag left out is None where its value comes from elsewhere (the config, the trained model, the machine, the
 # learning-rate rule); that is how "given on the command line" is told apart, everywhere.
-
-_CONFIG_DEFAULTS = {config_field.name: config_field.default for config_field in dataclasses.fields(TransformerMTConfig)}
-_CONFIG_DOCS = parse_docstring(TransformerMTConfig.__doc__)[0]  # the Args: section, by transformers' own parser
-
-
-def config_field(name: str):
-    """A model flag: the config field `name`, its documentation as help; not given, it keeps the config's default
-    (or, when fine-tuning, the trained model's value)."""
-    doc = " ".join(_CONFIG_DOCS[name]["description"].split())
-    return field(default=None, metadata={"help": f"{doc} (default: {_CONFIG_DEFAULTS[name]!r})"})
 
 
 @dataclass
@@ -95,11 +57,6 @@ class ModelArguments:
     tie_word_embeddings: bool | None = config_field("tie_word_embeddings")
     init_std: float | None = config_field("init_std")
     label_smoothing: float | None = config_field("label_smoothing")
-
-
-ARCHITECTURE_FIELDS = tuple(model_field.name for model_field in dataclasses.fields(ModelArguments))
-# What fine-tuning may change in a trained model; the rest of its architecture is its weights' shape.
-REGULARISATION_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
 
 
 @dataclass
@@ -214,15 +171,6 @@ class SelectionArguments:
     )
 
 
-_TRAINER_FIELDS = {trainer_field.name: trainer_field for trainer_field in dataclasses.fields(Seq2SeqTrainingArguments)}
-
-
-def recipe(name: str, default, why: str = ""):
-    """A Trainer flag with the recipe's default instead of the Trainer's, and the Trainer's help."""
-    help_text = _TRAINER_FIELDS[name].metadata.get("help", "")
-    return field(default=default, metadata={"help": f"{help_text} {why}".strip()})
-
-
 @dataclass
 class TrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` with the paper's recipe as defaults (Adam 0.9/0.98/1e-9, inverse-square-root schedule
@@ -289,13 +237,6 @@ class TrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description as written, and each flag's default, except a None one (its help says where it comes from)."""
-
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
 def parse_arguments(argv: list[str]):
     """The six argument groups, parsed once; the values left to other sources resolved."""
     parser = HfArgumentParser(
@@ -306,8 +247,8 @@ def parse_arguments(argv: list[str]):
     data_args, tokenizer_args, model_args, start_args, selection_args, training_args = (
         parser.parse_args_into_dataclasses(args=argv)
     )
-    check_data_arguments(data_args, training_args)
-    start_args.folder = resolve_architecture(model_args, start_args, tokenizer_args)
+    training_data.check_data_arguments(data_args, training_args)
+    start_args.folder = training.resolve_architecture(model_args, start_args, tokenizer_args)
     if training_args.learning_rate is None:
         # The paper's peak rate: d_model^-0.5 * warmup^-0.5, reached at the end of the linear warm-up.
         training_args.learning_rate = model_args.d_model**-0.5 * max(training_args.warmup_steps, 1) ** -0.5
@@ -323,71 +264,7 @@ def parse_arguments(argv: list[str]):
     return data_args, tokenizer_args, model_args, start_args, selection_args, training_args
 
 
-def resolve_architecture(model_args: ModelArguments, start_args: StartArguments,
-                         tokenizer_args: TokenizerArguments) -> Path | None:
-    """Fill the model flags not given: from the config's defaults, or when fine-tuning from the trained model (whose
-    folder, downloaded for a Hub id, is returned; its tokenizer becomes the run's), refusing architecture flags that
-    its weights could not follow."""
-    given = {name: value for name, value in dataclasses.asdict(model_args).items() if value is not None}
-    if not start_args.model_name_or_path:
-        for name in ARCHITECTURE_FIELDS:
-            setattr(model_args, name, given.get(name, _CONFIG_DEFAULTS[name]))
-        return None
-    fixed = [f"--{name}" for name in given if name not in REGULARISATION_FIELDS]
-    if fixed:
-        raise SystemExit(
-            f"error: {' '.join(fixed)} cannot change a trained model: --model_name_or_path "
-            f"{start_args.model_name_or_path} brings its own architecture. Drop the flag, or train from scratch."
-        )
-    try:
-        folder = model_folder(start_args.model_name_or_path)
-        config = TransformerMTConfig.from_pretrained(folder)
-    except (RuntimeError, OSError, ValueError) as error:
-        raise SystemExit(f"error: --model_name_or_path {start_args.model_name_or_path}: {error}") from None
-    for name in ARCHITECTURE_FIELDS:
-        setattr(model_args, name, given.get(name, getattr(config, name)))
-    tokenizer_args.tokenizer_name = tokenizer_args.tokenizer_name or str(folder)
-    return folder
-
-
-def check_data_arguments(data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """Where the data comes from, and what each source allows: checked before anything is loaded or trained."""
-    from_dataset = data_args.dataset_name is not None
-    if from_dataset and data_args.data_dir:
-        raise SystemExit("error: give either --data_dir (text files) or --dataset_name (a datasets dataset), not both.")
-    if data_args.streaming and not from_dataset:
-        raise SystemExit("error: --streaming reads a --dataset_name; text files (--data_dir) are read in memory.")
-    if data_args.streaming and training_args.max_steps <= 0:
-        raise SystemExit(
-            "error: --streaming needs --max_steps N: a stream has no length, so epochs cannot be counted."
-        )
-    if data_args.streaming and training_args.max_tokens:
-        raise SystemExit("error: --max_tokens sorts the training set by length; a stream (--streaming) cannot be.")
-    if from_dataset:
-        unsupported = [flag for flag, used in (("--extra_train", data_args.extra_train),
-                                               ("--case_augmentation", data_args.case_augmentation),
-                                               ("--train_weight", data_args.train_weight != 1)) if used]
-        if unsupported:
-            raise SystemExit(
-                f"error: {', '.join(unsupported)} mix text-file corpora; with --dataset_name they are not supported. "
-                "Write the dataset to {split}.{lang} text files and use --data_dir."
-            )
-
-
-def check_push(training_args: TrainingArguments) -> None:
-    """Fail before training, not after it, when the finished folder could not be pushed."""
-    if not training_args.hub_model_id:
-        raise SystemExit("error: --push_to_hub needs --hub_model_id NAME (user/model).")
-    if constants.is_offline_mode():
-        raise SystemExit(
-            "error: --push_to_hub with offline mode on (HF_HUB_OFFLINE=1): unset it on a machine with network access, "
-            "or train without --push_to_hub and push the folder later (python publish.py)."
-        )
-    if not hub_is_reachable():
-        raise SystemExit(
-            f"error: --push_to_hub: {constants.ENDPOINT} is unreachable. Check the network, or train without "
-            "--push_to_hub and push the folder later (python publish.py)."
-        )
+# ----------------------------------------------------------------------------------------------------------------- run
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -397,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         return run(argv, data_args, tokenizer_args, model_args, start_args, selection_args, training_args)
     except (OSError, RuntimeError) as error:
-        message = write_failure(error, output_dir)
+        message = training.write_failure(error, output_dir)
         if message is None:
             raise
         raise SystemExit(message) from None
@@ -410,77 +287,46 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
     # We push the finished folder ourselves (after the test score and the card exist), not the Trainer's checkpoints.
     push_requested, training_args.push_to_hub = training_args.push_to_hub, False
     if push_requested:
-        check_push(training_args)
-    max_positions = model_args.max_position_embeddings
-    if max(data_args.max_source_length, data_args.max_target_length) > max_positions:
-        raise SystemExit(
-            f"error: max_source_length/max_target_length ({data_args.max_source_length}/"
-            f"{data_args.max_target_length}) exceed max_position_embeddings ({max_positions})."
-        )
+        training.check_push(training_args.hub_model_id)
+    training_data.check_lengths(data_args, model_args.max_position_embeddings)
+    resume = training.prepare_output_dir(training_args)
     output_dir = Path(training_args.output_dir)
-    resume = resolve_resume(training_args.resume_from_checkpoint, output_dir)
-    if training_args.should_save:
-        check_output_dir(output_dir, training_args.overwrite_output_dir, resume is not None)
-        if training_args.overwrite_output_dir and resume is None:
-            clear_previous_run(output_dir)
 
     # Loading the datasets
-    try:
-        data_dir = None
-        if not data_args.dataset_name:
-            data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
-        training_set = load_training_set(data_args, data_dir, training_args, tokenizer_args.tokenizer_train_samples)
-        validation = load_split(data_args, data_dir, data_args.validation_split, data_args.max_eval_samples,
-                                training_args)
-        test = None
-        if data_args.test_split:
-            test = load_split(data_args, data_dir, data_args.test_split, data_args.max_test_samples, training_args)
-    except data.DataError as error:
-        raise SystemExit(f"error: {error}") from None
+    training_set, validation, test = training_data.load_splits(
+        data_args, training_args, tokenizer_args.tokenizer_train_samples
+    )
 
     # Tokenizer: one process trains (or loads) it and saves it; the others wait, then load what it saved
     tag_token = data_args.tag_token if training_set.has_tagged else None
-    with training_args.main_process_first(local=training_args.save_on_each_node, desc="the tokenizer"):
-        if training_args.should_save:
-            tokenizer = prepare_tokenizer(
-                tokenizer_args, output_dir, training_set.tokenizer_texts, max_positions, tag_token
-            )
-        else:
-            tokenizer = load_tokenizer(output_dir)
+    tokenizer = training_data.run_tokenizer(
+        tokenizer_args, training_args, training_set.tokenizer_texts, model_args.max_position_embeddings, tag_token
+    )
 
-    # Model
-    if start_args.model_name_or_path:
-        regularisation = {name: getattr(model_args, name) for name in REGULARISATION_FIELDS}
-        try:
-            model = model_to_fine_tune(start_args.folder, tokenizer, regularisation, tag_token)
-        except ValueError as error:
-            raise SystemExit(f"error: {error}") from None
-    else:
-        config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
-        model = TransformerMTForConditionalGeneration(config)
-        restore_translation_defaults(model)  # validation decodes as the shipped folder will: beam 4, the length bound
+    # Model: a new one, or the trained one to fine-tune
+    model = training.model_to_train(model_args, start_args.folder, tokenizer, tag_token)
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     chosen = precision.name(training_args.bf16, training_args.fp16)
     print(f"[precision] {chosen} ({precision.describe(training_args.use_cpu)})")
 
     # Preprocessing the datasets
-    train_dataset = tokenize_training_set(tokenizer, training_set, data_args, training_args)
-    eval_dataset = tokenize_pairs(tokenizer, *validation, data_args)  # for the validation loss
+    train_dataset = training_data.tokenize_training_set(tokenizer, training_set, data_args, training_args)
+    eval_dataset = training_data.tokenize_pairs(tokenizer, *validation, data_args)  # for the validation loss
 
     # Data collator: pads each batch to its longest pair; padded label positions are -100, left out of the loss
     data_collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
 
     # Training
     training_args.generation_max_length = data_args.max_target_length
-    trainer = TranslationTrainer(
+    trainer = training.TranslationTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=data_collator,
         processing_class=tokenizer,
-        callbacks=[starting_step := StartingStep(), ShortRunLogging()],
+        callbacks=[starting_step := training.StartingStep(), training.ShortRunLogging()],
         validation=validation,
         max_tokens=training_args.max_tokens,
     )
@@ -492,57 +338,30 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
 
     # Choosing the model to ship: the best checkpoint by validation BLEU (loaded the way users load it), or with
     # --average_last the best of the averages of the last checkpoints, chosen on validation through the engine
-    best = trainer.state.best_model_checkpoint
-    facts = {
-        "validation_split": data_args.validation_split,
-        "validation_curve": validation_curve(trainer.state.log_history),
-        "trained_steps": {"from": starting_step.step, "to": trainer.state.global_step},
-        "best_checkpoint": Path(best).name if best else None,
-        "corpora": training_set.facts(data_args.tag_token),
-        "dataset": dataset_facts(data_args),
-    }
-    if start_args.model_name_or_path:
-        facts["fine_tuned_from"] = start_args.model_name_or_path
-    if data_args.case_augmentation:
-        facts["case_augmentation"] = data_args.case_augmentation
-    if tag_token:
-        facts["tag_token"] = tag_token
-    val_scores = None
-    if selection_args.average_last:
-        choice = choose_average(
-            output_dir, selection_args.average_last, tokenizer, *validation,
-            extra={"best": [Path(best)]} if best else None,
-        )
-        model, val_scores = choice.model, choice.scores
-        facts.update(average_candidates=choice.candidates, chosen_average=choice.name,
-                     averaged_checkpoints=[path.name for path in choice.checkpoints])
-        print(f"[average] shipping {choice.name}: val {val_scores['bleu']} BLEU")
-    elif best:
-        model = TransformerMTForConditionalGeneration.from_pretrained(best, use_safetensors=True)
-    else:
-        model = trainer.model
-    restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config; the cache is on
+    facts = training.training_facts(
+        trainer, starting_step.step, data_args, training_set, start_args.model_name_or_path, tag_token
+    )
+    model, val_scores, choice = checkpoints.model_to_ship(trainer, selection_args.average_last, tokenizer, validation)
+    facts.update(choice)
+    checkpoints.restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
 
     # Scoring what a user downloads, with its own decoding: every real sentence, in file order
-    if val_scores is None:
-        _, val_scores = score_model(model, tokenizer, *validation)
-    scores = {data_args.validation_split: val_scores}
+    splits = {data_args.validation_split: validation, **({data_args.test_split: test} if test is not None else {})}
+    known = {data_args.validation_split: val_scores} if val_scores is not None else None
+    scores, translations = evaluation.score_splits(model, tokenizer, splits, known)
     if test is not None:
-        hypotheses, scores[data_args.test_split] = score_model(model, tokenizer, *test)
         (output_dir / f"translations.{data_args.test_split}.{data_args.target_lang}").write_text(
-            "\n".join(hypotheses) + "\n", encoding="utf-8"
+            "\n".join(translations[data_args.test_split]) + "\n", encoding="utf-8"
         )
-    for split, score in scores.items():
-        print(f"[score] {split}: {score['bleu']} BLEU / {score['chrf']} chrF ({score['num_sentences']} sentences)")
-    write_eval_results(
+    evaluation.write_eval_results(
         output_dir,
         num_parameters=num_parameters,
         languages=(data_args.source_lang, data_args.target_lang),
-        decoding=decoding_record(model),
+        decoding=evaluation.decoding_record(model),
         scores=scores,
-        command=["python train.py " + shlex.join(without_resume_flag(argv))],
+        command=["python train.py " + shlex.join(training.without_resume_flag(argv))],
         training=facts,
     )
     write_model_card(output_dir, config=model.config, hub_model_id=training_args.hub_model_id)
@@ -557,7 +376,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
         except PublishError as error:
             raise SystemExit(f"error: {error}") from None
         print(f"[push] {url}")
-    return read_eval_results(output_dir)
+    return evaluation.read_eval_results(output_dir)
 
 
 if __name__ == "__main__":

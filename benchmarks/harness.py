@@ -52,7 +52,7 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     return args
 
 
-def read_lines(split: str, language: str) -> list[str]:
+def read_split(split: str, language: str) -> list[str]:
     """A Multi30k file beside the repository, read as every script reads it (`data.read_lines`)."""
     path = DATA_DIR / f"{split}.{language}"
     if not path.is_file():
@@ -102,7 +102,7 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
 
 def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], list[str]]:
     """`count` random sentence pairs (English, German) of a Multi30k split, the same ones on every run."""
-    english, german = read_lines(split, "en"), read_lines(split, "de")
+    english, german = read_split(split, "en"), read_split(split, "de")
     chosen = random.Random(seed).sample(range(len(english)), count)
     return [english[i] for i in chosen], [german[i] for i in chosen]
 

@@ -67,8 +67,8 @@ def main():
         "int8 dynamic": int8_dynamic(model),
         "int8 dynamic, float32 output layer": int8_dynamic(model, keep_output_layer=True),
     }
-    sources = harness.read_lines("test_2016_flickr", "en")
-    references = harness.read_lines("test_2016_flickr", "de")
+    sources = harness.read_split("test_2016_flickr", "en")
+    references = harness.read_split("test_2016_flickr", "de")
     limit = 160 if args.quick else args.limit
     if limit:
         sources, references = sources[:limit], references[:limit]

@@ -36,7 +36,7 @@ def main() -> None:
 
     rows = []
     for split in ("val", "test_2016_flickr"):
-        sources = harness.read_lines(split, "en")[:limit]
+        sources = harness.read_split(split, "en")[:limit]
         outputs = translate(model, tokenizer, sources, settings).texts
         ratios = [len(output) / max(len(source), 1) for source, output in zip(sources, outputs, strict=True)]
         worst = max(range(len(ratios)), key=ratios.__getitem__)
@@ -46,7 +46,7 @@ def main() -> None:
     harness.print_table(["split", "sentences", "longest ratio", f"over {RUNAWAY_FACTOR:g}x", "its source"], rows)
 
     count = 50 if args.quick else CASING_SENTENCES
-    sources, references = harness.read_lines("val", "en")[:count], harness.read_lines("val", "de")[:count]
+    sources, references = harness.read_split("val", "en")[:count], harness.read_split("val", "de")[:count]
     variants = [
         ("as is", sources, settings),
         ("capitals, raw", [source.upper() for source in sources], replace(settings, normalise_case=False)),

@@ -31,7 +31,7 @@ from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de import ctranslate2_backend
-from transformer_en_de.engine import DecodingSettings, length_bound, translate
+from transformer_en_de.engine import DecodingSettings, token_limits, translate
 from transformer_en_de.evaluation import corpus_scores
 
 CT2 = "CTranslate2 float32"
@@ -70,20 +70,19 @@ def check_greedy_parity(model, tokenizer, translator, sources: list[str]) -> int
 
 def ctranslate2_batch(translator, tokenizer, model, sentences: list[str], batch_size: int) -> list[str]:
     """CTranslate2 beam 4 over `sentences` in length-sorted batches, bounded per batch like the engine's longest."""
-    ratio, offset = length_bound(model, DecodingSettings())
+    limits = token_limits(model, tokenizer, sentences)
     ids = tokenizer(sentences)["input_ids"]
     order = sorted(range(len(ids)), key=lambda index: len(ids[index]), reverse=True)
     texts = [""] * len(sentences)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]
-        longest = max(len(ids[index]) for index in chosen)
         outputs = ctranslate2_backend.translate_ids(
             translator,
             tokenizer,
             [ids[index] for index in chosen],
             beam_size=model.generation_config.num_beams,
             length_penalty=model.generation_config.length_penalty,
-            max_decoding_length=min(int(-(-ratio * longest // 1)) + offset, model.generation_config.max_new_tokens),
+            max_decoding_length=max(limits[index] for index in chosen),
         )
         for index, output in zip(chosen, outputs, strict=True):
             texts[index] = tokenizer.decode(output, skip_special_tokens=True).strip()
@@ -136,8 +135,8 @@ def main():
     plain_model = copy.deepcopy(model)
     plain_model.drop_finished_sentences = False
     limit = 96 if args.quick and args.limit is None else args.limit
-    sources = harness.read_lines("test_2016_flickr", "en")[:limit]
-    references = harness.read_lines("test_2016_flickr", "de")[:limit]
+    sources = harness.read_split("test_2016_flickr", "en")[:limit]
+    references = harness.read_split("test_2016_flickr", "de")[:limit]
 
     with tempfile.TemporaryDirectory() as folder:
         ctranslate2_backend.convert(model, tokenizer, folder)
@@ -197,8 +196,8 @@ def main():
 
     if args.skip_bound:
         return
-    val_sources = harness.read_lines("val", "en")[:limit]
-    val_references = harness.read_lines("val", "de")[:limit]
+    val_sources = harness.read_split("val", "en")[:limit]
+    val_references = harness.read_split("val", "de")[:limit]
     bounded = {
         "bound 1.5 x source + 10 (default)": DecodingSettings(),
         "no bound (cap of 255 new tokens per batch)": DecodingSettings(max_new_tokens_ratio=NO_BOUND_RATIO),

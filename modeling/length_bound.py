@@ -26,6 +26,33 @@ def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
     return (input_ids != pad_token_id).sum(dim=-1)
 
 
+def decoding_bound(generation_config, ratio: float | None = None, offset: int | None = None) -> tuple[float, int]:
+    """(ratio, offset) when every model is bounded (the translation engine): those given, else the ones the generation
+    config saves, else the defaults (a model that saves none, such as a pretrained one, gets the defaults)."""
+    saved_ratio, saved_offset = saved_bound(generation_config)
+    ratio = ratio or saved_ratio or DEFAULT_RATIO
+    offset = next(value for value in (offset, saved_offset, DEFAULT_OFFSET) if value is not None)
+    return ratio, offset
+
+
+def generate_bound(generation_config, kwargs: dict) -> tuple[float | None, int]:
+    """(ratio, offset) of a `generate()` call, its `max_new_tokens_ratio` / `max_new_tokens_offset` taken out of
+    `kwargs`: the call's, else the generation config's. A ratio of None is no bound (a bare config saves none); an
+    offset of None is 0."""
+    saved_ratio, saved_offset = saved_bound(generation_config)
+    ratio = kwargs.pop("max_new_tokens_ratio", saved_ratio)
+    offset = kwargs.pop("max_new_tokens_offset", saved_offset)
+    return ratio, offset or 0
+
+
+def saved_bound(generation_config) -> tuple[float | None, int | None]:
+    """The bound a generation config saves, None for what it does not (a bare config saves neither)."""
+    return (
+        getattr(generation_config, "max_new_tokens_ratio", None),
+        getattr(generation_config, "max_new_tokens_offset", None),
+    )
+
+
 def new_token_limits(lengths: torch.Tensor, ratio: float, offset: int, cap: int | None = None) -> torch.Tensor:
     """`ceil(ratio * length) + offset` new tokens per sentence (at least 1, at most `cap`): (batch,)."""
     limits = torch.tensor([math.ceil(ratio * int(length)) + int(offset) for length in lengths.tolist()])

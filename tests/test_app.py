@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure
 from test_engine import StepClock
 from tiny_marian import build_tiny_marian
 from tiny_models import T5_PREFIX, build_tiny_t5
+from transformers import GenerationConfig
 
 from transformer_en_de import engine, evaluation
 from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
@@ -97,7 +99,8 @@ def test_long_source_is_cut_and_says_so(ours, marian):
 
     assert any("20,000 characters" in notice for notice in result.notices)
     for output, translator in zip(result.outputs, (ours, marian), strict=True):
-        assert len(output.run.translations[0].source_ids) == translator.max_source_tokens
+        readable = engine.max_source_tokens(translator.model, translator.tokenizer)
+        assert len(output.run.translations[0].source_ids) == readable
         assert "cut there" in translation.format_details(output)
 
 
@@ -136,7 +139,7 @@ def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     )
 
     settings = DecodingSettings(num_beams=LIMITS.max_beams, max_new_tokens=LIMITS.max_new_tokens)
-    steps = limits.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
+    steps = engine.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
 
     def seconds(kept, beams):
         return limits.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
@@ -201,14 +204,14 @@ def test_split_long_sentence_at_commas_then_conjunctions_then_words():
     ],
 )
 def test_unusable_text_is_a_message(ours, value, expected):
-    result = text(value, ours=ours, comparisons=[])
+    result = text(value, "beam search", 4, 128, ours=ours, comparisons=[])
 
     assert expected in result.message and result.outputs[0].run is None
 
 
 @pytest.mark.parametrize("value", ["", "   \n\t  ", None])
 def test_empty_text_asks_for_input(ours, value):
-    assert "Type an English sentence" in text(value, ours=ours, comparisons=[]).message
+    assert "Type an English sentence" in text(value, "greedy", 1, 5, ours=ours, comparisons=[]).message
 
 
 @pytest.mark.parametrize(
@@ -222,6 +225,18 @@ def test_empty_text_asks_for_input(ours, value):
 )
 def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tokens, expected):
     assert expected in text(SENTENCE, decoding, beams, tokens, ours=ours, comparisons=[]).message
+
+
+def test_the_controls_start_at_what_the_model_decodes_with(ours):
+    saved = ours.model.generation_config
+    defaults = text_checks.decoding_defaults(ours.model, max_beams=8, max_tokens=LIMITS.max_new_tokens)
+    assert defaults == ("beam search", saved.num_beams, min(saved.max_new_tokens, LIMITS.max_new_tokens))
+    assert text_checks.decoding_defaults(ours.model, max_beams=2, max_tokens=20) == ("beam search", 2, 20)
+    bare = SimpleNamespace(generation_config=GenerationConfig())  # sets neither: the fallbacks
+    fallbacks = ("beam search", text_checks.FALLBACK_BEAMS, text_checks.FALLBACK_MAX_NEW_TOKENS)
+    assert text_checks.decoding_defaults(bare, max_beams=8, max_tokens=255) == fallbacks
+    greedy = SimpleNamespace(generation_config=GenerationConfig(num_beams=1, max_new_tokens=40))
+    assert text_checks.decoding_defaults(greedy, max_beams=8, max_tokens=255) == ("greedy", 1, 40)
 
 
 def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
@@ -268,15 +283,21 @@ def test_an_ordinary_request_overtakes_a_heavy_one_and_one_request_per_visitor()
     assert finished == ["light", "heavy"]
 
 
+def in_progress(scheduler) -> int:
+    """Requests admitted (running or waiting for their turn), as the status endpoint reports them."""
+    return int(scheduler.describe().split(" request")[0])
+
+
 class Held:
     """A request admitted in another thread and kept there (waiting for its turn or not) until `release()`."""
 
     def __init__(self, scheduler, session, **kind):
+        before = in_progress(scheduler)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(scheduler, session), kwargs=kind, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 5
-        while session not in scheduler.active_sessions:  # admitted (it may still wait for its turn)
+        while in_progress(scheduler) <= before:  # admitted (it may still wait for its turn)
             assert time.monotonic() < deadline
             time.sleep(0.01)
 
@@ -368,7 +389,7 @@ def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_bet
     with scheduler.job("slow", 0.0):
         time.sleep(0.01)
         assert scheduler.should_stop()
-    assert scheduler.active_sessions == set()
+    assert in_progress(scheduler) == 0
 
 
 def test_deadline_keeps_what_was_translated(ours):
@@ -484,7 +505,7 @@ def test_unusable_source_file_is_a_message(ours, tmp_path, content, expected):
     source = tmp_path / "upload.txt"
     source.write_bytes(content)
 
-    result = translate_file(source, None, ours=ours, comparisons=[], output_dir=tmp_path)
+    result = translate_file(source, None, "beam search", 4, 128, ours=ours, comparisons=[], output_dir=tmp_path)
 
     assert result.path is None and expected in result.summary
 
@@ -493,7 +514,7 @@ def test_reference_with_other_line_count_is_a_message(ours, tmp_path):
     source = write(tmp_path / "source.txt", "A dog runs.\nThe cat sleeps.\nTwo men work.\n")
     reference = write(tmp_path / "reference.txt", "Ein Hund rennt.\nDie Katze schläft.\n")
 
-    result = translate_file(source, reference, ours=ours, comparisons=[], output_dir=tmp_path)
+    result = translate_file(source, reference, "greedy", 1, 5, ours=ours, comparisons=[], output_dir=tmp_path)
 
     assert result.path is None and "reference file has 2 lines but the English file has 3" in result.summary
 
@@ -501,7 +522,7 @@ def test_reference_with_other_line_count_is_a_message(ours, tmp_path):
 def test_file_lines_split_on_newline_only(ours, tmp_path):
     source = write(tmp_path / "source.txt", "\ufeffA dog runs.\u2028still line one\r\nThe cat sleeps.")
 
-    assert files.read_lines(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
+    assert files.read_upload(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
 
 
 # ------------------------------------------------------------------------------------------------ heatmaps
@@ -536,10 +557,20 @@ def test_token_labels_are_readable(ours):
 # ------------------------------------------------------------------------------------------------ models, offline
 
 
+def loaded(model: translators.BackgroundTranslator, timeout: float) -> bool:
+    """Whether the model has finished loading (either way) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not model.done:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
     started = time.monotonic()
     offline = translators.BackgroundTranslator("Helsinki-NLP/opus-mt-en-de", "opus-mt-en-de")
-    assert offline.wait(timeout=60)
+    assert loaded(offline, timeout=60)
 
     assert time.monotonic() - started < 30  # HF_HUB_OFFLINE=1: fails fast instead of retrying the Hub
     assert offline.translator is None and "offline" in offline.error and "Helsinki-NLP/opus-mt-en-de" in offline.error
@@ -555,7 +586,7 @@ def test_comparison_models_loading_at_the_same_time_all_load(tmp_path):
     folders = [build_tiny_marian(tmp_path / "marian"), build_tiny_t5(tmp_path / "t5")]
     models = [translators.BackgroundTranslator(str(folder), folder.name) for folder in folders]
 
-    assert all(model.wait(timeout=120) for model in models)
+    assert all(loaded(model, timeout=120) for model in models)
     assert [model.error for model in models] == [None, None]
     assert all("ready" in model.status() for model in models)
 
@@ -563,7 +594,7 @@ def test_comparison_models_loading_at_the_same_time_all_load(tmp_path):
 def test_comparison_model_status_shows_no_server_path(tmp_path):
     missing = tmp_path / "nowhere" / "opus-mt"
     model = translators.BackgroundTranslator(str(missing), "opus-mt")
-    assert model.wait(timeout=60)
+    assert loaded(model, timeout=60)
 
     assert "opus-mt" in model.status() and str(tmp_path) not in model.status()
     assert translators.display_id(str(tmp_path / "my-model")) == "my-model"

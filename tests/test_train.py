@@ -3,6 +3,7 @@ one eval_results.json, pushes it, resumes after a kill, averages its last checkp
 back-translation, case variants), trains the reverse direction, fine-tunes a trained model, and refuses bad data and
 bad set-ups with errors that name the fix, before training."""
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from loopback_hub import LoopbackHub
 
 import train
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
+from tokenizer import load_tokenizer
 from transformer_en_de import precision
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import read_eval_results
@@ -558,7 +560,7 @@ def test_reverse_direction_run_says_de_to_en(mixed_corpus, tmp_path):
     assert "German→English (de→en)" in card.text and "English→German" not in card.text
     assert card.data.to_dict()["model-index"][0]["results"][0]["task"]["name"] == "Translation German→English"
     # the same joint vocabulary
-    assert json.loads((output_dir / "config.json").read_text())["vocab_size"] == len(train.load_tokenizer(shipped))
+    assert json.loads((output_dir / "config.json").read_text())["vocab_size"] == len(load_tokenizer(shipped))
 
 
 # ------------------------------------------------------------------------------------------ averaging at the end
@@ -618,10 +620,11 @@ def test_average_last_ships_the_average_of_the_chosen_checkpoints(averaged_run):
 def fine_tune_flags(data_dir: Path, output_dir: Path, model: Path, *extra: str) -> list[str]:
     """A tiny run's flags without the architecture ones (the trained model brings its own)."""
     flags = tiny_run_flags(data_dir, output_dir)
+    architecture = {model_field.name for model_field in dataclasses.fields(train.ModelArguments)}
     kept = []
     for index in range(0, len(flags), 2):
         name = flags[index].removeprefix("--")
-        if name not in train.ARCHITECTURE_FIELDS and name != "vocab_size":
+        if name not in architecture and name != "vocab_size":
             kept += flags[index : index + 2]
     return [*kept, "--model_name_or_path", str(model), *extra]
 
@@ -650,10 +653,10 @@ def test_fine_tuning_starts_from_the_trained_model_and_adds_the_tag(averaged_run
     assert {key: after[key] for key in ("d_model", "encoder_layers", "d_ff")} == {
         key: before[key] for key in ("d_model", "encoder_layers", "d_ff")}
     assert (before["dropout"], after["dropout"]) == (0.0, 0.1)  # regularisation may change
-    tokenizer = train.load_tokenizer(output_dir)
+    tokenizer = load_tokenizer(output_dir)
     assert tokenizer.convert_tokens_to_ids("<BT>") == before["vocab_size"]
     assert results["training"]["fine_tuned_from"] == str(trained)
-    model = train.TransformerMTForConditionalGeneration.from_pretrained(output_dir)
+    model = TransformerMTForConditionalGeneration.from_pretrained(output_dir)
     assert model.get_output_embeddings().weight.shape[0] == before["vocab_size"] + 1
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 

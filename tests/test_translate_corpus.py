@@ -12,7 +12,7 @@ import torch
 from conftest import PAIRS, ROOT
 
 import translate_corpus
-from transformer_en_de.engine import DecodingSettings, translate_texts
+from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.hub import load_model
 
 SOURCES = [source for source, _ in PAIRS]
@@ -51,7 +51,7 @@ def test_pairs_are_aligned_cleaned_and_translated_by_the_engine(tiny_model_dir, 
     kept = ["A dog runs in the park.", "Tom & Jerry play.", "Two men are working."]
     assert english == kept  # cleaned like the training data; empty and letterless lines skipped in both files
     model, tokenizer = load_model(str(tiny_model_dir))
-    expected = translate_texts(model, tokenizer, kept, DecodingSettings(num_beams=2, batch_size=4))
+    expected = translate(model, tokenizer, kept, DecodingSettings(num_beams=2, batch_size=4)).texts
     assert german == [" ".join(text.split()) for text in expected]
     state = progress(output)
     assert (state["lines_read"], state["lines_written"], state["lines_skipped"]) == (6, 3, 3)

@@ -154,6 +154,25 @@ def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: l
     return choice
 
 
+def model_to_ship(trainer, average_last: int, tokenizer, validation: tuple[list[str], list[str]]):
+    """(model, its validation scores or None, what the choice was): the best checkpoint of the run by validation BLEU,
+    loaded the way users load it (the model in memory if none was saved); with `average_last`, the best of the
+    averages of the last checkpoints and the best checkpoint, chosen on validation through the engine."""
+    best = trainer.state.best_model_checkpoint
+    if average_last:
+        choice = choose_average(
+            trainer.args.output_dir, average_last, tokenizer, *validation,
+            extra={"best": [Path(best)]} if best else None,
+        )  # fmt: skip
+        print(f"[average] shipping {choice.name}: val {choice.scores['bleu']} BLEU")
+        facts = dict(average_candidates=choice.candidates, chosen_average=choice.name,
+                     averaged_checkpoints=[path.name for path in choice.checkpoints])
+        return choice.model, choice.scores, facts
+    if best:
+        return TransformerMTForConditionalGeneration.from_pretrained(best, use_safetensors=True), None, {}
+    return trainer.model, None, {}
+
+
 __all__ = [
     "AVERAGE_CANDIDATES",
     "AverageChoice",
@@ -162,6 +181,7 @@ __all__ = [
     "choose_average",
     "complete_checkpoints",
     "damaged_checkpoint",
+    "model_to_ship",
     "restore_translation_defaults",
     "validation_curve",
 ]

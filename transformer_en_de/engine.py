@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, force_eos, new_token_limits
+from modeling.length_bound import SourceLengthBound, decoding_bound, force_eos, new_token_limits
 
 from .casing import normalise_case
 
@@ -157,14 +157,27 @@ def generation_config_for(model, settings: DecodingSettings):
     return config
 
 
-def length_bound(model, settings: DecodingSettings) -> tuple[float, int]:
-    """(ratio, offset) of the per-sentence bound: the settings', else the model's saved ones, else the defaults."""
-    saved = model.generation_config
-    ratio = settings.max_new_tokens_ratio or getattr(saved, "max_new_tokens_ratio", None) or DEFAULT_RATIO
-    offset = settings.max_new_tokens_offset
-    if offset is None:
-        offset = getattr(saved, "max_new_tokens_offset", None)
-    return ratio, DEFAULT_OFFSET if offset is None else offset
+def token_limits(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> list[int]:
+    """Each sentence's limit of new tokens as `translate` applies it: the bound on its source as the model reads it
+    (prefix, casing, truncation), within the cap."""
+    if not sentences:
+        return []
+    sources, _ = model_sources(model, sentences, settings)
+    return _token_limits(model, tokenizer, _source_lengths(tokenizer, sources), settings)
+
+
+def _source_lengths(tokenizer, sources: list[str]) -> list[int]:
+    """Each source's tokens, untruncated."""
+    return [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
+
+
+def _token_limits(model, tokenizer, full_lengths: list[int], settings: DecodingSettings) -> list[int]:
+    """The limits of sources of these lengths (before truncation)."""
+    readable = torch.tensor([min(length, max_source_tokens(model, tokenizer)) for length in full_lengths])
+    decoding = resolved_settings(model, settings)
+    return new_token_limits(
+        readable, decoding["max_new_tokens_ratio"], decoding["max_new_tokens_offset"], decoding["max_new_tokens"]
+    ).tolist()
 
 
 class Deadline(LogitsProcessor):
@@ -197,7 +210,9 @@ class Deadline(LogitsProcessor):
 def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
     """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records)."""
     config = generation_config_for(model, settings)
-    ratio, offset = length_bound(model, settings)
+    ratio, offset = decoding_bound(
+        model.generation_config, settings.max_new_tokens_ratio, settings.max_new_tokens_offset
+    )  # the settings', else the model's saved ones, else the defaults
     return {
         "num_beams": config.num_beams,
         "length_penalty": config.length_penalty,
@@ -248,10 +263,10 @@ def translate(
         return TranslationRun([], 0.0)
     sources, recased = model_sources(model, sentences, settings)
     limit = max_source_tokens(model, tokenizer)
-    full_lengths = [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
+    full_lengths = _source_lengths(tokenizer, sources)
+    limits = _token_limits(model, tokenizer, full_lengths, settings)
     order = sorted(range(len(sources)), key=lambda index: full_lengths[index], reverse=True)
     generation_config = generation_config_for(model, settings)
-    ratio, offset = length_bound(model, settings)
     eos_id = generation_config.eos_token_id
     eos_id = eos_id[0] if isinstance(eos_id, list) else eos_id
     pad_id = generation_config.pad_token_id
@@ -271,11 +286,10 @@ def translate(
                 truncation=True,
                 max_length=limit,
             ).to(model.device)
-            lengths = batch["attention_mask"].sum(dim=-1)
-            limits = new_token_limits(lengths, ratio, offset, generation_config.max_new_tokens)
+            batch_limits = [limits[index] for index in indices]
             batch_config = copy.copy(generation_config)
-            batch_config.max_new_tokens = int(limits.max())  # the batch ends with its longest allowed sentence
-            processors = LogitsProcessorList([SourceLengthBound(limits, eos_id)])
+            batch_config.max_new_tokens = max(batch_limits)  # the batch ends with its longest allowed sentence
+            processors = LogitsProcessorList([SourceLengthBound(torch.tensor(batch_limits), eos_id)])
             if deadline is not None:
                 processors.append(Deadline(deadline, eos_id))
             output = model.generate(**batch, generation_config=batch_config, logits_processor=processors)
@@ -292,7 +306,7 @@ def translate(
                     source_ids=source_ids,
                     generated_ids=generated,
                     source_truncated=full_lengths[index] > limit,
-                    hit_length_bound=not cut and len(generated) - 1 >= int(limits[row]),
+                    hit_length_bound=not cut and len(generated) - 1 >= batch_limits[row],
                     case_normalised=recased[index],
                     cut=cut,
                 )
@@ -375,11 +389,6 @@ def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tu
     return [prefix + text for text in read], [text != sentence for text, sentence in zip(read, sentences, strict=True)]
 
 
-def translate_texts(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()):
-    """Just the translated texts, in input order."""
-    return translate(model, tokenizer, sentences, settings).texts
-
-
 def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'} {'was' if len(items) == 1 else 'were'}"
 
@@ -397,10 +406,9 @@ __all__ = [
     "Translation",
     "TranslationRun",
     "generation_config_for",
-    "length_bound",
     "max_source_tokens",
     "model_sources",
     "sentence_numbers",
+    "token_limits",
     "translate",
-    "translate_texts",
 ]

@@ -92,6 +92,22 @@ def score_model(model, tokenizer, sources: list[str], references: list[str],
     return texts, score_split(texts, references)
 
 
+def score_splits(model, tokenizer, splits: dict[str, tuple[list[str], list[str]]],
+                 known: dict[str, dict] | None = None) -> tuple[dict, dict]:
+    """({split: scores}, {split: translations}) of (sources, references) per split, through the engine with the
+    model's saved decoding, every sentence in file order, with a line for each; a split in `known` keeps the scores
+    measured already (and has no translations)."""
+    scores, translations = {}, {}
+    for split, (sources, references) in splits.items():
+        if known and split in known:
+            scores[split] = known[split]
+        else:
+            translations[split], scores[split] = score_model(model, tokenizer, sources, references)
+        print(f"[score] {split}: {scores[split]['bleu']} BLEU / {scores[split]['chrf']} chrF "
+              f"({scores[split]['num_sentences']} sentences)")
+    return scores, translations
+
+
 def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> dict:
     """The decoding a score was measured with, as eval_results.json keeps it (the engine's resolved settings)."""
     record = resolved_settings(model, settings)

@@ -1,9 +1,11 @@
 """What train.py adds to transformers' `Seq2SeqTrainer`: validation BLEU/chrF through the engine, a loss that projects
 only real target tokens onto the vocabulary, batches of about N tokens (fairseq's --max-tokens), a loss line even in
-short runs, and an output folder that loses nothing (a finished run is never overwritten by accident; resuming passes
-over a damaged checkpoint; a failed write is one clear line).
+short runs, the model to train (new, or a trained one to fine-tune), and an output folder that loses nothing (a
+finished run is never overwritten by accident; resuming passes over a damaged checkpoint; a failed write is one clear
+line; a push that could not happen is refused before training).
 """
 
+import dataclasses
 import errno
 import random
 import shutil
@@ -11,14 +13,19 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import broadcast_object_list
+from huggingface_hub import constants
 from torch.utils.data import DataLoader, Sampler
 from transformers import Seq2SeqTrainer, TrainerCallback
 
-from modeling import TransformerMTForConditionalGeneration
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
+from tokenizer import config_token_fields
 
-from .checkpoints import complete_checkpoints, damaged_checkpoint
+from .checkpoints import complete_checkpoints, damaged_checkpoint, restore_translation_defaults, validation_curve
 from .evaluation import score_model
+from .flags import CONFIG_DEFAULTS
+from .hub import hub_is_reachable, model_folder
+from .training_data import dataset_facts
 
 # ------------------------------------------------------------------------------------------------------------ batching
 
@@ -150,6 +157,56 @@ def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
     return label_smoothed_cross_entropy(logits, labels[scored], model.config.label_smoothing, num_items_in_batch)
 
 
+# ------------------------------------------------------------------------------------------------------------- model
+#
+# train.py's model flags are the fields of `TransformerMTConfig`; `model_args` below is its `ModelArguments`.
+
+# What fine-tuning may change in a trained model; the rest of its architecture is its weights' shape.
+REGULARISATION_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")
+
+
+def resolve_architecture(model_args, start_args, tokenizer_args) -> Path | None:
+    """Fill the model flags not given: from the config's defaults, or when fine-tuning from the trained model (whose
+    folder, downloaded for a Hub id, is returned; its tokenizer becomes the run's), refusing architecture flags that
+    its weights could not follow."""
+    names = [model_field.name for model_field in dataclasses.fields(model_args)]
+    given = {name: value for name, value in dataclasses.asdict(model_args).items() if value is not None}
+    if not start_args.model_name_or_path:
+        for name in names:
+            setattr(model_args, name, given.get(name, CONFIG_DEFAULTS[name]))
+        return None
+    fixed = [f"--{name}" for name in given if name not in REGULARISATION_FIELDS]
+    if fixed:
+        raise SystemExit(
+            f"error: {' '.join(fixed)} cannot change a trained model: --model_name_or_path "
+            f"{start_args.model_name_or_path} brings its own architecture. Drop the flag, or train from scratch."
+        )
+    try:
+        folder = model_folder(start_args.model_name_or_path)
+        config = TransformerMTConfig.from_pretrained(folder)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise SystemExit(f"error: --model_name_or_path {start_args.model_name_or_path}: {error}") from None
+    for name in names:
+        setattr(model_args, name, given.get(name, getattr(config, name)))
+    tokenizer_args.tokenizer_name = tokenizer_args.tokenizer_name or str(folder)
+    return folder
+
+
+def model_to_train(model_args, start_folder: Path | None, tokenizer, tag_token: str | None):
+    """A new model of the flags' architecture, decoding its validation as the shipped folder will (beam 4, the length
+    bound); or, fine-tuning, the trained model in `start_folder` with the flags' regularisation."""
+    if start_folder is None:
+        config = TransformerMTConfig(**config_token_fields(tokenizer), **dataclasses.asdict(model_args))
+        model = TransformerMTForConditionalGeneration(config)
+        restore_translation_defaults(model)
+        return model
+    regularisation = {name: getattr(model_args, name) for name in REGULARISATION_FIELDS}
+    try:
+        return model_to_fine_tune(start_folder, tokenizer, regularisation, tag_token)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
 def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token: str | None):
     """The trained model in `folder` to fine-tune, with this run's `regularisation` (config overrides such as dropout),
     and one embedding more when the run's tokenizer added the tag token (initialised near the mean of the others, so
@@ -167,6 +224,27 @@ def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token:
         model.resize_token_embeddings(len(tokenizer))
         print(f"[model] embedding {config.vocab_size} added for {tag_token}")
     return model
+
+
+def training_facts(trainer, starting_step: int, data_args, training_set, fine_tuned_from: str | None,
+                   tag_token: str | None) -> dict:
+    """What eval_results.json records of the run: its validation curve, steps, best checkpoint and data."""
+    best = trainer.state.best_model_checkpoint
+    facts = {
+        "validation_split": data_args.validation_split,
+        "validation_curve": validation_curve(trainer.state.log_history),
+        "trained_steps": {"from": starting_step, "to": trainer.state.global_step},
+        "best_checkpoint": Path(best).name if best else None,
+        "corpora": training_set.facts(data_args.tag_token),
+        "dataset": dataset_facts(data_args),
+    }
+    if fine_tuned_from:
+        facts["fine_tuned_from"] = fine_tuned_from
+    if data_args.case_augmentation:
+        facts["case_augmentation"] = data_args.case_augmentation
+    if tag_token:
+        facts["tag_token"] = tag_token
+    return facts
 
 
 class StartingStep(TrainerCallback):
@@ -192,6 +270,34 @@ class ShortRunLogging(TrainerCallback):
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EIO)
 TORCH_WRITE_ERRORS = ("iostream error", "PytorchStreamWriter failed", "file write failed", "unexpected pos")
+
+
+def check_push(hub_model_id: str | None) -> None:
+    """Fail before training, not after it, when the finished folder could not be pushed."""
+    if not hub_model_id:
+        raise SystemExit("error: --push_to_hub needs --hub_model_id NAME (user/model).")
+    if constants.is_offline_mode():
+        raise SystemExit(
+            "error: --push_to_hub with offline mode on (HF_HUB_OFFLINE=1): unset it on a machine with network access, "
+            "or train without --push_to_hub and push the folder later (python publish.py)."
+        )
+    if not hub_is_reachable():
+        raise SystemExit(
+            f"error: --push_to_hub: {constants.ENDPOINT} is unreachable. Check the network, or train without "
+            "--push_to_hub and push the folder later (python publish.py)."
+        )
+
+
+def prepare_output_dir(training_args) -> str | None:
+    """The checkpoint to resume from (None for a new run), the output folder checked first (a run is never overwritten
+    by accident) and, with --overwrite_output_dir, cleared of the earlier run."""
+    output_dir = Path(training_args.output_dir)
+    resume = resolve_resume(training_args.resume_from_checkpoint, output_dir)
+    if training_args.should_save:
+        check_output_dir(output_dir, training_args.overwrite_output_dir, resume is not None)
+        if training_args.overwrite_output_dir and resume is None:
+            clear_previous_run(output_dir)
+    return resume
 
 
 def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:

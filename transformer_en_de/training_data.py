@@ -1,7 +1,8 @@
 """The data of a training run (train.py): the training set, the validation and test splits, the tokenizer, and the
 tokenized datasets the Trainer reads.
 
-Two loaders, each for text files (`--data_dir`) and for a `datasets` dataset (`--dataset_name`) alike:
+`check_data_arguments` checks where the data comes from before anything is loaded; `load_splits` loads all of it. Two
+loaders, each for text files (`--data_dir`) and for a `datasets` dataset (`--dataset_name`) alike:
 
 - `load_training_set`: every training corpus, cleaned and weighted (`TextTrainingSet`), or the dataset's training
   split cleaned lazily, in memory or streamed (`DatasetTrainingSet`);
@@ -52,6 +53,57 @@ class DatasetTrainingSet:
         return [self.corpus]
 
     has_tagged = False
+
+
+def check_data_arguments(data_args, training_args) -> None:
+    """Where the data comes from, and what each source allows: checked before anything is loaded or trained."""
+    from_dataset = data_args.dataset_name is not None
+    if from_dataset and data_args.data_dir:
+        raise SystemExit("error: give either --data_dir (text files) or --dataset_name (a datasets dataset), not both.")
+    if data_args.streaming and not from_dataset:
+        raise SystemExit("error: --streaming reads a --dataset_name; text files (--data_dir) are read in memory.")
+    if data_args.streaming and training_args.max_steps <= 0:
+        raise SystemExit(
+            "error: --streaming needs --max_steps N: a stream has no length, so epochs cannot be counted."
+        )
+    if data_args.streaming and training_args.max_tokens:
+        raise SystemExit("error: --max_tokens sorts the training set by length; a stream (--streaming) cannot be.")
+    if from_dataset:
+        unsupported = [flag for flag, used in (("--extra_train", data_args.extra_train),
+                                               ("--case_augmentation", data_args.case_augmentation),
+                                               ("--train_weight", data_args.train_weight != 1)) if used]
+        if unsupported:
+            raise SystemExit(
+                f"error: {', '.join(unsupported)} mix text-file corpora; with --dataset_name they are not supported. "
+                "Write the dataset to {split}.{lang} text files and use --data_dir."
+            )
+
+
+def check_lengths(data_args, max_positions: int) -> None:
+    """Sources and targets are cut to lengths the model's positions hold."""
+    if max(data_args.max_source_length, data_args.max_target_length) > max_positions:
+        raise SystemExit(
+            f"error: max_source_length/max_target_length ({data_args.max_source_length}/"
+            f"{data_args.max_target_length}) exceed max_position_embeddings ({max_positions})."
+        )
+
+
+def load_splits(data_args, training_args, tokenizer_train_samples: int):
+    """(training set, validation pairs, test pairs or None without a test split), from --data_dir (Multi30k downloaded
+    into a cache when it is not given) or --dataset_name; a data problem is one line."""
+    try:
+        data_dir = None
+        if not data_args.dataset_name:
+            data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
+        training_set = load_training_set(data_args, data_dir, training_args, tokenizer_train_samples)
+        validation = load_split(data_args, data_dir, data_args.validation_split, data_args.max_eval_samples,
+                                training_args)
+        test = None
+        if data_args.test_split:
+            test = load_split(data_args, data_dir, data_args.test_split, data_args.max_test_samples, training_args)
+    except data.DataError as error:
+        raise SystemExit(f"error: {error}") from None
+    return training_set, validation, test
 
 
 def load_training_set(data_args, data_dir: Path | None, training_args, tokenizer_train_samples: int):
@@ -172,6 +224,16 @@ def dataset_facts(data_args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------- tokenizer
+
+
+def run_tokenizer(tokenizer_args, training_args, texts, max_len: int, tag_token: str | None):
+    """The run's tokenizer: one process trains (or loads) it and saves it in the output folder; the others wait, then
+    load what it saved."""
+    output_dir = Path(training_args.output_dir)
+    with training_args.main_process_first(local=training_args.save_on_each_node, desc="the tokenizer"):
+        if training_args.should_save:
+            return prepare_tokenizer(tokenizer_args, output_dir, texts, max_len, tag_token)
+        return load_tokenizer(output_dir)
 
 
 def prepare_tokenizer(tokenizer_args, output_dir: Path, texts, max_len: int, tag_token: str | None = None):

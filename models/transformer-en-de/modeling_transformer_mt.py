@@ -36,7 +36,14 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .beam_search import compact_beam_search, compact_search_covers
 from .configuration_transformer_mt import TransformerMTConfig
-from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, SourceLengthBound, new_token_limits, source_lengths
+from .length_bound import (
+    DEFAULT_OFFSET,
+    DEFAULT_RATIO,
+    SourceLengthBound,
+    generate_bound,
+    new_token_limits,
+    source_lengths,
+)
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
@@ -698,8 +705,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         reaches its own limit; `max_new_tokens` and `max_length` only end decoding, as in any transformers model.
         """
         config = generation_config if generation_config is not None else self.generation_config
-        ratio = kwargs.pop("max_new_tokens_ratio", getattr(config, "max_new_tokens_ratio", None))
-        offset = kwargs.pop("max_new_tokens_offset", getattr(config, "max_new_tokens_offset", None)) or 0
+        ratio, offset = generate_bound(config, kwargs)
         # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the default max_new_tokens
         # instead of being overridden by it.
         if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:

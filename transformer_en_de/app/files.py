@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings, length_bound
+from transformer_en_de.engine import DecodingSettings, token_limits
 from transformer_en_de.evaluation import corpus_scores
 
-from .limits import Limits, decoding_seconds, plan_work, token_limits
+from .limits import Limits, least_seconds, plan_work
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import available, run_system, system_name
+from .translation import available, run_system
 from .translators import BackgroundTranslator, Translator
 
 FILE_TYPES = [".txt", ".en", ".de"]
@@ -32,9 +32,9 @@ class FileResult:
     preview: str = ""  # Markdown: the first lines beside their translations
 
 
-def read_lines(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
-    """Lines of an uploaded UTF-8 text file; InputError for binary, non-UTF-8, oversized, empty or (with `check`,
-    `check_lines`) broken text."""
+def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
+    """Lines of a visitor's uploaded UTF-8 text file, split as `data.read_lines` splits a corpus; InputError in the
+    visitor's words for binary, non-UTF-8, oversized, empty or (with `check`, `check_lines`) broken text."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
@@ -68,12 +68,32 @@ def check_lines(lines: list[str], what: str, name: str) -> list[str]:
     return lines
 
 
+def read_files(
+    source_file, reference_file, tokens: int, ours: Translator, scheduler: FairScheduler, limits: Limits, address
+) -> tuple[list[str], list[str] | None]:
+    """The English file's lines and the reference file's (None without one); InputError for files that cannot be
+    translated or do not pair up, Busy (Full) for a file too long while the long requests are all in flight."""
+    lines = read_upload(source_file, "English file", limits, check=False)
+    # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
+    # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
+    filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
+    scheduler.check_room(least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits), address)
+    check_lines(lines, "English file", as_text(Path(source_file).name))
+    references = read_upload(reference_file, "reference file", limits) if reference_file else None
+    if references is not None and len(references) != len(lines):
+        raise InputError(
+            f"The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
+            "they must pair up line by line."
+        )
+    return lines, references
+
+
 def translate_file(
     source_file: str | Path | None,
-    reference_file: str | Path | None = None,
-    decoding: str = "beam search",
-    num_beams: int = 4,
-    max_new_tokens: int = 128,
+    reference_file: str | Path | None,
+    decoding: str,
+    num_beams: int,
+    max_new_tokens: int,
     *,
     ours: Translator,
     comparisons: list[Translator | BackgroundTranslator],
@@ -90,24 +110,9 @@ def translate_file(
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines = read_lines(source_file, "English file", limits, check=False)
-        # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
-        # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
-        ratio, offset = length_bound(ours.model, DecodingSettings(max_new_tokens=tokens))
-        fewest = [min(int(ratio + offset), tokens)] * sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
-        check_lines(lines, "English file", as_text(Path(source_file).name))
-        references = read_lines(reference_file, "reference file", limits) if reference_file else None
-    except InputError as error:
+        lines, references = read_files(source_file, reference_file, tokens, ours, scheduler, limits, address)
+    except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")
-    except Busy as error:
-        return FileResult(None, f"⚠️ {error}")
-    if references is not None and len(references) != len(lines):
-        return FileResult(
-            None,
-            f"⚠️ The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
-            "they must pair up line by line.",
-        )
     notices = []
     if len(lines) > limits.max_file_lines:
         notices.append(f"The file has {len(lines):,} lines; only the first {limits.max_file_lines:,} were translated.")
@@ -152,7 +157,7 @@ def translate_file(
                 translations = [""] * len(lines)
                 for index, text in zip(filled, output.run.texts, strict=False):
                     translations[index] = text
-                columns[system_name(system)] = translations
+                columns[system.name] = translations
                 notices += [f"{translator.name}: {notice}" for notice in output.notices]
                 row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
                 if references is not None and not plan.cut and not output.run.stopped_early:

@@ -96,7 +96,7 @@ class RequestGuard:
             return 'The request body is not JSON: send {"data": [...]} with one value per parameter.'
         if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
             return 'The request body must be a JSON object with a "data" list, one value per parameter.'
-        function = self._function(call["api"] if call else None, payload.get("fn_index"))
+        function = event_function(self.demo, call["api"] if call else None, payload.get("fn_index"))
         if function is None:
             return ""
         inputs = list(function.inputs)
@@ -110,11 +110,13 @@ class RequestGuard:
             f"sent {len(payload['data'])}."
         )
 
-    def _function(self, api_name, fn_index):
-        for number, function in self.demo.fns.items():
-            if (api_name is not None and function.api_name == api_name) or (api_name is None and number == fn_index):
-                return function
-        return None
+
+def event_function(demo, api_name: str | None, fn_index: int | None = None):
+    """The page's event called by its API name, or without one by its index; None if it has no such event."""
+    for number, function in demo.fns.items():
+        if (api_name is not None and function.api_name == api_name) or (api_name is None and number == fn_index):
+            return function
+    return None
 
 
 def check_files(blocks, values) -> str:
@@ -231,14 +233,15 @@ def client_address(request, trust_forwarded_for: bool) -> str | None:
     return hops[-1] if hops else getattr(getattr(request, "client", None), "host", None)
 
 
-def forget_inputs(demo, session: str | None, components) -> None:
-    """Drop what Gradio keeps of the values `session` sent to `components` (it keeps them for deep links, which this
-    app does not offer): a session holds no visitor's text once its request ends."""
+def forget_inputs(demo, session: str | None, api_name: str) -> None:
+    """Drop what Gradio keeps of the values `session` sent to the event `api_name` (it keeps them for deep links,
+    which this app does not offer): a session holds no visitor's text once its request ends."""
     holder = getattr(demo, "state_holder", None)
     state = getattr(holder, "session_data", {}).get(session) if session else None
-    if state is None:
+    event = event_function(demo, api_name)
+    if state is None or event is None:
         return
-    for component in components:
+    for component in event.inputs:
         config = state.config_values.get(component._id)
         if config and "props" in config:
             config["props"]["value"] = None

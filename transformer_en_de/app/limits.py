@@ -1,13 +1,13 @@
 """How much work one request may take, and the plan that keeps a request within it.
 
 Work is counted as the engine will spend it, in CPU seconds of one core: the engine decodes length-sorted batches,
-and a batch costs its steps (the largest new-token limit among its sentences: the smaller of the slider's maximum and
-the engine's bound `ratio * source tokens + offset`) times the cost of one decoder step, a fixed part (the layers'
-calls, the search's bookkeeping) plus a part per row (a beam of a sentence). The fixed part dominates small batches,
-so one long sentence at 8 beams costs about as much per step as eight short ones. A request over its budget is
-translated with fewer beams, and if greedy search is still too much, only its first sentences (or lines) are; the
-plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch in
-progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
+and a batch costs its steps (the largest new-token limit among its sentences, `engine.token_limits`: the smaller of
+the slider's maximum and the bound `ratio * source tokens + offset`) times the cost of one decoder step, a fixed part
+(the layers' calls, the search's bookkeeping) plus a part per row (a beam of a sentence). The fixed part dominates
+small batches, so one long sentence at 8 beams costs about as much per step as eight short ones. A request over its
+budget is translated with fewer beams, and if greedy search is still too much, only its first sentences (or lines)
+are; the plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch
+in progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
 """
 
 from dataclasses import dataclass
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.engine import DecodingSettings, encode, length_bound, max_source_tokens, model_sources
+from transformer_en_de.engine import DecodingSettings, resolved_settings
 
 
 @dataclass(frozen=True)
@@ -86,16 +86,14 @@ class Plan:
     cut: bool = False
 
 
-def token_limits(model, tokenizer, sentences: list[str], settings: DecodingSettings) -> list[int]:
-    """Each sentence's new-token limit as the engine will apply it (the same sources, the same bound)."""
-    if not sentences:
-        return []
-    sources, _ = model_sources(model, sentences, settings)
-    lengths = [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
-    readable = max_source_tokens(model, tokenizer)
-    ratio, offset = length_bound(model, settings)
-    cap = settings.max_new_tokens
-    return new_token_limits(torch.tensor([min(length, readable) for length in lengths]), ratio, offset, cap).tolist()
+def least_seconds(model, count: int, settings: DecodingSettings, limits: Limits) -> float:
+    """A lower bound of the estimate for `count` sentences, free to compute (nothing tokenized): greedy, each with the
+    limit of the shortest source (one token)."""
+    decoding = resolved_settings(model, settings)
+    shortest = new_token_limits(
+        torch.ones(1), decoding["max_new_tokens_ratio"], decoding["max_new_tokens_offset"], decoding["max_new_tokens"]
+    )
+    return decoding_seconds([int(shortest[0])] * count, 1, limits.batch_size, limits.step_cost)
 
 
 def decoding_seconds(limits: list[int], num_beams: int, batch_size: int, cost: StepCost = StepCost()) -> float:

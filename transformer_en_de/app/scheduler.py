@@ -221,11 +221,6 @@ class FairScheduler:
             f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the CPU."
         )
 
-    @property
-    def active_sessions(self) -> set[str]:
-        with self._condition:
-            return {job.session for job in self._jobs if job.exclusive}
-
     # ------------------------------------------------------------------------------------------------ turns
 
     def _take_turn(self, job: Job) -> None:

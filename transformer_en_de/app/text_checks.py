@@ -1,4 +1,5 @@
-"""Checks on what a visitor sends (text, decoding settings) and the split of a text into sentences.
+"""Checks on what a visitor sends (text, decoding settings), the decoding controls' starting values, and the split of
+a text into sentences.
 
 Each check raises `InputError` with a message for the page; nothing a visitor types should reach the tokenizer as a
 crash (a lone surrogate, for one, makes the tokenizer raise TypeError). A raw API client may send anything JSON holds
@@ -11,6 +12,9 @@ import re
 import unicodedata
 
 DECODINGS = ("beam search", "greedy")
+# The controls' starting values for a model whose generation config does not say (a bare config has no max_new_tokens).
+FALLBACK_BEAMS = 4
+FALLBACK_MAX_NEW_TOKENS = 128
 # Tab, newline and carriage return are layout; every other control character is not text.
 _LAYOUT = {"\t", "\n", "\r"}
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”“»«)\]]*\s+")
@@ -56,6 +60,15 @@ def check_text(text, what: str = "text") -> str:
 def _visible(character: str) -> bool:
     # Format characters (Cf: zero-width space, joiner, BOM) and separators show nothing on their own.
     return not character.isspace() and unicodedata.category(character) not in ("Cf", "Zs", "Zl", "Zp")
+
+
+def decoding_defaults(model, *, max_beams: int, max_tokens: int) -> tuple[str, int, int]:
+    """(decoding, beams, max new tokens) the controls start with: what the model's generation config decodes with (a
+    saved model's `generation_config.json`), within the controls' ranges; the fallbacks where it sets no value."""
+    config = model.generation_config
+    beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, max_beams)
+    tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, max_tokens)
+    return ("beam search" if beams > 1 else "greedy"), beams, tokens
 
 
 def check_decoding(decoding, num_beams, max_new_tokens, *, max_beams: int, max_tokens: int) -> tuple[int, int]:

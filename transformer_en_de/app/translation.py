@@ -11,13 +11,14 @@ from transformer_en_de.engine import (
     DecodingSettings,
     TranslationRun,
     confidences,
-    length_bound,
+    resolved_settings,
     sentence_numbers,
+    token_limits,
     translate,
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Limits, decoding_seconds, plan_work, token_limits
+from .limits import Limits, least_seconds, plan_work
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
     InputError,
@@ -71,10 +72,6 @@ def available(system: Translator | BackgroundTranslator) -> tuple[Translator | N
     return system, ""
 
 
-def system_name(system: Translator | BackgroundTranslator) -> str:
-    return system.name
-
-
 def run_system(
     translator: Translator,
     sentences: list[str],
@@ -105,10 +102,11 @@ def run_system(
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
-        ratio, offset = length_bound(translator.model, settings)
+        bound = resolved_settings(translator.model, settings)
         output.notices.append(
-            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({ratio:g} × its source tokens + "
-            f"{offset}, at most {settings.max_new_tokens}) before it ended: the translation is cut."
+            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({bound['max_new_tokens_ratio']:g} × "
+            f"its source tokens + {bound['max_new_tokens_offset']}, at most {settings.max_new_tokens}) before it "
+            "ended: the translation is cut."
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
@@ -142,9 +140,9 @@ def score(output: SystemOutput, reference: str, scheduler: FairScheduler) -> str
 
 def translate_text(
     text: str | None,
-    decoding: str = "beam search",
-    num_beams: int = 4,
-    max_new_tokens: int = 128,
+    decoding: str,
+    num_beams: int,
+    max_new_tokens: int,
     reference: str | None = "",
     *,
     ours: Translator,
@@ -160,7 +158,7 @@ def translate_text(
     scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
     """
     systems = [ours, *comparisons]
-    result = TextResult([], [SystemOutput(name=system_name(system)) for system in systems])
+    result = TextResult([], [SystemOutput(name=system.name) for system in systems])
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
@@ -181,10 +179,8 @@ def translate_text(
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    ratio, offset = length_bound(ours.model, settings)
-    fewest = [min(int(ratio + offset), tokens)] * len(sentences)  # a lower bound of the plan's estimate, for free
     try:
-        scheduler.check_room(decoding_seconds(fewest, 1, limits.batch_size, limits.step_cost), address)
+        scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits), address)
     except Busy as error:  # the long requests are all in flight and this one is long: refused before any work
         result.message, result.notices, result.sentences = str(error), [], []
         return result
@@ -222,7 +218,7 @@ def translate_text(
                 result.outputs[index] = output
     except Busy as error:
         result.message, result.notices = str(error), []
-        result.outputs = [SystemOutput(name=system_name(system)) for system in systems]
+        result.outputs = [SystemOutput(name=system.name) for system in systems]
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
     return result

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_en_de.engine import max_source_tokens, max_target_tokens
+from transformer_en_de.engine import max_target_tokens
 from transformer_en_de.hub import load_model
 
 OURS_NAME = "Transformer (ours)"
@@ -30,10 +30,6 @@ class Translator:
     tokenizer: object
 
     @property
-    def display_id(self) -> str:
-        return display_id(self.model_id)
-
-    @property
     def num_parameters(self) -> int:
         return self.model.num_parameters()
 
@@ -41,10 +37,6 @@ class Translator:
     def num_layers(self) -> int:
         config = self.model.config
         return getattr(config, "decoder_layers", None) or getattr(config, "num_decoder_layers", None) or 1
-
-    @property
-    def max_source_tokens(self) -> int:
-        return max_source_tokens(self.model, self.tokenizer)
 
     @property
     def max_new_tokens(self) -> int:
@@ -138,10 +130,6 @@ class BackgroundTranslator:
     @property
     def done(self) -> bool:
         return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until loading has finished (either way); False on timeout."""
-        return self._done.wait(timeout)
 
     @property
     def failed(self) -> bool:

@@ -611,9 +611,12 @@ def test_decoder_step_gives_the_hidden_states_of_the_decoder_module_exactly(tiny
 
 
 @torch.no_grad()
-def test_beam_search_runs_the_plain_decoder_step_unless_hooks_watch(tiny_model):
-    """Without hooks the search runs `TransformerMTDecoder.step`; a hook anywhere in the decoder (the app's
-    scheduler, transformers' output recorders) brings back the decoder module, so that the hook sees every step."""
+def test_beam_search_runs_the_plain_decoder_step_unless_hooks_watch(tiny_model, sources):
+    """Without hooks the search runs `TransformerMTDecoder.step`, also once transformers' output recorders are
+    installed (they record only when a call asks); any other hook in the decoder (the app's scheduler, a probe)
+    brings back the decoder module, so that the hook sees every step."""
+    tiny_model(**sources, decoder_input_ids=sources["input_ids"][:, :2], output_attentions=True)  # installs them
+    assert any(module._forward_hooks for module in tiny_model.get_decoder().modules())
     encoder_states = torch.zeros(4, 3, tiny_model.config.d_model)
     assert type(decoding_state(tiny_model, encoder_states, None, num_beams=2)) is DecodingState
     hook = tiny_model.get_decoder().layers[-1].feed_forward.register_forward_hook(lambda *_: None)
@@ -692,8 +695,17 @@ def assert_same_model_after_round_trip(original, loaded, tokenizer):
     fresh_table = sinusoidal_table(config.max_position_embeddings, config.d_model)
     for stack in (loaded.model.encoder, loaded.model.decoder):
         assert torch.equal(stack.embed_positions.table, fresh_table)
-    for field in ("num_beams", "length_penalty", "early_stopping", "max_length", "max_new_tokens",
-                  "decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id"):
+    for field in (
+        "num_beams",
+        "length_penalty",
+        "early_stopping",
+        "max_length",
+        "max_new_tokens",
+        "decoder_start_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+    ):
         assert getattr(loaded.generation_config, field) == getattr(original.generation_config, field), field
 
 
@@ -808,8 +820,13 @@ def test_a_bad_saved_config_fails_loading_with_the_same_error(tiny_model_dir, tm
 
 def test_auto_classes_know_the_model_type(tiny_tokenizer):
     config = AutoConfig.for_model(
-        "transformer_mt", vocab_size=len(tiny_tokenizer), d_model=32, num_attention_heads=4, d_ff=64,
-        encoder_layers=1, decoder_layers=1,
+        "transformer_mt",
+        vocab_size=len(tiny_tokenizer),
+        d_model=32,
+        num_attention_heads=4,
+        d_ff=64,
+        encoder_layers=1,
+        decoder_layers=1,
     )
     assert type(config) is TransformerMTConfig
     assert type(AutoModelForSeq2SeqLM.from_config(config)) is TransformerMTForConditionalGeneration

@@ -134,13 +134,23 @@ class DecodingState:
             self.source_mask = self.source_mask.index_select(0, rows)
 
 
+def _records_outputs_only(hook) -> bool:
+    """transformers' output recorders (installed for good by the first call that asks for attentions or hidden
+    states) do nothing unless a forward call asks them to; beam search never does."""
+    return getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
+
+
 def _decoder_is_watched(decoder) -> bool:
-    """Whether any hook would see the decoder's modules run (the app's scheduler, transformers' output recorders):
-    then the search calls the decoder module at every step instead of `TransformerMTDecoder.step`."""
-    global_hooks = torch.nn.modules.module
-    if global_hooks._global_forward_hooks or global_hooks._global_forward_pre_hooks:
+    """Whether a hook would see the decoder's modules run (the app's scheduler, a user's probe): then the search
+    calls the decoder module at every step instead of `TransformerMTDecoder.step`."""
+    module_hooks = torch.nn.modules.module
+    if module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks:
         return True
-    return any(module._forward_hooks or module._forward_pre_hooks for module in decoder.modules())
+    return any(
+        not _records_outputs_only(hook)
+        for module in decoder.modules()
+        for hook in (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
+    )
 
 
 class ModuleDecodingState(DecodingState):

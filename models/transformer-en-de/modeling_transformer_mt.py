@@ -129,6 +129,13 @@ def eager_attention_forward(
     return context.transpose(1, 2).contiguous(), weights  # (B, T, h, d_k)
 
 
+def attention_function(implementation: str | None):
+    """transformers' attention function for `config._attn_implementation`: the written-out one for eager (or None)."""
+    if implementation in (None, "eager"):
+        return eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+
+
 class MultiHeadAttention(nn.Module):
     """softmax(QK^T / sqrt(d_k)) V over h heads, concatenated and projected by W_O; self- or cross-attention.
 
@@ -202,11 +209,7 @@ class MultiHeadAttention(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The attention product of projected heads, concatenated and projected by W_O: (B, T, d_model), weights."""
-        implementation = self.config._attn_implementation
-        if output_attentions or implementation in (None, "eager"):
-            attention_interface = eager_attention_forward
-        else:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention_interface = attention_function(None if output_attentions else self.config._attn_implementation)
         context, weights = attention_interface(
             self,
             queries,
@@ -317,26 +320,63 @@ class DecoderLayer(ResidualLayer):
         transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
         return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
 
-    def step(self, hidden_states: torch.Tensor, state, self_attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """`forward` for incremental decoding on the plain tensors of `state` (see `TransformerMTDecoder.step`)."""
+    def step(self, hidden_states: torch.Tensor, state, masks: tuple, attend) -> torch.Tensor:
+        """`forward` in inference for incremental decoding, on the plain tensors of `state`: the same operations in
+        the same order (bit-identical), called as functions (see `TransformerMTDecoder.step`)."""
         index, self_attention, cross_attention = self.self_attn.layer_idx, self.self_attn, self.cross_attn
-        attention_input = self.sublayer_input(hidden_states, self.self_attn_norm)
-        queries = self_attention._split_heads(self_attention.q_proj(attention_input))  # (B, h, T, d_k)
+        self_attn_mask, cross_attn_mask = masks
+        attention_input = self._step_sublayer_input(hidden_states, self.self_attn_norm)
+        queries = self_attention._split_heads(_linear(self_attention.q_proj, attention_input))  # (B, h, T, d_k)
         keys, values = state.append(
             index,
-            self_attention._split_heads(self_attention.k_proj(attention_input)),
-            self_attention._split_heads(self_attention.v_proj(attention_input)),
+            self_attention._split_heads(_linear(self_attention.k_proj, attention_input)),
+            self_attention._split_heads(_linear(self_attention.v_proj, attention_input)),
         )  # (B, h, past + T, d_k)
-        attended, _ = self_attention.attend(queries, keys, values, self_attn_mask)
-        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
-        attention_input = self.sublayer_input(hidden_states, self.cross_attn_norm)
-        queries = cross_attention._split_heads(cross_attention.q_proj(attention_input))
-        attended, _ = cross_attention.attend(
-            queries, state.cross_keys[index], state.cross_values[index], padding_mask(state.source_mask)
-        )
-        hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
-        transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
-        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
+        attended = _linear(self_attention.out_proj, attend(self_attention, queries, keys, values, self_attn_mask))
+        hidden_states = self._step_add_and_norm(hidden_states, attended, self.self_attn_norm)
+        attention_input = self._step_sublayer_input(hidden_states, self.cross_attn_norm)
+        queries = cross_attention._split_heads(_linear(cross_attention.q_proj, attention_input))
+        context = attend(cross_attention, queries, state.cross_keys[index], state.cross_values[index], cross_attn_mask)
+        attended = _linear(cross_attention.out_proj, context)
+        hidden_states = self._step_add_and_norm(hidden_states, attended, self.cross_attn_norm)
+        attention_input = self._step_sublayer_input(hidden_states, self.feed_forward_norm)
+        transformed = _linear(self.feed_forward.fc2, F.relu(_linear(self.feed_forward.fc1, attention_input)))
+        return self._step_add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
+
+    def _step_sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        return _layer_norm(norm, hidden_states) if self.pre_norm else hidden_states
+
+    def _step_add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm):
+        hidden_states = residual + sublayer_output  # dropout is the identity in inference
+        return hidden_states if self.pre_norm else _layer_norm(norm, hidden_states)
+
+
+# The decoding step calls the layers' parameters through these functions: the modules' own calls cost about as much
+# as a small matrix product at batch 1 (hooks are checked, dropout layers run as identities).
+def _linear(module: nn.Linear, inputs: torch.Tensor) -> torch.Tensor:
+    return F.linear(inputs, module.weight, module.bias)
+
+
+def _layer_norm(module: nn.LayerNorm, inputs: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(inputs, module.normalized_shape, module.weight, module.bias, module.eps)
+
+
+def step_attention(implementation: str | None):
+    """The attention product of a decoding step, (module, queries, keys, values, mask) -> context (B, T, d_model):
+    `MultiHeadAttention.attend` without the projection, the function chosen once per step."""
+
+    def sdpa(module, queries, keys, values, mask):
+        # What transformers' SDPA function computes for our modules (is_causal False: every mask is explicit).
+        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=module.scaling)
+        return context.transpose(1, 2).flatten(2)  # (B, h, T, d_k) -> (B, T, h * d_k)
+
+    function = attention_function(implementation)
+
+    def other(module, queries, keys, values, mask):
+        context, _ = function(module, queries, keys, values, mask, dropout=0.0, scaling=module.scaling)
+        return context.flatten(2)  # (B, T, h, d_k) -> (B, T, h * d_k)
+
+    return sdpa if implementation == "sdpa" else other
 
 
 class TransformerMTPreTrainedModel(PreTrainedModel):
@@ -500,20 +540,23 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         """The hidden states of `input_ids` (the prompt, then one token per row) after the tokens `state` holds.
 
         `forward`'s arithmetic, call for call, for the one case beam search needs (`beam_search.DecodingState`):
-        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends. At batch 1
-        the decoder module's machinery around that arithmetic (the cache object, output recording, keyword
-        plumbing) costs about a fifth of a step; here it costs nothing. No hooks run: the search calls `forward`
-        when any are registered.
+        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends, the layers'
+        parameters used through functions. At batch 1 the machinery around that arithmetic in the module path (the
+        cache object, output recording, keyword plumbing, module calls) is about a quarter of a step. No hooks run:
+        the search calls the decoder module when any are registered.
         """
-        hidden_states = embed(self, input_ids, None, offset=state.length)  # (B, T, d_model)
+        positions = self.embed_positions(input_ids.shape[1], offset=state.length)  # (T, d_model)
+        hidden_states = self.embed_tokens(input_ids) * self.embed_scale + positions  # (B, T, d_model); no dropout
         query_length = hidden_states.shape[1]
         key_length = state.length + query_length
         future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None
+        masks = (future, padding_mask(state.source_mask))  # (T, S) or None; (B, 1, 1, S_src)
+        attend = step_attention(self.config._attn_implementation)
         for layer in self.layers:
-            hidden_states = layer.step(hidden_states, state, future)
+            hidden_states = layer.step(hidden_states, state, masks, attend)
         state.length = key_length
         if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
+            hidden_states = _layer_norm(self.final_norm, hidden_states)
         return hidden_states  # (B, T, d_model)
 
 

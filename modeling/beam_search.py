@@ -18,6 +18,8 @@ sentence, logits processors or stopping criteria not known to treat each row on 
 This file imports only torch and transformers, so it travels with the model code to the Hub.
 """
 
+import dataclasses
+
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import logits_process
@@ -190,6 +192,119 @@ def decoding_state(model, encoder_states: torch.Tensor, source_mask: torch.Tenso
     return (ModuleDecodingState if watched else DecodingState)(decoder, encoder_states, source_mask, num_beams)
 
 
+@dataclasses.dataclass
+class Beams:
+    """The search over the sentences still decoding, one row per sentence: (n, beams, ...), as transformers keeps it."""
+
+    running_sequences: torch.Tensor  # (n, beams, max_length): the beams being extended
+    running_beam_scores: torch.Tensor  # (n, beams)
+    running_beam_indices: torch.Tensor  # (n, beams, max_length - prompt): the row each token came from
+    sequences: torch.Tensor  # (n, beams, max_length): the best finished hypotheses so far
+    beam_scores: torch.Tensor  # (n, beams), length-penalised
+    beam_indices: torch.Tensor  # (n, beams, max_length - prompt)
+    is_sent_finished: torch.Tensor  # (n, beams): which of them are real
+    is_early_stop_heuristic_unsatisfied: torch.Tensor  # (n, 1): a running beam may still beat them
+
+    @classmethod
+    def start(cls, input_ids: torch.Tensor, num_beams: int, max_length: int, fill_value: int) -> "Beams":
+        rows, prompt_length = input_ids.shape
+        batch_size, device = rows // num_beams, input_ids.device
+        shape = (batch_size, num_beams, max_length)
+        running_sequences = torch.full(shape, fill_value, dtype=torch.int64, device=device)
+        running_sequences[:, :, :prompt_length] = input_ids.view(batch_size, num_beams, prompt_length)
+        running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+        running_beam_scores[:, 1:] = -1e9  # only the first beam's continuations at the first step
+        running_beam_indices = torch.full(
+            (batch_size, num_beams, max_length - prompt_length), -1, dtype=torch.int32, device=device
+        )
+        return cls(
+            running_sequences=running_sequences,
+            running_beam_scores=running_beam_scores,
+            running_beam_indices=running_beam_indices,
+            sequences=running_sequences.clone(),
+            beam_scores=torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device),
+            beam_indices=running_beam_indices.clone(),
+            is_sent_finished=torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device),
+            is_early_stop_heuristic_unsatisfied=torch.ones((batch_size, 1), dtype=torch.bool, device=device),
+        )
+
+    def keep(self, sentences: torch.Tensor) -> "Beams":
+        """Only these sentences (indices of rows) go on."""
+        return Beams(*(getattr(self, field.name)[sentences] for field in dataclasses.fields(self)))
+
+
+def advance(model, beams: Beams, log_probs: torch.Tensor, stopping_criteria, settings: dict, cur_len: int):
+    """One step of transformers' beam search with its own helpers, from the log-probabilities of every beam's next
+    token (n, beams * vocab), beam scores added. Returns the beams after it and which sentences are done: nothing can
+    enter their finished hypotheses any more (the conditions of `_update_finished_beams`)."""
+    n, num_beams, beams_to_keep = log_probs.shape[0], settings["num_beams"], settings["beams_to_keep"]
+    prompt_length, length_penalty = settings["decoder_prompt_len"], settings["length_penalty"]
+    topk_log_probs, topk_running_sequences, topk_running_beam_indices = model._get_top_k_continuations(
+        accumulated_log_probs=log_probs,
+        running_sequences=beams.running_sequences,
+        running_beam_indices=beams.running_beam_indices,
+        cur_len=cur_len,
+        decoder_prompt_len=prompt_length,
+        do_sample=False,
+        beams_to_keep=beams_to_keep,
+        num_beams=num_beams,
+        batch_size=n,
+    )
+    hits = stopping_criteria(topk_running_sequences[:, :, : cur_len + 1].reshape(n * beams_to_keep, -1), None)
+    hits = hits.view(n, beams_to_keep)
+    running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
+        topk_log_probs=topk_log_probs,
+        topk_running_sequences=topk_running_sequences,
+        topk_running_beam_indices=topk_running_beam_indices,
+        next_token_hits_stopping_criteria=hits,
+        num_beams=num_beams,
+    )
+    sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
+        sequences=beams.sequences,
+        topk_running_sequences=topk_running_sequences,
+        beam_scores=beams.beam_scores,
+        topk_log_probs=topk_log_probs,
+        beam_indices=beams.beam_indices,
+        topk_running_beam_indices=topk_running_beam_indices,
+        is_early_stop_heuristic_unsatisfied=beams.is_early_stop_heuristic_unsatisfied,
+        is_sent_finished=beams.is_sent_finished,
+        next_token_hits_stopping_criteria=hits,
+        top_num_beam_mask=settings["top_num_beam_mask"],
+        num_beams=num_beams,
+        cur_len=cur_len,
+        decoder_prompt_len=prompt_length,
+        length_penalty=length_penalty,
+        early_stopping=settings["early_stopping"],
+    )
+    is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
+        is_early_stop_heuristic_unsatisfied=beams.is_early_stop_heuristic_unsatisfied,
+        running_beam_scores=running_beam_scores,
+        beam_scores=beam_scores,
+        is_sent_finished=is_sent_finished,
+        cur_len=cur_len + 1,
+        max_length=settings["max_length"],
+        decoder_prompt_len=prompt_length,
+        early_stopping=settings["early_stopping"],
+        length_penalty=length_penalty,
+    )
+    done = ~is_early_stop_heuristic_unsatisfied[:, 0]
+    if settings["early_stopping"] is True:
+        done = done | is_sent_finished.all(dim=-1)
+    if bool(hits.all()):  # every candidate hit the length limit: the search ends for all
+        done = torch.ones_like(done)
+    beams = Beams(
+        running_sequences,
+        running_beam_scores,
+        running_beam_indices,
+        sequences,
+        beam_scores,
+        beam_indices,
+        is_sent_finished,
+        is_early_stop_heuristic_unsatisfied,
+    )
+    return beams, done
+
+
 def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
     """`GenerationMixin._beam_search` for an encoder-decoder whose finished sentences leave the batch.
 
@@ -198,40 +313,31 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
     (batch, prompt + new tokens), padded like transformers pads it.
     """
     num_beams = generation_config.num_beams
-    length_penalty = generation_config.length_penalty
-    early_stopping = generation_config.early_stopping
-    max_length = generation_config.max_length
     pad_token_id = generation_config._pad_token_tensor
     eos_token_id = generation_config._eos_token_tensor
     rows, cur_len = input_ids.shape
-    batch_size = rows // num_beams
-    prompt_length = cur_len
-    device = input_ids.device
+    prompt_length, device = cur_len, input_ids.device
 
     # As in transformers: keep (1 + number of end tokens) * beams candidates, so that beams can always continue.
     n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
     beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
     top_num_beam_mask = torch.zeros(beams_to_keep, dtype=torch.bool, device=device)
     top_num_beam_mask[:num_beams] = True
-    fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
-
-    # The running state, one row per sentence still decoding: (n, beams, ...).
-    running_sequences = torch.full((batch_size, num_beams, max_length), fill_value, dtype=torch.int64, device=device)
-    running_sequences[:, :, :cur_len] = input_ids.view(batch_size, num_beams, cur_len)
-    sequences = running_sequences.clone()
-    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
-    running_beam_scores[:, 1:] = -1e9  # only the first beam's continuations at the first step
-    beam_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
-    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
-    is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
-    running_beam_indices = torch.full(
-        (batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32, device=device
+    settings = dict(
+        num_beams=num_beams,
+        beams_to_keep=beams_to_keep,
+        top_num_beam_mask=top_num_beam_mask,
+        decoder_prompt_len=prompt_length,
+        length_penalty=generation_config.length_penalty,
+        early_stopping=generation_config.early_stopping,
+        max_length=generation_config.max_length,
     )
-    beam_indices = running_beam_indices.clone()
+    fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
+    beams = Beams.start(input_ids, num_beams, generation_config.max_length, fill_value)
     # The results of the sentences that have left the batch, in batch order.
-    final_sequences, final_beam_indices = sequences[:, 0].clone(), beam_indices[:, 0].clone()
+    final_sequences, final_beam_indices = beams.sequences[:, 0].clone(), beams.beam_indices[:, 0].clone()
 
-    sentences = torch.arange(batch_size, device=device)  # which sentences the running rows belong to
+    sentences = torch.arange(rows // num_beams, device=device)  # which sentences the running rows belong to
     encoder_states = model_kwargs["encoder_outputs"].last_hidden_state  # (n * beams, S, d_model)
     state = decoding_state(model, encoder_states, model_kwargs.get("attention_mask"), num_beams)
     processors = list(logits_processor)
@@ -247,93 +353,29 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
         logits = logits.to(dtype=torch.float32)
 
         n = sentences.shape[0]
-        flat_running_sequences = running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)
+        flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)
         log_probs = torch.nn.functional.log_softmax(logits, dim=-1)
         for processor in processors:
             log_probs = processor(flat_running_sequences, log_probs)
-        log_probs = log_probs.reshape(n, num_beams, -1).add_(running_beam_scores[:, :, None])  # in place: no new buffer
-        log_probs = log_probs.reshape(n, -1)  # (n, beams * vocab)
-
-        topk_log_probs, topk_running_sequences, topk_running_beam_indices = model._get_top_k_continuations(
-            accumulated_log_probs=log_probs,
-            running_sequences=running_sequences,
-            running_beam_indices=running_beam_indices,
-            cur_len=cur_len,
-            decoder_prompt_len=prompt_length,
-            do_sample=False,
-            beams_to_keep=beams_to_keep,
-            num_beams=num_beams,
-            batch_size=n,
-        )
-        hits = stopping_criteria(topk_running_sequences[:, :, : cur_len + 1].reshape(n * beams_to_keep, -1), None)
-        hits = hits.view(n, beams_to_keep)
-        running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
-            topk_log_probs=topk_log_probs,
-            topk_running_sequences=topk_running_sequences,
-            topk_running_beam_indices=topk_running_beam_indices,
-            next_token_hits_stopping_criteria=hits,
-            num_beams=num_beams,
-        )
-        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
-            sequences=sequences,
-            topk_running_sequences=topk_running_sequences,
-            beam_scores=beam_scores,
-            topk_log_probs=topk_log_probs,
-            beam_indices=beam_indices,
-            topk_running_beam_indices=topk_running_beam_indices,
-            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
-            is_sent_finished=is_sent_finished,
-            next_token_hits_stopping_criteria=hits,
-            top_num_beam_mask=top_num_beam_mask,
-            num_beams=num_beams,
-            cur_len=cur_len,
-            decoder_prompt_len=prompt_length,
-            length_penalty=length_penalty,
-            early_stopping=early_stopping,
-        )
+        log_probs = log_probs.reshape(n, num_beams, -1).add_(beams.running_beam_scores[:, :, None])  # in place
+        beams, done = advance(model, beams, log_probs.reshape(n, -1), stopping_criteria, settings, cur_len)
         # The rows (of this step's batch) whose keys/values each running beam continues.
-        beam_idx = running_beam_indices[..., cur_len - prompt_length].reshape(-1).long()  # (n * beams,)
+        beam_idx = beams.running_beam_indices[..., cur_len - prompt_length].reshape(-1).long()  # (n * beams,)
         cur_len += 1
-        is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
-            is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
-            running_beam_scores=running_beam_scores,
-            beam_scores=beam_scores,
-            is_sent_finished=is_sent_finished,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=prompt_length,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-        )
-        # Done: nothing can enter its finished hypotheses any more (the conditions of `_update_finished_beams`).
-        done = ~is_early_stop_heuristic_unsatisfied[:, 0]
-        if early_stopping is True:
-            done = done | is_sent_finished.all(dim=-1)
-        if bool(hits.all()):  # every candidate hit the length limit: the search ends for all
-            done = torch.ones_like(done)
 
         if bool(done.any()):
-            final_sequences[sentences[done]] = sequences[done, 0]
-            final_beam_indices[sentences[done]] = beam_indices[done, 0]
+            final_sequences[sentences[done]] = beams.sequences[done, 0]
+            final_beam_indices[sentences[done]] = beams.beam_indices[done, 0]
             keep = (~done).nonzero().squeeze(-1)  # (n',)
             if keep.numel() == 0:
                 break
-            sentences = sentences[keep]
-            running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
-            running_beam_indices, sequences, beam_scores = (
-                running_beam_indices[keep],
-                sequences[keep],
-                beam_scores[keep],
-            )
-            beam_indices, is_sent_finished = beam_indices[keep], is_sent_finished[keep]
-            is_early_stop_heuristic_unsatisfied = is_early_stop_heuristic_unsatisfied[keep]
-            kept_rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1)
+            sentences, beams = sentences[keep], beams.keep(keep)
+            state.keep_rows((keep[:, None] * num_beams + torch.arange(num_beams, device=device)).reshape(-1))
             beam_idx = beam_idx.view(-1, num_beams)[keep].reshape(-1)
-            state.keep_rows(kept_rows)
             processors = _select_processors(logits_processor, sentences)
         # Every beam of a sentence reads the same source: only the self-attention keys/values follow the beams.
         state.follow_beams(beam_idx)
-        decoder_input_ids = running_sequences[:, :, cur_len - 1].reshape(-1, 1)
+        decoder_input_ids = beams.running_sequences[:, :, cur_len - 1].reshape(-1, 1)
 
     # As transformers does: cut the padding columns that no returned sequence reached.
     generated = (final_beam_indices + 1).bool().sum(dim=1).max()

@@ -16,32 +16,18 @@ A variant is worth offering only if its BLEU is within 0.3 of float32. Batches a
 
 import copy
 import sys
-import warnings
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.evaluation import corpus_scores
+from transformer_en_de.precision import int8_dynamic
 
 MAX_BLEU_DROP = 0.3
-
-
-def int8_dynamic(model, keep_output_layer: bool = False):
-    """int8 weights for every nn.Linear (or every one but the output projection `lm_head`)."""
-    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    chosen = {
-        name: torch.ao.quantization.default_dynamic_qconfig
-        for name in linears
-        if not (keep_output_layer and name == "lm_head")
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
-        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), chosen, dtype=torch.qint8)
 
 
 def options(parser):

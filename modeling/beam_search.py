@@ -76,6 +76,21 @@ def _select_processors(logits_processor, sentences: torch.Tensor):
     ]
 
 
+def _output_layer(model):
+    """hidden states (rows, d_model) -> logits (rows, vocab): for a plain nn.Linear a matmul by its transposed weight
+    (below); any other kind of layer (dynamically quantized, wrapped by an adapter) is called as it is."""
+    layer = model.get_output_embeddings()
+    if type(layer) is not torch.nn.Linear:
+        return layer
+    output_projection, output_bias = _transposed_output_projection(model), layer.bias  # (d_model, vocab)
+
+    def project(hidden_states: torch.Tensor) -> torch.Tensor:
+        logits = torch.mm(hidden_states, output_projection)
+        return logits if output_bias is None else logits + output_bias
+
+    return project
+
+
 def _transposed_output_projection(model) -> torch.Tensor:
     """The output projection's weight (tied to the embedding, (vocab, d_model)) as a contiguous (d_model, vocab).
 
@@ -341,16 +356,12 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
     encoder_states = model_kwargs["encoder_outputs"].last_hidden_state  # (n * beams, S, d_model)
     state = decoding_state(model, encoder_states, model_kwargs.get("attention_mask"), num_beams)
     processors = list(logits_processor)
-    output_projection = _transposed_output_projection(model)  # (d_model, vocab)
-    output_bias = model.get_output_embeddings().bias
+    output_layer = _output_layer(model)
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
     while True:
         hidden_states = state.step(decoder_input_ids)  # (n * beams, T, d_model)
-        logits = torch.mm(hidden_states[:, -1, :], output_projection)  # (n * beams, vocab)
-        if output_bias is not None:
-            logits = logits + output_bias
-        logits = logits.to(dtype=torch.float32)
+        logits = output_layer(hidden_states[:, -1, :]).to(dtype=torch.float32)  # (n * beams, vocab)
 
         n = sentences.shape[0]
         flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)

@@ -18,6 +18,7 @@ from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import engine
 from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.precision import int8_dynamic
 
 SOURCES = [english for english, _ in PAIRS] + [
     "Two dogs.",
@@ -319,6 +320,28 @@ def test_beam_search_gives_the_ids_of_transformers_beam_search(wide_model, plain
     assert calls, "the search fell back to transformers' loop: nothing was compared"
     theirs = _generate(plain, tiny_tokenizer, SOURCES, **options)
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("keep_output_layer", [False, True])
+def test_dynamically_quantized_model_decodes_through_our_beam_search_with_transformers_ids(
+    wide_model, tiny_tokenizer, keep_output_layer, monkeypatch
+):
+    """int8 linears (`precision.int8_dynamic`, torch's quantize_dynamic) have no weight tensor to multiply by: the
+    decoding step and the output layer call them as modules, and the ids are transformers' loop's on the same model.
+    Sentence by sentence: dynamic quantization scales activations by the range of the whole batch, so the rows that
+    share a batch (which our search changes as sentences leave) change the numbers."""
+    int8 = int8_dynamic(wide_model, keep_output_layer=keep_output_layer)
+    assert type(int8.get_decoder().layers[0].feed_forward.fc1) is not torch.nn.Linear
+    assert (type(int8.lm_head) is torch.nn.Linear) == keep_output_layer
+    calls = []
+    search = modeling_code.compact_beam_search
+    monkeypatch.setattr(modeling_code, "compact_beam_search", lambda *a, **k: calls.append(1) or search(*a, **k))
+    ours = [_generate(int8, tiny_tokenizer, [source]) for source in SOURCES[:4]]
+    assert len(calls) == 4, "the search fell back to transformers' loop: nothing was compared"
+    int8.drop_finished_sentences = False
+    theirs = [_generate(int8, tiny_tokenizer, [source]) for source in SOURCES[:4]]
+    assert all(torch.equal(mine, other) for mine, other in zip(ours, theirs, strict=True))
+    assert len({ids.shape[1] for ids in ours}) > 1  # translations of different lengths
 
 
 def test_sentences_leave_the_batch_at_different_steps(wide_model, plain, tiny_tokenizer):

@@ -352,13 +352,18 @@ class DecoderLayer(ResidualLayer):
 
 
 # The decoding step calls the layers' parameters through these functions: the modules' own calls cost about as much
-# as a small matrix product at batch 1 (hooks are checked, dropout layers run as identities).
-def _linear(module: nn.Linear, inputs: torch.Tensor) -> torch.Tensor:
-    return F.linear(inputs, module.weight, module.bias)
+# as a small matrix product at batch 1 (hooks are checked, dropout layers run as identities). A module replaced by
+# another kind (dynamically quantized, an adapter around the weight) is called as it is.
+def _linear(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    if type(module) is nn.Linear:
+        return F.linear(inputs, module.weight, module.bias)
+    return module(inputs)
 
 
-def _layer_norm(module: nn.LayerNorm, inputs: torch.Tensor) -> torch.Tensor:
-    return F.layer_norm(inputs, module.normalized_shape, module.weight, module.bias, module.eps)
+def _layer_norm(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    if type(module) is nn.LayerNorm:
+        return F.layer_norm(inputs, module.normalized_shape, module.weight, module.bias, module.eps)
+    return module(inputs)
 
 
 def step_attention(implementation: str | None):

@@ -14,6 +14,7 @@ from modeling import TransformerMTForConditionalGeneration
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.hub import load_model
+from transformer_en_de.precision import int8_dynamic
 
 NUM_LINES = 6
 SETTINGS = {"num_beams": 2, "max_new_tokens": 12, "batch_size": 4}
@@ -85,6 +86,21 @@ def test_command_scores_both_models_and_writes_json_and_table(tmp_path, capsys, 
     assert table in capsys.readouterr().out
     assert f"| {tiny_model_dir} | {comparison['systems'][0]['bleu']:.2f} |" in table
     assert f"| {tiny_marian_dir} | {comparison['systems'][1]['bleu']:.2f} |" in table
+
+
+def test_int8_scores_every_model_with_dynamic_int8_weights(tmp_path, test_files, tiny_model_dir, tiny_marian_dir):
+    source, reference, sources, references = test_files
+    code, output = run_cli(tmp_path, [tiny_model_dir, tiny_marian_dir], source, reference, "--int8")
+
+    assert code == 0
+    comparison = json.loads(output.read_text(encoding="utf-8"))
+    assert comparison["weights"] == "int8 dynamic"
+    assert "int8 dynamic weights" in output.with_suffix(".md").read_text(encoding="utf-8")
+    for system in comparison["systems"]:
+        assert system["error"] is None
+        model, tokenizer = load_model(system["model"])
+        hypotheses = translate(int8_dynamic(model), tokenizer, sources, DECODING).texts
+        assert {"bleu": system["bleu"], "chrf": system["chrf"]} == corpus_scores(hypotheses, references)
 
 
 @pytest.mark.parametrize("which", ["ours", "marian"])

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -381,7 +382,8 @@ def step_attention(implementation: str | None):
         context, _ = function(module, queries, keys, values, mask, dropout=0.0, scaling=module.scaling)
         return context.flatten(2)  # (B, T, h, d_k) -> (B, T, h * d_k)
 
-    return sdpa if implementation == "sdpa" else other
+    # transformers' own SDPA function, unless someone registered another under its name.
+    return sdpa if implementation == "sdpa" and function is sdpa_attention_forward else other
 
 
 class TransformerMTPreTrainedModel(PreTrainedModel):

@@ -45,6 +45,7 @@ import torch  # noqa: E402
 from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
 from transformer_en_de.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
 from transformer_en_de.hub import load_model  # noqa: E402
+from transformer_en_de.precision import int8_dynamic  # noqa: E402
 
 DEFAULT_CHUNK_SIZE = 1000
 # Shipped model, one thread, 2,000 task-2 lines: greedy 66 sentences per CPU-second at 64 against 58 at 32; beam 4
@@ -210,14 +211,20 @@ def translate_corpus(
     limit: int | None = None,
     stop_after_chunks: int | None = None,
     device: str = "cpu",
+    int8: bool = False,
     log=None,
 ) -> dict:
-    """Translate `input_path` chunk by chunk into OUTPUT.{source_lang} / OUTPUT.{target_lang}; return the state."""
+    """Translate `input_path` chunk by chunk into OUTPUT.{source_lang} / OUTPUT.{target_lang}; return the state.
+
+    `int8`: the model's linear layers in dynamic int8 (`precision.int8_dynamic`, CPU only), recorded with the decoding
+    so that a run is resumed only as it started."""
     log = log or sys.stderr
     if source_lang == target_lang:
         raise CorpusError(f"--source_lang and --target_lang are both {source_lang!r}: the two files would be one.")
     if chunk_size < 1 or (limit is not None and limit < 0) or (stop_after_chunks is not None and stop_after_chunks < 1):
         raise CorpusError("--chunk_size and --stop_after_chunks must be at least 1, --limit at least 0.")
+    if int8 and str(device) != "cpu":
+        raise CorpusError("--int8 quantizes for the CPU: use it with --device cpu.")
     try:
         lines = read_lines(input_path)
     except DataError as error:
@@ -235,8 +242,10 @@ def translate_corpus(
         "input_sha256": fingerprint_file(Path(input_path)),
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "decoding": run_decoding(model, settings, chunk_size, seed),
+        "decoding": run_decoding(model, settings, chunk_size, seed) | ({"weights": "int8 dynamic"} if int8 else {}),
     }
+    if int8:
+        model = int8_dynamic(model)  # after the fingerprint: the saved weights identify the run
     writer = CorpusWriter(Path(output), source_lang, target_lang)
     state = writer.open(identity, total, chunk_size)
     start_line = state["lines_read"]
@@ -318,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
                      help="end this run after K chunks; the same command continues")
     run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    run.add_argument("--int8", action="store_true",
+                     help="linear layers in dynamic int8 (CPU only; about 1.4x faster for our model, BLEU within 0.3)")
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -342,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translate_corpus(args.model, args.input, args.output, args.source_lang, args.target_lang, settings,
                          chunk_size=args.chunk_size, seed=args.seed, limit=args.limit,
-                         stop_after_chunks=args.stop_after_chunks, device=args.device)
+                         stop_after_chunks=args.stop_after_chunks, device=args.device, int8=args.int8)
     except CorpusError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ from conftest import PAIRS, ROOT
 import translate_corpus
 from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.hub import load_model
+from transformer_en_de.precision import int8_dynamic
 
 SOURCES = [source for source, _ in PAIRS]
 
@@ -129,6 +130,29 @@ def test_other_settings_against_existing_output_are_refused(tiny_model_dir, tiny
     assert run(tiny_model_dir, input_path, output, "--num_beams", "1") == 1
     assert "input_sha256" in capsys.readouterr().err
     assert outputs(output) == before  # nothing was touched
+
+
+def test_int8_translates_with_int8_weights_and_resumes_only_with_them(tiny_model_dir, tmp_path, capsys):
+    input_path = tmp_path / "input.en"
+    lines = write_input(input_path, 12)
+    output = tmp_path / "out"
+    assert run(tiny_model_dir, input_path, output, "--num_beams", "2", "--int8", "--stop_after_chunks", "1") == 0
+    assert progress(output)["decoding"]["weights"] == "int8 dynamic"
+    capsys.readouterr()
+
+    assert run(tiny_model_dir, input_path, output, "--num_beams", "2") == 1  # not without them
+    assert "int8 dynamic" in capsys.readouterr().err
+    assert run(tiny_model_dir, input_path, output, "--num_beams", "2", "--int8") == 0
+
+    german = outputs(output)[1].decode("utf-8").split("\n")[:-1]
+    model, tokenizer = load_model(str(tiny_model_dir))
+    # chunk by chunk (--chunk_size 5), as the command translates them
+    chunks = [lines[start : start + 5] for start in range(0, len(lines), 5)]
+    settings = DecodingSettings(num_beams=2, batch_size=4)
+    expected = [text for chunk in chunks for text in translate(int8_dynamic(model), tokenizer, chunk, settings).texts]
+    assert german == [" ".join(text.split()) for text in expected]
+    assert run(tiny_model_dir, input_path, tmp_path / "gpu", "--int8", "--device", "cuda") == 1
+    assert "--device cpu" in capsys.readouterr().err
 
 
 def test_output_files_without_a_progress_file_are_refused(tiny_model_dir, tmp_path, capsys):

@@ -8,7 +8,8 @@ parity only; nothing is tuned on it) with beam 4:
 - ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
   ids must be identical to ours);
 - generate(): what a Hub user runs, `model.generate(**tokenizer(batch, padding=True, return_tensors="pt"))` with
-  the saved defaults, no project code in between (the same ids as the engine);
+  the saved defaults, no project code in between (the same ids as the engine); and the same with int8 weights
+  (`precision.int8_dynamic`, the opt-in);
 - CTranslate2 float32: beam 4, length penalty 0.6, the longest allowed sentence of each batch as its bound.
 Batch 1 goes sentence by sentence, batch 32 through the corpus sorted by source length (as the engine sorts it);
 the systems alternate on every sentence or batch, so a background load slows all alike.
@@ -33,11 +34,13 @@ from tokenizer import load_tokenizer
 from transformer_en_de import ctranslate2_backend
 from transformer_en_de.engine import DecodingSettings, token_limits, translate
 from transformer_en_de.evaluation import corpus_scores
+from transformer_en_de.precision import int8_dynamic
 
 CT2 = "CTranslate2 float32"
 OURS = "ours (engine)"
 PLAIN = "ours, transformers' beam search"
 HUB = "generate() defaults"
+HUB_INT8 = "generate() defaults, int8 weights"
 NO_BOUND_RATIO = 1e6  # every limit is then the cap of max_new_tokens: the bound is off
 
 
@@ -134,6 +137,7 @@ def main():
     model = TransformerMTForConditionalGeneration.from_pretrained(harness.SHIPPED_DIR).eval()
     plain_model = copy.deepcopy(model)
     plain_model.drop_finished_sentences = False
+    int8_model = int8_dynamic(model)
     limit = 96 if args.quick and args.limit is None else args.limit
     sources = harness.read_split("test_2016_flickr", "en")[:limit]
     references = harness.read_split("test_2016_flickr", "de")[:limit]
@@ -148,18 +152,30 @@ def main():
                 translate(model, tokenizer, chunk, DecodingSettings(batch_size=batch_size)).texts
             )
 
-        def hub_user(chunk, batch_size):
-            with torch.inference_mode():
-                generated = model.generate(**tokenizer(chunk, padding=True, return_tensors="pt"))
-            return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        def hub_user(model):
+            def run(chunk, batch_size):
+                with torch.inference_mode():
+                    generated = model.generate(**tokenizer(chunk, padding=True, return_tensors="pt"))
+                return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
+            return run
 
         def theirs(chunk, batch_size):
             return ctranslate2_batch(translator, tokenizer, model, chunk, batch_size)
 
         results = {}
         for batch_size, runners in (
-            (1, {CT2: theirs, HUB: hub_user, OURS: ours(model)}),
-            (32, {CT2: theirs, HUB: hub_user, OURS: ours(model), PLAIN: ours(plain_model)}),
+            (1, {CT2: theirs, HUB: hub_user(model), HUB_INT8: hub_user(int8_model), OURS: ours(model)}),
+            (
+                32,
+                {
+                    CT2: theirs,
+                    HUB: hub_user(model),
+                    HUB_INT8: hub_user(int8_model),
+                    OURS: ours(model),
+                    PLAIN: ours(plain_model),
+                },
+            ),
         ):
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up

@@ -250,12 +250,20 @@ class ResidualLayer(GradientCheckpointingLayer):
         self.pre_norm = config.norm_placement == "pre"
         self.dropout = nn.Dropout(config.dropout)
 
-    def sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-        return norm(hidden_states) if self.pre_norm else hidden_states
+    # `step=True`: the decoding step (inference only) skips the dropout module (the identity) and calls the norm as a
+    # function, the same arithmetic without module calls, a few percent of a step at batch 1.
+    def sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm, step: bool = False) -> torch.Tensor:
+        if not self.pre_norm:
+            return hidden_states
+        return _layer_norm(norm, hidden_states) if step else norm(hidden_states)
 
-    def add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-        hidden_states = residual + self.dropout(sublayer_output)
-        return hidden_states if self.pre_norm else norm(hidden_states)
+    def add_and_norm(
+        self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm, step: bool = False
+    ) -> torch.Tensor:
+        hidden_states = residual + (sublayer_output if step else self.dropout(sublayer_output))
+        if self.pre_norm:
+            return hidden_states
+        return _layer_norm(norm, hidden_states) if step else norm(hidden_states)
 
 
 class EncoderLayer(ResidualLayer):
@@ -326,7 +334,7 @@ class DecoderLayer(ResidualLayer):
         the same order (bit-identical), called as functions (see `TransformerMTDecoder.step`)."""
         index, self_attention, cross_attention = self.self_attn.layer_idx, self.self_attn, self.cross_attn
         self_attn_mask, cross_attn_mask = masks
-        attention_input = self._step_sublayer_input(hidden_states, self.self_attn_norm)
+        attention_input = self.sublayer_input(hidden_states, self.self_attn_norm, step=True)
         queries = self_attention._split_heads(_linear(self_attention.q_proj, attention_input))  # (B, h, T, d_k)
         keys, values = state.append(
             index,
@@ -334,27 +342,20 @@ class DecoderLayer(ResidualLayer):
             self_attention._split_heads(_linear(self_attention.v_proj, attention_input)),
         )  # (B, h, past + T, d_k)
         attended = _linear(self_attention.out_proj, attend(self_attention, queries, keys, values, self_attn_mask))
-        hidden_states = self._step_add_and_norm(hidden_states, attended, self.self_attn_norm)
-        attention_input = self._step_sublayer_input(hidden_states, self.cross_attn_norm)
+        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm, step=True)
+        attention_input = self.sublayer_input(hidden_states, self.cross_attn_norm, step=True)
         queries = cross_attention._split_heads(_linear(cross_attention.q_proj, attention_input))
         context = attend(cross_attention, queries, state.cross_keys[index], state.cross_values[index], cross_attn_mask)
         attended = _linear(cross_attention.out_proj, context)
-        hidden_states = self._step_add_and_norm(hidden_states, attended, self.cross_attn_norm)
-        attention_input = self._step_sublayer_input(hidden_states, self.feed_forward_norm)
+        hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm, step=True)
+        attention_input = self.sublayer_input(hidden_states, self.feed_forward_norm, step=True)
         transformed = _linear(self.feed_forward.fc2, F.relu(_linear(self.feed_forward.fc1, attention_input)))
-        return self._step_add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
-
-    def _step_sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-        return _layer_norm(norm, hidden_states) if self.pre_norm else hidden_states
-
-    def _step_add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm):
-        hidden_states = residual + sublayer_output  # dropout is the identity in inference
-        return hidden_states if self.pre_norm else _layer_norm(norm, hidden_states)
+        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm, step=True)  # (B, T, d_model)
 
 
 # The decoding step calls the layers' parameters through these functions: the modules' own calls cost about as much
-# as a small matrix product at batch 1 (hooks are checked, dropout layers run as identities). A module replaced by
-# another kind (dynamically quantized, an adapter around the weight) is called as it is.
+# as a small matrix product at batch 1. A module replaced by another kind (dynamically quantized, an adapter around
+# the weight) is called as it is.
 def _linear(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     if type(module) is nn.Linear:
         return F.linear(inputs, module.weight, module.bias)
@@ -547,13 +548,12 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         """The hidden states of `input_ids` (the prompt, then one token per row) after the tokens `state` holds.
 
         `forward`'s arithmetic, call for call, for the one case beam search needs (`beam_search.DecodingState`):
-        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends, the layers'
-        parameters used through functions. At batch 1 the machinery around that arithmetic in the module path (the
-        cache object, output recording, keyword plumbing, module calls) is about a quarter of a step. No hooks run:
-        the search calls the decoder module when any are registered.
+        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends, the
+        layers' parameters used through functions. At batch 1 the machinery around that arithmetic in the module
+        path (the cache object, output recording, keyword plumbing, module calls) is about a quarter of a step. No
+        hooks run: the search calls the decoder module when any are registered.
         """
-        positions = self.embed_positions(input_ids.shape[1], offset=state.length)  # (T, d_model)
-        hidden_states = self.embed_tokens(input_ids) * self.embed_scale + positions  # (B, T, d_model); no dropout
+        hidden_states = embed(self, input_ids, None, offset=state.length)  # (B, T, d_model)
         query_length = hidden_states.shape[1]
         key_length = state.length + query_length
         future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None
@@ -563,7 +563,7 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
             hidden_states = layer.step(hidden_states, state, masks, attend)
         state.length = key_length
         if self.final_norm is not None:
-            hidden_states = _layer_norm(self.final_norm, hidden_states)
+            hidden_states = self.final_norm(hidden_states)
         return hidden_states  # (B, T, d_model)
 
 

@@ -106,6 +106,18 @@ def _transposed_output_projection(model) -> torch.Tensor:
     return cached[1]
 
 
+def cross_attention_memory(decoder, encoder_states: torch.Tensor, num_beams: int) -> tuple[list, list]:
+    """Each layer's cross-attention keys and values, (n * beams, h, S, d_k): projected once per sentence (not once per
+    beam), then repeated for its beams. `encoder_states` is (n * beams, S, d_model), as generate() repeated it."""
+    sources = encoder_states[::num_beams]  # (n, S, d_model)
+    keys, values = [], []
+    for layer in decoder.layers:
+        attention = layer.cross_attn
+        keys.append(attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, 0))
+        values.append(attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, 0))
+    return keys, values
+
+
 class DecodingState:
     """What the decoder remembers during the search, as plain tensors, one row per running beam.
 
@@ -116,12 +128,7 @@ class DecodingState:
 
     def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
         self.decoder = decoder
-        sources = encoder_states[::num_beams]  # (n, S, d_model): generate() repeated each source for its beams
-        self.cross_keys, self.cross_values = [], []
-        for layer in decoder.layers:
-            attention = layer.cross_attn
-            self.cross_keys.append(attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, 0))
-            self.cross_values.append(attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, 0))
+        self.cross_keys, self.cross_values = cross_attention_memory(decoder, encoder_states, num_beams)
         self.source_mask = source_mask  # (n * beams, S), 1 for real tokens
         self.keys: list[torch.Tensor | None] = [None] * len(decoder.layers)  # (n * beams, h, length, d_k)
         self.values: list[torch.Tensor | None] = [None] * len(decoder.layers)
@@ -170,15 +177,16 @@ def _decoder_is_watched(decoder) -> bool:
     )
 
 
-class ModuleDecodingState(DecodingState):
-    """The same memory in transformers' cache object, for steps that call the decoder module (and its hooks)."""
+class ModuleDecodingState:
+    """The same memory in transformers' cache object, for steps that call the decoder module (and its hooks); the
+    same methods as `DecodingState`."""
 
     def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
-        super().__init__(decoder, encoder_states, source_mask, num_beams)
-        self.encoder_states = encoder_states
+        self.decoder, self.encoder_states, self.source_mask = decoder, encoder_states, source_mask
         self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        for index in range(len(decoder.layers)):
-            self.cache.cross_attention_cache.update(self.cross_keys[index], self.cross_values[index], index)
+        cross_keys, cross_values = cross_attention_memory(decoder, encoder_states, num_beams)
+        for index, (keys, values) in enumerate(zip(cross_keys, cross_values, strict=True)):
+            self.cache.cross_attention_cache.update(keys, values, index)
             self.cache.is_updated[index] = True
 
     def step(self, input_ids: torch.Tensor) -> torch.Tensor:

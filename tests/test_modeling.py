@@ -745,34 +745,28 @@ def test_a_checkpoint_without_the_shared_embedding_loads_it_initialised_and_repo
                        tiny_model.model.encoder.layers[0].feed_forward.fc1.weight)  # fmt: skip
 
 
-# The shipped folder's weights were saved by the code before encoder and decoder had embedding modules of their own
-# (one `model.shared.weight`, no aliases stored). Its first three test translations through generate() defaults, as
-# that code produced them.
-SHIPPED = ROOT / "models" / "transformer-en-de"
-SHIPPED_SOURCES = [
-    "A man in an orange hat starring at something.",
-    "A Boston Terrier is running on lush green grass in front of a white fence.",
-    "A girl in karate uniform breaking a stick with a front kick.",
-]
-SHIPPED_IDS_BEFORE = [
-    [1, 281, 329, 315, 297, 1487, 1081, 3805, 317, 878, 17, 2, 2, 2, 2, 2, 2, 2],
-    [1, 281, 1031, 363, 4208, 429, 1183, 317, 6588, 279, 942, 1095, 443, 297, 675, 2173, 17, 2],
-    [1, 281, 475, 274, 5013, 4236, 312, 1853, 403, 2068, 443, 297, 901, 7989, 17, 2, 2, 2],
-]
+# A folder saved by the code before encoder and decoder had embedding modules of their own (one
+# `model.shared.weight`, no aliases stored), with what that code generated from it: see the fixture's script.
+OLD_LAYOUT = ROOT / "tests" / "fixtures" / "old-layout-model"
 
 
 @torch.no_grad()
 def test_a_folder_saved_in_the_old_layout_loads_every_weight_and_translates_as_before():
-    with safe_open(SHIPPED / "model.safetensors", "pt") as weights:
+    with safe_open(OLD_LAYOUT / "model.safetensors", "pt") as weights:
         stored = set(weights.keys())
     assert "model.shared.weight" in stored and not [key for key in stored if "embed_tokens" in key]
+    with safe_open(OLD_LAYOUT / "outputs_of_the_old_code.safetensors", "pt") as outputs:
+        old_ids, old_logits = outputs.get_tensor("generated_ids"), outputs.get_tensor("logits")
 
-    model, info = TransformerMTForConditionalGeneration.from_pretrained(SHIPPED, output_loading_info=True)
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    model, info = TransformerMTForConditionalGeneration.from_pretrained(OLD_LAYOUT, output_loading_info=True)
+    tokenizer = AutoTokenizer.from_pretrained(OLD_LAYOUT)
+    encoded = tokenizer([pair[0] for pair in PAIRS[:3]], return_tensors="pt", padding=True)
 
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
-    output = model.eval().generate(**tokenizer(SHIPPED_SOURCES, return_tensors="pt", padding=True))
-    assert output.tolist() == SHIPPED_IDS_BEFORE
+    ids = model.eval().generate(**encoded)
+    assert torch.equal(ids, old_ids)
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True) == [pair[1] for pair in PAIRS[:3]]
+    torch.testing.assert_close(model(**encoded, decoder_input_ids=ids).logits, old_logits, rtol=1e-5, atol=1e-5)
 
 
 def test_pre_norm_variant_round_trips_too(tiny_tokenizer, tmp_path):

@@ -13,7 +13,6 @@ import statistics
 from benchmarks import harness
 from transformer_en_de.app.translation import LOW_CONFIDENCE
 from transformer_en_de.engine import confidences, translate
-from transformer_en_de.hub import load_model
 
 CAPTIONS = 60
 EVERYDAY = [
@@ -33,12 +32,7 @@ EVERYDAY = [
 
 
 def main() -> None:
-    args = harness.parse_args(
-        __doc__.splitlines()[0],
-        lambda parser: parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder"),
-    )
-    print(harness.describe_machine(args.threads))
-    model, tokenizer = load_model(args.model)
+    args, model, tokenizer = harness.model_under_test(__doc__.splitlines()[0])
     rows = []
     for name, sentences in (("Multi30k val, first 60", harness.read_split("val", "en")[:CAPTIONS]),
                             ("everyday sentences", EVERYDAY)):

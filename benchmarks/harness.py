@@ -21,7 +21,7 @@ import torch
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
-from transformer_en_de import data, precision
+from transformer_en_de import data, hub, precision
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +50,16 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     return args
+
+
+def model_under_test(description: str) -> tuple[argparse.Namespace, object, object]:
+    """The flags (with `--model`, a folder; default the shipped one), the machine printed, the model and tokenizer
+    loaded as the app and the scripts load them."""
+    args = parse_args(description, lambda parser: parser.add_argument(
+        "--model", default=str(SHIPPED_DIR), help="a model folder"))
+    print(describe_machine(args.threads))
+    model, tokenizer = hub.load_model(args.model)
+    return args, model, tokenizer
 
 
 def read_split(split: str, language: str) -> list[str]:

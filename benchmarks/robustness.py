@@ -14,7 +14,6 @@ import sacrebleu
 
 from benchmarks import harness
 from transformer_en_de.engine import DecodingSettings, translate
-from transformer_en_de.hub import load_model
 
 CASING_SENTENCES = 300
 RUNAWAY_FACTOR = 3.0
@@ -25,12 +24,7 @@ def lowercased_bleu(hypotheses: list[str], references: list[str]) -> float:
 
 
 def main() -> None:
-    args = harness.parse_args(
-        __doc__.splitlines()[0],
-        lambda parser: parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder"),
-    )
-    print(harness.describe_machine(args.threads))
-    model, tokenizer = load_model(args.model)
+    args, model, tokenizer = harness.model_under_test(__doc__.splitlines()[0])
     settings = DecodingSettings()
     limit = 100 if args.quick else None
 

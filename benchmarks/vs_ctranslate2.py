@@ -164,19 +164,8 @@ def main():
             return ctranslate2_batch(translator, tokenizer, model, chunk, batch_size)
 
         results = {}
-        for batch_size, runners in (
-            (1, {CT2: theirs, HUB: hub_user(model), HUB_INT8: hub_user(int8_model), OURS: ours(model)}),
-            (
-                32,
-                {
-                    CT2: theirs,
-                    HUB: hub_user(model),
-                    HUB_INT8: hub_user(int8_model),
-                    OURS: ours(model),
-                    PLAIN: ours(plain_model),
-                },
-            ),
-        ):
+        common = {CT2: theirs, HUB: hub_user(model), HUB_INT8: hub_user(int8_model), OURS: ours(model)}
+        for batch_size, runners in ((1, common), (32, common | {PLAIN: ours(plain_model)})):
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
             corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources

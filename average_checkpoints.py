@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de import data
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         "validation (needs --data_dir), as train.py --average_last N does at the end of a run")
     parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
                         help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the candidates are scored (default: a CUDA GPU if there is one)")
     args = parser.parse_args(argv)
     splits = [split for split in (args.validation_split, args.test_split) if split]
     try:
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.checkpoints or not args.output_dir:
             parser.error("give the checkpoint folders and --output_dir (or --rescore FOLDER)")
         scoring = Scoring(args.data_dir, args.validation_split, splits,
-                          "python average_checkpoints.py " + shlex.join(argv))
+                          "python average_checkpoints.py " + shlex.join(argv), args.device)
         if args.average_last:
             if len(args.checkpoints) != 1 or not args.data_dir or args.average_last < 1:
                 parser.error("--average_last N (N >= 1) takes one run folder and needs --data_dir")
@@ -110,6 +114,7 @@ class Scoring:
     validation_split: str
     splits: list[str]  # the validation and test splits that are not ''
     command: str
+    device: str = "cpu"
 
 
 def average(checkpoints: list[Path], output_dir: Path, tokenizer_name: Path | None, scoring: Scoring) -> int:
@@ -117,7 +122,7 @@ def average(checkpoints: list[Path], output_dir: Path, tokenizer_name: Path | No
     if missing:
         raise FileNotFoundError(f"not checkpoint folders (no config.json): {', '.join(missing)}")
     run_dir = checkpoints[0].parent
-    model = average_checkpoints(checkpoints)
+    model = average_checkpoints(checkpoints).to(scoring.device)
     tokenizer = load_tokenizer(tokenizer_name or run_dir)
     print(f"averaged {len(checkpoints)} checkpoints into {output_dir}")
     save(output_dir, model, tokenizer, run_facts(run_dir, checkpoints[-1]), checkpoints, scoring)
@@ -135,7 +140,7 @@ def choose(run_dir: Path, average_last: int, output_dir: Path, tokenizer_name: P
     sources, references = data.read_parallel(
         *data.split_paths(scoring.data_dir, validation_split, run["languages"]["source"], run["languages"]["target"])
     )
-    choice = choose_average(run_dir, average_last, tokenizer, sources, references)
+    choice = choose_average(run_dir, average_last, tokenizer, sources, references, device=scoring.device)
     print(f"[average] saving {choice.name} into {output_dir}: val {choice.scores['bleu']} BLEU")
     chosen = {"average_candidates": choice.candidates, "chosen_average": choice.name}
     save(output_dir, choice.model, tokenizer, run, choice.checkpoints, scoring, chosen,

@@ -126,8 +126,11 @@ class AverageChoice:
 
 def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: list[str], references: list[str],
                    settings: DecodingSettings = DecodingSettings(),
-                   extra: dict[str, list[Path]] | None = None) -> AverageChoice:
+                   extra: dict[str, list[Path]] | None = None, device: str | torch.device = "cpu") -> AverageChoice:
     """Average the last n checkpoints for each candidate n, score each on validation through the engine, keep the best.
+
+    The candidates are scored on `device` (a GPU run's own GPU: on its CPU the beam searches would take longer than
+    the training's last epochs).
 
     `extra` adds named candidates (e.g. the best single checkpoint of the run) unless the same checkpoints are already
     a candidate. Ties keep the earlier candidate (fewer checkpoints).
@@ -143,7 +146,7 @@ def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: l
     choice = None
     candidates = []
     for name, paths in named.items():
-        model = average_checkpoints(paths)
+        model = average_checkpoints(paths).to(device)
         _, scores = score_model(model, tokenizer, sources, references, settings)
         candidates.append({"name": name, "checkpoints": [path.name for path in paths],
                            "validation": {"bleu": scores["bleu"], "chrf": scores["chrf"]}})
@@ -162,7 +165,7 @@ def model_to_ship(trainer, average_last: int, tokenizer, validation: tuple[list[
     if average_last:
         choice = choose_average(
             trainer.args.output_dir, average_last, tokenizer, *validation,
-            extra={"best": [Path(best)]} if best else None,
+            extra={"best": [Path(best)]} if best else None, device=trainer.args.device,
         )  # fmt: skip
         print(f"[average] shipping {choice.name}: val {choice.scores['bleu']} BLEU")
         facts = dict(average_candidates=choice.candidates, chosen_average=choice.name,

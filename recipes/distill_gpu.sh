@@ -69,6 +69,7 @@ teachers)
     ;;
 student)
     data=$1 tokenizer=$2 work=$3 name=$4; shift 4
+    mkdir -p "$work"
     train "$work/$name" "$work/$name.log" --data_dir "$data" --tokenizer_name "$tokenizer" --seed 1 \
         --max_steps 1000000 --save_steps "$SAVE_STEPS" --save_total_limit 12 --average_last 0 \
         ${1:+--extra_train "$@"}

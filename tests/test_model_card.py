@@ -75,10 +75,18 @@ def test_shipped_eval_results_are_the_one_shape():
     assert set(results["scores"]) == {"val", "test_2016_flickr"}
     assert results["decoding"]["max_new_tokens_ratio"] == 1.5 and results["decoding"]["max_new_tokens_offset"] == 10
     commands = [command for command in results["command"] if not command.startswith("#")]  # "#": a remark
-    assert [command.split()[1] for command in commands] == ["train.py", "average_checkpoints.py"]
-    # the curve reaches the last checkpoint averaged into the shipped weights
-    last_step = int(results["training"]["averaged_checkpoints"][-1].removeprefix("checkpoint-"))
-    assert results["training"]["validation_curve"][-1]["step"] == last_step
+    scripts = [command.split()[1] for command in commands]
+    # every step is a script of this repository: the teachers' translations, the training, the averaging last
+    assert all((ROOT / script).is_file() for script in scripts) and "train.py" in scripts
+    assert scripts[-1] == "average_checkpoints.py"
+    # the averaged checkpoints are the chosen candidate, and a validation curve, if kept, reaches the last of them
+    training = results["training"]
+    chosen = next(c for c in training["average_candidates"] if c["name"] == training["chosen_average"])
+    assert chosen["checkpoints"] == training["averaged_checkpoints"]
+    assert chosen["validation"]["bleu"] == results["scores"]["val"]["bleu"]
+    if training["validation_curve"]:
+        last_step = int(training["averaged_checkpoints"][-1].removeprefix("checkpoint-"))
+        assert training["validation_curve"][-1]["step"] == last_step
 
 
 def test_card_for_the_hub_names_the_repo_and_never_the_local_folder(tmp_path, tiny_tokenizer):

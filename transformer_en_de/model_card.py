@@ -87,8 +87,10 @@ Training corpora (pairs after cleaning; weight = times each pair is seen per epo
 |---|---|---|---|
 {% for c in corpora %}| {{ c.name }} | {{ c.pairs }} | {{ c.weight }} | {{ c.tag or "" }} |
 {% endfor %}
+{% if corpora|selectattr("tag")|list %}
 Tagged sources start with the reserved token {{ tag_token }} (tagged back-translation, Caswell et al. 2019): the model
 tells synthetic sources from real ones; never put the tag in front of real input.
+{% endif %}
 {% endif %}
 ```bash
 {{ command }}

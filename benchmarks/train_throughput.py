@@ -130,14 +130,22 @@ def full_projection_loss(model, batch) -> torch.Tensor:
     return label_smoothed_cross_entropy(model(**batch).logits, batch["labels"], model.config.label_smoothing)
 
 
-def training_step(model, loss_of, optimizer, batches, bf16: bool):
+def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1):
+    """A call trains on `batches`, one optimizer step per `accumulate` of them (gradients summed over the
+    micro-batches), in bf16 autocast on the model's device when `bf16`. On a GPU it waits for the queued kernels at
+    the end, so that a timer around the call measures the work done, not the work launched."""
+    device = next(model.parameters()).device
+
     def step():
-        for batch in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for index, batch in enumerate(batches, start=1):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_of(model, batch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            (loss / accumulate if accumulate > 1 else loss).backward()
+            if index % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     return step
 

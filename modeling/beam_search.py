@@ -15,7 +15,8 @@ Only rows of the batch change, never the arithmetic of a row, so the generated i
 check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
 sentence, logits processors or stopping criteria not known to treat each row on its own) stay with transformers.
 
-This file imports only torch and transformers, so it travels with the model code to the Hub.
+This file imports only torch, transformers and its sibling `linear_kernel.py`, so it travels with the model code
+to the Hub.
 """
 
 import dataclasses
@@ -25,6 +26,8 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import logits_process
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.modeling_outputs import BaseModelOutput
+
+from .linear_kernel import linear, uses_packed_weights
 
 # Processors that treat each row (hypothesis) on its own: they give the same scores for a row in any batch.
 ROW_WISE_PROCESSORS = tuple(
@@ -77,11 +80,12 @@ def _select_processors(logits_processor, sentences: torch.Tensor):
 
 
 def _output_layer(model):
-    """hidden states (rows, d_model) -> logits (rows, vocab): for a plain nn.Linear a matmul by its transposed weight
-    (below); any other kind of layer (dynamically quantized, wrapped by an adapter) is called as it is."""
+    """hidden states (rows, d_model) -> logits (rows, vocab), multiplied as the model's forward multiplies them."""
     layer = model.get_output_embeddings()
-    if type(layer) is not torch.nn.Linear:
-        return layer
+    if type(layer) is not torch.nn.Linear or uses_packed_weights(layer.weight):
+        return lambda hidden_states: linear(layer, hidden_states)
+    # BLAS: a plain matmul by the transposed weight, kept contiguous, is faster at every step than F.linear's
+    # transposed view, with the same results.
     output_projection, output_bias = _transposed_output_projection(model), layer.bias  # (d_model, vocab)
 
     def project(hidden_states: torch.Tensor) -> torch.Tensor:
@@ -92,11 +96,8 @@ def _output_layer(model):
 
 
 def _transposed_output_projection(model) -> torch.Tensor:
-    """The output projection's weight (tied to the embedding, (vocab, d_model)) as a contiguous (d_model, vocab).
-
-    A plain matmul by it is faster at every step than by the transposed view nn.Linear uses, with the same results.
-    Kept until the weight changes (its version counts in-place updates such as optimizer steps and loading).
-    """
+    """The output projection's weight (tied to the embedding, (vocab, d_model)) as a contiguous (d_model, vocab),
+    kept until the weight changes (its version counts in-place updates such as optimizer steps and loading)."""
     weight = model.get_output_embeddings().weight
     key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
     cached = model.__dict__.get("_transposed_output_projection")
@@ -113,8 +114,8 @@ def cross_attention_memory(decoder, encoder_states: torch.Tensor, num_beams: int
     keys, values = [], []
     for layer in decoder.layers:
         attention = layer.cross_attn
-        keys.append(attention._split_heads(attention.k_proj(sources)).repeat_interleave(num_beams, 0))
-        values.append(attention._split_heads(attention.v_proj(sources)).repeat_interleave(num_beams, 0))
+        keys.append(attention._split_heads(linear(attention.k_proj, sources)).repeat_interleave(num_beams, 0))
+        values.append(attention._split_heads(linear(attention.v_proj, sources)).repeat_interleave(num_beams, 0))
     return keys, values
 
 

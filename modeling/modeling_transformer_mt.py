@@ -45,6 +45,7 @@ from .length_bound import (
     new_token_limits,
     source_lengths,
 )
+from .linear_kernel import linear
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
@@ -169,7 +170,8 @@ class MultiHeadAttention(nn.Module):
         self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, past_key_values: Cache | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_cross_attention:
-            keys, values = self._split_heads(self.k_proj(hidden_states)), self._split_heads(self.v_proj(hidden_states))
+            keys = self._split_heads(linear(self.k_proj, hidden_states))
+            values = self._split_heads(linear(self.v_proj, hidden_states))
             if past_key_values is not None:
                 cache = past_key_values.self_attention_cache
                 keys, values = cache.update(keys, values, self.layer_idx)  # (B, h, past + T, d_k)
@@ -178,8 +180,8 @@ class MultiHeadAttention(nn.Module):
         if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
             layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
             return layer.keys, layer.values
-        keys = self._split_heads(self.k_proj(key_value_states))  # (B, h, S, d_k)
-        values = self._split_heads(self.v_proj(key_value_states))
+        keys = self._split_heads(linear(self.k_proj, key_value_states))  # (B, h, S, d_k)
+        values = self._split_heads(linear(self.v_proj, key_value_states))
         if past_key_values is not None:
             keys, values = past_key_values.cross_attention_cache.update(keys, values, self.layer_idx)
             past_key_values.is_updated[self.layer_idx] = True
@@ -193,7 +195,7 @@ class MultiHeadAttention(nn.Module):
         past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
+        queries = self._split_heads(linear(self.q_proj, hidden_states))  # (B, h, T, d_k)
         keys, values = self._keys_and_values(hidden_states, key_value_states, past_key_values)  # (B, h, S, d_k)
         output_attentions = kwargs.pop("output_attentions", None)
         if output_attentions is None:
@@ -222,7 +224,7 @@ class MultiHeadAttention(nn.Module):
             **kwargs,
         )  # (B, T, h, d_k)
         batch, length = context.shape[:2]
-        return self.out_proj(context.reshape(batch, length, -1)), weights  # (B, T, h * d_k) -> (B, T, d_model)
+        return linear(self.out_proj, context.reshape(batch, length, -1)), weights  # (B, T, h * d_k) -> (B, T, d_model)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -235,7 +237,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.activation_dropout(F.relu(self.fc1(hidden_states))))
+        return linear(self.fc2, self.activation_dropout(F.relu(linear(self.fc1, hidden_states))))
 
 
 class ResidualLayer(GradientCheckpointingLayer):
@@ -335,33 +337,27 @@ class DecoderLayer(ResidualLayer):
         index, self_attention, cross_attention = self.self_attn.layer_idx, self.self_attn, self.cross_attn
         self_attn_mask, cross_attn_mask = masks
         attention_input = self.sublayer_input(hidden_states, self.self_attn_norm, step=True)
-        queries = self_attention._split_heads(_linear(self_attention.q_proj, attention_input))  # (B, h, T, d_k)
+        queries = self_attention._split_heads(linear(self_attention.q_proj, attention_input))  # (B, h, T, d_k)
         keys, values = state.append(
             index,
-            self_attention._split_heads(_linear(self_attention.k_proj, attention_input)),
-            self_attention._split_heads(_linear(self_attention.v_proj, attention_input)),
+            self_attention._split_heads(linear(self_attention.k_proj, attention_input)),
+            self_attention._split_heads(linear(self_attention.v_proj, attention_input)),
         )  # (B, h, past + T, d_k)
-        attended = _linear(self_attention.out_proj, attend(self_attention, queries, keys, values, self_attn_mask))
+        attended = linear(self_attention.out_proj, attend(self_attention, queries, keys, values, self_attn_mask))
         hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm, step=True)
         attention_input = self.sublayer_input(hidden_states, self.cross_attn_norm, step=True)
-        queries = cross_attention._split_heads(_linear(cross_attention.q_proj, attention_input))
+        queries = cross_attention._split_heads(linear(cross_attention.q_proj, attention_input))
         context = attend(cross_attention, queries, state.cross_keys[index], state.cross_values[index], cross_attn_mask)
-        attended = _linear(cross_attention.out_proj, context)
+        attended = linear(cross_attention.out_proj, context)
         hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm, step=True)
         attention_input = self.sublayer_input(hidden_states, self.feed_forward_norm, step=True)
-        transformed = _linear(self.feed_forward.fc2, F.relu(_linear(self.feed_forward.fc1, attention_input)))
+        transformed = linear(self.feed_forward.fc2, F.relu(linear(self.feed_forward.fc1, attention_input)))
         return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm, step=True)  # (B, T, d_model)
 
 
-# The decoding step calls the layers' parameters through these functions: the modules' own calls cost about as much
-# as a small matrix product at batch 1. A module replaced by another kind (dynamically quantized, an adapter around
-# the weight) is called as it is.
-def _linear(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    if type(module) is nn.Linear:
-        return F.linear(inputs, module.weight, module.bias)
-    return module(inputs)
-
-
+# The decoding step calls the norms' parameters through this function (and every linear layer through
+# `linear_kernel.linear`): the modules' own calls cost about as much as a small matrix product at batch 1. A module
+# replaced by another kind is called as it is.
 def _layer_norm(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     if type(module) is nn.LayerNorm:
         return F.layer_norm(inputs, module.normalized_shape, module.weight, module.bias, module.eps)
@@ -835,7 +831,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
+        logits = linear(self.lm_head, outputs.last_hidden_state)  # (B, T, vocab_size)
         loss = None
         if labels is not None:
             loss = label_smoothed_cross_entropy(logits, labels, 0.0, num_items_in_batch)

@@ -13,6 +13,8 @@ parity only; nothing is tuned on it) with beam 4:
 - CTranslate2 float32: beam 4, length penalty 0.6, the longest allowed sentence of each batch as its bound.
 Batch 1 goes sentence by sentence, batch 32 through the corpus sorted by source length (as the engine sorts it);
 the systems alternate on every sentence or batch, so a background load slows all alike.
+CTranslate2 runs in a process of its own: once it has run in a process, PyTorch's kernels there are 2-4x slower at
+decoding sizes (see `CTranslate2Process`), which would count against ours.
 
 Then the per-sentence bound on val: ours with it and without it (`max_new_tokens_ratio` huge: only the cap of
 255 new tokens per batch, the bound before this one), sentences/s and BLEU.
@@ -23,8 +25,11 @@ Needs `pip install ctranslate2` (not a dependency of the project).
 """
 
 import copy
+import dataclasses
+import multiprocessing
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -50,6 +55,49 @@ def options(parser):
     parser.add_argument("--rounds", type=int, default=1, help="passes over the corpus at batch 32 (median)")
     parser.add_argument("--batch1-sentences", type=int, default=None, help="batch 1 on the first N only (default all)")
     parser.add_argument("--skip-bound", action="store_true", help="leave out the bound on/off figures on val")
+
+
+@dataclasses.dataclass
+class Result:
+    hypotheses: list[list[str]]  # what translate_ids reads of a ctranslate2.TranslationResult
+
+
+class CTranslate2Process:
+    """A CTranslate2 translator in a process of its own, with the `translate_batch` that `translate_ids` calls.
+
+    Once CTranslate2 has run in a process, PyTorch's kernels in that process stay 2-4x slower at the sizes of decoding
+    (measured on an AMD EPYC with AVX-512, 2 threads: `F.linear` of 4 rows by a 1024 x 256 weight 80 -> 159 us,
+    oneDNN's packed linear 31 -> 119 us, at 128 rows 499 -> 790 and 354 -> 421 us), even while it is idle; each
+    library brings its own OpenMP runtime. In one process the comparison would be CTranslate2 against a slowed
+    PyTorch. Its wall time is measured around the call (the pipe adds well under a millisecond); its CPU time is the
+    child's own, added up in `cpu_seconds`."""
+
+    def __init__(self, folder: str, threads: int):
+        context = multiprocessing.get_context("spawn")
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=serve_ctranslate2, args=(child, folder, threads), daemon=True)
+        self.process.start()
+        self.cpu_seconds = 0.0
+
+    def translate_batch(self, sources: list[list[str]], **options) -> list[Result]:
+        self.connection.send((sources, options))
+        hypotheses, cpu_seconds = self.connection.recv()
+        self.cpu_seconds += cpu_seconds
+        return [Result([tokens]) for tokens in hypotheses]
+
+    def close(self) -> None:
+        self.connection.send(None)
+        self.process.join(timeout=30)
+
+
+def serve_ctranslate2(connection, folder: str, threads: int) -> None:
+    """The child of `CTranslate2Process`: translates what it receives until it receives None."""
+    translator = ctranslate2_backend.load(folder, threads=threads)
+    while (request := connection.recv()) is not None:
+        sources, options = request
+        start = time.process_time()
+        results = translator.translate_batch(sources, **options)
+        connection.send(([result.hypotheses[0] for result in results], time.process_time() - start))
 
 
 def check_greedy_parity(model, tokenizer, translator, sources: list[str]) -> int:
@@ -93,13 +141,16 @@ def ctranslate2_batch(translator, tokenizer, model, sentences: list[str], batch_
 
 
 def corpus_run(systems: dict, sources: list[str], batch_size: int, rounds: int):
-    """Each system over `sources` in length-sorted chunks of `batch_size`, alternating on every chunk."""
+    """Each system over `sources` in length-sorted chunks of `batch_size`, alternating on every chunk. A system that
+    runs in another process (`systems["processes"]`: name -> its `cpu_seconds` counter) adds that process's CPU time."""
     lengths = [len(ids) for ids in systems["tokenizer"](sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
     chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     runners = systems["runners"]
     texts = {name: [""] * len(sources) for name in runners}
     totals = {name: harness.Timings() for name in runners}
+    for process in systems.get("processes", {}).values():
+        process.cpu_seconds = 0.0  # what it did before (warm-up, parity check) is not this run's
     for _ in range(rounds):
         seconds = dict.fromkeys(runners, 0.0)
         cpu = dict.fromkeys(runners, 0.0)
@@ -121,6 +172,9 @@ def corpus_run(systems: dict, sources: list[str], batch_size: int, rounds: int):
                 cpu[name] += step[name].cpu[0]
                 for index, text in zip(chunk, outputs[name], strict=True):
                     texts[name][index] = text
+            for name, process in systems.get("processes", {}).items():
+                cpu[name] += process.cpu_seconds
+                process.cpu_seconds = 0.0
             if number % 20 == 19:
                 print(f"  batch {batch_size}: {number + 1}/{len(chunks)} chunks", file=sys.stderr)
         for name in runners:
@@ -144,7 +198,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as folder:
         ctranslate2_backend.convert(model, tokenizer, folder)
-        translator = ctranslate2_backend.load(folder, threads=args.threads)
+        translator = CTranslate2Process(folder, threads=args.threads)
         checked = check_greedy_parity(model, tokenizer, translator, sources[: args.parity_sentences])
 
         def ours(model):
@@ -169,7 +223,9 @@ def main():
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
             corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
-            results[batch_size] = corpus_run({"tokenizer": tokenizer, "runners": runners}, corpus, batch_size, rounds)
+            systems = {"tokenizer": tokenizer, "runners": runners, "processes": {CT2: translator}}
+            results[batch_size] = corpus_run(systems, corpus, batch_size, rounds)
+        translator.close()
 
     print(f"# Ours vs CTranslate2 {harness.describe_machine(args.threads)}; model: models/transformer-en-de")
     print(

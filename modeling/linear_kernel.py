@@ -15,11 +15,12 @@ is dropped with its weight.
 This file imports only torch, so it travels with the model code to the Hub.
 """
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as module_hooks
-from torch.utils.weak import WeakIdKeyDictionary
 
 
 def _onednn_linear_is_faster() -> bool:
@@ -35,24 +36,29 @@ def _onednn_linear_is_faster() -> bool:
 # Whether float32 inference on the CPU multiplies with oneDNN's packed weights. Set at import; a test or a benchmark
 # may switch it for a whole process (both ways give the same ids from our search and transformers').
 PACKED_LINEAR = _onednn_linear_is_faster()
+# Looked up once, not at every call (a test may turn PACKED_LINEAR on where this machine would not).
+_packed_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
 
 # torch.compile and torch.export trace F.linear, not the packed kernel (torch.compiler.is_compiling: torch >= 2.3).
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
-# weight -> ((data_ptr, version), packed copy). Keyed by the tensor's identity and dropped with it; the version
-# counts in-place changes (loading, optimizer steps), so a changed weight is packed again.
-_packed_weights = WeakIdKeyDictionary()
+# id(weight) -> (a weak reference to it, (data_ptr, version), packed copy): dropped with the weight; the version counts
+# in-place changes (loading, optimizer steps), so a changed weight is packed again. A plain dict keyed by id: looked up
+# about 25 times a decoding step, where torch.utils.weak.WeakIdKeyDictionary costs 2 us a lookup.
+_packed_weights: dict[int, tuple] = {}
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """oneDNN's blocked copy of a (out, in) weight, made once per version of the weight."""
     key = (weight.data_ptr(), weight._version)
-    entry = _packed_weights.get(weight)
-    if entry is None or entry[0] != key:
+    entry = _packed_weights.get(id(weight))
+    if entry is None or entry[1] != key or entry[0]() is not weight:
         with torch.no_grad():
-            entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-        _packed_weights[weight] = entry
-    return entry[1]
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+        identity = id(weight)
+        entry = (weakref.ref(weight, lambda _, identity=identity: _packed_weights.pop(identity, None)), key, packed)
+        _packed_weights[identity] = entry
+    return entry[2]
 
 
 def uses_packed_weights(weight: torch.Tensor) -> bool:
@@ -83,5 +89,5 @@ def linear(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     if type(layer) is not nn.Linear or _is_watched(layer):
         return layer(inputs)
     if inputs.dtype == torch.float32 and uses_packed_weights(layer.weight):
-        return torch.ops.mkldnn._linear_pointwise(inputs, packed_weight(layer.weight), layer.bias, "none", [], "")
+        return _packed_linear(inputs, packed_weight(layer.weight), layer.bias, "none", [], "")
     return F.linear(inputs, layer.weight, layer.bias)

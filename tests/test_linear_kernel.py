@@ -3,6 +3,7 @@ multiplies alike (so our beam search keeps transformers' ids and a sentence's tr
 sentences beside it) with either kernel, on any machine."""
 
 import copy
+import gc
 
 import pytest
 import torch
@@ -62,6 +63,12 @@ def test_a_changed_weight_is_packed_again(packed_linear):
         assert not torch.allclose(before, after)
         layer.load_state_dict({"weight": torch.ones(8, 16), "bias": torch.zeros(8)})
         torch.testing.assert_close(linear(layer, inputs), inputs.sum(-1, keepdim=True).expand(4, 8))
+    if packed_linear:  # the packed copy goes with its weight
+        identity = id(layer.weight)
+        assert identity in linear_kernel._packed_weights
+        del layer
+        gc.collect()
+        assert identity not in linear_kernel._packed_weights
 
 
 def test_a_watched_or_replaced_layer_runs_as_a_module(packed_linear):

@@ -52,11 +52,6 @@ def options(parser):
     parser.set_defaults(threads=len(os.sched_getaffinity(0)))
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # kernels run asynchronously: a timer read before this measures the launches
-
-
 @functools.cache
 def matmul_peak(device_type: str, dtype: torch.dtype) -> tuple[float, str]:
     """(FLOP/s, what was run): the best of several large square matmuls, the dense peak the training figures are a
@@ -66,11 +61,11 @@ def matmul_peak(device_type: str, dtype: torch.dtype) -> tuple[float, str]:
     per_timing = 10 if device_type == "cuda" else 1  # several products per timer read: launch and sync costs vanish
     best = math.inf
     for _ in range(12):  # the first rounds also warm up (kernel choice, clocks); the best is the peak
-        synchronize(a.device)
+        harness.synchronize(a.device)
         start = time.perf_counter()
         for _ in range(per_timing):
             a @ b
-        synchronize(a.device)
+        harness.synchronize(a.device)
         best = min(best, (time.perf_counter() - start) / per_timing)
     return 2 * size**3 / best, f"{str(dtype).removeprefix('torch.')} matmul {size}^3"
 
@@ -222,7 +217,7 @@ def section_generate(args, device, bf16):
             with torch.inference_mode():
                 for chunk in chunks:  # what a Hub user runs: the tokenizer, then generate() with the saved defaults
                     variant.generate(**tokenizer(chunk, padding=True, return_tensors="pt").to(device))
-            synchronize(device)
+            harness.synchronize(device)
 
         return run
 

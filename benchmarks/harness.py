@@ -51,6 +51,8 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
         extra(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.linear_kernel == "onednn" and not linear_kernel.AVAILABLE:
+        parser.error("--linear-kernel onednn: this PyTorch has no oneDNN packed linear")
     if args.linear_kernel != "machine":
         linear_kernel.PACKED_LINEAR = args.linear_kernel == "onednn"
     torch.manual_seed(0)
@@ -217,6 +219,12 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:
         print("| " + " | ".join(str(cell) for cell in row) + " |")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for a GPU's queued kernels: they run asynchronously, so a timer read before this measures the launches."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def describe_machine(threads: int) -> str:

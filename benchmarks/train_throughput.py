@@ -140,12 +140,11 @@ def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: in
         for index, batch in enumerate(batches, start=1):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_of(model, batch)
-            (loss / accumulate if accumulate > 1 else loss).backward()
+            (loss / accumulate).backward()
             if index % accumulate == 0:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        harness.synchronize(device)
 
     return step
 

@@ -49,12 +49,11 @@ def tiny_config(tokenizer, **overrides) -> TransformerMTConfig:
     return TransformerMTConfig(**settings)
 
 
-ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
 @pytest.fixture(
     params=[
-        pytest.param(True, id="onednn", marks=pytest.mark.skipif(not ONEDNN_LINEAR, reason="no oneDNN packed linear")),
+        pytest.param(
+            True, id="onednn", marks=pytest.mark.skipif(not linear_kernel.AVAILABLE, reason="no oneDNN packed linear")
+        ),
         pytest.param(False, id="blas"),
     ]
 )

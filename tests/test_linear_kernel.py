@@ -8,7 +8,7 @@ import gc
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ONEDNN_LINEAR, PAIRS, tiny_config
+from conftest import PAIRS, tiny_config
 
 from modeling import TransformerMTForConditionalGeneration, linear_kernel
 from modeling.beam_search import _output_layer
@@ -104,7 +104,7 @@ def test_a_translation_does_not_depend_on_the_sentences_beside_it(packed_linear,
         assert strip == [token for token in alone.tolist() if token not in (pad, eos)], source
 
 
-@pytest.mark.skipif(not ONEDNN_LINEAR, reason="no oneDNN packed linear")
+@pytest.mark.skipif(not linear_kernel.AVAILABLE, reason="no oneDNN packed linear")
 def test_both_kernels_translate_alike(monkeypatch, model, tiny_tokenizer):
     """They round differently (about 1e-6), which may flip a near tie, but not the translations of a whole batch."""
     runs = {}

@@ -23,21 +23,24 @@ from torch import nn
 from torch.nn.modules import module as module_hooks
 
 
-def _onednn_linear_is_faster() -> bool:
-    """Measured as the docstring says: AVX-512 CPUs, and a PyTorch built with oneDNN and its packed linear."""
-    return (
-        torch.backends.mkldnn.is_available()
-        and torch.backends.cpu.get_cpu_capability() == "AVX512"
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
+def _onednn_packed_linear():
+    """oneDNN's linear on packed weights where this PyTorch has it (built with oneDNN, both ops present), else None.
+    Looked up once, not at every call."""
+    ops = torch.ops.mkldnn
+    if not torch.backends.mkldnn.is_available():
+        return None
+    if hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight"):
+        return ops._linear_pointwise
+    return None
 
 
-# Whether float32 inference on the CPU multiplies with oneDNN's packed weights. Set at import; a test or a benchmark
-# may switch it for a whole process (both ways give the same ids from our search and transformers').
-PACKED_LINEAR = _onednn_linear_is_faster()
-# Looked up once, not at every call (a test may turn PACKED_LINEAR on where this machine would not).
-_packed_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+_packed_linear = _onednn_packed_linear()
+# Whether this PyTorch can multiply with oneDNN's packed weights at all (a test may choose it on any machine).
+AVAILABLE = _packed_linear is not None
+# Whether float32 inference on the CPU does, as measured (the docstring): where the CPU has AVX-512. Set at import; a
+# test or a benchmark may switch it for a whole process (both ways give the same ids from our search and
+# transformers').
+PACKED_LINEAR = AVAILABLE and torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 # torch.compile and torch.export trace F.linear, not the packed kernel (torch.compiler.is_compiling: torch >= 2.3).
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)

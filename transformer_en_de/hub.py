@@ -5,7 +5,10 @@ folder, not in the cache); `model_folder` finds or downloads a model's files the
 may pin a revision (`id@revision`: a commit, tag or branch). Weights load from safetensors only: a pickle
 (`pytorch_model.bin`) can run code when it is read, so a folder or repo that has only one is refused with the command
 that converts it (`PICKLE_ONLY`). Remote code is trusted only where the config needs it (a model type transformers
-does not know, with an `auto_map`: this project's own models); every other model loads with transformers' own code.
+does not know, with an `auto_map`: this project's own models), and only code inside the folder or Hub repo that was
+named: an `auto_map` entry that points at another repository (`owner/repo--module.Class`) is refused before anything
+is imported, and a Hub repo is loaded at the commit its config was read from, so the code checked is the code run.
+Every other model loads with transformers' own code.
 `push_folder` creates the repo if needed and uploads the folder in one commit; anything that stops the push (offline
 mode, an unreachable endpoint, a missing or read-only token, a folder that is not what the repo type needs, a model
 folder that does not load) raises `PublishError` at once with the cause and what to do about it. `check_model_loads`
@@ -13,6 +16,7 @@ is that last check: the folder is loaded here, offline, as a user would load it 
 uploaded.
 """
 
+import json
 import socket
 import urllib.request
 from pathlib import Path
@@ -153,6 +157,49 @@ def split_revision(model_id: str) -> tuple[str, str | None]:
     return name, revision
 
 
+class ForeignCodeError(RuntimeError):
+    """A model's `auto_map` names code outside the folder or Hub repo that was asked for; nothing of it was run."""
+
+
+# The files whose `auto_map` tells transformers which code to import for a model and its tokenizer.
+CODE_MAP_FILES = ("config.json", "tokenizer_config.json")
+
+
+def code_references(folder: str | Path) -> list[tuple[str, str, str]]:
+    """(file, Auto class, reference) for every `auto_map` entry of the folder's config and tokenizer config."""
+    found = []
+    for name in CODE_MAP_FILES:
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        try:
+            auto_map = json.loads(path.read_text(encoding="utf-8")).get("auto_map") or {}
+        except (ValueError, AttributeError):
+            continue  # not a JSON object: the loader says what is wrong with it, and runs no code
+        for auto_class, references in auto_map.items() if isinstance(auto_map, dict) else ():
+            for reference in references if isinstance(references, list) else [references]:
+                if isinstance(reference, str):
+                    found.append((name, auto_class, reference))
+    return found
+
+
+def check_code_origin(folder: str | Path, listed: str, *, hub_repo: bool) -> None:
+    """ForeignCodeError unless every `auto_map` reference of `folder` is code inside what the operator listed: the
+    folder itself, or for a Hub repo that repo (`listed--module.Class` names it again). A reference `repo--module.Class`
+    to any other repository would make transformers download and import that repository's code."""
+    for name, auto_class, reference in code_references(folder):
+        if "--" not in reference:
+            continue  # module.Class: a file of the folder or repo itself
+        repo = reference.split("--", 1)[0]
+        if hub_repo and repo == listed:
+            continue
+        raise ForeignCodeError(
+            f"could not be loaded: its {name} maps {auto_class} to {reference!r}, code in another repository "
+            f"({repo}), and code is run only from the folder or Hub repo listed ({listed}); nothing of {repo} was "
+            "run. If you trust that code, copy it into the model's own folder or repo."
+        )
+
+
 def needs_remote_code(source: str, *, revision: str | None = None, local_files_only: bool = False) -> bool:
     """Whether loading `source` needs its own modeling code: its config names a model type transformers does not
     know and maps it to code (`auto_map`). Reads config.json only; runs nothing."""
@@ -184,6 +231,7 @@ def check_model_loads(folder: str | Path) -> None:
                "folder (save it again with train.py or save_pretrained) and push again")
     try:
         check_safetensors(folder)
+        check_code_origin(folder, str(folder), hub_repo=False)
         # The folder's own copy of the modeling code, where its config needs one.
         options = dict(trust_remote_code=needs_remote_code(str(folder), local_files_only=True), local_files_only=True)
         model, info = AutoModelForSeq2SeqLM.from_pretrained(
@@ -324,11 +372,21 @@ def load_model(model_id: str, device: str | torch.device = "cpu"):
     if folder.is_dir():
         check_safetensors(folder, model_id)
     try:
+        if folder.is_dir():
+            check_code_origin(folder, model_id, hub_repo=False)
+        else:
+            # The commit the id resolves to now: its configs are checked, and everything loads from that commit.
+            snapshot = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
+                                              local_files_only=local_only))
+            check_code_origin(snapshot, name, hub_repo=True)
+            revision = snapshot.name
         options = dict(revision=revision, local_files_only=local_only)
         # Our own models carry their modeling code (auto_map); any model transformers knows loads with its own.
         trust = needs_remote_code(source, **options)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust, **options)
         model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=trust, use_safetensors=True, **options)
+    except ForeignCodeError:
+        raise
     except Exception as error:  # loaders raise OSError, ValueError, ImportError, ... depending on what is missing
         cause = _cause(error)
         if local_only and not folder.is_dir():

@@ -4,8 +4,14 @@ Every path that translates goes through `translate`: the app (each panel), compa
 average_checkpoints.py, the corpus translator and the benchmarks. So they cannot disagree, and the comparison with
 pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
 
+- One plan per request (`plan_decoding` -> `DecodingPlan`, made once): the settings resolved against the model's
+  saved ones, each sentence as the model reads it (tokenized once), its limit of new tokens, the backend. The app's
+  budget, its notices and the scores read the plan; `translate` runs it.
 - Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
+- Two backends decode a plan: the model itself (PyTorch, `backend=None`) or CTranslate2 (`backend=` a
+  `backends.CTranslate2Backend`), with the same bound per sentence, notices, progress and confidences; CTranslate2
+  bounds a batch, so each sentence is cut at its own limit after it (exactly what the bound does for greedy search).
 - Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (`modeling/length_bound.py`), inside
   its batch, for our model and for any other: the engine hands the same logits processor to every model.
 - Our model's beam search lets each sentence leave its batch once it is done (`modeling/beam_search.py`): the ids of
@@ -16,12 +22,15 @@ pretrained models is fair: the same batching, the same decoding settings, the sa
   after each batch, and `should_stop()` before each, so that a caller can give up between batches.
 - A `deadline` (a `time.monotonic()` time) ends the batch in progress at its next decoding step: every hypothesis is
   given `</s>`, so each sentence keeps what its search had written by then (marked `cut`), and no batch starts after.
+  With CTranslate2 the deadline is checked between batches only (a batch runs to its end).
 """
 
 import copy
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -104,6 +113,7 @@ class TranslationRun:
     # decoding at the deadline are `cut`.
     stopped_early: bool = False
     notices: list[str] = field(default_factory=list)
+    plan: "DecodingPlan | None" = None  # what was asked: the resolved decoding, the limits, the backend
 
     @property
     def texts(self) -> list[str]:
@@ -157,27 +167,135 @@ def generation_config_for(model, settings: DecodingSettings):
     return config
 
 
+def _resolve(model, settings: DecodingSettings) -> tuple[dict, object]:
+    """(the decoding as a record, the generation config that does it): the settings, else the model's saved ones."""
+    config = generation_config_for(model, settings)
+    ratio, offset = decoding_bound(
+        model.generation_config, settings.max_new_tokens_ratio, settings.max_new_tokens_offset
+    )  # the settings', else the model's saved ones, else the defaults
+    record = {
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "do_sample": config.do_sample,
+        "top_k": config.top_k,
+        "top_p": config.top_p,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens_ratio": ratio,
+        "max_new_tokens_offset": offset,
+        "normalise_case": settings.normalise_case,
+        "batch_size": settings.batch_size,
+    }
+    return record, config
+
+
+def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
+    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records):
+    `DecodingPlan.decoding` without the sentences."""
+    return _resolve(model, settings)[0]
+
+
+@dataclass(frozen=True)
+class DecodingPlan:
+    """One request, planned once: the resolved decoding, each sentence as the model reads it and its limit of new
+    tokens, and the backend that will decode it. The app's budget, its notices and the scores read this; `translate`
+    runs it. `narrowed` gives the plan with fewer beams or only the first sentences, without tokenizing again."""
+
+    settings: DecodingSettings  # as asked
+    decoding: MappingProxyType  # as resolved (`resolved_settings`): num_beams, length_penalty, ..., batch_size
+    sentences: tuple[str, ...]  # as given
+    sources: tuple[str, ...]  # as the model reads them: its task prefix, the casing applied
+    recased: tuple[bool, ...]  # typed in capitals and read in sentence case
+    source_ids: tuple[tuple[int, ...], ...]  # what the model reads (cut at `source_limit`), </s> included
+    source_lengths: tuple[int, ...]  # tokens before the cut
+    source_limit: int  # tokens the model reads
+    limits: tuple[int, ...]  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
+    backend: str  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
+    generation_config: object = field(repr=False, compare=False)  # the model's, with the decoding applied
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def num_beams(self) -> int:
+        return self.decoding["num_beams"]
+
+    @property
+    def truncated(self) -> list[bool]:
+        return [length > self.source_limit for length in self.source_lengths]
+
+    def bound_text(self) -> str:
+        """The bound in words, for a notice: "1.5 × its source tokens + 10, at most 255"."""
+        return (
+            f"{self.decoding['max_new_tokens_ratio']:g} × its source tokens + {self.decoding['max_new_tokens_offset']}"
+            f", at most {self.decoding['max_new_tokens']}"
+        )
+
+    def narrowed(self, num_beams: int | None = None, count: int | None = None) -> "DecodingPlan":
+        """This plan with `num_beams` beams and/or only its first `count` sentences (what a budget keeps)."""
+        plan = self
+        if num_beams is not None and num_beams != self.num_beams:
+            settings = replace(self.settings, num_beams=num_beams)
+            config = copy.deepcopy(self.generation_config)
+            config.num_beams = num_beams
+            if num_beams == 1:
+                config.length_penalty, config.early_stopping = 1.0, False
+            decoding = dict(self.decoding, num_beams=num_beams, length_penalty=config.length_penalty)
+            plan = replace(plan, settings=settings, decoding=MappingProxyType(decoding), generation_config=config)
+        if count is not None and count < len(self):
+            plan = replace(
+                plan,
+                **{name: getattr(plan, name)[:count] for name in _PER_SENTENCE},
+            )
+        return plan
+
+
+_PER_SENTENCE = ("sentences", "sources", "recased", "source_ids", "source_lengths", "limits")
+
+
+def plan_decoding(
+    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, backend=None
+) -> DecodingPlan:
+    """The plan of translating `sentences` with `model` (see `DecodingPlan`): each sentence tokenized once."""
+    decoding, config = _resolve(model, settings)
+    sources, recased = model_sources(model, sentences, settings)
+    limit = max_source_tokens(model, tokenizer)
+    ids = encode(tokenizer, sources)["input_ids"] if sources else []
+    lengths = [len(row) for row in ids]
+    long = [index for index, length in enumerate(lengths) if length > limit]
+    if long:  # cut as the tokenizer cuts (its special tokens kept), only where needed
+        cut = encode(tokenizer, [sources[index] for index in long], truncation=True, max_length=limit)["input_ids"]
+        for index, row in zip(long, cut, strict=True):
+            ids[index] = row
+    limits = new_token_limits(
+        torch.tensor([min(length, limit) for length in lengths], dtype=torch.long),
+        decoding["max_new_tokens_ratio"],
+        decoding["max_new_tokens_offset"],
+        decoding["max_new_tokens"],
+    ).tolist() if sentences else []  # fmt: skip
+    return DecodingPlan(
+        settings=settings,
+        decoding=MappingProxyType(decoding),
+        sentences=tuple(sentences),
+        sources=tuple(sources),
+        recased=tuple(recased),
+        source_ids=tuple(tuple(row) for row in ids),
+        source_lengths=tuple(lengths),
+        source_limit=limit,
+        limits=tuple(int(value) for value in limits),
+        backend=backend_name(backend),
+        generation_config=config,
+    )
+
+
+def backend_name(backend) -> str:
+    """What decodes: "PyTorch" for the model itself (None), else the backend's name."""
+    return "PyTorch" if backend is None else backend.name
+
+
 def token_limits(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> list[int]:
-    """Each sentence's limit of new tokens as `translate` applies it: the bound on its source as the model reads it
-    (prefix, casing, truncation), within the cap."""
-    if not sentences:
-        return []
-    sources, _ = model_sources(model, sentences, settings)
-    return _token_limits(model, tokenizer, _source_lengths(tokenizer, sources), settings)
-
-
-def _source_lengths(tokenizer, sources: list[str]) -> list[int]:
-    """Each source's tokens, untruncated."""
-    return [len(ids) for ids in encode(tokenizer, sources)["input_ids"]]
-
-
-def _token_limits(model, tokenizer, full_lengths: list[int], settings: DecodingSettings) -> list[int]:
-    """The limits of sources of these lengths (before truncation)."""
-    readable = torch.tensor([min(length, max_source_tokens(model, tokenizer)) for length in full_lengths])
-    decoding = resolved_settings(model, settings)
-    return new_token_limits(
-        readable, decoding["max_new_tokens_ratio"], decoding["max_new_tokens_offset"], decoding["max_new_tokens"]
-    ).tolist()
+    """Each sentence's limit of new tokens as `translate` applies it (`DecodingPlan.limits`)."""
+    return list(plan_decoding(model, tokenizer, sentences, settings).limits)
 
 
 class Deadline(LogitsProcessor):
@@ -207,27 +325,6 @@ class Deadline(LogitsProcessor):
         return force_eos(scores, None, self.eos_token_id)
 
 
-def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
-    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records)."""
-    config = generation_config_for(model, settings)
-    ratio, offset = decoding_bound(
-        model.generation_config, settings.max_new_tokens_ratio, settings.max_new_tokens_offset
-    )  # the settings', else the model's saved ones, else the defaults
-    return {
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
-        "do_sample": config.do_sample,
-        "top_k": config.top_k,
-        "top_p": config.top_p,
-        "temperature": config.temperature,
-        "max_new_tokens": config.max_new_tokens,
-        "max_new_tokens_ratio": ratio,
-        "max_new_tokens_offset": offset,
-        "normalise_case": settings.normalise_case,
-        "batch_size": settings.batch_size,
-    }
-
-
 def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
     """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
     kept = [sequence[0]]
@@ -246,6 +343,97 @@ def encode(tokenizer, texts: list[str], **kwargs):
     return tokenizer(texts, split_special_tokens=True, **kwargs)
 
 
+def _eos_id(config) -> int:
+    eos_id = config.eos_token_id
+    return eos_id[0] if isinstance(eos_id, list) else eos_id
+
+
+def _pad_id(model, tokenizer) -> int:
+    for pad in (tokenizer.pad_token_id, model.config.pad_token_id):
+        if pad is not None:
+            return pad
+    return 0
+
+
+def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadline: float | None):
+    """Decode the sentences `indices` of `plan` with the model's generate(): (generated ids per sentence, the step
+    at which the deadline ended the batch or None)."""
+    rows = [list(plan.source_ids[index]) for index in indices]
+    sources, mask = _padded(rows, _pad_id(model, tokenizer), left=tokenizer.padding_side == "left")
+    config = plan.generation_config
+    eos_id = _eos_id(config)
+    batch_limits = [plan.limits[index] for index in indices]
+    processors = LogitsProcessorList([SourceLengthBound(torch.tensor(batch_limits), eos_id)])
+    if deadline is not None:
+        processors.append(Deadline(deadline, eos_id))
+    config = copy.copy(config)  # shallow: only the cap differs per batch
+    config.max_new_tokens = max(batch_limits)  # the batch ends with its longest allowed sentence
+    output = model.generate(
+        input_ids=sources.to(model.device),
+        attention_mask=mask.to(model.device),
+        generation_config=config,
+        logits_processor=processors,
+    )
+    # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end with
+    # the </s> it forced, one token after it.
+    stopped_at = processors[-1].stopped_at if deadline is not None else None
+    return [_strip_generated(row, config.pad_token_id, eos_id) for row in output.tolist()], stopped_at
+
+
+def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: list[int]) -> dict:
+    """`Translator.translate_batch` options doing what the plan's generation config does."""
+    config, decoding = plan.generation_config, plan.decoding
+    tokens = tokenizer.convert_ids_to_tokens
+    options = {
+        "beam_size": decoding["num_beams"],
+        "length_penalty": decoding["length_penalty"] if decoding["num_beams"] > 1 else 1.0,
+        # CTranslate2 bounds a batch, not a sentence: the batch's longest limit, less the </s> the bound would force
+        # (`_ctranslate2_generated` cuts each sentence at its own).
+        "max_decoding_length": max(max(batch_limits) - 1, 1),
+        "min_decoding_length": 0,
+        "max_input_length": 0,  # the plan has cut the sources already
+        "return_end_token": True,
+    }
+    if decoding["do_sample"]:
+        options.update(
+            sampling_topk=decoding["top_k"] or 0,
+            sampling_topp=decoding["top_p"] or 1.0,
+            sampling_temperature=decoding["temperature"] or 1.0,
+        )
+    if getattr(config, "repetition_penalty", None) not in (None, 1.0):
+        options["repetition_penalty"] = config.repetition_penalty
+    if getattr(config, "no_repeat_ngram_size", None):
+        options["no_repeat_ngram_size"] = config.no_repeat_ngram_size
+    banned = [tokens(ids) for ids in getattr(config, "bad_words_ids", None) or []]
+    banned = [sequence for sequence in banned if all(token in backend.target_vocabulary for token in sequence)]
+    if banned:
+        options["suppress_sequences"] = banned
+    return options
+
+
+def _ctranslate2_generated(ids: list[int], limit: int, start_id: int, eos_id: int) -> list[int]:
+    """CTranslate2's new tokens as the engine's generated ids (start, tokens, </s>), cut at the sentence's limit as
+    `SourceLengthBound` cuts: at most `limit - 1` tokens, then `</s>`."""
+    ended = bool(ids) and ids[-1] == eos_id
+    content = ids[:-1] if ended else ids
+    return [start_id, *content[: max(limit - 1, 0)], eos_id]
+
+
+def _ctranslate2_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], backend):
+    rows = [list(plan.source_ids[index]) for index in indices]
+    batch_limits = [plan.limits[index] for index in indices]
+    options = _ctranslate2_options(plan, backend, tokenizer, batch_limits)
+    hypotheses = backend.translate_batch([tokenizer.convert_ids_to_tokens(row) for row in rows], options)
+    config = plan.generation_config
+    start_id = config.decoder_start_token_id
+    if start_id is None:
+        start_id = model.config.decoder_start_token_id
+    return [
+        _ctranslate2_generated(tokenizer.convert_tokens_to_ids(tokens), limit, start_id, _eos_id(config))
+        for tokens, limit in zip(hypotheses, batch_limits, strict=True)
+    ], None
+
+
 def translate(
     model,
     tokenizer,
@@ -255,65 +443,56 @@ def translate(
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
+    backend=None,
+    plan: DecodingPlan | None = None,
 ) -> TranslationRun:
-    """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring)."""
+    """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring).
+
+    `backend`: None decodes with `model` itself; a `backends.CTranslate2Backend` (of this model) decodes with
+    CTranslate2, planned, bounded and reported the same way (its deadline is checked between batches only).
+    `plan`: a `DecodingPlan` of these sentences made already (`plan_decoding`, perhaps `narrowed`): used as it is.
+    """
     started = time.perf_counter()
-    results: list[Translation | None] = [None] * len(sentences)
-    if not sentences:
-        return TranslationRun([], 0.0)
-    sources, recased = model_sources(model, sentences, settings)
-    limit = max_source_tokens(model, tokenizer)
-    full_lengths = _source_lengths(tokenizer, sources)
-    limits = _token_limits(model, tokenizer, full_lengths, settings)
-    order = sorted(range(len(sources)), key=lambda index: full_lengths[index], reverse=True)
-    generation_config = generation_config_for(model, settings)
-    eos_id = generation_config.eos_token_id
-    eos_id = eos_id[0] if isinstance(eos_id, list) else eos_id
-    pad_id = generation_config.pad_token_id
+    if plan is None:
+        plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend)
+    elif list(plan.sentences) != list(sentences):
+        raise ValueError("translate: the plan given is not the plan of these sentences.")
+    if not plan.sentences:
+        return TranslationRun([], 0.0, plan=plan)
+    results: list[Translation | None] = [None] * len(plan)
+    order = sorted(range(len(plan)), key=lambda index: plan.source_lengths[index], reverse=True)
+    batch_size = plan.decoding["batch_size"]
+    eos_id = _eos_id(plan.generation_config)
+    truncated = plan.truncated
     stopped = False
     model.eval()
     with torch.inference_mode():
-        for start in range(0, len(order), settings.batch_size):
+        for start in range(0, len(order), batch_size):
             if (should_stop is not None and should_stop()) or (deadline is not None and time.monotonic() > deadline):
                 stopped = True
                 break
-            indices = order[start : start + settings.batch_size]
-            batch = encode(
-                tokenizer,
-                [sources[index] for index in indices],
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=limit,
-            ).to(model.device)
-            batch_limits = [limits[index] for index in indices]
-            batch_config = copy.copy(generation_config)
-            batch_config.max_new_tokens = max(batch_limits)  # the batch ends with its longest allowed sentence
-            processors = LogitsProcessorList([SourceLengthBound(torch.tensor(batch_limits), eos_id)])
-            if deadline is not None:
-                processors.append(Deadline(deadline, eos_id))
-            output = model.generate(**batch, generation_config=batch_config, logits_processor=processors)
-            # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end
-            # with the </s> it forced, one token after it.
-            stopped_at = processors[-1].stopped_at if deadline is not None else None
-            texts = tokenizer.batch_decode(output, skip_special_tokens=True)
+            indices = order[start : start + batch_size]
+            if backend is None:
+                generated, stopped_at = _torch_batch(model, tokenizer, plan, indices, deadline)
+            else:
+                generated, stopped_at = _ctranslate2_batch(model, tokenizer, plan, indices, backend)
+            texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
             for row, index in enumerate(indices):
-                generated = _strip_generated(output[row].tolist(), pad_id, eos_id)
-                source_ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
-                cut = stopped_at is not None and len(generated) - 1 == stopped_at + 1 and generated[-1] == eos_id
+                ids = generated[row]
+                cut = stopped_at is not None and len(ids) - 1 == stopped_at + 1 and ids[-1] == eos_id
                 results[index] = Translation(
                     text=texts[row].strip(),
-                    source_ids=source_ids,
-                    generated_ids=generated,
-                    source_truncated=full_lengths[index] > limit,
-                    hit_length_bound=not cut and len(generated) - 1 >= batch_limits[row],
-                    case_normalised=recased[index],
+                    source_ids=list(plan.source_ids[index]),
+                    generated_ids=ids,
+                    source_truncated=truncated[index],
+                    hit_length_bound=not cut and len(ids) - 1 >= plan.limits[index],
+                    case_normalised=plan.recased[index],
                     cut=cut,
                 )
             if progress is not None:
-                progress(min(start + settings.batch_size, len(order)), len(order))
+                progress(min(start + batch_size, len(order)), len(order))
             if stopped_at is not None:
-                stopped = start + settings.batch_size < len(order)  # batches left that will not start
+                stopped = start + batch_size < len(order)  # batches left that will not start
                 break
     notices = []
     capitals = [index + 1 for index, result in enumerate(results) if result and result.case_normalised]
@@ -322,11 +501,11 @@ def translate(
             f"{_count(capitals, 'sentence')} typed in capitals and read in sentence case "
             f"(sentence {sentence_numbers(capitals)})."
         )
-    truncated = [index + 1 for index, result in enumerate(results) if result and result.source_truncated]
-    if truncated:
+    truncated_numbers = [index + 1 for index, result in enumerate(results) if result and result.source_truncated]
+    if truncated_numbers:
         notices.append(
-            f"{_count(truncated, 'sentence')} longer than the {limit} tokens the model reads and cut there "
-            f"(sentence {sentence_numbers(truncated)})."
+            f"{_count(truncated_numbers, 'sentence')} longer than the {plan.source_limit} tokens the model reads and "
+            f"cut there (sentence {sentence_numbers(truncated_numbers)})."
         )
     cut = [index + 1 for index, result in enumerate(results) if result and result.cut]
     if cut:
@@ -336,15 +515,18 @@ def translate(
         )
     if stopped:
         done = sum(result is not None for result in results)
-        notices.append(f"stopped after {done} of {len(sentences)} sentences.")
-    return TranslationRun(results, time.perf_counter() - started, stopped or bool(cut), notices)
+        notices.append(f"stopped after {done} of {len(plan)} sentences.")
+    return TranslationRun(results, time.perf_counter() - started, stopped or bool(cut), notices, plan=plan)
 
 
-def confidences(model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE) -> list:
+def confidences(
+    model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE, *, backend=None
+) -> list:
     """Each translation's confidence: the geometric mean of the probabilities the model gives its own tokens, `</s>`
     included (a teacher-forced pass over the source and generated ids; None for a sentence not translated). The same
     measure for every model, from its own probabilities. A `</s>` the engine forced (at the length bound or the
-    deadline) was not the model's choice and is left out."""
+    deadline) was not the model's choice and is left out. With a CTranslate2 `backend`, its `score_batch` computes
+    the same probabilities from the converted weights."""
     results: list[float | None] = [None] * len(translations)
 
     def chosen(item: Translation) -> int:
@@ -353,33 +535,57 @@ def confidences(model, translations: list[Translation | None], batch_size: int =
 
     done = [index for index, item in enumerate(translations) if item is not None and chosen(item) > 0]
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    eos = _eos_id(model.generation_config)
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(done), batch_size):
             indices = done[start : start + batch_size]
             items = [translations[index] for index in indices]
-            sources, source_mask = _padded([item.source_ids for item in items], pad)  # (B, S)
-            targets, _ = _padded([item.generated_ids for item in items], pad)  # (B, T + 1)
-            _, mask = _padded([item.generated_ids[1 : 1 + chosen(item)] for item in items], pad)  # (B, <= T)
-            mask = torch.nn.functional.pad(mask, (0, targets.shape[1] - 1 - mask.shape[1]))  # (B, T): the tokens chosen
-            logits = model(
-                input_ids=sources.to(model.device),
-                attention_mask=source_mask.to(model.device),
-                decoder_input_ids=targets[:, :-1].to(model.device),
-                use_cache=False,
-            ).logits  # (B, T, vocab)
-            picked = logits.float().log_softmax(-1).gather(-1, targets[:, 1:, None].to(model.device))[..., 0]  # (B, T)
-            means = (picked * mask).sum(-1) / mask.sum(-1)
-            for index, mean in zip(indices, means.exp().tolist(), strict=True):
+            if backend is not None:
+                means = _ctranslate2_confidences(backend, items, [chosen(item) for item in items], eos)
+            else:
+                means = _torch_confidences(model, items, [chosen(item) for item in items], pad)
+            for index, mean in zip(indices, means, strict=True):
                 results[index] = mean
     return results
 
 
-def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows padded to one length, and the mask of their real positions."""
+def _torch_confidences(model, items: list[Translation], counts: list[int], pad: int) -> list[float]:
+    sources, source_mask = _padded([item.source_ids for item in items], pad)  # (B, S)
+    targets, _ = _padded([item.generated_ids for item in items], pad)  # (B, T + 1)
+    _, mask = _padded([item.generated_ids[1 : 1 + count] for item, count in zip(items, counts, strict=True)], pad)
+    mask = torch.nn.functional.pad(mask, (0, targets.shape[1] - 1 - mask.shape[1]))  # (B, T): the tokens chosen
+    logits = model(
+        input_ids=sources.to(model.device),
+        attention_mask=source_mask.to(model.device),
+        decoder_input_ids=targets[:, :-1].to(model.device),
+        use_cache=False,
+    ).logits  # (B, T, vocab)
+    picked = logits.float().log_softmax(-1).gather(-1, targets[:, 1:, None].to(model.device))[..., 0]  # (B, T)
+    return ((picked * mask).sum(-1) / mask.sum(-1)).exp().tolist()
+
+
+def _ctranslate2_confidences(backend, items: list[Translation], counts: list[int], eos: int) -> list[float]:
+    """`Translator.score_batch` on the forced target: it adds the start token and `</s>` itself."""
+    tokens = backend.tokens
+    targets = [item.generated_ids[1:-1] if item.generated_ids[-1] == eos else item.generated_ids[1:] for item in items]
+    scores = backend.score_batch([tokens(item.source_ids) for item in items], [tokens(ids) for ids in targets])
+    return [math.exp(sum(row[:count]) / count) for row, count in zip(scores, counts, strict=True)]
+
+
+def _padded(rows: list[list[int]], pad: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows padded to one length (on the right, or the left), and the mask of their real positions."""
     width = max(len(row) for row in rows)
-    ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows])
-    return ids, torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    fill = [[pad] * (width - len(row)) for row in rows]
+    if left:
+        return (
+            torch.tensor([gap + row for gap, row in zip(fill, rows, strict=True)]),
+            torch.tensor([[0] * len(gap) + [1] * len(row) for gap, row in zip(fill, rows, strict=True)]),
+        )
+    return (
+        torch.tensor([row + gap for gap, row in zip(fill, rows, strict=True)]),
+        torch.tensor([[1] * len(row) + [0] * len(gap) for gap, row in zip(fill, rows, strict=True)]),
+    )
 
 
 def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tuple[list[str], list[bool]]:
@@ -401,6 +607,7 @@ def sentence_numbers(numbers: list[int], shown: int = 10) -> str:
 
 __all__ = [
     "Deadline",
+    "DecodingPlan",
     "DecodingSettings",
     "confidences",
     "Translation",
@@ -408,6 +615,8 @@ __all__ = [
     "generation_config_for",
     "max_source_tokens",
     "model_sources",
+    "plan_decoding",
+    "resolved_settings",
     "sentence_numbers",
     "token_limits",
     "translate",

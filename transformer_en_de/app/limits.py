@@ -1,13 +1,17 @@
 """How much work one request may take, and the plan that keeps a request within it.
 
 Work is counted as the engine will spend it, in CPU seconds of one core: the engine decodes length-sorted batches,
-and a batch costs its steps (the largest new-token limit among its sentences, `engine.token_limits`: the smaller of
+and a batch costs its steps (the largest new-token limit among its sentences, `DecodingPlan.limits`: the smaller of
 the slider's maximum and the bound `ratio * source tokens + offset`) times the cost of one decoder step, a fixed part
 (the layers' calls, the search's bookkeeping) plus a part per row (a beam of a sentence). The fixed part dominates
 small batches, so one long sentence at 8 beams costs about as much per step as eight short ones. A request over its
 budget is translated with fewer beams, and if greedy search is still too much, only its first sentences (or lines)
 are; the plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch
 in progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
+
+`plan_request` reads the engine's plan of the request (`engine.plan_decoding`, made once) and returns it narrowed
+to what the budget allows (`Plan.decoding`), which the engine then runs as it is: nothing is tokenized or resolved
+twice.
 """
 
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.engine import DecodingSettings, resolved_settings
+from transformer_en_de.engine import DecodingPlan, DecodingSettings, resolved_settings
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,18 @@ class Limits:
     unread_grace_seconds: float = 5.0
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
     concurrent_jobs: int = 16  # requests in the callbacks at once: the admitted ones take turns, the others are refused
-    queue_size: int = 64  # requests waiting for a callback beyond those; more get Gradio's "queue is full"
+    # Admission at the HTTP front (guard.py). Gradio keeps the messages of its 2,000 latest sessions: at 10 new sessions
+    # a second (200 at once), fewer than 2,000 arrive while a request runs to its longest time (120 s + a queue wait).
+    new_sessions_per_second: float = 10.0
+    new_sessions_burst: int = 200
+    calls_per_session: int = 3  # calls queued or running per session (a page sends one at a time, then its heatmaps)
+    held_calls: int = 512  # raw API calls posted and not yet read, kept (the oldest dropped) until read
+    held_seconds: float = 60.0  # a raw call not read within this is dropped
+    # Uploads (uploads.py): files kept per address and in all, their total size, and for how long.
+    uploads_per_address: int = 20
+    uploads_total: int = 500
+    upload_total_bytes: int = 200_000_000
+    upload_seconds: float = 900.0
 
 
 @dataclass
@@ -84,6 +99,7 @@ class Plan:
     cpu_seconds: float  # the estimate for that
     notice: str = ""
     cut: bool = False
+    decoding: DecodingPlan | None = None  # the engine's plan narrowed to this (`plan_request`): what to translate
 
 
 def least_seconds(model, count: int, settings: DecodingSettings, limits: Limits) -> float:
@@ -147,3 +163,13 @@ def plan_work(
         f"Split the rest into smaller requests."
     )
     return Plan(1, kept, estimate(limits[:kept], 1), notice, cut=True)
+
+
+def plan_request(decoding: DecodingPlan, budget: Budget, limits: Limits, unit: str = "sentence") -> Plan:
+    """`plan_work` on the engine's plan of a request (its limits per sentence, its beams), with that plan narrowed
+    to what fits the budget in `Plan.decoding`: pass it to `engine.translate(..., plan=plan.decoding)`."""
+    plan = plan_work(
+        list(decoding.limits), decoding.num_beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost
+    )
+    plan.decoding = decoding.narrowed(num_beams=plan.num_beams, count=plan.num_sentences)
+    return plan

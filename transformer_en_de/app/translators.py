@@ -3,6 +3,10 @@ operator lists (loaded in background threads, so the page is up before they are;
 
 Every model is loaded by `transformer_en_de.hub.load_model` (a folder or a Hub id; offline it fails at once and says
 so). A visitor never chooses what is loaded: the list comes from the command line or the environment.
+
+Each can decode with PyTorch or CTranslate2 (`backend`: "torch", "ctranslate2", or "auto" for CTranslate2 where it
+is installed); the PyTorch model is loaded either way (the attention heatmaps are drawn from it) and the engine is
+handed `Translator.backend` (None for PyTorch).
 """
 
 import threading
@@ -10,8 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer_en_de.backends import BackendError, load_backend, resolve_backend
 from transformer_en_de.engine import max_target_tokens
 from transformer_en_de.hub import load_model
+from transformer_en_de.precision import int8_dynamic
 
 OURS_NAME = "Transformer (ours)"
 
@@ -28,6 +34,8 @@ class Translator:
     model_id: str  # the folder or Hub id it was loaded from (for the operator; the page shows `display_id`)
     model: object
     tokenizer: object
+    backend: object = None  # what the engine decodes with: None for the model itself, or a `CTranslate2Backend`
+    backend_name: str = "PyTorch"  # for the page: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
 
     @property
     def num_parameters(self) -> int:
@@ -56,16 +64,34 @@ def display_id(model_id: str) -> str:
 _LOADING = threading.Lock()
 
 
-def load_translator(model_id: str, name: str, *, on_load=None) -> Translator:
-    """Load through `hub.load_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it."""
+def load_translator(
+    model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False
+) -> Translator:
+    """Load through `hub.load_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
+
+    `backend`: "torch", "ctranslate2" (converted once, cached: `backends.load_backend`) or "auto" (CTranslate2 when
+    it is installed). `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8 linear layers."""
+    try:
+        chosen = resolve_backend(backend)
+    except BackendError as error:
+        raise RuntimeError(f"could not be loaded: {error}") from error
     with _LOADING:
         model, tokenizer = load_model(model_id)
+        if chosen == "ctranslate2":  # converting loads the model again (a Transformers model): not two at once
+            try:
+                decoder = load_backend(model_id, model, tokenizer, int8=int8)
+            except (BackendError, OSError, ValueError) as error:
+                raise RuntimeError(f"could not be loaded: {' '.join(str(error).split())}") from error
+    if chosen == "torch" and int8:
+        model = int8_dynamic(model)
     if on_load is not None:
         on_load(model)
-    return Translator(name=name, model_id=model_id, model=model, tokenizer=tokenizer)
+    if chosen == "torch":
+        return Translator(name, model_id, model, tokenizer, None, "PyTorch int8" if int8 else "PyTorch")
+    return Translator(name, model_id, model, tokenizer, decoder, decoder.name)
 
 
-def load_our_translator(model_id: str, *, on_load=None) -> Translator:
+def load_our_translator(model_id: str, *, on_load=None, backend: str = "torch", int8: bool = False) -> Translator:
     """Our model, or ModelUnavailableError saying where it was looked for and how to get one."""
     how = (
         "Train one with `python train.py --output_dir models/transformer-en-de` (see the README), or point --model / "
@@ -78,7 +104,7 @@ def load_our_translator(model_id: str, *, on_load=None) -> Translator:
     if looks_local and not (folder / "config.json").is_file():
         raise ModelUnavailableError(f"{folder} is not a saved model folder (it has no config.json). {how}")
     try:
-        return load_translator(model_id, OURS_NAME, on_load=on_load)
+        return load_translator(model_id, OURS_NAME, on_load=on_load, backend=backend, int8=int8)
     except RuntimeError as error:
         raise ModelUnavailableError(f"Our model {model_id} {error} {how}") from error
 
@@ -94,35 +120,56 @@ def comparison_names(model_ids: list[str]) -> list[str]:
     return names
 
 
+NO_MODELS = ("", "none")
+
+
 def parse_model_list(value: str | list[str] | None) -> list[str]:
-    """Model ids from a flag (a list) or an environment variable (comma- or space-separated); empty for none."""
+    """Model ids from a flag (a list, each item perhaps itself comma-separated) or an environment variable (comma- or
+    space-separated). "", whitespace and "none" mean no comparison model at all (never the current folder)."""
     if value is None:
         return []
-    items = value if isinstance(value, list) else value.replace(",", " ").split()
-    return [item.strip() for item in items if item.strip()]
+    items = [value] if isinstance(value, str) else list(value)
+    ids = [part for item in items for part in str(item).replace(",", " ").split()]
+    return [] if [model_id.lower() for model_id in ids] in ([], ["none"]) else ids
+
+
+def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
+    """One line saying by name why a comparison model is not on the page (for the operator's log)."""
+    message = " ".join(str(error).split()) if isinstance(error, RuntimeError) else ""
+    if "offline" in message and "cache" in message:
+        cause = "the Hugging Face Hub is offline and the model is not cached"
+    else:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = first.removeprefix("could not be loaded: ")
+        cause = f"failed to load: {first if isinstance(error, RuntimeError) else f'{type(error).__name__}: {first}'}"
+    shown = display_id(model_id)
+    for path in {model_id, str(Path(model_id).expanduser().resolve())} - {"", "."}:
+        cause = cause.replace(path, shown)  # the log names no server paths either
+    return f"{name} ({model_id if shown == model_id else shown}) is not on this page: {cause}"
 
 
 class BackgroundTranslator:
     """A comparison model loading in a daemon thread: `translator` is None until it is ready, `error` says why not."""
 
-    def __init__(self, model_id: str, name: str, *, on_load=None):
+    def __init__(self, model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False):
         self.model_id = model_id
         self.name = name
         self.translator: Translator | None = None
         self.error: str | None = None
         self._started = time.monotonic()
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._load, args=(on_load,), name=f"load {name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._load, args=(on_load, backend, int8), name=f"load {name}", daemon=True
+        )
         self._thread.start()
 
-    def _load(self, on_load) -> None:
+    def _load(self, on_load, backend: str, int8: bool) -> None:
         try:
-            self.translator = load_translator(self.model_id, self.name, on_load=on_load)
+            if not self.model_id.strip():
+                raise RuntimeError("could not be loaded: no model id was given.")
+            self.translator = load_translator(self.model_id, self.name, on_load=on_load, backend=backend, int8=int8)
         except Exception as error:  # any failure becomes the panel's message, never a crash of the app
-            cause = str(error) if isinstance(error, RuntimeError) else f"could not be loaded ({type(error).__name__})."
-            for path in {self.model_id, str(Path(self.model_id).expanduser().resolve())}:
-                cause = cause.replace(path, display_id(self.model_id))  # the page shows no server paths
-            self.error = f"{self.name} is not available: {display_id(self.model_id)} {cause}"
+            self.error = why_not_loaded(self.name, self.model_id, error)
             print(f"app.py: {self.error}", flush=True)  # the operator's words go to the log; the page has one line
         finally:
             self._done.set()

@@ -5,7 +5,9 @@
 `push_folder` creates the repo if needed and uploads the folder in one commit through `huggingface_hub`. Before the
 first request the folder is loaded as a user would load it, offline and in-process: config, every weight, the
 tokenizer. Anything that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder
-that is not a saved model, or one that does not load) is one line with the cause and what to do about it.
+that is not a saved model, or one that does not load) is one line with the cause and what to do about it. While it
+uploads, a line says what it is doing every few seconds; a Hub that stops answering is given up after --timeout
+seconds without progress (and one more try), and running the same command again finishes the push.
 
 A model folder with an eval_results.json gets its card written for the repo it goes to: the model's name, the usage
 snippet and the links use the Hub id, not the local folder. The card is written into a staged copy (hard links where
@@ -20,10 +22,12 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from huggingface_hub.utils import logging as hub_logging
 from transformers import AutoConfig
+from transformers.utils import logging as transformers_logging
 
 from transformer_en_de.evaluation import EVAL_RESULTS
-from transformer_en_de.hub import PublishError, check_folder, check_model_loads, push_folder
+from transformer_en_de.hub import PUSH_TIMEOUT_S, PublishError, check_folder, check_model_loads, push_folder
 from transformer_en_de.model_card import write_model_card
 
 
@@ -61,10 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`)")
     parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--private", action="store_true", help="create the repo as private")
+    parser.add_argument("--timeout", type=float, default=PUSH_TIMEOUT_S, metavar="SECONDS",
+                        help="give a request up after this long without progress (default: %(default)s)")
     args = parser.parse_args(argv)
+    # The progress lines go to stdout; stderr holds the error alone, not the loaders' bars or the retry warnings.
+    transformers_logging.disable_progress_bar()
+    hub_logging.set_verbosity_error()
     try:
         with staged_for_hub(args.folder, args.repo_id) as folder:
-            url = push_folder(folder, args.repo_id, token=args.token, endpoint=args.endpoint, private=args.private)
+            url = push_folder(folder, args.repo_id, token=args.token, endpoint=args.endpoint, private=args.private,
+                              timeout=args.timeout)
     except PublishError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -12,7 +12,9 @@ repos, the requests huggingface_hub 1.x/2.x sends:
 - `GET /api/{type}s/{repo_id}[/revision/{revision}]` → minimal repo info (id, sha, siblings, sdk, private).
 
 It records what was committed: `hub.files(repo_id, repo_type="model") -> {path: bytes}`. With `token=...` it
-answers 401 to requests that do not carry that bearer token, like the Hub does for a bad or missing token.
+answers 401 to requests that do not carry that bearer token, like the Hub does for a bad or missing token. With
+`stalled_commits=N` it stands in for a Hub that stalls: the next N commits are read half-way and never answered (the
+connection stays open until the hub stops), as when the Hub or a proxy hangs in the middle of an upload.
 
     with LoopbackHub() as hub:
         HfApi(endpoint=hub.endpoint, token="hf_test").create_repo("me/model")
@@ -50,8 +52,10 @@ class _Repo:
 class LoopbackHub:
     """The Hub's repo-create / preupload / commit endpoints on 127.0.0.1, recording every upload."""
 
-    def __init__(self, token: str | None = None):
+    def __init__(self, token: str | None = None, stalled_commits: int = 0):
         self.token = token
+        self.stalled_commits = stalled_commits
+        self._stopping = threading.Event()  # releases the stalled requests
         self.repos: dict[tuple[str, str], _Repo] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) in order, to check what a client did
         self._lock = threading.Lock()
@@ -73,6 +77,7 @@ class LoopbackHub:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -117,10 +122,17 @@ class LoopbackHub:
 
     def _dispatch(self, request: BaseHTTPRequestHandler, method: str) -> None:
         length = int(request.headers.get("Content-Length") or 0)
-        body = request.rfile.read(length) if length else b""
         path = request.path.split("?", 1)[0]
         with self._lock:
             self.requests.append((method, path))
+            stall = method == "POST" and "/commit/" in path and self.stalled_commits > 0
+            self.stalled_commits -= stall
+        if stall:
+            request.rfile.read(length // 2)
+            self._stopping.wait()  # never answers; the client has to give up by itself
+            request.close_connection = True
+            return
+        body = request.rfile.read(length) if length else b""
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return _reply(request, 401, {"error": "Invalid credentials in Authorization header"})
         try:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import constants
+from huggingface_hub import constants, get_session
 from loopback_hub import LoopbackHub
 from transformers import AutoConfig
 
 import publish
+from transformer_en_de import hub as hub_module
 from transformer_en_de.evaluation import write_eval_results
 from transformer_en_de.hub import PublishError, push_folder
 from transformer_en_de.model_card import write_model_card
@@ -140,7 +141,11 @@ def test_space_folder_needs_app_py(tmp_path):
 
 def test_command_line_pushes_and_reports(hub, tiny_model_dir, capsys):
     assert publish.main([str(tiny_model_dir), "someone/cli", "--endpoint", hub.endpoint, "--token", TOKEN]) == 0
-    assert capsys.readouterr().out.strip() == f"{hub.endpoint}/someone/cli"
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == f"{hub.endpoint}/someone/cli"
+    assert printed[0] == f"[push] creating (or finding) the model repo 'someone/cli' on {hub.endpoint}"
+    assert printed[1].startswith(f"[push] uploading {tiny_model_dir.name} ({len(folder_files(tiny_model_dir))} files")
+    assert len(printed) == 3
     assert hub.files("someone/cli") == folder_files(tiny_model_dir)
 
     assert publish.main([str(tiny_model_dir / "missing"), "someone/cli"]) == 1
@@ -270,3 +275,38 @@ def test_a_corrupt_config_is_one_line_naming_the_users_folder(tiny_model_dir, tm
     assert publish.main([str(folder), "someone/corrupt"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {folder} does not load") and "\n" not in err
+
+
+def test_a_hub_that_stalls_mid_upload_is_given_up_in_one_line_and_a_later_run_finishes(tiny_model_dir, capsys, online):
+    """The Hub reads half the commit and never answers, twice (huggingface_hub sends a timed-out commit again): the
+    push gives up after its timeout, in one line; the same command run again lands the folder."""
+    with LoopbackHub(token=TOKEN, stalled_commits=2) as hub:
+        command = [str(tiny_model_dir), "someone/stalled", "--endpoint", hub.endpoint, "--token", TOKEN,
+                   "--timeout", "1"]  # fmt: skip
+        started = time.perf_counter()
+        assert publish.main(command) == 1
+        assert time.perf_counter() - started < 30
+        printed = capsys.readouterr()
+        error = printed.err.strip()
+        assert error.startswith(f"error: Cannot push to the model repo 'someone/stalled': {hub.endpoint} stopped "
+                                "answering while uploading") and "\n" not in error
+        assert "Run the same command again" in error
+        assert "[push] no answer to POST /api/models/someone/stalled/commit/main within 1 s" in printed.out
+        assert hub.repo("someone/stalled").commits == []
+        assert hub.requests.count(("POST", "/api/models/someone/stalled/commit/main")) == 2
+
+        assert publish.main(command) == 0  # the Hub answers again
+        assert capsys.readouterr().out.strip().splitlines()[-1] == f"{hub.endpoint}/someone/stalled"
+        assert hub.files("someone/stalled") == folder_files(tiny_model_dir)
+
+
+def test_every_request_of_a_push_is_bounded_even_one_asked_to_wait_forever(online):
+    """huggingface_hub passes timeout=None on some calls: inside a push the bound applies to them too."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()  # accepts connections, never answers
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/api/whoami-v2"
+        started = time.perf_counter()
+        with hub_module.bounded_hub_requests(timeout=0.5), pytest.raises(Exception) as error:
+            get_session().get(url, timeout=None)
+        assert hub_module._is_timeout(error.value) and time.perf_counter() - started < 5

@@ -9,27 +9,36 @@ does not know, with an `auto_map`: this project's own models), and only code ins
 named: an `auto_map` entry that points at another repository (`owner/repo--module.Class`) is refused before anything
 is imported, and a Hub repo is loaded at the commit its config was read from, so the code checked is the code run.
 Every other model loads with transformers' own code.
-`push_folder` creates the repo if needed and uploads the folder in one commit; anything that stops the push (offline
-mode, an unreachable endpoint, a missing or read-only token, a folder that is not what the repo type needs, a model
-folder that does not load) raises `PublishError` at once with the cause and what to do about it. `check_model_loads`
+`push_folder` creates the repo if needed and uploads the folder in one commit, saying what it is doing while it waits;
+anything that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is
+not what the repo type needs, a model folder that does not load, a Hub that stops answering half-way) raises
+`PublishError` with the cause and what to do about it. `check_model_loads`
 is that last check: the folder is loaded here, offline, as a user would load it from the Hub, before a single byte is
 uploaded.
 """
 
 import json
 import socket
+import threading
+import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from huggingface_hub import HfApi, constants, snapshot_download
+from huggingface_hub import HfApi, constants, set_client_factory, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.repocard import metadata_load
+from huggingface_hub.utils import _http as hub_http  # its default client, to bound it (no public accessor)
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-# huggingface_hub's HTTP client has no timeout: a dropped connection would hang, so reachability is checked first.
+# huggingface_hub's HTTP client has no timeout: a dropped connection would hang, so reachability is checked first,
 CONNECT_TIMEOUT_S = 5.0
+# and every request of a push gives up after this long without progress (connecting, sending, or awaiting the answer).
+PUSH_TIMEOUT_S = 120.0
+# While a request of a push runs, a line says so this often.
+PROGRESS_EVERY_S = 10.0
 # Loading a model by id: a quick look first, so that an offline machine falls back to the local cache at once.
 HUB_CONNECT_TIMEOUT_S = 3.0
 # Never worth uploading: Python byte-code caches and notebook autosaves.
@@ -54,12 +63,17 @@ def push_folder(
     private: bool = False,
     commit_message: str | None = None,
     ignore_patterns: list[str] | None = None,
+    timeout: float = PUSH_TIMEOUT_S,
+    report=print,
 ) -> str:
     """Create `repo_id` (if it does not exist) and upload every file of `folder` to it; return the repo URL.
 
     A Space's SDK comes from `space_sdk`, else from the `sdk:` field of the folder's README.md, else "gradio".
     `token` defaults to the one saved by `hf auth login` (or `HF_TOKEN`); `endpoint` to the Hub (`HF_ENDPOINT`).
     `ignore_patterns` (fnmatch patterns on paths inside the folder) are skipped besides byte-code caches.
+    Each request gives up after `timeout` seconds without progress; `report` gets a line for each step of the push and
+    one every `PROGRESS_EVERY_S` seconds while a request runs. A push that gave up can simply be run again: files the
+    repo already holds are not sent twice.
     """
     folder = Path(folder)
     where = f"{repo_type} repo {repo_id!r}"
@@ -78,21 +92,27 @@ def push_folder(
         check_model_loads(model_folder)
 
     api = HfApi(endpoint=endpoint, token=token)
+    files = [path for path in folder.rglob("*") if path.is_file()]
+    size = sum(path.stat().st_size for path in files) / 2**20
+    progress = _Progress(report, timeout)
     try:
-        url = api.create_repo(
-            repo_id,
-            repo_type=repo_type,
-            space_sdk=space_sdk if repo_type == "space" else None,
-            private=private,
-            exist_ok=True,
-        )
-        api.upload_folder(
-            folder_path=folder,
-            repo_id=url.repo_id,
-            repo_type=repo_type,
-            commit_message=commit_message or f"Upload {folder.name}",
-            ignore_patterns=IGNORE_PATTERNS + list(ignore_patterns or []),
-        )
+        with bounded_hub_requests(timeout, report=report), progress:
+            progress.step(f"creating (or finding) the {where} on {endpoint}")
+            url = api.create_repo(
+                repo_id,
+                repo_type=repo_type,
+                space_sdk=space_sdk if repo_type == "space" else None,
+                private=private,
+                exist_ok=True,
+            )
+            progress.step(f"uploading {folder.name} ({len(files)} files, {size:,.1f} MiB at most) to the {where}")
+            api.upload_folder(
+                folder_path=folder,
+                repo_id=url.repo_id,
+                repo_type=repo_type,
+                commit_message=commit_message or f"Upload {folder.name}",
+                ignore_patterns=IGNORE_PATTERNS + list(ignore_patterns or []),
+            )
     except (LocalTokenNotFoundError, HfHubHTTPError) as error:
         raise PublishError(_explain_refusal(error, where, endpoint)) from error
     except OfflineModeIsEnabled as error:
@@ -100,11 +120,103 @@ def push_folder(
     except ValueError as error:  # bad repo id, unknown SDK, ...
         raise PublishError(f"Cannot push to the {where}: {error}") from error
     except Exception as error:  # transport errors of the HTTP client
+        if _is_timeout(error):
+            raise PublishError(
+                f"Cannot push to the {where}: {endpoint} stopped answering while {progress.doing} (nothing for "
+                f"{timeout:.0f} s, sent twice), so the push gave up. Run the same command again to finish it: files "
+                "the repo already holds are not sent twice."
+            ) from error
         raise PublishError(
             f"Cannot push to the {where}: the connection to {endpoint} failed ({type(error).__name__}: {error}). "
             "Check the network and run the push again."
         ) from error
     return str(url)
+
+
+class HubStalled(TimeoutError):
+    """A request of a push went unanswered again after it had been sent again."""
+
+
+@contextmanager
+def bounded_hub_requests(timeout: float, retries: int = 1, report=print):
+    """Every request huggingface_hub sends in the block gives up after `timeout` seconds without progress, and one
+    left unanswered is sent again at most `retries` times (then HubStalled).
+
+    Its HTTP client waits forever by default, and some of its calls pass `timeout=None` themselves; so the client is
+    made (through `set_client_factory`, its documented hook) with the timeout, and a request hook puts it on every
+    request that carries none. huggingface_hub itself sends a request that timed out up to 5 times more, with waits
+    between: the same hook counts those, so that a Hub that has stalled is given up in minutes, not a quarter of an
+    hour. The client before the block is back afterwards.
+    """
+    bounded = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+    unanswered: dict[tuple[str, str], int] = {}  # requests sent that got no answer yet: times sent
+    lock = threading.Lock()
+
+    def on_request(request) -> None:
+        limits = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {part: limits.get(part) or limit for part, limit in bounded.items()}
+        key = (request.method, str(request.url))
+        with lock:
+            sent = unanswered.get(key, 0)
+            if sent > retries:
+                raise HubStalled(f"{request.method} {request.url.path} went unanswered {sent} times")
+            unanswered[key] = sent + 1
+        if sent:
+            report(f"[push] no answer to {request.method} {request.url.path} within {timeout:.0f} s: sending it again")
+
+    def on_response(response) -> None:
+        with lock:
+            unanswered.pop((response.request.method, str(response.request.url)), None)
+
+    def client():
+        made = hub_http.default_client_factory()
+        made.timeout = timeout
+        hooks = made.event_hooks
+        made.event_hooks = {"request": [*hooks["request"], on_request], "response": [*hooks["response"], on_response]}
+        return made
+
+    previous = getattr(hub_http, "_GLOBAL_CLIENT_FACTORY", hub_http.default_client_factory)
+    set_client_factory(client)
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
+
+
+def _is_timeout(error: BaseException) -> bool:
+    """The HTTP client's timeout (httpx's TimeoutException, or one wrapped in another error) or the OS's."""
+    while error is not None:
+        if isinstance(error, TimeoutError) or any(cls.__name__ == "TimeoutException" for cls in type(error).__mro__):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class _Progress:
+    """The step a push is at, reported when it starts and every `PROGRESS_EVERY_S` seconds while it runs."""
+
+    def __init__(self, report, timeout: float, every: float = PROGRESS_EVERY_S):
+        self.report, self.timeout, self.every = report, timeout, every
+        self.doing, self.started = "connecting", time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="push progress", daemon=True)
+
+    def step(self, doing: str) -> None:
+        self.doing, self.started = doing, time.monotonic()
+        self.report(f"[push] {doing}")
+
+    def _tick(self) -> None:
+        while not self._done.wait(self.every):
+            self.report(f"[push] still {self.doing}: {time.monotonic() - self.started:.0f} s so far (a request "
+                        f"with no progress for {self.timeout:.0f} s is given up)")
+
+    def __enter__(self) -> "_Progress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def check_folder(folder: Path, repo_type: str) -> None:

@@ -1,0 +1,103 @@
+"""The out-of-depth check on the shipped model: everyday sentences flagged, Multi30k captions spared."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import DATA_DIR, ROOT
+
+from benchmarks.confidence import everyday_sentences
+from transformer_en_de.app.out_of_depth import (
+    STATISTICS,
+    CaptionBigrams,
+    DepthCheck,
+    caption_bigrams,
+    check_depth,
+    familiarity,
+)
+from transformer_en_de.data import read_lines
+from transformer_en_de.engine import confidences, translate
+from transformer_en_de.hub import load_model
+
+SHIPPED = ROOT / "models" / "transformer-en-de"
+VALIDATION_SENTENCES = 200
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(str(SHIPPED))
+
+
+def checked(shipped, sentences: list[str]) -> tuple[list[float], list[DepthCheck]]:
+    model, tokenizer = shipped
+    figures = confidences(model, translate(model, tokenizer, sentences).translations)
+    return figures, check_depth(sentences, figures)
+
+
+def test_shipped_statistics_are_what_the_builder_makes_of_the_training_captions(tmp_path):
+    rebuilt = tmp_path / "caption_bigrams.json.gz"
+    CaptionBigrams.build(read_lines(DATA_DIR / "train.en")).save(rebuilt)
+    assert rebuilt.read_bytes() == STATISTICS.read_bytes(), (
+        "rebuild it: python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en"
+    )
+    assert len(caption_bigrams().unigrams) > 9000  # every word of the 29,000 captions
+
+
+@pytest.mark.slow
+def test_builder_refuses_a_missing_file_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_en_de.app.out_of_depth", str(tmp_path / "none.en"),
+         "--output", str(tmp_path / "out.json.gz")],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(f"Missing data file: {tmp_path / 'none.en'}")
+    assert not (tmp_path / "out.json.gz").exists()
+
+
+def test_a_training_caption_is_familiar_and_everyday_english_is_not():
+    caption = read_lines(DATA_DIR / "train.en")[0]
+    assert familiarity(caption) == 1.0
+    assert familiarity("Please find the invoice attached to this email.") < 0.8
+    assert familiarity("HELLO, HOW ARE YOU?") == familiarity("Hello, how are you?")  # case is not a signal
+    model = caption_bigrams()
+    assert model.log_probability_per_word("A dog runs in the park.") > model.log_probability_per_word(
+        "Park the in runs dog a."
+    )
+
+
+@pytest.mark.slow
+def test_everyday_sentences_are_flagged_and_captions_are_not(shipped):
+    """The goal: at least 90% of everyday sentences flagged, at most 10% of in-domain ones (here the held-out half of
+    the everyday set and the first validation sentences; `python -m benchmarks.confidence` measures all of them)."""
+    _, held_out = everyday_sentences()
+    _, everyday = checked(shipped, held_out)
+    _, captions = checked(shipped, read_lines(DATA_DIR / "val.en")[:VALIDATION_SENTENCES])
+    assert sum(check.flagged for check in everyday) >= 0.9 * len(everyday)
+    assert sum(check.flagged for check in captions) <= 0.1 * len(captions)
+    assert all(check.reason for check in everyday if check.flagged)
+    assert all(check.reason == "" for check in captions if not check.flagged)
+
+
+def test_a_confident_everyday_translation_is_flagged_with_its_reason(shipped):
+    """"Hello, how are you?" comes out as nonsense the model is sure of (about 79%): the confidence alone passes it."""
+    (confidence,), (check,) = checked(shipped, ["Hello, how are you?"])
+    assert confidence > 0.7
+    assert check.flagged and check.score < confidence
+    assert check.reason.startswith("Unlike the photo descriptions")
+    (_,), (named,) = checked(shipped, ["Please find the invoice attached to this email."])
+    assert named.flagged and "“invoice”" in named.reason  # the words no caption has, as typed
+
+
+def test_a_caption_keeps_its_confidence_as_its_score(shipped):
+    (confidence,), (check,) = checked(shipped, ["Two dogs are playing in the snow."])
+    assert check == DepthCheck(False, confidence, "")
+
+
+def test_a_sentence_not_translated_is_not_flagged_and_lengths_must_match():
+    (check,) = check_depth(["Where is the station?"], [None])
+    assert not check.flagged and math.isnan(check.score) and check.reason == ""
+    assert check_depth([], []) == []
+    with pytest.raises(ValueError, match="2 sources but 1 confidences"):
+        check_depth(["One.", "Two."], [0.9])

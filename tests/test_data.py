@@ -106,3 +106,42 @@ def test_unreachable_hub_is_tried_in_the_cache_only_and_named(tmp_path, monkeypa
     with pytest.raises(data.DataError, match="wmt14: the Hugging Face Hub is unreachable .* not in the local"):
         data.load_translation_split("wmt14", "de-en", "validation", hub_reachable=lambda: False)
     assert time.time() - started < 10
+
+
+THREE = ["A dog runs in the park.", "Two men are working.", "The cat sleeps on the sofa."]
+LINE_ENDS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
+
+
+@pytest.mark.parametrize("end", LINE_ENDS.values(), ids=LINE_ENDS.keys())
+@pytest.mark.parametrize("last_line_ended", [True, False])
+def test_lines_ending_in_lf_crlf_or_cr_are_the_same_lines(tmp_path, end, last_line_ended):
+    path = tmp_path / "three.en"
+    path.write_bytes((end.join(THREE) + (end if last_line_ended else "")).encode("utf-8"))
+    assert data.read_lines(path) == THREE
+
+
+def test_mixed_line_ends_and_the_breaks_that_stay_inside_a_sentence():
+    assert data.split_lines("one\r\ntwo\rthree\nfour") == ["one", "two", "three", "four"]
+    assert data.split_lines("one\n\r\nthree\r\r") == ["one", "", "three", ""]  # empty lines are kept, counted
+    assert data.split_lines("a line\u2028still it\x0cand it\n") == ["a line\u2028still it\x0cand it"]
+    assert data.split_lines("") == []
+
+
+def test_every_reader_of_text_files_reads_an_old_mac_file_as_its_lines(tmp_path, tiny_model_dir):
+    """A file with CR line ends only (classic Mac OS) is three sentences for the app's upload, compare.py and
+    train.py (`read_parallel`), the tokenizer's trainer and translate_corpus.py, not one."""
+    import translate_corpus
+    from tokenizer.bpe import _lines
+    from transformer_en_de.app.files import read_upload
+
+    source, target = tmp_path / "mac.en", tmp_path / "unix.de"
+    source.write_bytes("\r".join(THREE).encode("utf-8") + b"\r")
+    target.write_text("Ein Hund rennt.\nZwei Männer arbeiten.\nDie Katze schläft.\n", encoding="utf-8")
+
+    assert read_upload(source, "English file") == THREE
+    assert data.read_parallel(source, target)[0] == THREE
+    assert list(_lines([source])) == THREE
+    output = tmp_path / "out" / "translated"
+    assert translate_corpus.main(["--model", str(tiny_model_dir), "--input", str(source), "--output", str(output),
+                                  "--source_lang", "en", "--target_lang", "de", "--num_beams", "1"]) == 0
+    assert output.with_name("translated.en").read_text(encoding="utf-8") == "".join(line + "\n" for line in THREE)

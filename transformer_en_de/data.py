@@ -2,7 +2,8 @@
 several training corpora (weights, tagged synthetic sources, case variants); or a `datasets` dataset (Hub or local,
 in memory or streamed) read as pairs.
 
-One sentence per line; line N of the source file translates line N of the target file.
+One sentence per line (lines end in LF, CRLF or CR: `split_lines`); line N of the source file translates line N of the
+target file.
 """
 
 import contextlib
@@ -10,6 +11,7 @@ import gzip
 import html
 import itertools
 import random
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -59,18 +61,24 @@ def read_lines(path: str | Path) -> list[str]:
     if not path.is_file():
         raise DataError(f"Missing data file: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # bytes: the line breaks are split_lines' to find, as they are
     except UnicodeDecodeError as error:
         raise DataError(f"{path} is not UTF-8 text ({error}); expected one sentence per line.") from error
     return split_lines(text)
 
 
+# A line ends at LF (Unix), CRLF (Windows) or a lone CR (classic Mac OS), as in Python's text files (universal
+# newlines); the other breaks `str.splitlines` knows (U+2028, form feeds, ...) are characters of a sentence.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def split_lines(text: str) -> list[str]:
-    """One sentence per line: split on \\n only (a sentence may hold other line-break characters), CRLF tolerated."""
-    lines = text.split("\n")
+    """One sentence per line, the lines ending in LF, CRLF or CR alike (a file saved on any system, or mixed); the
+    line break after the last line is optional. Every reader of text files in the project splits with this."""
+    lines = _LINE_END.split(text) if "\r" in text else text.split("\n")
     if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return [line.rstrip("\r") for line in lines]
+        lines.pop()  # the line break that ends the last line
+    return lines
 
 
 def read_parallel(source_path: str | Path, target_path: str | Path) -> tuple[list[str], list[str]]:

@@ -8,6 +8,9 @@ A model is a local folder or a Hub id, loaded with the Auto classes. Each is sco
 (`evaluation.score_split`, the scorer of train.py and average_checkpoints.py) and timed; the results go to a JSON file
 and a Markdown table (printed and written beside the JSON as .md). An --output that cannot be written is refused before
 any scoring. A model that cannot be loaded gets a row with the reason and the others are still scored.
+
+`--backend ctranslate2` decodes every model with CTranslate2 through the same engine (ours by our converter, others
+by CTranslate2's own; converted once and cached, `transformer_en_de/backends.py`), `--int8` with int8 weights.
 """
 
 import argparse
@@ -18,6 +21,7 @@ from pathlib import Path
 import torch
 
 from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
+from transformer_en_de.backends import BackendError, load_backend, resolve_backend
 from transformer_en_de.data import DataError, read_parallel
 from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.evaluation import score_split
@@ -33,11 +37,13 @@ def score_system(
     *,
     device: str | torch.device = "cpu",
     int8: bool = False,
+    backend: str = "torch",
 ) -> dict:
     """One row of the comparison: scores (with sacreBLEU's signatures), size and speed of `model_id`, or its `error`.
 
-    The row also carries the `translations` (in input order) that were scored. `int8`: the model's linear layers in
-    dynamic int8 first (`precision.int8_dynamic`, CPU only).
+    The row also carries the `translations` (in input order) that were scored. `backend`: "torch" or "ctranslate2"
+    (converted once and cached). `int8`: the model's linear layers in dynamic int8 first (`precision.int8_dynamic`,
+    CPU only), or CTranslate2's int8 weights.
     """
     row = {"model": model_id, "bleu": None, "chrf": None, "num_parameters": None, "seconds": None,
            "sentences_per_second": None, "error": None, "translations": None}  # fmt: skip
@@ -47,13 +53,23 @@ def score_system(
         row["error"] = str(error)
         return row
     row["num_parameters"] = model.num_parameters()  # a tied embedding counts once
-    if int8:
+    decoder = None
+    if backend == "ctranslate2":
+        try:
+            decoder = load_backend(model_id, model, tokenizer, int8=int8, log=sys.stderr)
+        except (BackendError, OSError, ValueError) as error:
+            row["error"] = f"could not be converted to CTranslate2: {' '.join(str(error).split())}"
+            return row
+    elif int8:
         model = int8_dynamic(model)
     try:
-        run = translate(model, tokenizer, sources, settings)
+        run = translate(model, tokenizer, sources, settings, backend=decoder)
     except Exception as error:  # one model failing mid-way must not lose the others' scores
         row["error"] = f"failed while translating: {type(error).__name__}: {error}"
         return row
+    finally:
+        if decoder is not None:
+            decoder.close()
     scores = score_split(run.texts, references)
     row.update(bleu=scores["bleu"], chrf=scores["chrf"])
     row["signatures"] = (scores["bleu_signature"], scores["chrf_signature"])
@@ -81,6 +97,7 @@ def markdown_table(comparison: dict) -> str:
     lines = [
         f"Scored on {comparison['num_sentences']} sentences of `{comparison['source_file']}` against "
         f"`{comparison['reference_file']}` (beam {comparison['num_beams']}, cased sacreBLEU"
+        f"{', decoded by ' + comparison['backend'] if comparison.get('backend', 'PyTorch') != 'PyTorch' else ''}"
         f"{', int8 dynamic weights' if comparison.get('weights') == 'int8 dynamic' else ''}).",
         "",
         "| Model | BLEU | chrF | Parameters | Seconds | Sentences/s |",
@@ -123,6 +140,7 @@ def compare(
     limit: int | None = None,
     device: str | torch.device = "cpu",
     int8: bool = False,
+    backend: str = "torch",
     on_row=None,
 ) -> dict:
     """Score every model on the same sentences; returns the comparison (the JSON document) without translations.
@@ -141,14 +159,15 @@ def compare(
         "max_new_tokens": settings.max_new_tokens,
         "max_new_tokens_ratio": settings.max_new_tokens_ratio,
         "max_new_tokens_offset": settings.max_new_tokens_offset,
-        "weights": "int8 dynamic" if int8 else "as saved",
+        "backend": ("CTranslate2 int8" if int8 else "CTranslate2 float32") if backend == "ctranslate2" else "PyTorch",
+        "weights": "int8 dynamic" if int8 and backend == "torch" else "as saved",
         "bleu_signature": None,
         "chrf_signature": None,
         "systems": [],
     }
     for model_id in model_ids:
         print(f"[compare] {model_id} ...", file=sys.stderr, flush=True)
-        row = score_system(model_id, sources, references, settings, device=device, int8=int8)
+        row = score_system(model_id, sources, references, settings, device=device, int8=int8, backend=backend)
         row.pop("translations")
         signatures = row.pop("signatures", None)
         if signatures and comparison["bleu_signature"] is None:  # the same settings for every model
@@ -204,11 +223,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="same for every model (default: each model's own)")
     parser.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backend", choices=["torch", "ctranslate2", "auto"], default="torch",
+                        help="what decodes every model: PyTorch, or CTranslate2 (converted once and cached; auto: "
+                             "CTranslate2 where it is installed)")
     parser.add_argument("--int8", action="store_true",
-                        help="every model's linear layers in dynamic int8 (CPU only; about 1.4x faster for ours)")
+                        help="int8 weights for every model (CPU only): PyTorch's dynamic int8 linear layers (about "
+                             "1.4x faster for ours), or CTranslate2's int8 with --backend ctranslate2")
     args = parser.parse_args(argv)
     if args.int8 and args.device != "cpu":
         parser.error("--int8 quantizes for the CPU: use it with --device cpu.")
+    try:
+        args.backend = resolve_backend(args.backend, args.device)
+    except BackendError as error:
+        parser.error(f"--backend: {error}")
     for name in ("num_beams", "max_new_tokens", "batch_size", "limit", "max_new_tokens_ratio"):
         value = getattr(args, name)
         if value is not None and value <= 0:
@@ -232,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         comparison = compare(
             args.models, args.source, args.reference, settings, limit=args.limit, device=args.device,
-            int8=args.int8, on_row=save_finished,
+            int8=args.int8, backend=args.backend, on_row=save_finished,
         )  # fmt: skip
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)

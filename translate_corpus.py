@@ -11,6 +11,8 @@ seconds spent translating.
 
 - Every sentence goes through the one engine (`transformer_en_de.engine.translate`): length-sorted batches inside
   each chunk, the per-sentence length bound, greedy, beam search or sampling (`DecodingSettings`).
+- `--backend ctranslate2` decodes with CTranslate2 (converted once and cached beside the model, in a worker process;
+  `transformer_en_de/backends.py`), `--int8` with its int8 weights; the backend is recorded with the decoding.
 - Resumable: the input is cut into chunks of `--chunk_size` lines; after each chunk both files are appended and
   synced, then the progress file is replaced atomically. A killed run leaves at most a partial chunk past the
   recorded sizes: the next run with the same command cuts it off and goes on from the last finished chunk, so no
@@ -42,6 +44,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
+from transformer_en_de.backends import BackendError, fingerprint_model, load_backend, resolve_backend  # noqa: E402
 from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
 from transformer_en_de.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
 from transformer_en_de.hub import load_model  # noqa: E402
@@ -73,17 +76,6 @@ def fingerprint_file(path: Path) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
-
-
-def fingerprint_model(model, tokenizer) -> str:
-    """sha256 of the weights, the saved generation config and the tokenizer: what decides the translations."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    digest.update(model.generation_config.to_json_string(use_diff=False).encode())
-    digest.update(tokenizer.backend_tokenizer.to_str().encode() if hasattr(tokenizer, "backend_tokenizer") else b"")
     return digest.hexdigest()
 
 
@@ -192,6 +184,11 @@ class CorpusWriter:
         os.replace(partial, self.state_path)
 
 
+def _cpu_seconds(decoder) -> float:
+    """CPU seconds of this process so far, and of the backend's worker process if it has one."""
+    return time.process_time() + (decoder.cpu_seconds() if decoder is not None else 0.0)
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -212,12 +209,14 @@ def translate_corpus(
     stop_after_chunks: int | None = None,
     device: str = "cpu",
     int8: bool = False,
+    backend: str = "torch",
     log=None,
 ) -> dict:
     """Translate `input_path` chunk by chunk into OUTPUT.{source_lang} / OUTPUT.{target_lang}; return the state.
 
-    `int8`: the model's linear layers in dynamic int8 (`precision.int8_dynamic`, CPU only), recorded with the decoding
-    so that a run is resumed only as it started."""
+    `backend`: "torch" or "ctranslate2" (`backends.load_backend`: converted once, cached). `int8`: PyTorch's linear
+    layers in dynamic int8 (`precision.int8_dynamic`), or CTranslate2's int8 weights (CPU only). Both are recorded
+    with the decoding so that a run is resumed only as it started."""
     log = log or sys.stderr
     if source_lang == target_lang:
         raise CorpusError(f"--source_lang and --target_lang are both {source_lang!r}: the two files would be one.")
@@ -225,6 +224,10 @@ def translate_corpus(
         raise CorpusError("--chunk_size and --stop_after_chunks must be at least 1, --limit at least 0.")
     if int8 and str(device) != "cpu":
         raise CorpusError("--int8 quantizes for the CPU: use it with --device cpu.")
+    try:
+        backend = resolve_backend(backend, device)
+    except BackendError as error:
+        raise CorpusError(f"--backend {backend}: {error}") from error
     try:
         lines = read_lines(input_path)
     except DataError as error:
@@ -242,18 +245,43 @@ def translate_corpus(
         "input_sha256": fingerprint_file(Path(input_path)),
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "decoding": run_decoding(model, settings, chunk_size, seed) | ({"weights": "int8 dynamic"} if int8 else {}),
+        "decoding": run_decoding(model, settings, chunk_size, seed) | backend_record(backend, int8),
     }
-    if int8:
-        model = int8_dynamic(model)  # after the fingerprint: the saved weights identify the run
     writer = CorpusWriter(Path(output), source_lang, target_lang)
-    state = writer.open(identity, total, chunk_size)
-    start_line = state["lines_read"]
-    name = Path(output).name
-    if start_line >= total:
-        print(f"{name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing to do.",
-              file=log)
+    state = writer.open(identity, total, chunk_size)  # before any conversion: output of another run is refused first
+    if state["lines_read"] >= total:
+        print(f"{Path(output).name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing "
+              "to do.", file=log)
         return state
+    decoder = None
+    if backend == "ctranslate2":
+        try:
+            decoder = load_backend(model_id, model, tokenizer, int8=int8, log=log)
+        except (BackendError, OSError) as error:
+            raise CorpusError(f"The model {model_id} cannot decode with CTranslate2: {error}") from error
+    elif int8:
+        model = int8_dynamic(model)  # after the fingerprint: the saved weights identify the run
+    try:
+        return _translate_chunks(model, tokenizer, decoder, writer, lines, total, settings, chunk_size, seed,
+                                 stop_after_chunks, log)
+    finally:
+        if decoder is not None:
+            decoder.close()
+
+
+def backend_record(backend: str, int8: bool) -> dict:
+    """What the decoding record says of the backend and the weights (nothing for PyTorch in float32, as before)."""
+    if backend == "ctranslate2":
+        return {"backend": "ctranslate2", "weights": "int8" if int8 else "float32"}
+    return {"weights": "int8 dynamic"} if int8 else {}
+
+
+def _translate_chunks(model, tokenizer, decoder, writer: CorpusWriter, lines: list[str], total: int,
+                      settings: DecodingSettings, chunk_size: int, seed: int, stop_after_chunks: int | None,
+                      log) -> dict:
+    """The chunks not done yet, each translated, appended and recorded (see `CorpusWriter`)."""
+    start_line = writer.state["lines_read"]
+    name = writer.output.name
     if start_line:
         print(f"{name}: resuming at input line {start_line + 1:,} of {total:,}.", file=log)
 
@@ -261,9 +289,11 @@ def translate_corpus(
     for chunk_start in range(start_line, total, chunk_size):
         chunk = Chunk(chunk_start // chunk_size, chunk_start, min(chunk_start + chunk_size, total))
         sources = [text for text in map(clean_line, lines[chunk.start : chunk.stop]) if text]
-        chunk_started, chunk_cpu_started = time.perf_counter(), time.process_time()
+        chunk_started, chunk_cpu_started = time.perf_counter(), _cpu_seconds(decoder)
         torch.manual_seed(seed + chunk.index)  # each chunk its own seed: a resumed run samples what a whole run does
-        run = translate(model, tokenizer, sources, settings)
+        if decoder is not None and settings.do_sample:
+            decoder.set_seed(seed + chunk.index)
+        run = translate(model, tokenizer, sources, settings, backend=decoder)
         targets = [normalise_text(text) for text in run.texts]
         counts = {
             "lines_skipped": chunk.stop - chunk.start - len(sources),
@@ -271,7 +301,7 @@ def translate_corpus(
             "hit_length_bound": sum(result.hit_length_bound for result in run.translations),
         }
         writer.append(chunk, chunk_size, sources, targets, counts, time.perf_counter() - chunk_started,
-                      time.process_time() - chunk_cpu_started)
+                      _cpu_seconds(decoder) - chunk_cpu_started)
         translated += len(sources)
         chunks_done += 1
         elapsed = time.perf_counter() - started
@@ -327,8 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
                      help="end this run after K chunks; the same command continues")
     run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    run.add_argument("--backend", choices=["torch", "ctranslate2", "auto"], default="torch",
+                     help="what decodes: the PyTorch model, or CTranslate2 (converted once and cached beside the "
+                          "model; auto: CTranslate2 where it is installed)")
     run.add_argument("--int8", action="store_true",
-                     help="linear layers in dynamic int8 (CPU only; about 1.4x faster for our model, BLEU within 0.3)")
+                     help="int8 weights (CPU only): PyTorch's dynamic int8 linear layers (about 1.4x faster for our "
+                          "model, BLEU within 0.3), or CTranslate2's int8 with --backend ctranslate2")
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -353,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translate_corpus(args.model, args.input, args.output, args.source_lang, args.target_lang, settings,
                          chunk_size=args.chunk_size, seed=args.seed, limit=args.limit,
-                         stop_after_chunks=args.stop_after_chunks, device=args.device, int8=args.int8)
+                         stop_after_chunks=args.stop_after_chunks, device=args.device, int8=args.int8,
+                         backend=args.backend)
     except CorpusError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -5,9 +5,10 @@ limit per sentence, the settings); only the decoding of a batch and the scoring 
 runs a converted copy of the weights:
 - ours through our converter (`ctranslate2_backend.convert`), any model of an architecture CTranslate2 knows
   (MarianMT, T5, BART, ...) through CTranslate2's own `TransformersConverter`;
-- converted once and cached beside the model (`<folder>/ctranslate2-<float32|int8>-<fingerprint>/`), or in
-  `~/.cache/transformer_en_de/ctranslate2/` for a Hub id or a folder that cannot be written; the fingerprint is the
-  weights' (`fingerprint_model`), so a folder whose weights changed converts again;
+- converted once and cached in `~/.cache/transformer_en_de/ctranslate2/<model>/ctranslate2-<float32|int8>-
+  <fingerprint>/` (`TRANSFORMER_MT_CTRANSLATE2_CACHE` moves it), never inside the model folder: a model folder is
+  published to the Hub as it is, and the shipped one is tracked by git. The fingerprint is the weights'
+  (`fingerprint_model`), so a folder whose weights changed converts again, and the stale conversion is removed;
 - by default in a process of its own (`ctranslate2_worker.py`): CTranslate2 and PyTorch in one process slow each
   other down (each its own OpenMP runtime; `python -m benchmarks.engine_backends` measures it).
 
@@ -29,7 +30,10 @@ import torch
 
 # Bump when a converter's output changes: every cached conversion is then made again.
 CONVERSION_VERSION = "1"
-CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "transformer_en_de" / "ctranslate2"
+CACHE_DIR = Path(
+    os.environ.get("TRANSFORMER_MT_CTRANSLATE2_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "transformer_en_de" / "ctranslate2"
+)
 WORKER = Path(__file__).with_name("ctranslate2_worker.py")
 BACKENDS = ("torch", "ctranslate2", "auto")
 
@@ -75,22 +79,25 @@ def _is_ours(model) -> bool:
     return type(model).__name__ == "TransformerMTForConditionalGeneration"
 
 
-def cache_folder(model_id: str, quantization: str, fingerprint: str) -> Path:
-    """Where the conversion of `model_id` goes: beside the model when it is a folder that can be written, else in
-    `CACHE_DIR` (named after the id, so that the cache says what it holds)."""
+def cache_folder(model_id: str, quantization: str, fingerprint: str, cache: Path | None = None) -> Path:
+    """Where the conversion of `model_id` goes: `cache` (default `CACHE_DIR`) / the model / the kind and fingerprint.
+    The model is named by its Hub id, or by a folder's name and a digest of its path (two folders of the same name
+    keep their own conversions)."""
     name = f"ctranslate2-{quantization}-{fingerprint[:16]}-v{CONVERSION_VERSION}"
     folder = Path(model_id).expanduser()
-    if folder.is_dir() and os.access(folder, os.W_OK):
-        return folder / name
-    label = "--".join(part for part in str(model_id).replace("\\", "/").split("/") if part not in ("", ".", ".."))
-    return CACHE_DIR / (label or "model") / name
+    if folder.is_dir():
+        path = str(folder.resolve())
+        label = f"{folder.resolve().name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    else:
+        label = "--".join(part for part in model_id.split("/") if part not in ("", ".", ".."))
+    return (cache or CACHE_DIR) / (label or "model") / name
 
 
-def convert_cached(model_id: str, model, tokenizer, *, int8: bool = False, log=None) -> Path:
+def convert_cached(model_id: str, model, tokenizer, *, int8: bool = False, cache: Path | None = None, log=None) -> Path:
     """The CTranslate2 conversion of `model` (loaded from `model_id`), made once: an existing one with the same
     fingerprint is reused, a stale one (other weights, same quantization) is removed."""
     quantization = "int8" if int8 else "float32"
-    folder = cache_folder(model_id, quantization, fingerprint_model(model, tokenizer))
+    folder = cache_folder(model_id, quantization, fingerprint_model(model, tokenizer), cache)
     if (folder / "model.bin").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -207,6 +214,16 @@ class CTranslate2Backend:
 
             ctranslate2.set_random_seed(seed)
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds the worker process has used (0 when CTranslate2 runs in this process: it is this one's)."""
+        if self._worker is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self._worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # not Linux, or the worker has ended
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
     def close(self) -> None:
         if self._worker is not None and self._worker.poll() is None:
             try:
@@ -226,12 +243,20 @@ class CTranslate2Backend:
 
 
 def load_backend(
-    model_id: str, model, tokenizer, *, int8: bool = False, threads: int | None = None, process: bool = True, log=None
+    model_id: str,
+    model,
+    tokenizer,
+    *,
+    int8: bool = False,
+    threads: int | None = None,
+    process: bool = True,
+    cache: Path | None = None,
+    log=None,
 ) -> CTranslate2Backend:
     """The CTranslate2 backend of `model` (loaded from `model_id`): converted once (cached), then loaded."""
     if not ctranslate2_available():
         raise BackendError("the CTranslate2 backend needs the ctranslate2 package: pip install ctranslate2.")
-    folder = convert_cached(model_id, model, tokenizer, int8=int8, log=log)
+    folder = convert_cached(model_id, model, tokenizer, int8=int8, cache=cache, log=log)
     return CTranslate2Backend(folder, tokenizer, int8=int8, threads=threads, process=process)
 
 

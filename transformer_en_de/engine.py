@@ -386,7 +386,9 @@ def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: l
     tokens = tokenizer.convert_ids_to_tokens
     options = {
         "beam_size": decoding["num_beams"],
-        "length_penalty": decoding["length_penalty"] if decoding["num_beams"] > 1 else 1.0,
+        "length_penalty": decoding["length_penalty"]
+        if decoding["num_beams"] > 1 and decoding["length_penalty"] is not None
+        else 1.0,  # transformers' default too
         # CTranslate2 bounds a batch, not a sentence: the batch's longest limit, less the </s> the bound would force
         # (`_ctranslate2_generated` cuts each sentence at its own).
         "max_decoding_length": max(max(batch_limits) - 1, 1),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, linear_kernel
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 from transformer_en_de import data, hub, precision
@@ -44,17 +44,10 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test; figures are noisier)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2, all cores)")
-    parser.add_argument("--linear-kernel", choices=["machine", "onednn", "blas"], default="machine",
-                        help="what multiplies linear layers in float32 CPU inference (modeling/linear_kernel.py; "
-                             "default: what this machine picks)")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.linear_kernel == "onednn" and not linear_kernel.AVAILABLE:
-        parser.error("--linear-kernel onednn: this PyTorch has no oneDNN packed linear")
-    if args.linear_kernel != "machine":
-        linear_kernel.PACKED_LINEAR = args.linear_kernel == "onednn"
     torch.manual_seed(0)
     return args
 
@@ -228,7 +221,6 @@ def synchronize(device: torch.device) -> None:
 
 
 def describe_machine(threads: int) -> str:
-    kernel = "oneDNN, packed weights" if linear_kernel.PACKED_LINEAR else "BLAS (F.linear)"
     return (f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
-            f"{precision.describe(use_cpu=True)}; float32 inference linears: {kernel}")
+            f"{precision.describe(use_cpu=True)}")
 

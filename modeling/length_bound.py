@@ -35,14 +35,50 @@ def decoding_bound(generation_config, ratio: float | None = None, offset: int | 
     return ratio, offset
 
 
-def generate_bound(generation_config, kwargs: dict) -> tuple[float | None, int]:
-    """(ratio, offset) of a `generate()` call, its `max_new_tokens_ratio` / `max_new_tokens_offset` taken out of
-    `kwargs`: the call's, else the generation config's. A ratio of None is no bound (a bare config saves none); an
-    offset of None is 0."""
+# What a caller of generate() may say about length: any of these replaces the saved bound (the bound is a default).
+CALLER_LENGTHS = ("max_new_tokens", "max_length", "min_new_tokens", "min_length")
+
+
+def generate_length_settings(generation_config, kwargs: dict, input_ids, pad_token_id: int | None):
+    """The per-sentence bound of one `generate()` call, as a `SourceLengthBound` (None: no bound), with `kwargs`
+    (the call's) adjusted for it: its `max_new_tokens_ratio` / `max_new_tokens_offset` taken out, `max_new_tokens` set
+    to the batch's longest limit.
+
+    The bound saved in the generation config is a default: a call that passes a length (`CALLER_LENGTHS`) gets that
+    length, as with any transformers model. A call that passes a ratio gets the bound in any case, capped by the
+    call's `max_new_tokens` / `max_length` and no shorter than its `min_new_tokens`. A ratio of None is no bound.
+    """
     saved_ratio, saved_offset = saved_bound(generation_config)
+    call_sets_ratio = kwargs.get("max_new_tokens_ratio") is not None
     ratio = kwargs.pop("max_new_tokens_ratio", saved_ratio)
-    offset = kwargs.pop("max_new_tokens_offset", saved_offset)
-    return ratio, offset or 0
+    offset = kwargs.pop("max_new_tokens_offset", saved_offset) or 0
+    # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the saved max_new_tokens instead of
+    # being overridden by it (transformers lets max_new_tokens win when both are set).
+    if kwargs.get("max_length") is not None and kwargs.get("max_new_tokens") is None:
+        kwargs["max_new_tokens"] = None
+    call_sets_length = any(kwargs.get(name) is not None for name in CALLER_LENGTHS)
+    if ratio is None or input_ids is None or (call_sets_length and not call_sets_ratio):
+        return None
+    if kwargs.get("max_new_tokens") is not None:
+        cap = kwargs["max_new_tokens"]
+    elif kwargs.get("max_length") is not None:
+        cap = kwargs.pop("max_length") - 1  # the decoder start token takes one position
+    else:
+        cap = generation_config.max_new_tokens
+    eos_token_id = kwargs.get("eos_token_id", generation_config.eos_token_id)  # the caller's end token wins
+    if isinstance(eos_token_id, (list, tuple)):
+        eos_token_id = eos_token_id[0]
+    if eos_token_id is None:
+        return None
+    lengths = source_lengths(input_ids, kwargs.get("attention_mask"), pad_token_id)
+    limits = new_token_limits(lengths, ratio, offset)
+    minimum = kwargs.get("min_new_tokens")
+    if minimum is not None:
+        limits = limits.clamp(min=int(minimum) + 1)  # min_new_tokens come before the </s> the bound forces
+    # The batch ends with its longest allowed sentence, or at the cap: the cap cuts, it forces no </s>.
+    longest = int(limits.max())
+    kwargs["max_new_tokens"] = longest if cap is None else min(longest, int(cap))
+    return SourceLengthBound(limits, eos_token_id)
 
 
 def saved_bound(generation_config) -> tuple[float | None, int | None]:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from transformers import GenerationConfig  # noqa: E402
 
-from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, linear_kernel  # noqa: E402
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
 from modeling.modeling_transformer_mt import set_translation_defaults  # noqa: E402
 from tokenizer import config_token_fields, train_tokenizer  # noqa: E402
 
@@ -47,21 +47,6 @@ def tiny_config(tokenizer, **overrides) -> TransformerMTConfig:
     )
     settings.update(overrides)
     return TransformerMTConfig(**settings)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param(
-            True, id="onednn", marks=pytest.mark.skipif(not linear_kernel.AVAILABLE, reason="no oneDNN packed linear")
-        ),
-        pytest.param(False, id="blas"),
-    ]
-)
-def packed_linear(request, monkeypatch):
-    """The test runs once with oneDNN's packed weights and once with BLAS (`modeling/linear_kernel.py`), whichever
-    this machine would choose."""
-    monkeypatch.setattr(linear_kernel, "PACKED_LINEAR", request.param)
-    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoToken
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
-from modeling.beam_search import DecodingState, ModuleDecodingState, decoding_state
-from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, sinusoidal_table
+from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, set_translation_defaults, sinusoidal_table
 
 SOURCES = [source for source, _ in PAIRS]
 TARGETS = [target for _, target in PAIRS]
@@ -344,6 +343,13 @@ def test_generate_length_bounds_give_no_clash_warning_and_stay_inside_the_positi
     assert unbounded.shape[1] == tiny_model.config.max_position_embeddings
 
 
+def source_limits(model, sources) -> list[int]:
+    """Each sentence's saved bound: ceil(ratio * source tokens) + offset new tokens."""
+    generation = model.generation_config
+    ratio, offset = generation.max_new_tokens_ratio, generation.max_new_tokens_offset
+    return [math.ceil(ratio * length) + offset for length in sources["attention_mask"].sum(dim=-1).tolist()]
+
+
 def _lengths_up_to_eos(output: torch.Tensor, eos_token_id: int) -> list[int]:
     """New tokens of each row, up to and including its first </s> (the rest is padding)."""
     lengths = []
@@ -550,12 +556,10 @@ def test_sdpa_is_the_default_and_eager_agrees_and_gives_attention_weights(tiny_m
 
 
 @torch.no_grad()
-def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, sources):
-    """Our beam search (finished sentences leave the batch) calls the decoder module at every step when hooks watch
-    it or its layers (the app's, output capturing), so they see each step. It calls the decoder, not the model's
-    `forward`: a
-    hook on the top-level module, or `torch.export` of `generate()`, sees no step of it; with
-    `drop_finished_sentences = False` transformers' own loop runs, through `forward`."""
+def test_every_beam_search_step_runs_the_models_forward(tiny_model, sources):
+    """Our beam search (finished sentences leave the batch) calls the model's `forward` at every step, as
+    transformers' own loop does (`drop_finished_sentences = False`): a hook on the model, on the decoder or a compiled
+    forward sees each step, and both give the same ids."""
     steps = {"decoder": 0, "model": 0}
     hooks = [
         tiny_model.get_decoder().register_forward_hook(lambda *_: steps.__setitem__("decoder", steps["decoder"] + 1)),
@@ -573,60 +577,53 @@ def test_every_beam_search_step_is_visible_to_hooks_on_the_decoder(tiny_model, s
         for hook in hooks:
             hook.remove()
     new_tokens = output.shape[1] - 1
-    assert ours == {"decoder": new_tokens, "model": 0}
+    assert ours == {"decoder": new_tokens, "model": new_tokens}
     assert theirs == {"decoder": new_tokens, "model": new_tokens}
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_decoder_step_gives_the_hidden_states_of_the_decoder_module_exactly(
-    tiny_tokenizer, norm_placement, attention, packed_linear
+def test_our_beam_search_gives_transformers_ids_with_either_attention(
+    tiny_tokenizer, norm_placement, attention, sources
 ):
-    """`TransformerMTDecoder.step` (plain tensors, what beam search runs when no hook watches) is the decoder
-    module's arithmetic call for call: a two-token prompt, then single tokens with the beams reordered and a sentence
-    leaving, give bit-identical hidden states, with either kernel for the linear layers."""
+    """Sentences leaving the batch change no row's arithmetic: the ids of transformers' `_beam_search`, with a
+    length bound that ends sentences at different steps."""
     torch.manual_seed(0)
-    # d_model 256: products of 32 terms come out the same from both kernels, of 256 they do not
-    config = tiny_config(tiny_tokenizer, norm_placement=norm_placement, d_model=256, num_attention_heads=4, d_ff=512)
-    model = TransformerMTForConditionalGeneration(config).eval()
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, norm_placement=norm_placement)).eval()
+    set_translation_defaults(model.generation_config, model.config)
     model.set_attn_implementation(attention)
-    assert model.config._attn_implementation == attention
-    num_beams = 2
-    batch = tiny_tokenizer(SOURCES[:3], padding=True, return_tensors="pt")
-    encoder_states = model.get_encoder()(**batch).last_hidden_state.repeat_interleave(num_beams, 0)
-    source_mask = batch["attention_mask"].repeat_interleave(num_beams, 0)
-    decoder = model.get_decoder()
-    plain = DecodingState(decoder, encoder_states, source_mask, num_beams)
-    module = ModuleDecodingState(decoder, encoder_states, source_mask, num_beams)
-
-    prompt = torch.tensor([[config.decoder_start_token_id, 7]] * 6)
-    assert torch.equal(plain.step(prompt), module.step(prompt))
-    for step, beam_idx in enumerate(([1, 1, 2, 3, 5, 4], [0, 1, 3, 3, 4, 4], [2, 2, 0, 1])):
-        tokens = torch.randint(4, config.vocab_size, (len(beam_idx), 1))
-        if step == 2:  # the second sentence is done: its two rows leave
-            for state in (plain, module):
-                state.keep_rows(torch.tensor([0, 1, 4, 5]))
-        for state in (plain, module):
-            state.follow_beams(torch.tensor(beam_idx))
-        assert torch.equal(plain.step(tokens), module.step(tokens))
-    assert plain.length == 5
+    settings = dict(num_beams=3, max_new_tokens_ratio=1.0, max_new_tokens_offset=1)
+    ours = model.generate(**sources, **settings)
+    model.drop_finished_sentences = False
+    assert torch.equal(model.generate(**sources, **settings), ours)
 
 
 @torch.no_grad()
-def test_beam_search_runs_the_plain_decoder_step_unless_hooks_watch(tiny_model, sources):
-    """Without hooks the search runs `TransformerMTDecoder.step`, also once transformers' output recorders are
-    installed (they record only when a call asks); any other hook in the decoder (the app's scheduler, a probe)
-    brings back the decoder module, so that the hook sees every step."""
-    tiny_model(**sources, decoder_input_ids=sources["input_ids"][:, :2], output_attentions=True)  # installs them
-    assert any(module._forward_hooks for module in tiny_model.get_decoder().modules())
-    encoder_states = torch.zeros(4, 3, tiny_model.config.d_model)
-    assert type(decoding_state(tiny_model, encoder_states, None, num_beams=2)) is DecodingState
-    hook = tiny_model.get_decoder().layers[-1].feed_forward.register_forward_hook(lambda *_: None)
-    try:
-        assert type(decoding_state(tiny_model, encoder_states, None, num_beams=2)) is ModuleDecodingState
-    finally:
-        hook.remove()
+def test_a_static_cache_is_left_to_transformers_beam_search_and_gives_the_same_ids(tiny_model, sources):
+    """Rows cannot leave a cache of fixed size: with `cache_implementation="static"` transformers' loop runs, and
+    the ids are those of the dynamic cache, in greedy and beam search alike."""
+    for num_beams in (1, 3):
+        dynamic = tiny_model.generate(**sources, num_beams=num_beams)
+        static = tiny_model.generate(**sources, num_beams=num_beams, cache_implementation="static")
+        assert torch.equal(static, dynamic)
+
+
+@torch.no_grad()
+def test_a_callers_length_replaces_the_saved_bound_in_greedy_and_beam_search(tiny_model, sources):
+    """The saved per-sentence bound is a default: `min_new_tokens` and `max_new_tokens` of the call win, with no
+    "Unfeasible length constraints" warning, in greedy and beam search alike."""
+    limits = source_limits(tiny_model, sources)
+    maximum = max(limits) + 8
+    for num_beams in (1, 3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            output = tiny_model.generate(
+                **sources, num_beams=num_beams, min_new_tokens=max(limits) + 4, max_new_tokens=maximum
+            )
+        new_tokens = (output[:, 1:] != tiny_model.config.pad_token_id).sum(dim=-1)
+        assert output.shape[1] - 1 <= maximum
+        assert int(new_tokens.min()) >= max(limits) + 4  # past every sentence's saved bound
 
 
 @torch.no_grad()
@@ -835,6 +832,7 @@ def test_saved_folder_carries_auto_map_and_the_modeling_code(tiny_model_dir):
     assert config["model_type"] == "transformer_mt"
     assert config["auto_map"] == {
         "AutoConfig": "configuration_transformer_mt.TransformerMTConfig",
+        "AutoModel": "modeling_transformer_mt.TransformerMTModel",
         "AutoModelForSeq2SeqLM": "modeling_transformer_mt.TransformerMTForConditionalGeneration",
     }
     for code_file in ("configuration_transformer_mt.py", "modeling_transformer_mt.py"):

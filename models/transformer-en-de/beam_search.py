@@ -1,22 +1,19 @@
 """Beam search in which a finished sentence leaves the batch: the same search as `GenerationMixin._beam_search`.
 
-transformers' beam search decodes every sentence of a batch until the last one is done, and reorders every layer's
-cross-attention keys/values at each step. On a length-sorted corpus about a third of the sentence-steps belong to
-sentences already done (Multi30k test, batches of 32, beam 4). This loop runs the same algorithm, step for step, with
-transformers' own helpers for choosing and finishing beams, but
-- a sentence leaves the batch as soon as it is done: four finished hypotheses (`early_stopping=True`), or no running
-  beam that can still beat them; from then on transformers' loop no longer changes its hypotheses either;
-- the cross-attention keys/values, the same for every beam of a sentence, are projected once per sentence (not once
-  per beam) and only re-indexed when sentences leave;
-- each step runs `TransformerMTDecoder.step`, the decoder's arithmetic on plain tensors (`DecodingState`) without the
-  module machinery around it, unless hooks watch the decoder (then the decoder module runs, hooks and all).
+transformers' beam search decodes every sentence of a batch until the last one is done. On a length-sorted corpus
+about a third of the sentence-steps belong to sentences already done (Multi30k test, batches of 32, beam 4). This
+loop runs the same algorithm, step for step, with transformers' own helpers for choosing and finishing beams, and
+calls the model's `forward` with transformers' cache at every step (so hooks, a compiled forward and the cache
+classes see every step), but a sentence leaves the batch as soon as it is done: four finished hypotheses
+(`early_stopping=True`), or no running beam that can still beat them; from then on transformers' loop no longer
+changes its hypotheses either. The cache drops the rows of the sentences that left.
 
 Only rows of the batch change, never the arithmetic of a row, so the generated ids are the same (the parity tests
 check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
-sentence, logits processors or stopping criteria not known to treat each row on its own) stay with transformers.
+sentence, a cache of fixed size such as a static cache, logits processors or stopping criteria not known to treat
+each row on its own) stay with transformers.
 
-This file imports only torch, transformers and its sibling `linear_kernel.py`, so it travels with the model code
-to the Hub.
+This file imports only torch and transformers, so it travels with the model code to the Hub.
 """
 
 import dataclasses
@@ -26,8 +23,6 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import logits_process
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.modeling_outputs import BaseModelOutput
-
-from .linear_kernel import linear, uses_packed_weights
 
 # Processors that treat each row (hypothesis) on its own: they give the same scores for a row in any batch.
 ROW_WISE_PROCESSORS = tuple(
@@ -68,6 +63,7 @@ def compact_search_covers(
         and model_kwargs.get("use_cache", True)
         and isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
         and model_kwargs.get("decoder_attention_mask") is None
+        and grows_with_the_search(model_cache(model_kwargs))
     )
 
 
@@ -79,141 +75,52 @@ def _select_processors(logits_processor, sentences: torch.Tensor):
     ]
 
 
-def _output_layer(model):
-    """hidden states (rows, d_model) -> logits (rows, vocab), multiplied as the model's forward multiplies them."""
-    layer = model.get_output_embeddings()
-    if type(layer) is not torch.nn.Linear or uses_packed_weights(layer.weight):
-        return lambda hidden_states: linear(layer, hidden_states)
-    # BLAS: a plain matmul by the transposed weight, kept contiguous, is faster at every step than F.linear's
-    # transposed view, with the same results.
-    output_projection, output_bias = _transposed_output_projection(model), layer.bias  # (d_model, vocab)
-
-    def project(hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = torch.mm(hidden_states, output_projection)
-        return logits if output_bias is None else logits + output_bias
-
-    return project
+def model_cache(model_kwargs: dict) -> EncoderDecoderCache:
+    """The cache generate() prepared (`cache`, `past_key_values` before transformers 5.3), else a new one."""
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    return cache if cache is not None else EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
-def _transposed_output_projection(model) -> torch.Tensor:
-    """The output projection's weight (tied to the embedding, (vocab, d_model)) as a contiguous (d_model, vocab),
-    kept until the weight changes (its version counts in-place updates such as optimizer steps and loading)."""
-    weight = model.get_output_embeddings().weight
-    key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-    cached = model.__dict__.get("_transposed_output_projection")
-    if cached is None or cached[0] != key:
-        cached = (key, weight.detach().t().contiguous())
-        model.__dict__["_transposed_output_projection"] = cached
-    return cached[1]
-
-
-def cross_attention_memory(decoder, encoder_states: torch.Tensor, num_beams: int) -> tuple[list, list]:
-    """Each layer's cross-attention keys and values, (n * beams, h, S, d_k): projected once per sentence (not once per
-    beam), then repeated for its beams. `encoder_states` is (n * beams, S, d_model), as generate() repeated it."""
-    sources = encoder_states[::num_beams]  # (n, S, d_model)
-    keys, values = [], []
-    for layer in decoder.layers:
-        attention = layer.cross_attn
-        keys.append(attention._split_heads(linear(attention.k_proj, sources)).repeat_interleave(num_beams, 0))
-        values.append(attention._split_heads(linear(attention.v_proj, sources)).repeat_interleave(num_beams, 0))
-    return keys, values
-
-
-class DecodingState:
-    """What the decoder remembers during the search, as plain tensors, one row per running beam.
-
-    Per layer: the self-attention keys and values of the tokens so far (extended at every step, reordered to follow
-    the beams) and the cross-attention keys and values of the source, projected once per sentence (not once per beam)
-    and only re-indexed when sentences leave. `TransformerMTDecoder.step` reads and extends it.
-    """
-
-    def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
-        self.decoder = decoder
-        self.cross_keys, self.cross_values = cross_attention_memory(decoder, encoder_states, num_beams)
-        self.source_mask = source_mask  # (n * beams, S), 1 for real tokens
-        self.keys: list[torch.Tensor | None] = [None] * len(decoder.layers)  # (n * beams, h, length, d_k)
-        self.values: list[torch.Tensor | None] = [None] * len(decoder.layers)
-        self.length = 0
-
-    def step(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The decoder's hidden states for `input_ids`, (rows, T) -> (rows, T, d_model), remembered for the next."""
-        return self.decoder.step(input_ids, self)
-
-    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is not None:
-            keys = torch.cat([self.keys[layer], keys], dim=-2)
-            values = torch.cat([self.values[layer], values], dim=-2)
-        self.keys[layer], self.values[layer] = keys, values
-        return keys, values
-
-    def follow_beams(self, beam_idx: torch.Tensor) -> None:
-        """Row i continues the tokens of row beam_idx[i]: only the self-attention memory differs between beams."""
-        self.keys = [keys.index_select(0, beam_idx) for keys in self.keys]
-        self.values = [values.index_select(0, beam_idx) for values in self.values]
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only these rows go on (the beams of the sentences still decoding), before `follow_beams` renumbers them."""
-        self.cross_keys = [keys.index_select(0, rows) for keys in self.cross_keys]
-        self.cross_values = [values.index_select(0, rows) for values in self.cross_values]
-        if self.source_mask is not None:
-            self.source_mask = self.source_mask.index_select(0, rows)
-
-
-def _records_outputs_only(hook) -> bool:
-    """transformers' output recorders (installed for good by the first call that asks for attentions or hidden
-    states) do nothing unless a forward call asks them to; beam search never does."""
-    return getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
-
-
-def _decoder_is_watched(decoder) -> bool:
-    """Whether a hook would see the decoder's modules run (the app's scheduler, a user's probe): then the search
-    calls the decoder module at every step instead of `TransformerMTDecoder.step`."""
-    module_hooks = torch.nn.modules.module
-    if module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks:
-        return True
-    return any(
-        not _records_outputs_only(hook)
-        for module in decoder.modules()
-        for hook in (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
+def grows_with_the_search(cache) -> bool:
+    """Whether rows can leave this cache: transformers' dynamic cache, not one of fixed size (static)."""
+    return (
+        isinstance(cache, EncoderDecoderCache)
+        and type(cache.self_attention_cache) is DynamicCache
+        and type(cache.cross_attention_cache) is DynamicCache
     )
 
 
-class ModuleDecodingState:
-    """The same memory in transformers' cache object, for steps that call the decoder module (and its hooks); the
-    same methods as `DecodingState`."""
+class ForwardState:
+    """What the search passes to the model's forward at each step, one row per running beam: the source (encoder
+    output and mask) and transformers' cache, whose rows follow the beams and leave with their sentences."""
 
-    def __init__(self, decoder, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
-        self.decoder, self.encoder_states, self.source_mask = decoder, encoder_states, source_mask
-        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        cross_keys, cross_values = cross_attention_memory(decoder, encoder_states, num_beams)
-        for index, (keys, values) in enumerate(zip(cross_keys, cross_values, strict=True)):
-            self.cache.cross_attention_cache.update(keys, values, index)
-            self.cache.is_updated[index] = True
+    def __init__(self, model, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, cache):
+        self.model = model
+        self.encoder_states, self.source_mask, self.cache = encoder_states, source_mask, cache
 
-    def step(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.decoder(
-            input_ids,
-            self.encoder_states,
-            encoder_attention_mask=self.source_mask,
-            past_key_values=self.cache,
+    def logits(self, decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of each row, (rows, vocab), from the model's forward."""
+        outputs = self.model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=self.encoder_states),
+            attention_mask=self.source_mask,
+            decoder_input_ids=decoder_input_ids,
+            cache=self.cache,
+            use_cache=True,
             return_dict=True,
-        ).last_hidden_state
+        )
+        return outputs.logits[:, -1, :]
 
     def follow_beams(self, beam_idx: torch.Tensor) -> None:
+        """Row i continues the tokens of row beam_idx[i]: only the self-attention cache differs between beams."""
         self.cache.self_attention_cache.reorder_cache(beam_idx)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        self.cache.cross_attention_cache.reorder_cache(rows)
-        self.encoder_states = self.encoder_states[rows]
+        """Only these rows of the source go on (the beams of the sentences still decoding); the self-attention cache
+        is narrowed by the next `follow_beams`, whose indices are rows of this step's batch."""
+        self.cache.cross_attention_cache.batch_select_indices(rows)
+        self.encoder_states = self.encoder_states.index_select(0, rows)
         if self.source_mask is not None:
-            self.source_mask = self.source_mask[rows]
-
-
-def decoding_state(model, encoder_states: torch.Tensor, source_mask: torch.Tensor | None, num_beams: int):
-    """The state whose `step(input_ids)` gives the decoder's hidden states: plain tensors unless hooks watch."""
-    decoder = model.get_decoder()
-    watched = _decoder_is_watched(decoder) or decoder.training
-    return (ModuleDecodingState if watched else DecodingState)(decoder, encoder_states, source_mask, num_beams)
+            self.source_mask = self.source_mask.index_select(0, rows)
 
 
 @dataclasses.dataclass
@@ -363,14 +270,12 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
 
     sentences = torch.arange(rows // num_beams, device=device)  # which sentences the running rows belong to
     encoder_states = model_kwargs["encoder_outputs"].last_hidden_state  # (n * beams, S, d_model)
-    state = decoding_state(model, encoder_states, model_kwargs.get("attention_mask"), num_beams)
+    state = ForwardState(model, encoder_states, model_kwargs.get("attention_mask"), model_cache(model_kwargs))
     processors = list(logits_processor)
-    output_layer = _output_layer(model)
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
     while True:
-        hidden_states = state.step(decoder_input_ids)  # (n * beams, T, d_model)
-        logits = output_layer(hidden_states[:, -1, :]).to(dtype=torch.float32)  # (n * beams, vocab)
+        logits = state.logits(decoder_input_ids).to(dtype=torch.float32)  # (n * beams, vocab)
 
         n = sentences.shape[0]
         flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)

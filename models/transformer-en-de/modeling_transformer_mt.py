@@ -1,18 +1,22 @@
 """The Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), as a Hugging Face model.
 
-Reads bottom-up: sinusoidal positions (3.5) -> masks -> multi-head attention (3.2) -> position-wise feed-forward
-(3.3) -> encoder and decoder layers (3.1) -> pretrained base with weight init -> encoder, decoder -> the
-encoder-decoder model and the model with the tied output projection (3.4) that `generate()` drives.
+Reads bottom-up: sinusoidal positions (3.5) -> multi-head attention (3.2) -> position-wise feed-forward (3.3) ->
+encoder and decoder layers (3.1) -> pretrained base with weight init -> encoder, decoder -> the encoder-decoder model
+and the model with the tied output projection (3.4) that `generate()` drives.
 
-It keeps transformers' model contract (its common tests run in tests/test_transformers_common.py): attention through
-transformers' attention functions (SDPA by default, eager for attention weights), hidden states and attention weights
-recorded by hooks (`_can_record_outputs`) when asked for or set in the config, tuples with `return_dict=False`,
-`inputs_embeds`, and a plain cross-entropy `loss`.
+It keeps transformers' model contract (its common tests run in tests/test_transformers_common.py), the way
+transformers' own encoder-decoders (Marian, BART) keep it: attention through transformers' attention functions (SDPA
+by default, eager for attention weights) with masks from `masking_utils` (so a 4D mask of one's own passes through);
+keys and values in transformers' cache classes (`EncoderDecoderCache` over a `DynamicCache` or a `StaticCache`); a
+forward that `torch.compile(..., fullgraph=True)` traces whole; hidden states and attention weights recorded by hooks
+(`_can_record_outputs`); tuples with `return_dict=False`, `inputs_embeds`, and a plain cross-entropy `loss`. Every
+decoding step of every search runs this forward.
 
-This file imports only torch, transformers and its sibling configuration file, so a saved model folder carries it
-to the Hub and loads with `trust_remote_code=True`.
+This file imports only torch, transformers and its sibling files, so a saved model folder carries it to the Hub and
+loads with `trust_remote_code=True`.
 """
 
+import dataclasses
 import math
 
 import torch
@@ -21,7 +25,7 @@ from torch import nn
 from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -37,15 +41,15 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .beam_search import compact_beam_search, compact_search_covers
 from .configuration_transformer_mt import TransformerMTConfig
-from .length_bound import (
-    DEFAULT_OFFSET,
-    DEFAULT_RATIO,
-    SourceLengthBound,
-    generate_bound,
-    new_token_limits,
-    source_lengths,
-)
-from .linear_kernel import linear
+from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, generate_length_settings
+
+# transformers 5.0-5.2x name the cache `past_key_values` (in arguments and outputs); later 5.x name it `cache` and
+# pass it so from generate(). The model takes either and answers in the field its transformers has.
+CACHE_FIELD = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> torch.Tensor:
@@ -68,40 +72,18 @@ class SinusoidalPositionalEncoding(nn.Module):
         # Not persistent: it is a function of the config, so it is rebuilt (in `_init_weights`) rather than saved.
         self.register_buffer("table", sinusoidal_table(self.num_positions, self.d_model), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        if offset + length > self.num_positions:
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """The encodings of positions offset .. offset + length - 1: (T, d_model). `offset` (the tokens already in a
+        cache) is a tensor for a static cache, so that a compiled forward does not depend on its value."""
+        if not _is_compiling() and int(offset) + length > self.num_positions:
             raise ValueError(
-                f"Sequence of {offset + length} tokens is longer than this model's max_position_embeddings "
+                f"Sequence of {int(offset) + length} tokens is longer than this model's max_position_embeddings "
                 f"({self.num_positions}). Truncate the input (tokenizer(..., truncation=True)) or generate fewer "
                 f"tokens (max_new_tokens)."
             )
-        return self.table[offset : offset + length]  # (T, d_model)
-
-
-def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Mask out padding keys: (B, S) with 1 for real tokens -> (B, 1, 1, S) boolean, True where attending is allowed."""
-    if attention_mask is None:
-        return None
-    return attention_mask.bool()[:, None, None, :]
-
-
-def causal_mask(query_length: int, key_length: int, device: torch.device) -> torch.Tensor:
-    """Mask out subsequent positions: query i (the last `query_length` of `key_length` positions) sees keys <= i."""
-    offset = key_length - query_length  # tokens already in the cache
-    query_positions = torch.arange(query_length, device=device)[:, None] + offset
-    key_positions = torch.arange(key_length, device=device)[None, :]
-    return key_positions <= query_positions  # (T, S)
-
-
-def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Logical AND of broadcastable boolean masks, skipping absent ones."""
-    present = [mask for mask in masks if mask is not None]
-    if not present:
-        return None
-    combined = present[0]
-    for mask in present[1:]:
-        combined = combined & mask
-    return combined
+        if isinstance(offset, int):
+            return self.table[offset : offset + length]
+        return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 def eager_attention_forward(
@@ -138,23 +120,35 @@ def attention_function(implementation: str | None):
     return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
 
+def wants_attentions(config: TransformerMTConfig, kwargs: dict) -> bool:
+    """Whether this call records attention weights (the argument, else the config's)."""
+    output_attentions = kwargs.get("output_attentions")
+    return bool(config.output_attentions if output_attentions is None else output_attentions)
+
+
 class MultiHeadAttention(nn.Module):
     """softmax(QK^T / sqrt(d_k)) V over h heads, concatenated and projected by W_O; self- or cross-attention.
 
     The product itself runs in the configured attention implementation (`config._attn_implementation`): SDPA by
     default, or the written-out `eager_attention_forward`. Attention weights exist only in the eager path, so a call
-    that asks for them (`output_attentions`) runs eager whatever is configured.
+    that asks for them (`output_attentions`) runs eager whatever is configured (its masks are then never left out).
     """
 
-    is_causal = False  # every mask is passed explicitly (see `causal_mask`): SDPA must not add its own
-
-    def __init__(self, config: TransformerMTConfig, is_cross_attention: bool = False, layer_idx: int | None = None):
+    def __init__(
+        self,
+        config: TransformerMTConfig,
+        is_cross_attention: bool = False,
+        layer_idx: int | None = None,
+        is_causal: bool = False,
+    ):
         super().__init__()
         self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.d_model // config.num_attention_heads  # d_k = d_v = d_model / h
         self.scaling = self.head_dim**-0.5  # 1 / sqrt(d_k)
         self.is_cross_attention = is_cross_attention
+        # Read by SDPA when the mask was left out (no padding): the decoder's self-attention is causal.
+        self.is_causal = is_causal
         self.layer_idx = layer_idx
         self.attention_dropout = config.attention_dropout
         self.q_proj = nn.Linear(config.d_model, config.d_model)
@@ -167,24 +161,23 @@ class MultiHeadAttention(nn.Module):
         return states.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, h, T, d_k)
 
     def _keys_and_values(
-        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, past_key_values: Cache | None
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, cache: Cache | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_cross_attention:
-            keys = self._split_heads(linear(self.k_proj, hidden_states))
-            values = self._split_heads(linear(self.v_proj, hidden_states))
-            if past_key_values is not None:
-                cache = past_key_values.self_attention_cache
-                keys, values = cache.update(keys, values, self.layer_idx)  # (B, h, past + T, d_k)
+            keys = self._split_heads(self.k_proj(hidden_states))
+            values = self._split_heads(self.v_proj(hidden_states))
+            if cache is not None:
+                keys, values = cache.self_attention_cache.update(keys, values, self.layer_idx)  # (B, h, past+T, d_k)
             return keys, values
         # Cross-attention keys/values depend only on the encoder output: computed once per source, then reused.
-        if past_key_values is not None and past_key_values.is_updated.get(self.layer_idx):
-            layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
             return layer.keys, layer.values
-        keys = self._split_heads(linear(self.k_proj, key_value_states))  # (B, h, S, d_k)
-        values = self._split_heads(linear(self.v_proj, key_value_states))
-        if past_key_values is not None:
-            keys, values = past_key_values.cross_attention_cache.update(keys, values, self.layer_idx)
-            past_key_values.is_updated[self.layer_idx] = True
+        keys = self._split_heads(self.k_proj(key_value_states))  # (B, h, S, d_k)
+        values = self._split_heads(self.v_proj(key_value_states))
+        if cache is not None:
+            keys, values = cache.cross_attention_cache.update(keys, values, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
         return keys, values
 
     def forward(
@@ -192,26 +185,13 @@ class MultiHeadAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        queries = self._split_heads(linear(self.q_proj, hidden_states))  # (B, h, T, d_k)
-        keys, values = self._keys_and_values(hidden_states, key_value_states, past_key_values)  # (B, h, S, d_k)
-        output_attentions = kwargs.pop("output_attentions", None)
-        if output_attentions is None:
-            output_attentions = self.config.output_attentions
-        return self.attend(queries, keys, values, attention_mask, output_attentions, **kwargs)
-
-    def attend(
-        self,
-        queries: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attention product of projected heads, concatenated and projected by W_O: (B, T, d_model), weights."""
+        queries = self._split_heads(self.q_proj(hidden_states))  # (B, h, T, d_k)
+        keys, values = self._keys_and_values(hidden_states, key_value_states, cache)  # (B, h, S, d_k)
+        output_attentions = wants_attentions(self.config, kwargs)
+        kwargs.pop("output_attentions", None)
         attention_interface = attention_function(None if output_attentions else self.config._attn_implementation)
         context, weights = attention_interface(
             self,
@@ -224,7 +204,7 @@ class MultiHeadAttention(nn.Module):
             **kwargs,
         )  # (B, T, h, d_k)
         batch, length = context.shape[:2]
-        return linear(self.out_proj, context.reshape(batch, length, -1)), weights  # (B, T, h * d_k) -> (B, T, d_model)
+        return self.out_proj(context.reshape(batch, length, -1)), weights  # (B, T, h * d_k) -> (B, T, d_model)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -237,7 +217,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return linear(self.fc2, self.activation_dropout(F.relu(linear(self.fc1, hidden_states))))
+        return self.fc2(self.activation_dropout(F.relu(self.fc1(hidden_states))))
 
 
 class ResidualLayer(GradientCheckpointingLayer):
@@ -252,20 +232,12 @@ class ResidualLayer(GradientCheckpointingLayer):
         self.pre_norm = config.norm_placement == "pre"
         self.dropout = nn.Dropout(config.dropout)
 
-    # `step=True`: the decoding step (inference only) skips the dropout module (the identity) and calls the norm as a
-    # function, the same arithmetic without module calls, a few percent of a step at batch 1.
-    def sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm, step: bool = False) -> torch.Tensor:
-        if not self.pre_norm:
-            return hidden_states
-        return _layer_norm(norm, hidden_states) if step else norm(hidden_states)
+    def sublayer_input(self, hidden_states: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        return norm(hidden_states) if self.pre_norm else hidden_states
 
-    def add_and_norm(
-        self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm, step: bool = False
-    ) -> torch.Tensor:
-        hidden_states = residual + (sublayer_output if step else self.dropout(sublayer_output))
-        if self.pre_norm:
-            return hidden_states
-        return _layer_norm(norm, hidden_states) if step else norm(hidden_states)
+    def add_and_norm(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        hidden_states = residual + self.dropout(sublayer_output)
+        return hidden_states if self.pre_norm else norm(hidden_states)
 
 
 class EncoderLayer(ResidualLayer):
@@ -297,7 +269,7 @@ class DecoderLayer(ResidualLayer):
 
     def __init__(self, config: TransformerMTConfig, layer_idx: int):
         super().__init__(config)
-        self.self_attn = MultiHeadAttention(config, layer_idx=layer_idx)
+        self.self_attn = MultiHeadAttention(config, layer_idx=layer_idx, is_causal=True)
         self.self_attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.cross_attn = MultiHeadAttention(config, is_cross_attention=True, layer_idx=layer_idx)
         self.cross_attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -310,13 +282,13 @@ class DecoderLayer(ResidualLayer):
         encoder_hidden_states: torch.Tensor,
         self_attn_mask: torch.Tensor | None = None,
         cross_attn_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attended, _ = self.self_attn(
             self.sublayer_input(hidden_states, self.self_attn_norm),
             attention_mask=self_attn_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             **kwargs,
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm)
@@ -324,63 +296,12 @@ class DecoderLayer(ResidualLayer):
             self.sublayer_input(hidden_states, self.cross_attn_norm),
             key_value_states=encoder_hidden_states,
             attention_mask=cross_attn_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             **kwargs,
         )
         hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm)
         transformed = self.feed_forward(self.sublayer_input(hidden_states, self.feed_forward_norm))
         return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm)  # (B, T, d_model)
-
-    def step(self, hidden_states: torch.Tensor, state, masks: tuple, attend) -> torch.Tensor:
-        """`forward` in inference for incremental decoding, on the plain tensors of `state`: the same operations in
-        the same order (bit-identical), called as functions (see `TransformerMTDecoder.step`)."""
-        index, self_attention, cross_attention = self.self_attn.layer_idx, self.self_attn, self.cross_attn
-        self_attn_mask, cross_attn_mask = masks
-        attention_input = self.sublayer_input(hidden_states, self.self_attn_norm, step=True)
-        queries = self_attention._split_heads(linear(self_attention.q_proj, attention_input))  # (B, h, T, d_k)
-        keys, values = state.append(
-            index,
-            self_attention._split_heads(linear(self_attention.k_proj, attention_input)),
-            self_attention._split_heads(linear(self_attention.v_proj, attention_input)),
-        )  # (B, h, past + T, d_k)
-        attended = linear(self_attention.out_proj, attend(self_attention, queries, keys, values, self_attn_mask))
-        hidden_states = self.add_and_norm(hidden_states, attended, self.self_attn_norm, step=True)
-        attention_input = self.sublayer_input(hidden_states, self.cross_attn_norm, step=True)
-        queries = cross_attention._split_heads(linear(cross_attention.q_proj, attention_input))
-        context = attend(cross_attention, queries, state.cross_keys[index], state.cross_values[index], cross_attn_mask)
-        attended = linear(cross_attention.out_proj, context)
-        hidden_states = self.add_and_norm(hidden_states, attended, self.cross_attn_norm, step=True)
-        attention_input = self.sublayer_input(hidden_states, self.feed_forward_norm, step=True)
-        transformed = linear(self.feed_forward.fc2, F.relu(linear(self.feed_forward.fc1, attention_input)))
-        return self.add_and_norm(hidden_states, transformed, self.feed_forward_norm, step=True)  # (B, T, d_model)
-
-
-# The decoding step calls the norms' parameters through this function (and every linear layer through
-# `linear_kernel.linear`): the modules' own calls cost about as much as a small matrix product at batch 1. A module
-# replaced by another kind is called as it is.
-def _layer_norm(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    if type(module) is nn.LayerNorm:
-        return F.layer_norm(inputs, module.normalized_shape, module.weight, module.bias, module.eps)
-    return module(inputs)
-
-
-def step_attention(implementation: str | None):
-    """The attention product of a decoding step, (module, queries, keys, values, mask) -> context (B, T, d_model):
-    `MultiHeadAttention.attend` without the projection, the function chosen once per step."""
-
-    def sdpa(module, queries, keys, values, mask):
-        # What transformers' SDPA function computes for our modules (is_causal False: every mask is explicit).
-        context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=module.scaling)
-        return context.transpose(1, 2).flatten(2)  # (B, h, T, d_k) -> (B, T, h * d_k)
-
-    function = attention_function(implementation)
-
-    def other(module, queries, keys, values, mask):
-        context, _ = function(module, queries, keys, values, mask, dropout=0.0, scaling=module.scaling)
-        return context.flatten(2)  # (B, T, h, d_k) -> (B, T, h * d_k)
-
-    # transformers' own SDPA function, unless someone registered another under its name.
-    return sdpa if implementation == "sdpa" and function is sdpa_attention_forward else other
 
 
 class TransformerMTPreTrainedModel(PreTrainedModel):
@@ -395,6 +316,8 @@ class TransformerMTPreTrainedModel(PreTrainedModel):
     # Attention runs through transformers' attention functions: SDPA by default, eager on request (and whenever
     # attention weights are asked for). Flash and flex attention need masks in their own formats: not offered.
     _supports_sdpa = True
+    # No data-dependent branch in the forward: it compiles whole, and generate() may use a static cache with it.
+    _can_compile_fullgraph = True
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -419,7 +342,7 @@ def embed(
     module: "TransformerMTEncoder | TransformerMTDecoder",
     input_ids: torch.LongTensor | None,
     inputs_embeds: torch.Tensor | None,
-    offset: int = 0,
+    offset: int | torch.Tensor = 0,
 ) -> torch.Tensor:
     """Token embeddings (looked up, or given as `inputs_embeds`) times sqrt(d_model), plus positions (section 3.4)."""
     if (input_ids is None) == (inputs_embeds is None):
@@ -466,9 +389,15 @@ class TransformerMTEncoder(TransformerMTPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """`output_hidden_states` / `output_attentions` (arguments, else the config's) are recorded by hooks on the
-        layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple."""
+        layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple. `attention_mask`: (B, S)
+        with 1 for real tokens, or a 4D mask of one's own."""
         hidden_states = embed(self, input_ids, inputs_embeds)  # (B, S, d_model)
-        mask = padding_mask(attention_mask)  # (B, 1, 1, S)
+        mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            allow_is_bidirectional_skip=not wants_attentions(self.config, kwargs),
+        )
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
         if self.final_norm is not None:
@@ -510,57 +439,50 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """Reads the target so far (all of it, or the tokens after those in `past_key_values`, which it extends)."""
-        kwargs.pop("use_cache", None)  # the caller decides by passing a cache or not
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden_states = embed(self, input_ids, inputs_embeds, offset=past_length)  # (B, T, d_model)
+        """Reads the target so far (all of it, or the tokens after those in `cache`, which it extends).
 
-        query_length = hidden_states.shape[1]
-        key_length = past_length + query_length
-        # One new token may see everything cached: no causal mask needed (and SDPA runs unmasked).
-        future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None  # (T, S)
-        self_attn_mask = combine_masks(future, padding_mask(attention_mask))  # (B, 1, T, S)
-        cross_attn_mask = padding_mask(encoder_attention_mask)  # (B, 1, 1, S_src)
+        `attention_mask` is over the cached and new target tokens, (B, past + T), or a 4D mask of one's own;
+        `past_key_values` is the cache's name in transformers before 5.3.
+        """
+        kwargs.pop("use_cache", None)  # the caller decides by passing a cache or not
+        cache = cache if cache is not None else past_key_values
+        past_length = cache.get_seq_length() if cache is not None else 0  # a tensor for a static cache
+        hidden_states = embed(self, input_ids, inputs_embeds, offset=past_length)  # (B, T, d_model)
+        batch, query_length = hidden_states.shape[:2]
+        if attention_mask is None and not _is_compiling():
+            attention_mask = torch.ones(batch, past_length + query_length, device=hidden_states.device)
+        keep_masks = wants_attentions(self.config, kwargs)  # eager attention: no mask may be left out
+        self_attn_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            cache=cache.self_attention_cache if cache is not None else None,
+            allow_is_causal_skip=not keep_masks,
+        )
+        cross_attn_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=not keep_masks,
+        )
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
                 encoder_hidden_states,  # positional: gradient checkpointing passes it on
                 self_attn_mask=self_attn_mask,
                 cross_attn_mask=cross_attn_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
-
-    def step(self, input_ids: torch.LongTensor, state) -> torch.Tensor:
-        """The hidden states of `input_ids` (the prompt, then one token per row) after the tokens `state` holds.
-
-        `forward`'s arithmetic, call for call, for the one case beam search needs (`beam_search.DecodingState`):
-        inference, nothing recorded, keys and values kept as plain tensors in `state`, which this extends, the
-        layers' parameters used through functions. At batch 1 the machinery around that arithmetic in the module
-        path (the cache object, output recording, keyword plumbing, module calls) is about a quarter of a step. No
-        hooks run: the search calls the decoder module when any are registered.
-        """
-        hidden_states = embed(self, input_ids, None, offset=state.length)  # (B, T, d_model)
-        query_length = hidden_states.shape[1]
-        key_length = state.length + query_length
-        future = causal_mask(query_length, key_length, hidden_states.device) if query_length > 1 else None
-        masks = (future, padding_mask(state.source_mask))  # (T, S) or None; (B, 1, 1, S_src)
-        attend = step_attention(self.config._attn_implementation)
-        for layer in self.layers:
-            hidden_states = layer.step(hidden_states, state, masks, attend)
-        state.length = key_length
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-        return hidden_states  # (B, T, d_model)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_FIELD: cache})
 
 
 class TransformerMTModel(TransformerMTPreTrainedModel):
@@ -602,18 +524,21 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        """`output_attentions`, `output_hidden_states` and `return_dict` fall back to the config's when not given."""
+        """`output_attentions`, `output_hidden_states` and `return_dict` fall back to the config's when not given.
+        `past_key_values` is the cache's name in transformers before 5.3."""
+        cache = cache if cache is not None else past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         if not use_cache:
-            past_key_values = None
+            cache = None
 
         if encoder_outputs is None:
             if input_ids is None and inputs_embeds is None:
@@ -631,20 +556,20 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
             encoder_outputs.last_hidden_state,
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             return_dict=True,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
+            **{CACHE_FIELD: cache},
         )
 
 
@@ -685,8 +610,8 @@ def set_translation_defaults(generation_config, config: TransformerMTConfig) -> 
     What a trained model ships in its `generation_config.json` (train.py and average_checkpoints.py set it): a model
     built from a bare config decodes as any transformers model does (greedy, transformers' defaults).
     `max_new_tokens_ratio` and `max_new_tokens_offset` bound every sentence of a batch on its own: at most
-    `ratio * (source tokens) + offset` new tokens, `</s>` included (see `length_bound.py`); `max_new_tokens` caps them
-    all, as it caps any transformers model (it ends decoding, it forces no `</s>`).
+    `ratio * (source tokens) + offset` new tokens, `</s>` included (see `length_bound.py`). They are defaults: a
+    caller's `max_new_tokens`, `max_length`, `min_new_tokens` or `min_length` replaces the bound.
     """
     # A config derived from the model config drops unknown fields (the bound's) when it is loaded back: this one is
     # the model's own generation config.
@@ -743,39 +668,27 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
     def get_decoder(self, modality=None):
         return self.model.decoder
 
-    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` with the per-sentence length bound of the generation config.
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`; a folder saved with its code (the class registered for the Auto classes)
+        also lists the bare encoder-decoder in `auto_map`, so that `AutoModel` loads it with `trust_remote_code`."""
+        if self._auto_class is not None:
+            auto_map = dict(getattr(self.config, "auto_map", None) or {})
+            auto_map.setdefault("AutoModel", f"{type(self).__module__.split('.')[-1]}.{TransformerMTModel.__name__}")
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
-        `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off
-        (a generation config without them, as a bare config's, has none). The bound forces `</s>` when a sentence
-        reaches its own limit; `max_new_tokens` and `max_length` only end decoding, as in any transformers model.
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """`GenerationMixin.generate` with the per-sentence length bound of the generation config as its default.
+
+        `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off.
+        A length the caller passes (`max_new_tokens`, `max_length`, `min_new_tokens`, `min_length`) replaces the
+        bound unless the call also passes a ratio (`length_bound.generate_length_settings`).
         """
         config = generation_config if generation_config is not None else self.generation_config
-        ratio, offset = generate_bound(config, kwargs)
-        # A caller's max_length (e.g. Seq2SeqTrainer's generation_max_length) replaces the default max_new_tokens
-        # instead of being overridden by it.
-        if kwargs.get("max_length") is not None and "max_new_tokens" not in kwargs:
-            kwargs["max_new_tokens"] = None
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        if ratio is not None and input_ids is not None:
-            if kwargs.get("max_new_tokens") is not None:
-                cap = kwargs["max_new_tokens"]
-            elif kwargs.get("max_length") is not None:
-                cap = kwargs.pop("max_length") - 1  # the decoder start token takes one position
-            else:
-                cap = config.max_new_tokens
-            lengths = source_lengths(input_ids, kwargs.get("attention_mask"), self.config.pad_token_id)
-            limits = new_token_limits(lengths, ratio, offset)
-            # The batch ends with its longest allowed sentence, or at the cap: the cap cuts, it forces no </s>.
-            longest = int(limits.max())
-            kwargs["max_new_tokens"] = longest if cap is None else min(longest, int(cap))
-            eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)  # the caller's end token wins
-            if isinstance(eos_token_id, (list, tuple)):
-                eos_token_id = eos_token_id[0]
-            if eos_token_id is not None:
-                logits_processor = LogitsProcessorList(
-                    [*(logits_processor or []), SourceLengthBound(limits, eos_token_id)]
-                )
+        bound = generate_length_settings(config, kwargs, input_ids, self.config.pad_token_id)
+        if bound is not None:
+            logits_processor = LogitsProcessorList([*(logits_processor or []), bound])
         return super().generate(
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
@@ -805,15 +718,17 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        """With `labels`: `loss` is their cross-entropy (no smoothing: see `label_smoothed_cross_entropy`)."""
+        """With `labels`: `loss` is their cross-entropy (no smoothing: see `label_smoothed_cross_entropy`).
+        `past_key_values` is the cache's name in transformers before 5.3."""
         if labels is not None:
             use_cache = False  # training and scoring read the whole target at once
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -824,27 +739,27 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache if cache is not None else past_key_values,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             return_dict=True,
             **kwargs,
         )
-        logits = linear(self.lm_head, outputs.last_hidden_state)  # (B, T, vocab_size)
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, vocab_size)
         loss = None
         if labels is not None:
             loss = label_smoothed_cross_entropy(logits, labels, 0.0, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
         )
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 # Emoji and rare scripts are missing from matplotlib's default font; their labels show as boxes, which is enough.
@@ -17,6 +18,7 @@ class AttentionMap:
     source_tokens: list[str]
     generated_tokens: list[str]
     description: str  # which layer(s) and heads were averaged
+    special_tokens: frozenset[str] = frozenset()  # labels of the tokenizer's special tokens (</s>, <pad>, ...)
 
 
 def token_labels(tokenizer, ids: list[int]) -> list[str]:
@@ -63,22 +65,62 @@ def cross_attention_map(
         source_tokens=token_labels(tokenizer, source_ids),
         generated_tokens=token_labels(tokenizer, generated_ids[1:]),
         description=description,
+        special_tokens=frozenset(tokenizer.all_special_tokens),
     )
 
 
+TITLE_SHARE = 0.94  # of the figure's width: the title's lines keep a margin at either edge
+
+
 def plot_attention(attention: AttentionMap, title: str) -> Figure:
-    """Heatmap with source tokens down the side and generated tokens along the bottom."""
-    source_count, generated_count = attention.weights.shape
+    """Heatmap with source tokens down the side and generated tokens along the bottom; the special tokens (`</s>`, ...)
+    are left out, and the title is wrapped to the figure's width."""
+    rows = shown(attention.source_tokens, attention.special_tokens)
+    columns = shown(attention.generated_tokens, attention.special_tokens)
+    # An empty translation (nothing but `</s>`) keeps its cells, unlabelled, rather than drawing an empty plot.
+    weights = attention.weights[np.ix_(rows or range(len(attention.source_tokens)),
+                                       columns or range(len(attention.generated_tokens)))]
     # About a quarter inch per token, within what a half-page panel shows legibly.
-    width = min(2.5 + 0.25 * generated_count, 12.0)
-    height = min(1.5 + 0.25 * source_count, 10.0)
+    width = min(2.5 + 0.25 * weights.shape[1], 12.0)
+    height = min(1.5 + 0.25 * weights.shape[0], 10.0)
     figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    canvas = FigureCanvasAgg(figure)  # a renderer to measure the title with (gradio saves the figure as PNG anyway)
     axes = figure.add_subplot()
-    image = axes.imshow(attention.weights, aspect="auto", cmap="viridis", vmin=0.0)
-    axes.set_xticks(range(generated_count), attention.generated_tokens, rotation=90, fontsize=8)
-    axes.set_yticks(range(source_count), attention.source_tokens, fontsize=8)
-    axes.set_xlabel("generated tokens")
+    image = axes.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
+    axes.set_xticks(range(len(columns)), [attention.generated_tokens[i] for i in columns], rotation=90, fontsize=8)
+    axes.set_yticks(range(len(rows)), [attention.source_tokens[i] for i in rows], fontsize=8)
+    axes.set_xlabel("generated tokens" if columns else "generated tokens: none (an empty translation)")
     axes.set_ylabel("source tokens")
-    axes.set_title(f"{title}: {attention.description}", fontsize=10)
+    heading, renderer, room = figure.suptitle("", fontsize=10), canvas.get_renderer(), TITLE_SHARE * figure.bbox.width
+    lines = wrapped(heading, renderer, room, f"{title}: {attention.description}")
+    if len(lines) > 1:  # the model's name on a line of its own, then what was averaged
+        lines = wrapped(heading, renderer, room, f"{title}:") + wrapped(heading, renderer, room, attention.description)
+    heading.set_text("\n".join(lines))
     figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02)
     return figure
+
+
+def shown(labels: list[str], special: frozenset[str]) -> list[int]:
+    """The positions of the labels that are not special tokens."""
+    return [index for index, label in enumerate(labels) if label not in special]
+
+
+def wrapped(artist, renderer, width: float, text: str) -> list[str]:
+    """The text's words in lines no wider than `width` pixels as `artist` (a matplotlib Text) draws them; a word wider
+    than that is cut across lines."""
+
+    def fits(line: str) -> bool:
+        artist.set_text(line)
+        return artist.get_window_extent(renderer).width <= width
+
+    lines: list[str] = []
+    for word in text.split():
+        if lines and fits(f"{lines[-1]} {word}"):
+            lines[-1] = f"{lines[-1]} {word}"
+            continue
+        while not fits(word) and len(word) > 1:  # the longest head of the word that fits takes a line of its own
+            cut = next(end for end in range(len(word) - 1, 0, -1) if fits(word[:end]) or end == 1)
+            lines.append(word[:cut])
+            word = word[cut:]
+        lines.append(word)
+    return lines

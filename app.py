@@ -16,8 +16,11 @@ first; only a few heavy ones run at once and more are refused at once. Every fie
 is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
 full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
 model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address,
-such as a Space's) adds a limit of one heavy request per address. TRANSFORMER_MT_FAIR_SCHEDULING=0 turns admission and
-turns off (every request runs at once, two at a time), for benchmarks/heavy_visitors.py's "fairness off".
+such as a Space's) adds a limit of one heavy request per address. No raw client can turn the server against a visitor
+(`guard.py`, `uploads.py`): a raw API call runs only once its results are read, new sessions are admitted at a bounded
+rate, a session has a few calls in flight at most, uploads have a quota per address and overall and a lifetime, and a
+call the page has no event for is answered in one line. `--backend torch|ctranslate2|auto` and `--int8` choose what
+decodes (each panel says which).
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)
@@ -38,24 +41,20 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
+import uvicorn  # noqa: E402
 from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
-from starlette.middleware import Middleware  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
-from transformer_en_de.app.guard import (  # noqa: E402
-    Readers,
-    RequestGuard,
-    client_address,
-    forget_inputs,
-    stop_unread_work,
-)
+from transformer_en_de.app.guard import Gate, RequestGuard, client_address, scope_address, stop_unread_work  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
+from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
+    NO_PRETRAINED,
     attention_state,
     available,
     format_details,
@@ -70,6 +69,7 @@ from transformer_en_de.app.translators import (  # noqa: E402
     load_our_translator,
     parse_model_list,
 )
+from transformer_en_de.app.uploads import UploadQuota  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"
@@ -93,9 +93,10 @@ INTRO = """# English → German: our Transformer beside pretrained models
 Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on **29,000 English
 descriptions of photos** and their German translations (Multi30k): *"Two dogs are playing in the snow."* It translates
 sentences like those well, and little else: on everyday sentences (try the last example) it writes fluent nonsense, and
-its **confidence** (how probable the model finds its own words) drops; the page then says so. The pretrained models
-beside it learned from millions of sentences of every kind. Every model translates the same input with the same
-settings, through the same code."""
+its **confidence** (how probable the model finds its own words, and how much the English reads like a photo
+description) drops; the page then says so. {comparison} Every model translates the same input with the same settings,
+through the same code."""
+WITH_PRETRAINED = "The pretrained models beside it learned from millions of sentences of every kind."
 
 # At phone width: the input boxes stack, the examples' text wraps instead of being cut, a dropdown's text stays clear
 # of its arrow, wide tables scroll inside their box.
@@ -150,6 +151,13 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         help="pretrained models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
         f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
     )
+    parser.add_argument(
+        "--backend",
+        choices=["auto", "torch", "ctranslate2"],
+        default=os.environ.get("TRANSFORMER_MT_BACKEND", "auto"),
+        help="what decodes: PyTorch, CTranslate2, or auto (CTranslate2 where installed; env TRANSFORMER_MT_BACKEND)",
+    )
+    parser.add_argument("--int8", action="store_true", help="CTranslate2 with int8 weights")
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
     parser.add_argument(
@@ -171,19 +179,25 @@ def uploaded_path(payload) -> str | None:
     return None
 
 
-def launch_options(
-    demo: gr.Blocks, host: str | None = None, port: int | None = None, limits: Limits = Limits()
-) -> dict:
-    """demo.launch() settings: the upload cap is enforced by the server while the upload streams in, every other body
-    by `RequestGuard` before it is read; sessions kept in memory are bounded (each holds only what its page shows)."""
-    guard = Middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, readers=demo.readers)
-    return dict(
-        server_name=host,
-        server_port=port,
-        max_file_size=limits.max_file_bytes,
-        app_kwargs={"middleware": [guard]},
-        css=demo.page_css,
-        state_session_capacity=limits.sessions_kept,
+def build_app_server(app: "TranslationApp", host: str | None = None, port: int | None = None) -> uvicorn.Server:
+    """The server for the page: the HTTP front (`RequestGuard`) first in line, the upload cap enforced while an upload
+    streams in, sessions kept in memory bounded, connections bounded (`server.py`). The host and port default to
+    Gradio's (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as a Space sets them)."""
+    limits = app.limits
+    front = dict(
+        max_body_bytes=limits.max_body_bytes,
+        demo=app.demo,
+        gate=app.gate,
+        uploads=app.uploads,
+        address=lambda scope: scope_address(scope, app.trust_forwarded_for),
+    )
+    return build_server(
+        app.demo,
+        front=(RequestGuard, front),
+        limits=limits,
+        css=page_css(app.systems),
+        host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
     )
 
 
@@ -197,31 +211,30 @@ class TranslationApp:
         comparison_model_ids: list[str] | None,
         *,
         limits: Limits,
-        fair: bool,
         trust_forwarded_for: bool,
         comparison_path: Path,
+        backend: str = "auto",
+        int8: bool = False,
     ):
         self.limits, self.trust_forwarded_for, self.comparison_path = limits, trust_forwarded_for, comparison_path
+        self.gate, self.uploads = Gate(limits), UploadQuota(limits)
         self.scheduler = FairScheduler(
-            fair=fair,
             heavy_jobs=limits.heavy_jobs,
             heavy_jobs_per_address=limits.heavy_jobs_per_address,
             ordinary_seconds=limits.ordinary_cpu_seconds,
         )
-        self.ours = load_our_translator(resolve_model(model_id), on_load=self.take_turns)
-        ids = list(comparison_model_ids or [])
+        engine = dict(on_load=self.take_turns, backend=backend, int8=int8)
+        self.ours = load_our_translator(resolve_model(model_id), **engine)
+        ids = parse_model_list(comparison_model_ids)
         self.comparisons = [
-            BackgroundTranslator(i, name, on_load=self.take_turns)
-            for i, name in zip(ids, comparison_names(ids), strict=True)
+            BackgroundTranslator(i, name, **engine) for i, name in zip(ids, comparison_names(ids), strict=True)
         ]
         self.systems = [self.ours, *self.comparisons]
-        self.demo: gr.Blocks | None = None  # the page, once built: its sessions keep the inputs `forget_inputs` drops
+        self.demo: gr.Blocks | None = None  # the page, once built
         # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
         # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
         # and answers in one line, where Gradio's own check would log a traceback for each.
-        self.compute = dict(
-            concurrency_id="translation", concurrency_limit=limits.concurrent_jobs if fair else 2, preprocess=False
-        )
+        self.compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs, preprocess=False)
 
     def take_turns(self, model) -> None:
         # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
@@ -248,8 +261,8 @@ class TranslationApp:
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
-        result = translate_text(text, decoding, num_beams, max_new_tokens, reference, **self.context(request))
-        forget_inputs(self.demo, request.session_hash, "translate")
+        with self.gate.serving(request.session_hash):
+            result = translate_text(text, decoding, num_beams, max_new_tokens, reference, **self.context(request))
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
@@ -262,14 +275,18 @@ class TranslationApp:
         Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
         reference file with the same number of lines is given, corpus BLEU and chrF.
         """
-        result = translate_file(
-            uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
-            output_dir=get_upload_folder(), progress=progress, **self.context(request),
-        )  # fmt: skip
-        forget_inputs(self.demo, request.session_hash, "translate_file")
+        with self.gate.serving(request.session_hash):
+            result = translate_file(
+                uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
+                output_dir=get_upload_folder(), progress=progress, **self.context(request),
+            )  # fmt: skip
         return result.path, result.summary, result.preview
 
     def draw_heatmaps(self, state, sentence_index, layer_index, request: gr.Request):
+        with self.gate.serving(request.session_hash):
+            return self.heatmap_figures(state, sentence_index, layer_index, request.session_hash)
+
+    def heatmap_figures(self, state, sentence_index, layer_index, session: str | None) -> list:
         figures = [None] * len(self.systems)
         if not state:
             return figures
@@ -279,7 +296,7 @@ class TranslationApp:
         except (TypeError, ValueError, OverflowError):
             index, layer = 0, None
         try:
-            with self.scheduler.job(request.session_hash, self.limits.text.seconds, exclusive=False):
+            with self.scheduler.job(session, self.limits.text.seconds, exclusive=False):
                 for number, (system, ids) in enumerate(zip(self.systems, state["systems"], strict=True)):
                     translator, _ = available(system)
                     if translator is None or ids is None or ids["source"][index] is None:
@@ -306,14 +323,23 @@ class TranslationApp:
         return summary, markdown_table(rows)
 
     def status(self):
-        """Each comparison model's loading state, and the requests in progress, as Markdown lines."""
-        return "\n\n".join([model.status() for model in self.comparisons] + [self.scheduler.describe()])
+        """Each comparison model's loading state, what decodes, and the requests in progress, as Markdown lines."""
+        lines = [model.status() for model in self.comparisons]
+        lines.append(f"Our model decodes with {getattr(self.ours, 'backend_name', 'PyTorch')}.")
+        return "\n\n".join(lines + [self.scheduler.describe()])
+
+    def intro(self):
+        """The page's introduction: the advice to compare with a pretrained model only while one is on the page."""
+        ready = any(model.translator is not None for model in self.comparisons)
+        loading = any(not model.done for model in self.comparisons)
+        return INTRO.format(comparison=WITH_PRETRAINED if ready or loading else NO_PRETRAINED)
 
     def poll_models(self):
         """Each comparison model's line; a model that cannot be loaded keeps only its line (no empty boxes)."""
         shown = [gr.update(visible=not model.failed) for model in self.comparisons]
         statuses = [model.status() for model in self.comparisons]
-        return (*statuses, *shown, *shown, gr.Timer(active=not all(model.done for model in self.comparisons)))
+        done = all(model.done for model in self.comparisons)
+        return (*statuses, *shown, *shown, self.intro(), gr.Timer(active=not done))
 
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):
@@ -323,26 +349,27 @@ class TranslationApp:
 # ------------------------------------------------------------------------------------------------------------ the page
 
 
-def build_demo(
+def build_app(
     model_id: str = DEFAULT_MODEL,
     comparison_model_ids: list[str] | None = None,
     *,
     limits: Limits = Limits(),
-    fair: bool = True,
     trust_forwarded_for: bool = False,
     comparison_path: Path = COMPARISON_PATH,
-) -> gr.Blocks:
-    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page."""
+    backend: str = "auto",
+    int8: bool = False,
+) -> TranslationApp:
+    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`)."""
     app = TranslationApp(
-        model_id, comparison_model_ids, limits=limits, fair=fair, trust_forwarded_for=trust_forwarded_for,
-        comparison_path=comparison_path,
+        model_id, comparison_model_ids, limits=limits, trust_forwarded_for=trust_forwarded_for,
+        comparison_path=comparison_path, backend=backend, int8=int8,
     )  # fmt: skip
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
-        gr.Markdown(INTRO)
+        intro = gr.Markdown(app.intro())
         controls = decoding_controls(app)
         with gr.Tabs():
             with gr.Tab("Translate"):
-                translate_tab(app, controls)
+                translate_tab(app, controls, intro)
             with gr.Tab("File"):
                 file_tab(app, controls)
             with gr.Tab("Corpus comparison"):
@@ -353,14 +380,12 @@ def build_demo(
         demo.load(app.comparison, None, [notes, table], api_name="comparison", queue=False)
         demo.load(app.status, None, status, api_name="status", queue=False)
         demo.unload(app.cancel_visitor)  # a closed page cancels its request (at its next decoder step)
-    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
-    demo.queue(max_size=limits.queue_size, api_open=False)
-    demo.page_css = page_css(app.systems)  # for launch_options: Gradio 6 takes the CSS at launch
-    demo.readers = Readers()  # RequestGuard counts the result streams being read; the watcher stops unread work
+    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed. No
+    # max_size: what waits is bounded at the HTTP front (guard.py), per session and by new sessions admitted.
+    demo.queue(max_size=None, api_open=False)
     app.demo = demo
-    if fair:
-        stop_unread_work(demo, app.scheduler, demo.readers, grace=limits.unread_grace_seconds)
-    return demo
+    stop_unread_work(app.scheduler, app.gate.readers, grace=limits.unread_grace_seconds)
+    return app
 
 
 def decoding_controls(app: TranslationApp) -> list:
@@ -377,7 +402,7 @@ def decoding_controls(app: TranslationApp) -> list:
         ]
 
 
-def translate_tab(app: TranslationApp, controls: list) -> None:
+def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> None:
     """Text in, a panel per model, the examples, then the cross-attention heatmaps."""
     with gr.Row():  # side by side on a wide screen, one above the other on a phone
         text = gr.Textbox(
@@ -401,12 +426,12 @@ def translate_tab(app: TranslationApp, controls: list) -> None:
     sentence, layer, plots = heatmaps(app, attention)
     button.click(
         app.translate, [text, *controls, reference], [*panels, notice, attention], api_name="translate", **app.compute
-    ).then(app.refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private")
+    ).then(app.refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private", **app.compute)
     timer = gr.Timer(1.0, active=bool(app.comparisons))
     timer.tick(
         app.poll_models,
         None,
-        [*statuses, *columns, *plots[1:], timer],
+        [*statuses, *columns, *plots[1:], intro, timer],
         api_visibility="private",
         queue=False,
         show_progress="hidden",
@@ -455,7 +480,7 @@ def heatmaps(app: TranslationApp, attention: gr.State) -> tuple:
             for number, system in enumerate(app.systems)
         ]
     for control in (sentence, layer):
-        control.input(app.draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private")
+        control.input(app.draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private", **app.compute)
     return sentence, layer, plots
 
 
@@ -500,14 +525,16 @@ def page_css(systems: list) -> str:
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])
 try:
-    demo = build_demo(
+    APP = build_app(
         OPTIONS.model,
         OPTIONS.comparison_models,
-        fair=os.environ.get("TRANSFORMER_MT_FAIR_SCHEDULING", "1") != "0",
         trust_forwarded_for=OPTIONS.trust_forwarded_for,
+        backend=OPTIONS.backend,
+        int8=OPTIONS.int8,
     )
 except ModelUnavailableError as error:
     sys.exit(f"app.py: {error}")
+demo = APP.demo
 
 if __name__ == "__main__":
-    demo.launch(**launch_options(demo, OPTIONS.host, OPTIONS.port))
+    build_app_server(APP, OPTIONS.host, OPTIONS.port).run()

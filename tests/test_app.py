@@ -2,6 +2,7 @@
 engine, budgets, turns on the CPU, bad input, files, heatmaps, comparison models offline, the corpus table."""
 
 import csv
+import functools
 import io
 import json
 import threading
@@ -17,7 +18,7 @@ from tiny_models import T5_PREFIX, build_tiny_t5
 from transformers import GenerationConfig
 
 from transformer_en_de import engine, evaluation
-from transformer_en_de.app import corpus_report, files, limits, text_checks, translation, translators
+from transformer_en_de.app import corpus_report, files, limits, out_of_depth, text_checks, translation, translators
 from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
@@ -380,6 +381,37 @@ def test_ordinary_requests_go_first_shortest_work_first():
     assert order == ["short ordinary", "long ordinary", "heavy"]
 
 
+AGING = 0.3
+
+
+def test_no_admitted_request_starves_behind_a_stream_of_shorter_ones():
+    # A stream of tiny requests, each shorter than the waiting one, would keep it waiting for ever under "shortest
+    # remaining work first"; past `aging_seconds` of waiting it goes first.
+    scheduler = FairScheduler(aging_seconds=AGING)
+    stop, waited = threading.Event(), []
+
+    def stream(session):
+        while not stop.is_set():
+            with scheduler.job(session, 60, work=0.01):
+                for _ in range(3):
+                    time.sleep(0.01)
+                    scheduler.checkpoint()
+
+    flood = [threading.Thread(target=stream, args=(f"tiny {n}",)) for n in range(4)]
+    for thread in flood:
+        thread.start()
+    time.sleep(0.1)
+    asked = time.monotonic()
+    with scheduler.job("visitor", 60, work=0.5) as job:
+        waited.append(time.monotonic() - asked)
+        assert job.lane == 0  # an ordinary request
+    stop.set()
+    for thread in flood:
+        thread.join()
+
+    assert waited[0] < AGING + 0.5  # its aging time, and a slice of the job running then
+
+
 def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_between_batches():
     scheduler = FairScheduler()
     with scheduler.job("gone", 60):
@@ -465,15 +497,19 @@ def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
     assert result.path.startswith(str(tmp_path / "cache"))
     with open(result.path, encoding="utf-8", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t"))
-    assert rows[0] == ["line", "source", ours.name, marian.name, t5.name, "reference"]
-    assert rows[2][2:5] == ["", "", ""]  # a blank line stays blank, so lines keep pairing up
+    assert rows[0] == ["line", "source", ours.name, marian.name, t5.name, f"{ours.name} confidence", "reference"]
+    assert rows[2][2:6] == ["", "", "", ""]  # a blank line stays blank, so lines keep pairing up
+    assert all(row[5].rstrip("%").isdigit() or "⚠" in row[5] for row in rows[1:] if row[1])
+    flagged = sum("⚠" in row[5] for row in rows[1:])
+    assert f"{ours.name}: {flagged} of 3 sentences flagged as out of its depth" in result.summary
+    assert (" ⚠ " in result.preview) == bool(flagged)
     settings = DecodingSettings(num_beams=1, max_new_tokens=8, batch_size=LIMITS.batch_size)
     for column, translator in zip((2, 3, 4), (ours, marian, t5), strict=True):
         translations = [row[column] for row in rows[1:]]
         filled = [row[1] for row in rows[1:] if row[1]]
         expected = translate(translator.model, translator.tokenizer, filled, settings).texts
         assert [row[column] for row in rows[1:] if row[1]] == expected
-        assert result.scores[translator.name] == evaluation.corpus_scores(translations, [row[5] for row in rows[1:]])
+        assert result.scores[translator.name] == evaluation.corpus_scores(translations, [row[6] for row in rows[1:]])
     assert steps[-1] == (3 * 3, 3 * 3)
 
 
@@ -544,7 +580,8 @@ def test_cross_attention_map_is_source_by_generated(ours, marian, t5, layer):
         expected = f"mean of {layers} layers" if layer is None else f"layer {min(layer, layers - 1) + 1} of {layers}"
         assert attention.description.startswith(expected)
         axes = plot_attention(attention, translator.name).axes[0]
-        assert [label.get_text() for label in axes.get_yticklabels()] == attention.source_tokens
+        shown = [token for token in attention.source_tokens if token not in attention.special_tokens]
+        assert [label.get_text() for label in axes.get_yticklabels()] == shown  # </s> is not shown
         assert isinstance(axes.figure, Figure)
 
 
@@ -708,12 +745,15 @@ def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, 
 
     for output in result.outputs:
         assert "**Confidence per sentence**" in translation.format_details(output) and len(output.confidences) == 2
-    # The tiny models are random: every sentence is below the threshold, but only ours carries the note.
-    assert "our model learned German from 29,000 descriptions of photos" in translation.format_details(
-        result.outputs[0]
-    )
+    # The tiny models are random: every sentence is flagged, but only ours carries the note, and it advises trusting
+    # the pretrained model only where one translated beside it.
+    ours_details = translation.format_details(result.outputs[0])
+    assert "Our model learned German from 29,000 descriptions of photos" in ours_details
+    assert translation.TRUST_PRETRAINED in ours_details and "**Backend** PyTorch" in ours_details
     assert "descriptions of photos" not in translation.format_details(result.outputs[1])
-    monkeypatch.setattr(translation, "LOW_CONFIDENCE", 0.0)
+    alone = translation.format_details(text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[]).outputs[0])
+    assert translation.NO_PRETRAINED in alone and translation.TRUST_PRETRAINED not in alone
+    monkeypatch.setattr(translation, "check_depth", functools.partial(out_of_depth.check_depth, low_score=0.0))
     calm = text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[])
     assert "descriptions of photos" not in translation.format_details(calm.outputs[0])
     assert "**Confidence** " in translation.format_details(calm.outputs[0])
@@ -735,3 +775,30 @@ def test_a_client_address_only_where_the_operator_trusts_the_proxy():
     assert client_address(request(b"198.51.100.1, 203.0.113.7"), trust_forwarded_for=True) == "203.0.113.7"
     assert client_address(request(None), trust_forwarded_for=True) == "10.0.0.9"
     assert client_address(request(b"203.0.113.7"), trust_forwarded_for=False) is None  # loopback or a proxy: shared
+
+
+def test_a_tsv_that_cannot_be_written_is_one_line_before_anything_is_translated(ours, tmp_path):
+    source = write(tmp_path / "source.en", "A dog runs in the park.\nThe cat sleeps.\n")
+    blocked = write(tmp_path / "not-a-folder", "")  # where the TSV's folder would go: a file
+    steps = []
+
+    result = translate_file(
+        source, None, "greedy", 1, 8, ours=ours, comparisons=[], output_dir=blocked, progress=lambda *a: steps.append(a)
+    )
+
+    assert result.path is None and "The server cannot store the translations right now" in result.summary
+    assert "\n" not in result.summary and steps == []  # nothing was translated for nothing
+
+
+def test_the_app_reads_no_private_state_of_gradio():
+    import subprocess
+
+    from conftest import ROOT
+
+    found = subprocess.run(
+        ["grep", "-rn", "--include=*.py", r"\._queue\|state_holder", "app.py", "transformer_en_de", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout == ""

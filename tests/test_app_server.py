@@ -4,10 +4,12 @@ endpoint, bad input answered in one line, the upload cap, one request per visito
 import csv
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -194,14 +196,14 @@ def test_heavy_request_is_translated_in_parts_in_sentence_case_and_says_so(clien
         assert "sentences were typed in capitals and read in sentence case" in answer[2 * number + 1]
 
 
-def start_long_file(server, client, tmp_path) -> Client:
-    """A visitor whose file request is running (the status says so) when this returns."""
+def start_long_file(server, client, tmp_path, running: int = 1) -> Client:
+    """A visitor whose file request is running (the status says `running` are) when this returns."""
     source = tmp_path / "long.txt"
     source.write_text(LONG_FILE, encoding="utf-8")
     visitor = Client(server[0], verbose=False)
     visitor.submit(handle_file(source), None, "beam search", 8, 255, api_name="/translate_file")
     deadline = time.monotonic() + 30
-    while "1 request in progress" not in client.predict(api_name="/status"):
+    while f"{running} request{'s' if running > 1 else ''} in progress" not in client.predict(api_name="/status"):
         assert time.monotonic() < deadline, "the long request never started"
         time.sleep(0.1)
     return visitor
@@ -245,13 +247,15 @@ def test_translate_file_endpoint(client, server, tmp_path):
     with open(path, encoding="utf-8", newline="") as handle:
         rows = list(csv.reader(handle, delimiter="\t"))
     assert len(rows) == 4 and rows[0][0:2] == ["line", "source"] and rows[0][-1] == "reference"
+    assert rows[0][5] == "Transformer (ours) confidence"
     for column in (2, 3, 4):
-        scores = evaluation.corpus_scores([row[column] for row in rows[1:]], [row[5] for row in rows[1:]])
+        scores = evaluation.corpus_scores([row[column] for row in rows[1:]], [row[6] for row in rows[1:]])
         assert f"{scores['bleu']:.2f} | {scores['chrf']:.2f}" in summary
+    assert "of 3 sentences flagged as out of its depth" in summary
     assert list((server[2] / "translations").rglob("source.de.tsv"))  # written into Gradio's cache, which it cleans
-    # The first lines beside their translations, for the page.
+    # The first lines beside their translations and our model's confidence, for the page.
     table = first_lines.splitlines()
-    assert table[0] == "| Line | English | " + " | ".join(rows[0][2:5]) + " |" and len(table) == 2 + 3
+    assert table[0] == "| Line | English | " + " | ".join(rows[0][2:6]) + " |" and len(table) == 2 + 3
     assert table[2].startswith(r"| 1 | A dog runs\. | ")
 
 
@@ -435,17 +439,17 @@ def test_injected_markdown_comes_back_as_text(server, client, tmp_path):
     assert r"\[click here\]\(httpevil\.example\)\.txt" in summary and "[click here](" not in summary  # Gradio drops ":"
 
 
-def test_a_session_keeps_no_visitor_text_for_deep_links(server, client):
+def test_deep_links_are_refused_so_no_visitor_text_is_saved(server, client):
     secret = "A dog runs past [a link](http://evil.example/x)."
     body = {"data": [secret, "greedy", 1, 10, secret], "session_hash": "deeplinkprobe"}
 
     status, stream = raw_call(server[0], "translate", body)
     completed(stream)
-    with urllib.request.urlopen(f"{server[0]}gradio_api/deep_link?session_hash=deeplinkprobe", timeout=10) as response:
-        link = json.loads(response.read())
+    with pytest.raises(urllib.error.HTTPError) as refusal:
+        urllib.request.urlopen(f"{server[0]}gradio_api/deep_link?session_hash=deeplinkprobe", timeout=10)
 
-    saved = (server[2] / "deep_links" / link / "state.json").read_text()
-    assert "evil.example" not in saved
+    assert refusal.value.code == 404 and "no deep links" in refusal.value.read().decode()
+    assert not list(server[2].rglob("state.json"))
 
 
 def test_a_long_reference_is_not_scored_and_says_so(server):
@@ -458,21 +462,8 @@ def test_a_long_reference_is_not_scored_and_says_so(server):
     assert answer[0] != "" and "Sentence BLEU" not in answer[1]
 
 
-def test_heavy_requests_beyond_the_bound_are_refused_at_once_and_unread_work_stops(server, client, tmp_path):
-    source = tmp_path / "long.txt"
-    source.write_text(LONG_FILE * 4, encoding="utf-8")  # 2,000 lines, put where uploads go
-    before = server[1].read_text()
-    file_payload = {"path": str(server[2] / "long.txt"), "meta": {"_type": "gradio.FileData"}}
-    shutil.copy(source, server[2] / "long.txt")
-    for _ in range(2):  # two file jobs posted and never read
-        status, _ = raw_call(
-            server[0], "translate_file", {"data": [file_payload, None, "beam search", 8, 255]}, read=False
-        )
-        assert status == 200
-    deadline = time.monotonic() + 30
-    while "(2 long)" not in client.predict(api_name="/status"):
-        assert time.monotonic() < deadline, "the two file jobs never started"
-        time.sleep(0.1)
+def test_heavy_requests_beyond_the_bound_are_refused_at_once(server, client, tmp_path):
+    visitors = [start_long_file(server, client, tmp_path, running=n + 1) for n in range(2)]
 
     asked = time.monotonic()
     answer = client.predict(HEAVY, "beam search", 8, 255, "", api_name="/translate")
@@ -481,8 +472,226 @@ def test_heavy_requests_beyond_the_bound_are_refused_at_once_and_unread_work_sto
 
     assert "as many long requests as it can" in answer[-1] and refused_in < 5
     assert ordinary[0] != "" and ordinary[-1] == ""
-    deadline = time.monotonic() + 30  # nobody reads them: both stop within the grace (5 s) and a decoder step
-    while "0 requests in progress" not in client.predict(api_name="/status"):
-        assert time.monotonic() < deadline, "the unread file jobs kept running"
-        time.sleep(0.2)
+    for visitor in visitors:
+        visitor.close()
+    wait_for_status(client, "0 requests in progress", "the closed clients' requests kept running")
+
+
+def test_a_raw_call_is_run_only_when_read_and_stops_when_nobody_reads_it(server, client, tmp_path):
+    shutil.copy(write_long(tmp_path), server[2] / "long.txt")
+    payload = {"path": str(server[2] / "long.txt"), "meta": {"_type": "gradio.FileData"}}
+    before = server[1].read_text()
+    body = {"data": [payload, None, "beam search", 8, 255]}
+
+    status, event = raw_call(server[0], "translate_file", body, read=False)  # posted, never read
+    time.sleep(1)
+    assert status == 200 and "0 requests in progress" in client.predict(api_name="/status")  # held, not run
+
+    status, event = raw_call(server[0], "translate_file", body, read=False)
+    reader = urllib.request.urlopen(f"{server[0]}gradio_api/call/translate_file/{json.loads(event)['event_id']}")
+    wait_for_status(client, "1 request in progress", "the read call never started")
+    reader.close()  # the reader goes away: within the grace (5 s) and a decoder step, the work stops
+    wait_for_status(client, "0 requests in progress", "the unread file job kept running")
     assert "nobody reads a request's results any more" in server[1].read_text()[len(before) :]
+
+
+def write_long(folder):
+    source = folder / "long.txt"
+    source.write_text(LONG_FILE * 4, encoding="utf-8")  # 2,000 lines
+    return source
+
+
+def wait_for_status(client, words: str, failure: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while words not in client.predict(api_name="/status"):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "route, body, expected",
+    [
+        ("call/load_example", {"data": [99]}, "/load_example takes an example number from 0 to 5; this call sent 99"),
+        ("call/no_such_endpoint", {"data": []}, "This app has no event /no_such_endpoint; its API endpoints are"),
+        ("queue/join", {"data": [], "fn_index": 999, "session_hash": "x"}, "This app has no event fn_index 999"),
+        ("queue/join", {"data": [], "fn_index": -1, "session_hash": "x"}, "This app has no event fn_index -1"),
+        ("call/translate", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ("queue/join", b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    ],
+)
+def test_a_call_the_page_has_no_event_for_is_one_line(server, route, body, expected):
+    before = server[1].read_text()
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    call = urllib.request.Request(
+        f"{server[0]}gradio_api/{route}", data=data, headers={"Content-Type": "application/json"}
+    )
+
+    with pytest.raises(urllib.error.HTTPError) as refusal:
+        urllib.request.urlopen(call, timeout=30)
+
+    message = json.loads(refusal.value.read())["error"]
+    assert refusal.value.code in (404, 422) and expected in message and "\n" not in message
+    assert no_traceback_since(server[1], before)
+
+
+# ------------------------------------------------------------------------------------------------ attacks, small scale
+
+
+@pytest.fixture(scope="module")
+def small_server(model_dirs):
+    """The app's server in this process (our model alone) with small limits, so that each attack shows at a small
+    scale; yields (url, the app)."""
+    import app
+    from transformer_en_de.app.server import start_in_thread
+
+    small = Limits(
+        new_sessions_per_second=0.5,
+        new_sessions_burst=12,
+        held_calls=16,
+        uploads_per_address=3,
+        uploads_total=4,
+        upload_seconds=3.0,
+    )
+    translation_app = app.build_app(str(model_dirs[0]), [], limits=small)
+    port = free_port()
+    server = app.build_app_server(translation_app, "127.0.0.1", port)
+    start_in_thread(server)
+    yield f"http://127.0.0.1:{port}/", translation_app
+    server.should_exit = True
+
+
+def flood(target, threads: int = 4) -> tuple[threading.Event, list]:
+    """`threads` threads calling `target()` until the event is set; their results in the list."""
+    stop, results = threading.Event(), []
+
+    def loop():
+        while not stop.is_set():
+            results.append(target())
+
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.5)
+    return stop, results
+
+
+def test_calls_posted_and_never_read_neither_fill_a_queue_nor_delay_a_visitor(small_server):
+    url, translation_app = small_server
+    visitor = Client(url, verbose=False)
+    body = json.dumps({"data": ["A dog runs in the park.", "beam search", 8, 255, ""]}).encode()
+
+    stop, posted = flood(lambda: raw_call(url, "translate", body, read=False)[0])
+    answers = [visitor.predict("A dog runs.", "beam search", 4, 20, "", api_name="/translate") for _ in range(3)]
+    stop.set()
+
+    assert len(posted) > 64 and set(posted) == {200}  # more than the 64 Gradio's queue held: all taken, none run
+    assert all(answer[0] and answer[-2] == "" for answer in answers)
+    assert len(translation_app.gate.held) <= 16  # the oldest unread calls were dropped
+    assert "0 requests in progress" in visitor.predict(api_name="/status")
+
+
+def test_new_sessions_beyond_their_rate_are_refused_in_one_line_and_a_running_visitor_keeps_its_own(
+    small_server, tmp_path
+):
+    url, _ = small_server
+    source = tmp_path / "lines.txt"
+    source.write_text("A dog runs in the park.\n" * 40, encoding="utf-8")
+    visitor = Client(url, verbose=False)
+    job = visitor.submit(handle_file(source), None, "greedy", 1, 20, api_name="/translate_file")
+    body = json.dumps({"data": ["A dog.", "greedy", 1, 4, ""]}).encode()  # no session: a new one each
+
+    answers = [raw_call(url, "translate", body) for _ in range(30)]
+
+    refused = [answer for status, answer in answers if status == 429]
+    assert refused and all("Too many new visitors at once" in json.loads(answer)["error"] for answer in refused)
+    path, summary, _ = job.result(timeout=120)
+    assert path and "⚠️ Cancelled" not in summary
+
+
+def test_uploads_beyond_the_quota_are_refused_in_one_line_and_expire(small_server):
+    import httpx
+
+    url, _ = small_server
+
+    def upload(number: int):
+        return httpx.post(f"{url}gradio_api/upload", files={"files": (f"u{number}.txt", b"A dog runs.\n")})
+
+    kept = [upload(number) for number in range(3)]
+    refused = upload(3)
+
+    assert [response.status_code for response in kept] == [200] * 3
+    assert refused.status_code == 429 and "the most it may keep" in refused.json()["error"]
+    time.sleep(3.5)  # the uploads' lifetime here
+    again = upload(4)
+    assert again.status_code == 200
+    assert not any(os.path.exists(response.json()[0]) for response in kept)  # deleted, not only forgotten
+
+
+def test_a_stream_of_tiny_requests_does_not_starve_a_longer_one(small_server):
+    url, _ = small_server
+    visitor = Client(url, verbose=False)
+    sessions = iter(f"tiny-{number}" for number in range(4))
+    local = threading.local()
+
+    def tiny():
+        local.session = getattr(local, "session", None) or next(sessions)  # one session per thread
+        return raw_call(url, "translate", {"data": ["A dog.", "greedy", 1, 2, ""], "session_hash": local.session})[0]
+
+    stop, tiny_answers = flood(tiny)
+    answer = visitor.predict(
+        "A man in a blue jacket is repairing a bicycle on the street.", "beam search", 4, 128, "", api_name="/translate"
+    )
+    stop.set()
+
+    assert len(tiny_answers) > 10 and answer[0] and "time limit" not in answer[1]
+
+
+def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descriptor_limit(model_dirs, tmp_path):
+    # The server may open 400 files; 600 connections that never finish their headers would take them all.
+    port = free_port()
+    log = tmp_path / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
+    command += ["--port", str(port)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    with open(log, "w") as output:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)),
+        )
+    url = f"http://127.0.0.1:{port}/"
+    slow = []
+    try:
+        wait_until_up(url, process, log)
+        for _ in range(600):
+            connection = socket.create_connection(("127.0.0.1", port))
+            connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+            slow.append(connection)
+
+        status, stream = raw_call(url, "translate", {"data": ["A dog runs.", "greedy", 1, 10, ""]})
+
+        assert status == 200 and completed(stream)[0]
+    finally:
+        for connection in slow:
+            connection.close()
+        process.terminate()
+        process.wait(timeout=20)
+    text = log.read_text()
+    assert "Too many open files" not in text and "Traceback" not in text
+
+
+def wait_until_up(url: str, process, log, timeout: float = 240) -> None:
+    started = time.monotonic()
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"app.py exited with {process.returncode}:\n{log.read_text()}")
+        assert time.monotonic() - started < timeout, "app.py did not answer"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)

@@ -9,6 +9,7 @@ from tiny_marian import build_tiny_marian
 from tiny_models import build_tiny_t5
 
 import app
+from transformer_en_de.app.server import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,6 +24,14 @@ CHROMIUM_ARGS = [
 SCREENSHOT = ROOT / "test-artifacts" / "app.png"
 
 
+def serve(translation_app, port: int):
+    """The app's server (as `python app.py` runs it) in this process; yields its URL until the fixture ends."""
+    server = app.build_app_server(translation_app, "127.0.0.1", port)
+    start_in_thread(server)
+    yield f"http://127.0.0.1:{port}/"
+    server.should_exit = True
+
+
 @pytest.fixture(scope="module")
 def page_url(app_model_dir, tmp_path_factory):
     ours = app_model_dir
@@ -31,10 +40,7 @@ def page_url(app_model_dir, tmp_path_factory):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    demo = app.build_demo(str(ours), [str(marian), str(t5)])
-    demo.launch(**app.launch_options(demo, "127.0.0.1", port), prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    yield from serve(app.build_app(str(ours), [str(marian), str(t5)]), port)
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +109,7 @@ def phone_page_url(app_model_dir, tmp_path_factory):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    demo = app.build_demo(str(app_model_dir), [str(marian), "Helsinki-NLP/opus-mt-en-de"])
-    demo.launch(**app.launch_options(demo, "127.0.0.1", port), prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    yield from serve(app.build_app(str(app_model_dir), [str(marian), "Helsinki-NLP/opus-mt-en-de"]), port)
 
 
 def inside(page, selector: str, width: int) -> bool:
@@ -134,7 +137,8 @@ def test_at_phone_width_inputs_stack_nothing_is_cut_and_a_missing_model_is_one_l
     # The example fills the input through the server: wait for it, as a visitor would.
     page.wait_for_function(
         "text => document.querySelector('#english textarea')?.value === text",
-        arg="Where is the train station?", timeout=30_000,
+        arg="Where is the train station?",
+        timeout=30_000,
     )
     assert inside(page, "#examples td", 390)
     page.locator("#translate").click()

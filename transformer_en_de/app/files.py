@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings, token_limits
+from transformer_en_de.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 
-from .limits import Limits, least_seconds, plan_work
+from .limits import Limits, least_seconds
+from .out_of_depth import DepthCheck
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import available, run_system
+from .translation import NO_PRETRAINED, TRUST_PRETRAINED, budget_plan, run_systems
 from .translators import BackgroundTranslator, Translator
 
 FILE_TYPES = [".txt", ".en", ".de"]
@@ -105,7 +106,8 @@ def translate_file(
     progress=None,
     preview_lines: int = 10,
 ) -> FileResult:
-    """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given."""
+    """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given;
+    our model's confidence per line, and the lines out of its depth flagged."""
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
@@ -118,63 +120,96 @@ def translate_file(
         notices.append(f"The file has {len(lines):,} lines; only the first {limits.max_file_lines:,} were translated.")
         lines = lines[: limits.max_file_lines]
         references = references[: limits.max_file_lines] if references is not None else None
-
-    systems = [ours, *comparisons]
-    # Blank lines stay blank in the output, so the lines keep pairing up with the input and references.
-    filled = [index for index, line in enumerate(lines) if line.strip()]
-    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    columns, rows = {}, []
-    sentences = [lines[index].strip() for index in filled]
-    plan = plan_work(
-        token_limits(ours.model, ours.tokenizer, sentences, settings),
-        beams,
-        limits.file,
-        unit="line",
-        batch_size=limits.batch_size,
-        cost=limits.step_cost,
-    )
-    notices += [plan.notice] if plan.notice else []
-    kept = sentences[: plan.num_sentences]
-    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    ready = sum(available(system)[0] is not None for system in systems)
-    scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
-    work = ready * (plan.cpu_seconds + scoring)
-    try:
-        with scheduler.job(
-            session, limits.file.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
-        ) as job:
-            for number, system in enumerate(systems):
-                translator, why_not = available(system)
-                if translator is None:
-                    notices.append(why_not)
-                    continue
-
-                def on_batch(done, total, number=number, name=translator.name):
-                    if progress is not None:
-                        progress((number * total + done, len(systems) * total), desc=f"Translating with {name}")
-
-                output = run_system(translator, kept, settings, scheduler, on_batch, deadline=job.hard_deadline)
-                translations = [""] * len(lines)
-                for index, text in zip(filled, output.run.texts, strict=False):
-                    translations[index] = text
-                columns[system.name] = translations
-                notices += [f"{translator.name}: {notice}" for notice in output.notices]
-                row = {"System": translator.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
-                if references is not None and not plan.cut and not output.run.stopped_early:
-                    if scheduler.should_stop():  # a turn point before scoring, as between batches
-                        notices.append(f"{translator.name}: not scored, the request reached its time limit.")
-                    else:
-                        row.update(corpus_scores(translations, references))
-                rows.append(row)
-    except Busy as error:
-        return FileResult(None, f"⚠️ {error}")
-    except Cancelled:
-        return FileResult(None, "⚠️ Cancelled: the page that asked for this translation was closed.")
-
-    path = write_tsv(Path(output_dir), safe_stem(Path(source_file).stem), lines, columns, references)
+    try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
+        handle = open_tsv(Path(output_dir), safe_stem(Path(source_file).stem))
+    except OSError as error:
+        return FileResult(None, f"⚠️ The server cannot store the translations right now ({error.strerror}); try later.")
+    with handle:
+        result = translate_lines(
+            lines, references, beams, tokens, notices, ours=ours, comparisons=comparisons, scheduler=scheduler,
+            limits=limits, session=session, address=address, progress=progress,
+        )  # fmt: skip
+        if result is None or isinstance(result, str):
+            Path(handle.name).unlink(missing_ok=True)
+            return FileResult(None, f"⚠️ {result}" if result else "")
+        columns, rows, notices = result
+        try:
+            write_rows(handle, lines, columns, references)
+        except OSError as error:
+            Path(handle.name).unlink(missing_ok=True)
+            return FileResult(None, f"⚠️ The server could not store the translations ({error.strerror}); try later.")
     scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
     summary = file_summary(rows, notices, references is not None)
-    return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
+    return FileResult(handle.name, summary, scores, preview(lines, columns, preview_lines))
+
+
+def translate_lines(lines, references, beams, tokens, notices, *, ours, comparisons, scheduler, limits, session,
+                    address, progress):  # fmt: skip
+    """(columns, summary rows, notices) of every system's translations of `lines` (blank lines stay blank, so the
+    lines keep pairing up with the input and references); or the one-line reason nothing was translated."""
+    systems = [ours, *comparisons]
+    filled = [index for index, line in enumerate(lines) if line.strip()]
+    sentences = [lines[index].strip() for index in filled]
+    scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
+
+    def on_batch(number, done, total):
+        if progress is not None:
+            progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
+
+    try:
+        plan, settings = budget_plan(
+            ours, sentences, beams, tokens, limits.file, scheduler=scheduler, limits=limits, address=address,
+            unit="line",
+        )  # fmt: skip
+        notices += [plan.notice] if plan.notice else []
+        kept = sentences[: plan.num_sentences]
+        outputs = run_systems(
+            systems, kept, plan, settings, plan.cpu_seconds + scoring, limits.file, scheduler=scheduler, limits=limits,
+            session=session, address=address, on_batch=on_batch,
+        )  # fmt: skip
+    except Busy as error:
+        return str(error)
+    except Cancelled:
+        return "Cancelled: the page that asked for this translation was closed."
+    columns, rows, confidence = {}, [], {}
+    for output in outputs:
+        if output.run is None:
+            notices.append(output.message)
+            continue
+        columns[output.name] = spread(output.run.texts, filled, len(lines))
+        if output.depth:
+            confidence[f"{output.name} confidence"] = spread([depth_cell(c) for c in output.depth], filled, len(lines))
+            flagged = sum(check.flagged for check in output.depth)
+            notices.append(
+                f"{output.name}: {flagged:,} of {len(output.depth):,} sentences flagged as out of its depth"
+                f"{depth_advice(outputs) if flagged else '.'}"
+            )
+        notices += [f"{output.name}: {notice}" for notice in output.notices]
+        row = {"System": output.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
+        if references is not None and not plan.cut and not output.run.stopped_early:
+            row.update(corpus_scores(columns[output.name], references))
+        rows.append(row)
+    return columns | confidence, rows, notices
+
+
+def spread(values: list[str], filled: list[int], count: int) -> list[str]:
+    """`values` at the line numbers `filled`, "" on every other of `count` lines."""
+    column = [""] * count
+    for index, value in zip(filled, values, strict=False):
+        column[index] = value
+    return column
+
+
+def depth_cell(check: DepthCheck) -> str:
+    """A line's confidence, "⚠" and why when out of the model's depth."""
+    if check.score != check.score:  # nan: not translated
+        return ""
+    return f"{check.score:.0%}" + (f" ⚠ {check.reason}" if check.flagged else "")
+
+
+def depth_advice(outputs) -> str:
+    compared = any(output.run is not None for output in outputs[1:])
+    return f" (⚠ in its confidence column). {TRUST_PRETRAINED if compared else NO_PRETRAINED}"
 
 
 def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
@@ -196,20 +231,21 @@ def safe_stem(stem: str) -> str:
     return re.sub(r"[^\w.-]+", "_", stem)[:60].strip("._") or "translations"
 
 
-def write_tsv(
-    folder: Path, stem: str, lines: list[str], columns: dict[str, list[str]], references: list[str] | None
-) -> Path:
-    """line, source, one column per system, reference: in a fresh subfolder (two visitors' files never clash)."""
+def open_tsv(folder: Path, stem: str):
+    """A new TSV for writing, in a fresh subfolder (two visitors' files never clash); OSError if it cannot be."""
     folder = folder / "translations" / uuid.uuid4().hex
     folder.mkdir(parents=True)
-    path = folder / f"{stem}.de.tsv"
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, delimiter="\t")
-        writer.writerow(["line", "source", *columns] + (["reference"] if references is not None else []))
-        for index, line in enumerate(lines):
-            row = [index + 1, line, *(column[index] for column in columns.values())]
-            writer.writerow(row + ([references[index]] if references is not None else []))
-    return path
+    return open(folder / f"{stem}.de.tsv", "w", encoding="utf-8", newline="")
+
+
+def write_rows(handle, lines: list[str], columns: dict[str, list[str]], references: list[str] | None) -> None:
+    """line, source, one column per system (and our confidence), reference."""
+    writer = csv.writer(handle, delimiter="\t")
+    writer.writerow(["line", "source", *columns] + (["reference"] if references is not None else []))
+    for index, line in enumerate(lines):
+        row = [index + 1, line, *(column[index] for column in columns.values())]
+        writer.writerow(row + ([references[index]] if references is not None else []))
+    handle.flush()
 
 
 def file_summary(rows: list[dict], notices: list[str], with_references: bool) -> str:

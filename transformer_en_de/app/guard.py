@@ -1,55 +1,156 @@
-"""The app's HTTP front against hostile API clients: bodies bounded, calls checked, gone clients' work stopped.
+"""The app's HTTP front: what a raw client sends is bounded and checked before Gradio sees it, and no client's calls
+can crowd out another visitor's.
 
-- `RequestGuard` (ASGI middleware, first in line): a request body over `max_body_bytes` (uploads excepted: Gradio caps
-  those with `max_file_size`) is refused with 413 before it is read into memory; a call to a named endpoint with the
-  wrong number of values is refused with 422 and a one-line message (Gradio would log a traceback and answer
-  `{"error": null}`); the event streams in progress are counted, so that work nobody reads can be stopped.
-- `stop_unread_work` (a daemon thread): a running event whose results no one is reading (a raw `/call` never followed
-  by its GET, a client that went away, a page whose stream closed) for `grace` seconds is cancelled in the scheduler,
-  at its next decoder step.
-- `client_address`: the address a per-visitor limit may rest on, only where the operator says to trust it.
-- `forget_inputs`: Gradio keeps every input a session sent (for deep links); the app needs none of it afterwards.
+- Bodies over `max_body_bytes` are refused before they are read (uploads have their quota, `uploads.py`). JSON nested
+  too deep, a call to an event the page does not have (API name, fn_index), the wrong number of values, a file value
+  that is no upload, an example index out of range: one line each (404/422), never a traceback or `{"error": null}`.
+- Raw calls (`POST /gradio_api/call/<api>`) are held, not queued: the POST answers an id at once, and the call enters
+  Gradio's queue only when its results are read (`GET /gradio_api/call/<api>/<id>`). A client that posts and never
+  reads fills a bounded store of its own (`held_calls`, the oldest dropped), never the queue the others wait in.
+- Sessions: Gradio keeps the messages of its 2,000 latest sessions, and every call without a known session makes one;
+  new sessions are admitted at `new_sessions_per_second` (`new_sessions_burst` at once), so a visitor's session is never
+  pushed out while its request runs. A session has at most `calls_per_session` calls queued or running.
+- Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
+- `Readers` counts the event streams being read; `stop_unread_work` cancels running work nobody reads any more.
 """
 
+import asyncio
 import json
 import re
 import threading
 import time
-from collections import Counter
+import uuid
+from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager
 
+import gradio as gr
 from gradio.utils import get_upload_folder, is_in_or_equal
 
-_CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[0-9a-f]+)/?$")
-_CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<api>[^/]+)/?$")
+from .limits import Limits
+
+_CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
+_CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?:v2/)?(?P<api>[^/]+)/?")
 _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
+_DEEP_LINK = "/gradio_api/deep_link"
+COUNTED_GROUP = "translation"  # the concurrency group of the app's queued events
+MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
 # A refused body is read and dropped up to this size, so that the client gets the message; past it, the connection
 # closes. Nothing of it is kept.
 DRAIN_BYTES = 64_000_000
 
 
-class RequestGuard:
-    """ASGI middleware: bounded bodies, checked calls, and a count of the event streams being read."""
+class Gate:
+    """What the HTTP front shares with the callbacks: the streams being read, sessions admitted, calls per session,
+    raw calls held until read."""
 
-    def __init__(self, app, *, max_body_bytes: int, demo, readers: "Readers"):
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+        self.readers = Readers()
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, None] = OrderedDict()  # sessions seen lately (the newest last)
+        self._tokens, self._refilled = float(limits.new_sessions_burst), time.monotonic()
+        self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
+        self.held: OrderedDict[str, tuple[str, bytes, float]] = OrderedDict()  # id → (path, body, time)
+
+    def admit_session(self, session: str | None, counted: bool = True) -> str:
+        """Empty if a call of `session` may enter Gradio's queue, else the one-line reason; a `counted` call counts
+        against the session until its callback ends (`serving`)."""
+        limits, now = self.limits, time.monotonic()
+        with self._lock:
+            if session is None or session not in self._known:
+                self._tokens = min(
+                    limits.new_sessions_burst, self._tokens + (now - self._refilled) * limits.new_sessions_per_second
+                )
+                self._refilled = now
+                if self._tokens < 1:
+                    return "Too many new visitors at once; this call was not started. Try again in a few seconds."
+                self._tokens -= 1
+            if session is None or not counted:
+                return ""
+            self._known[session] = None
+            self._known.move_to_end(session)
+            while len(self._known) > 4 * limits.sessions_kept:
+                self._known.popitem(last=False)
+            calls = self._calls.setdefault(session, deque())
+            while calls and now - calls[0] > limits.file.seconds * 2:  # a call Gradio dropped unstarted
+                calls.popleft()
+            if len(calls) >= limits.calls_per_session:
+                return (
+                    f"This session already has {len(calls)} calls waiting or running; this one was not started. "
+                    "Wait for them to finish."
+                )
+            calls.append(now)
+        return ""
+
+    @contextmanager
+    def serving(self, session: str | None):
+        """A callback of `session` runs inside this block: its call stops counting against the session at the end."""
+        try:
+            yield
+        finally:
+            self.served(session)
+
+    def served(self, session: str | None) -> None:
+        with self._lock:
+            calls = self._calls.get(session)
+            if calls:
+                calls.popleft()
+            if not calls:
+                self._calls.pop(session, None)
+
+    def hold(self, path: str, body: bytes) -> str:
+        """Keep a raw call until it is read; the oldest held calls go when there are too many or they are too old."""
+        call_id, now = uuid.uuid4().hex, time.monotonic()
+        with self._lock:
+            self._expire_held(now)
+            self.held[call_id] = (path, body, now)
+            while len(self.held) > self.limits.held_calls:
+                self.held.popitem(last=False)
+        return call_id
+
+    def take(self, call_id: str) -> tuple[str, bytes] | None:
+        with self._lock:
+            self._expire_held(time.monotonic())
+            held = self.held.pop(call_id, None)
+        return None if held is None else held[:2]
+
+    def _expire_held(self, now: float) -> None:
+        while self.held and now - next(iter(self.held.values()))[2] > self.limits.held_seconds:
+            self.held.popitem(last=False)
+
+
+class RequestGuard:
+    """ASGI middleware, first in line: bounded bodies, checked calls, held raw calls, admitted sessions, uploads
+    within their quota, and a count of the event streams being read."""
+
+    def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None, address=None):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.demo = demo
-        self.readers = readers
+        self.gate = gate
+        self.uploads = uploads  # uploads.UploadQuota, or None for Gradio's own cap only
+        self.address = address or (lambda scope: (scope.get("client") or ("?",))[0])
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path, method = scope["path"], scope["method"]
+        if path.rstrip("/") == _DEEP_LINK:
+            return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET":
-            stream = self.readers.key(path, scope.get("query_string", b""))
-            if stream is None:
+            stream = _CALL_STREAM.fullmatch(path)
+            if stream:
+                return await self.read_held_call(scope, receive, send, stream)
+            key = self.gate.readers.key(path, scope.get("query_string", b""))
+            if key is None:
                 return await self.app(scope, receive, send)
-            with self.readers.reading(stream):
+            with self.gate.readers.reading(key):
                 return await self.app(scope, receive, send)
-        if method in ("HEAD", "OPTIONS") or path.startswith(_UPLOAD):
+        if method in ("HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
+        if path.startswith(_UPLOAD) and self.uploads is not None:
+            return await self.uploads(self.app, scope, receive, send, self.address(scope))
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
@@ -64,19 +165,49 @@ class RequestGuard:
             if len(body) > self.max_body_bytes:
                 drained = not more or await drain(receive)
                 return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), drained)
-        problem = self.check_call(path, body)
+        status, problem, payload = self.check_call(path, body)
         if problem:
-            return await refuse(send, 422, problem)
-        sent = False
+            return await refuse(send, status, problem)
+        if _CALL.fullmatch(path) and path.startswith("/gradio_api/call/"):
+            call_id = self.gate.hold(path, body)
+            return await answer(send, 200, {"event_id": call_id})
+        if path.rstrip("/") == _JOIN:
+            function = called_function(self.demo, None, payload)
+            refused = self.gate.admit_session(payload.get("session_hash"), counted=counts(function))
+            if refused:
+                return await refuse(send, 429, refused)
+        return await self.app(scope, replay(body, receive), send)
 
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()  # the client's disconnect, when it comes
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return await self.app(scope, replay, send)
+    async def read_held_call(self, scope, receive, send, stream):
+        """Put a held raw call into Gradio's queue now that its results are read, and stream them."""
+        held = self.gate.take(stream["event"])
+        if held is None:
+            return await refuse(
+                send,
+                404,
+                f"No call {stream['event'][:40]} is waiting here: it was read already, or it waited unread for more "
+                f"than {self.gate.limits.held_seconds:g} s (calls run when their results are read).",
+            )
+        path, body = held
+        payload = json.loads(body)
+        session, function = payload.get("session_hash"), called_function(self.demo, stream["api"], payload)
+        refused = self.gate.admit_session(session, counted=counts(function))
+        if refused:
+            return await refuse(send, 429, refused)
+        post = dict(scope, method="POST", path=path, raw_path=path.encode(), query_string=b"")
+        post["headers"] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        status, reply = await call_inner(self.app, post, body)
+        event = reply.get("event_id") if isinstance(reply, dict) else None
+        if status != 200 or not isinstance(event, str):
+            if counts(function):
+                self.gate.served(session)  # it never runs: it does not count against the session
+            detail = reply.get("detail") or reply.get("error") if isinstance(reply, dict) else None
+            return await refuse(send, status if status != 200 else 500, str(detail or "The call was not started."))
+        route = f"/gradio_api/call/{stream['v2'] or ''}{stream['api']}/{event}"
+        get = dict(scope, path=route, raw_path=route.encode())
+        # Without a session of its own, the call's session is its event id.
+        with self.gate.readers.reading(session or event):
+            return await self.app(get, receive, send)
 
     def _too_large(self, size: str) -> str:
         return (
@@ -84,39 +215,92 @@ class RequestGuard:
             "3,000 characters; send files through the upload)."
         )
 
-    def check_call(self, path: str, body: bytes) -> str:
-        """A one-line message if a call to one of the app's events sends the wrong number of values; "" if fine (or
-        not an event call: Gradio answers the rest)."""
+    def check_call(self, path: str, body: bytes) -> tuple[int, str, dict]:
+        """(status, one-line message, payload): the message is "" if the body may go on to Gradio."""
         call = _CALL.fullmatch(path)
-        if call is None and path != _JOIN:
-            return ""
         try:
-            payload = json.loads(body)
+            payload = json.loads(body) if body else None
+        except RecursionError:
+            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}
         except (ValueError, UnicodeDecodeError):
-            return 'The request body is not JSON: send {"data": [...]} with one value per parameter.'
-        if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
-            return 'The request body must be a JSON object with a "data" list, one value per parameter.'
-        function = event_function(self.demo, call["api"] if call else None, payload.get("fn_index"))
+            if call is None and path.rstrip("/") != _JOIN:
+                return 0, "", {}
+            return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}
+        if depth(payload) > MAX_DEPTH:
+            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}
+        if call is None and path.rstrip("/") != _JOIN:
+            return 0, "", {}
+        if not isinstance(payload, dict) or not isinstance(payload.get("data"), (list, dict)):
+            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
+        function = called_function(self.demo, call["api"] if call else None, payload)
         if function is None:
-            return ""
-        inputs = list(function.inputs)
-        shown = [block for block in inputs if not getattr(block, "skip_api", False)]
-        if len(payload["data"]) in (len(inputs), len(shown)):
-            blocks = inputs if len(payload["data"]) == len(inputs) else shown
-            return check_files(blocks, payload["data"])
+            fn_index = payload.get("fn_index")
+            api = call["api"] if call and fn_index is None else None
+            names = ", ".join(sorted(f"/{fn.api_name}" for fn in self.demo.fns.values() if shown_in_api(fn)))
+            asked = f"/{api}" if api else f"fn_index {str(fn_index)[:20]}"
+            return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}
+        if isinstance(payload["data"], dict):  # v2: named values, checked by Gradio against the endpoint's names
+            return 0, "", payload
+        return 422 if (problem := check_values(function, payload["data"])) else 0, problem, payload
+
+
+def depth(value, limit: int = MAX_DEPTH + 1) -> int:
+    """How deeply `value` nests lists and objects (counted up to `limit`)."""
+    deepest, level = 0, [(value, 1)]
+    while level:
+        item, at = level.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, at)
+            if at < limit:
+                level += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+def counts(function) -> bool:
+    """Whether calls of this event count against their session: the app's own queued events (its one concurrency
+    group), whose callbacks say when they end (`Gate.serving`)."""
+    return function is not None and function.concurrency_id == COUNTED_GROUP
+
+
+def shown_in_api(function) -> bool:
+    return bool(function.api_name) and getattr(function, "api_visibility", "public") == "public"
+
+
+def called_function(demo, api_name: str | None, payload: dict):
+    """The event a call names: Gradio's rule is the body's fn_index where it has one, else the API name in the path."""
+    fn_index = payload.get("fn_index")
+    return event_function(demo, api_name if fn_index is None else None, fn_index)
+
+
+def event_function(demo, api_name: str | None, fn_index=None):
+    """The page's event called by its API name, or without one by its index; None if it has no such event."""
+    for number, function in demo.fns.items():
+        if (api_name is not None and function.api_name == api_name) or (
+            api_name is None and isinstance(fn_index, int) and number == fn_index
+        ):
+            return function
+    return None
+
+
+def check_values(function, values: list) -> str:
+    """A one-line message if `values` do not fit the event's inputs (their number, a file value, an example index)."""
+    inputs = list(function.inputs)
+    shown = [block for block in inputs if not getattr(block, "skip_api", False)]
+    if len(values) not in (len(inputs), len(shown)):
         names = ", ".join(getattr(block, "label", None) or type(block).__name__ for block in shown)
         return (
             f"/{function.api_name} takes {len(shown)} value{'s' if len(shown) != 1 else ''} ({names}); this call "
-            f"sent {len(payload['data'])}."
+            f"sent {len(values)}."
         )
-
-
-def event_function(demo, api_name: str | None, fn_index: int | None = None):
-    """The page's event called by its API name, or without one by its index; None if it has no such event."""
-    for number, function in demo.fns.items():
-        if (api_name is not None and function.api_name == api_name) or (api_name is None and number == fn_index):
-            return function
-    return None
+    blocks = inputs if len(values) == len(inputs) else shown
+    for block, value in zip(blocks, values, strict=True):
+        if isinstance(block, gr.Dataset) and value is not None:
+            count = len(block.raw_samples)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+                return (
+                    f"/{function.api_name} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
+                )
+    return check_files(blocks, values)
 
 
 def check_files(blocks, values) -> str:
@@ -139,6 +323,41 @@ def check_files(blocks, values) -> str:
     return ""
 
 
+def replay(body: bytes, receive):
+    """An ASGI `receive` that gives `body` (already read) once, then waits for the client's disconnect."""
+    sent = False
+
+    async def receive_again():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive_again
+
+
+async def call_inner(app, scope, body: bytes) -> tuple[int, object]:
+    """Call the wrapped app with a request of our own; (status, the JSON it answered, or None)."""
+    status, parts = 500, []
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            parts.append(message.get("body", b""))
+
+    async def never_disconnects():
+        await asyncio.Event().wait()
+
+    await app(scope, replay(body, never_disconnects), send)
+    try:
+        return status, json.loads(b"".join(parts))
+    except ValueError:
+        return status, None
+
+
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:
     """Read and drop the rest of a refused body (so that the client, still sending, reads the answer instead of a
     broken pipe), up to `most` bytes; True if it was all read."""
@@ -152,18 +371,21 @@ async def drain(receive, most: int = DRAIN_BYTES) -> bool:
     return not more
 
 
-async def refuse(send, status: int, message: str, drained: bool = True) -> None:
-    body = json.dumps({"error": message}).encode()
+async def answer(send, status: int, value, close: bool = False) -> None:
+    body = json.dumps(value).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if not drained:
+    if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
+async def refuse(send, status: int, message: str, drained: bool = True) -> None:
+    await answer(send, status, {"error": message}, close=not drained)
+
+
 class Readers:
-    """The event streams open now: a page's (`/queue/data?session_hash=...`, by session) and a raw call's
-    (`/call/<api>/<event id>`, by event)."""
+    """The event streams open now: a page's (`/queue/data?session_hash=...`) and a raw call's (by its session)."""
 
     def __init__(self):
         self._open = Counter()
@@ -171,9 +393,6 @@ class Readers:
 
     @staticmethod
     def key(path: str, query: bytes) -> str | None:
-        stream = _CALL_STREAM.fullmatch(path)
-        if stream:
-            return stream["event"]
         if path.rstrip("/") == "/gradio_api/queue/data":
             found = re.search(rb"(?:^|&)session_hash=([^&]+)", query)
             return found[1].decode("latin-1") if found else None
@@ -192,31 +411,25 @@ class Readers:
                 if self._open[key] <= 0:
                     del self._open[key]
 
-    def is_read(self, *keys: str) -> bool:
+    def is_read(self, key: str | None) -> bool:
         with self._lock:
-            return any(self._open.get(key, 0) > 0 for key in keys)
+            return key is not None and self._open.get(key, 0) > 0
 
 
-def stop_unread_work(demo, scheduler, readers: Readers, *, grace: float = 5.0, every: float = 0.5) -> threading.Thread:
-    """Cancel, at its next decoder step, the work of every running event nobody has read for `grace` seconds."""
+def stop_unread_work(scheduler, readers: Readers, *, grace: float = 5.0, every: float = 0.5) -> threading.Thread:
+    """Cancel, at its next decoder step, the work of every session nobody has read for `grace` seconds."""
     unread_since: dict[str, float] = {}
 
     def watch():
         while True:
             time.sleep(every)
-            queue = getattr(demo, "_queue", None)
-            now, running = time.monotonic(), {}
-            for events in list(getattr(queue, "active_jobs", None) or []):
-                for event in events or []:
-                    running[event._id] = event
-            for event_id in set(unread_since) - set(running):
-                del unread_since[event_id]
-            for event_id, event in running.items():
-                if event.alive and readers.is_read(event_id, event.session_hash):
-                    unread_since.pop(event_id, None)
-                    continue
-                first = unread_since.setdefault(event_id, now)
-                if now - first >= grace and scheduler.cancel(event.session_hash):
+            now, sessions = time.monotonic(), scheduler.sessions()
+            for session in set(unread_since) - sessions:
+                del unread_since[session]
+            for session in sessions:
+                if readers.is_read(session):
+                    unread_since.pop(session, None)
+                elif now - unread_since.setdefault(session, now) >= grace and scheduler.cancel(session):
                     print("app.py: nobody reads a request's results any more; it was cancelled.", flush=True)
 
     thread = threading.Thread(target=watch, name="stop unread work", daemon=True)
@@ -229,19 +442,19 @@ def client_address(request, trust_forwarded_for: bool) -> str | None:
     added) when the operator trusts it; otherwise None, as every client may share one address (loopback, a proxy)."""
     if not trust_forwarded_for or request is None:
         return None
-    hops = [hop.strip() for hop in (request.headers.get("x-forwarded-for") or "").split(",") if hop.strip()]
-    return hops[-1] if hops else getattr(getattr(request, "client", None), "host", None)
+    host = getattr(getattr(request, "client", None), "host", None)
+    return last_hop(request.headers.get("x-forwarded-for") or "", host)
 
 
-def forget_inputs(demo, session: str | None, api_name: str) -> None:
-    """Drop what Gradio keeps of the values `session` sent to the event `api_name` (it keeps them for deep links,
-    which this app does not offer): a session holds no visitor's text once its request ends."""
-    holder = getattr(demo, "state_holder", None)
-    state = getattr(holder, "session_data", {}).get(session) if session else None
-    event = event_function(demo, api_name)
-    if state is None or event is None:
-        return
-    for component in event.inputs:
-        config = state.config_values.get(component._id)
-        if config and "props" in config:
-            config["props"]["value"] = None
+def scope_address(scope, trust_forwarded_for: bool) -> str:
+    """The address a quota on what is stored (uploads) is kept by: the trusted last hop, else the connection's."""
+    host = (scope.get("client") or ("unknown",))[0]
+    if not trust_forwarded_for:
+        return host
+    forwarded = b",".join(value for key, value in scope.get("headers", []) if key.lower() == b"x-forwarded-for")
+    return last_hop(forwarded.decode("latin-1"), host)
+
+
+def last_hop(forwarded_for: str, host: str | None) -> str | None:
+    hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
+    return hops[-1] if hops else host

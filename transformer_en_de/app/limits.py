@@ -88,6 +88,12 @@ class Limits:
     uploads_total: int = 500
     upload_total_bytes: int = 200_000_000
     upload_seconds: float = 900.0
+    # Connections (server.py): open at once (fewer where the descriptor limit is lower), seconds to finish a request's
+    # headers, seconds a kept-alive connection may idle, and the most bytes of headers.
+    max_connections: int = 1_000
+    header_seconds: float = 10.0
+    keep_alive_seconds: float = 5.0
+    max_header_bytes: int = 16_384
 
 
 @dataclass

@@ -9,8 +9,9 @@ What comes first rests on what was sent, never on who sent it: a client chooses 
 one gets a fresh session each time) and on one machine every client may share one address. Each request arrives with
 its estimated CPU seconds (`limits.plan_work`). Ordinary requests (a few sentences at the page's defaults) have a lane
 of their own, served before any heavy one, shortest remaining work first: one of them waits at most one decoder step of
-a heavy request. Heavy requests alternate slice by slice (least served first), and only `heavy_jobs` of them are in
-flight at once: beyond that a heavy request is refused at once with `Full` (a message in words) instead of waiting. An
+a heavy request. Heavy requests alternate slice by slice (least served first). No admitted request starves: one that
+has waited `aging_seconds` for the CPU goes before every lane (the longest waiting first). Only `heavy_jobs` heavy
+requests are in flight at once: beyond that a heavy request is refused at once with `Full` (a message in words). An
 address the operator trusts (the last X-Forwarded-For hop behind a proxy) may further hold `heavy_jobs_per_address`.
 
 The same checkpoints cancel: a request whose visitor left (the page's `unload` event, or a raw client gone) stops at its
@@ -27,7 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-ORDINARY, HEAVY = 0, 1  # the lanes: every ordinary request is served before any heavy one
+AGING_SECONDS = 1.0  # a request waiting this long for the CPU goes first, whatever its lane
+AGED, ORDINARY, HEAVY = -1, 0, 1  # the lanes: aged first, then every ordinary request before any heavy one
 
 
 class Busy(RuntimeError):
@@ -58,6 +60,7 @@ class Job:
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
+    waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
     waited: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
@@ -65,27 +68,28 @@ class Job:
     def past_deadline(self) -> bool:
         return time.monotonic() > self.deadline
 
-    @property
-    def priority(self) -> tuple[int, float]:
-        """Lower comes first: the lane, then the remaining work (ordinary) or the work served so far (heavy)."""
+    def priority(self, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
+        """Lower comes first: a job waiting `aging_seconds` or more before all (the longest waiting first), then the
+        lane, then the remaining work (ordinary) or the work served so far (heavy)."""
+        if self.waiting_since is not None and time.monotonic() - self.waiting_since >= aging_seconds:
+            return (AGED, self.waiting_since)
         return (self.lane, max(self.work - self.served, 0.0) if self.lane == ORDINARY else self.served)
 
 
 class FairScheduler:
-    """Gives the CPU to one job at a time, ordinary before heavy; `fair=False` lets every job run at once, unbounded,
-    as the app was before (for benchmarks' "fairness off")."""
+    """Gives the CPU to one job at a time: aged first, then ordinary before heavy."""
 
     def __init__(
         self,
         *,
-        fair: bool = True,
         slice_seconds: float = SLICE_SECONDS,
+        aging_seconds: float = AGING_SECONDS,
         heavy_jobs: int = 2,
         heavy_jobs_per_address: int = 1,
         ordinary_seconds: float = 1.5,
     ):
-        self.fair = fair
         self.slice_seconds = slice_seconds
+        self.aging_seconds = aging_seconds
         self.heavy_jobs = heavy_jobs
         self.heavy_jobs_per_address = heavy_jobs_per_address
         self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
@@ -119,8 +123,7 @@ class FairScheduler:
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         job = Job(session, now + 0.8 * seconds, now + seconds, HEAVY if heavy else ORDINARY, work, address, exclusive)
         with self._condition:
-            if self.fair:  # unfair is the app as it was: no turns, no limits
-                self._admit(job)
+            self._admit(job)
             self._jobs.append(job)
         self._local.job = job
         try:
@@ -138,7 +141,7 @@ class FairScheduler:
     def check_room(self, work: float, address: str | None = None) -> None:
         """Full at once if a request of at least `work` CPU seconds would be heavy and could not be admitted now: a
         caller may ask before doing anything costly with a request (its `work` a lower bound of the estimate)."""
-        if not self.fair or work <= self.ordinary_seconds:
+        if work <= self.ordinary_seconds:
             return
         with self._condition:
             self._admit(Job("(probe)", 0.0, 0.0, HEAVY, work, address, exclusive=False))
@@ -173,8 +176,6 @@ class FairScheduler:
             return  # not a request's computation (a test, a script)
         if job.cancelled:
             raise Cancelled(f"the visitor of session {job.session} left")
-        if not self.fair:
-            return
         with self._condition:
             now = time.monotonic()
             job.served += now - job.turn_started
@@ -189,7 +190,7 @@ class FairScheduler:
     def _comes_first(self, other: Job, running: Job) -> bool:
         """Whether a waiting job should take the CPU from the running one: a better lane, or more than a slice ahead
         in its own."""
-        (other_lane, other_key), (lane, key) = other.priority, running.priority
+        (other_lane, other_key), (lane, key) = other.priority(self.aging_seconds), running.priority(self.aging_seconds)
         return other_lane < lane or (other_lane == lane and other_key + self.slice_seconds < key)
 
     def should_stop(self) -> bool:
@@ -211,6 +212,11 @@ class FairScheduler:
             self._condition.notify_all()
         return bool(jobs)
 
+    def sessions(self) -> set[str]:
+        """The sessions whose requests are running or waiting for the CPU."""
+        with self._condition:
+            return {job.session for job in self._jobs}
+
     def describe(self) -> str:
         """One line for the status endpoint: requests running and waiting for the CPU."""
         with self._condition:
@@ -224,16 +230,17 @@ class FairScheduler:
     # ------------------------------------------------------------------------------------------------ turns
 
     def _take_turn(self, job: Job) -> None:
-        if not self.fair:
-            job.turn_started = time.monotonic()
-            return
         asked = time.monotonic()
         with self._condition:
             if job not in self._waiting and self._holder is not job:
                 self._waiting.append(job)
+            job.waiting_since = asked
             self._hand_over()
             while self._holder is not job and not job.cancelled:
-                self._condition.wait()
+                # Woken to look again when this job ages: the running job hands over at its next checkpoint.
+                self._condition.wait(timeout=self.aging_seconds)
+                self._hand_over()
+            job.waiting_since = None
             if self._holder is not job:
                 self._waiting.remove(job)
                 raise Cancelled(f"the visitor of session {job.session} left")
@@ -251,6 +258,6 @@ class FairScheduler:
     def _hand_over(self) -> None:
         """Give a free CPU to the waiting job that comes first (lock held)."""
         if self._holder is None and self._waiting:
-            self._holder = min(self._waiting, key=lambda job: job.priority)
+            self._holder = min(self._waiting, key=lambda job: job.priority(self.aging_seconds))
             self._waiting.remove(self._holder)
             self._condition.notify_all()

@@ -1,8 +1,10 @@
-"""A text through every system, by the one engine, within the request's budget and turns; and the panels' text.
+"""The one request pipeline (text and files): sentences through every system, by the one engine, within the request's
+budget and turns; and the text tab's panels.
 
 Every system (ours first, then the comparison models in the operator's order) translates the same sentences with
 the same plan (beams, sentences kept), so the panels compare like with like. A sentence too long for the model (no
 full stop in many words) is translated in parts; a request that reaches its time limit keeps what it has translated.
+Our model's sentences are checked for being out of its depth (`out_of_depth.check_depth`).
 """
 
 from dataclasses import dataclass, field
@@ -11,14 +13,15 @@ from transformer_en_de.engine import (
     DecodingSettings,
     TranslationRun,
     confidences,
+    plan_decoding,
     resolved_settings,
     sentence_numbers,
-    token_limits,
     translate,
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Limits, least_seconds, plan_work
+from .limits import Budget, Limits, Plan, least_seconds, plan_request
+from .out_of_depth import DepthCheck, check_depth
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
     InputError,
@@ -31,16 +34,12 @@ from .text_checks import (
 )
 from .translators import OURS_NAME, BackgroundTranslator, Translator
 
-# Below this confidence (the geometric mean of a model's probabilities for its own tokens) our model is out of its
-# depth. `python -m benchmarks.confidence` on the shipped model: the first 60 Multi30k validation sentences score
-# 0.64-0.96 (median 0.85; 2 of the first 200 fall below 0.62); its twelve everyday sentences ("Hello, how are
-# you?", ...) score 0.41-0.79, eleven of them below 0.62. (The distilled model is surer of itself than the one
-# before it, whose everyday sentences all scored 0.39-0.59: hence 0.62 rather than 0.6.)
-LOW_CONFIDENCE = 0.62
 OUT_OF_DEPTH = (
-    "Low confidence ({where}): our model learned German from 29,000 descriptions of photos and nothing else, and this "
-    "does not read like one. Its German may sound fluent and still be wrong; here, trust the pretrained model more."
+    "Low confidence ({where}): {reason} Our model learned German from 29,000 descriptions of photos and nothing else; "
+    "its German may sound fluent and still be wrong. {advice}"
 )
+TRUST_PRETRAINED = "Here, trust the pretrained model more."
+NO_PRETRAINED = "No pretrained model is on this page to compare with."
 
 
 @dataclass
@@ -54,6 +53,8 @@ class SystemOutput:
     num_parameters: int | None = None
     scores: dict | None = None
     confidences: list[float | None] = field(default_factory=list)  # per sentence (`engine.confidences`)
+    depth: list[DepthCheck] = field(default_factory=list)  # ours only: per sentence, out of its depth or not
+    backend_name: str = ""
     message: str = ""
     notices: list[str] = field(default_factory=list)
     run: TranslationRun | None = None
@@ -82,10 +83,16 @@ def run_system(
     progress=None,
     *,
     deadline: float | None = None,
+    plan=None,
 ) -> SystemOutput:
     """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
     the batch in progress ends and what was translated is kept."""
-    output = SystemOutput(name=translator.name, num_parameters=translator.num_parameters)
+    backend = getattr(translator, "backend", None)
+    output = SystemOutput(
+        name=translator.name,
+        num_parameters=translator.num_parameters,
+        backend_name=getattr(translator, "backend_name", "PyTorch"),
+    )
     run = translate(
         translator.model,
         translator.tokenizer,
@@ -94,6 +101,8 @@ def run_system(
         progress=progress,
         should_stop=scheduler.should_stop,
         deadline=deadline,
+        backend=backend,
+        plan=plan,
     )
     output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
     if run.stopped_early:
@@ -112,7 +121,83 @@ def run_system(
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
+    if not scheduler.should_stop():  # a forward pass per batch, preemptible like decoding
+        output.confidences = confidences(translator.model, run.translations, settings.batch_size, backend=backend)
+    if translator.name == OURS_NAME:
+        known = output.confidences + [None] * (len(sentences) - len(output.confidences))
+        output.depth = check_depth(sentences, known)
     return output
+
+
+def budget_plan(
+    ours: Translator,
+    sentences: list[str],
+    beams: int,
+    tokens: int,
+    budget: Budget,
+    *,
+    scheduler: FairScheduler,
+    limits: Limits,
+    address: str | None,
+    unit: str = "sentence",
+) -> tuple[Plan, DecodingSettings]:
+    """The plan (beams, sentences kept; our model's engine plan in `Plan.decoding`) that fits `budget`, and the
+    settings every system translates with; Busy (Full) at once, before any tokenizing, when a request this long could
+    not be admitted now."""
+    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits), address)
+    decoding = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
+    plan = plan_request(decoding, budget, limits, unit)
+    return plan, DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+
+
+def run_systems(
+    systems: list,
+    sentences: list[str],
+    plan: Plan,
+    settings: DecodingSettings,
+    work: float,
+    budget: Budget,
+    *,
+    scheduler: FairScheduler,
+    limits: Limits,
+    session: str | None,
+    address: str | None,
+    on_batch=None,
+) -> list[SystemOutput]:
+    """Every system's output (a message for one not loaded) inside one scheduler job of `work` estimated CPU seconds
+    per loaded system; ours decodes `plan.decoding` as planned, the others `settings`; `on_batch(number, done, total)`
+    reports progress. Raises Busy or Cancelled."""
+    ready = sum(available(system)[0] is not None for system in systems)
+    outputs = []
+    with scheduler.job(
+        session, budget.seconds, heavy=ready * work > limits.ordinary_cpu_seconds, work=ready * work, address=address
+    ) as job:
+        for number, system in enumerate(systems):
+            translator, why_not = available(system)
+            if translator is None:
+                outputs.append(SystemOutput(name=system.name, message=why_not))
+                continue
+            progress = None if on_batch is None else (lambda done, total, number=number: on_batch(number, done, total))
+            planned = plan.decoding if number == 0 else None  # made for our model's tokenizer
+            outputs.append(
+                run_system(
+                    translator, sentences, settings, scheduler, progress, deadline=job.hard_deadline, plan=planned
+                )
+            )
+    return outputs
+
+
+def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
+    """The out-of-depth notice for our output ("" if no sentence is flagged): the advice to trust a pretrained model
+    only where one has translated beside it."""
+    flagged = [number + 1 for number, check in enumerate(output.depth) if check.flagged]
+    if not flagged:
+        return ""
+    first = output.depth[flagged[0] - 1]
+    where = f"{first.score:.0%}" if len(output.depth) == 1 else f"sentence {sentence_numbers(flagged)}"
+    compared = any(other.translation for other in outputs if other is not output)
+    return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=TRUST_PRETRAINED if compared else NO_PRETRAINED)
 
 
 def check_reference(reference, limits: Limits) -> tuple[str, str]:
@@ -180,49 +265,32 @@ def translate_text(
     sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
-    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
     try:
-        scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits), address)
-    except Busy as error:  # the long requests are all in flight and this one is long: refused before any work
+        plan, settings = budget_plan(
+            ours, sentences, beams, tokens, limits.text, scheduler=scheduler, limits=limits, address=address
+        )
+        result.notices += [plan.notice] if plan.notice else []
+        kept = sentences[: plan.num_sentences]
+        work = plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char
+        outputs = run_systems(
+            systems, kept, plan, settings, work, limits.text, scheduler=scheduler, limits=limits, session=session,
+            address=address,
+        )  # fmt: skip
+    except Busy as error:  # refused before any work: the long requests are all in flight, or the visitor's is
         result.message, result.notices, result.sentences = str(error), [], []
         return result
-    plan = plan_work(
-        token_limits(ours.model, ours.tokenizer, sentences, settings),
-        beams,
-        limits.text,
-        batch_size=limits.batch_size,
-        cost=limits.step_cost,
-    )
-    result.notices += [plan.notice] if plan.notice else []
-    kept = sentences[: plan.num_sentences]
-    settings = DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    ready = sum(available(system)[0] is not None for system in systems)
-    work = ready * (plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char)
-    try:
-        with scheduler.job(
-            session, limits.text.seconds, heavy=work > limits.ordinary_cpu_seconds, work=work, address=address
-        ) as job:
-            for index, system in enumerate(systems):
-                translator, why_not = available(system)
-                if translator is None:
-                    result.outputs[index].message = why_not
-                    continue
-                output = run_system(translator, kept, settings, scheduler, deadline=job.hard_deadline)
-                output.translation = join_sentences(output.run.texts, separators[: len(kept)])
-                if not scheduler.should_stop():  # a forward pass per batch, preemptible like decoding
-                    output.confidences = confidences(translator.model, output.run.translations, limits.batch_size)
-                low = [n + 1 for n, c in enumerate(output.confidences) if c is not None and c < LOW_CONFIDENCE]
-                if low and translator.name == OURS_NAME:
-                    where = f"{output.confidences[0]:.0%}" if len(kept) == 1 else f"sentence {sentence_numbers(low)}"
-                    output.notices.insert(0, OUT_OF_DEPTH.format(where=where))
-                if reference:
-                    output.notices += [notice for notice in [score(output, reference, scheduler)] if notice]
-                result.outputs[index] = output
-    except Busy as error:
-        result.message, result.notices = str(error), []
-        result.outputs = [SystemOutput(name=system.name) for system in systems]
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
+        return result
+    for output in outputs:
+        if output.run is None:
+            continue
+        output.translation = join_sentences(output.run.texts, separators[: len(kept)])
+        if reference:
+            output.notices += [notice for notice in [score(output, reference, scheduler)] if notice]
+    notice = depth_notice(outputs[0], outputs)
+    outputs[0].notices[:0] = [notice] if notice else []
+    result.outputs = outputs
     return result
 
 
@@ -234,9 +302,10 @@ def format_details(output: SystemOutput) -> str:
         return ""
     lines = [
         f"**Latency** {output.seconds:.2f} s · **Tokens generated** {output.new_tokens} · "
-        f"**Parameters** {output.num_parameters / 1e6:.2f}M"
+        f"**Parameters** {output.num_parameters / 1e6:.2f}M · **Backend** {output.backend_name}"
     ]
-    shown = [c for c in output.confidences if c is not None]
+    scores = [check.score for check in output.depth] if output.depth else output.confidences
+    shown = [c for c in scores if c is not None and c == c]  # nan: a sentence not translated
     if shown:
         values = " · ".join(f"{c:.0%}" for c in shown[:10]) + (" …" if len(shown) > 10 else "")
         lines.append(f"**Confidence{' per sentence' if len(output.confidences) > 1 else ''}** {values}")

@@ -1,0 +1,125 @@
+"""The app's HTTP server: the page mounted in a FastAPI app of our own (`gr.mount_gradio_app`), behind the HTTP front
+(`guard.RequestGuard`), served by uvicorn with bounds on connections.
+
+Every open connection holds a file descriptor. A client that opens thousands and never finishes its request's headers
+would exhaust the process's descriptors: every visitor then times out, and each failed accept is logged. So a
+connection must finish its request's headers within `header_seconds` (the first request, and each next one on a
+kept-alive connection), idle kept-alive connections close after `keep_alive_seconds`, and connections beyond
+`max_connections` (below the descriptor limit, with room for the process's own files) make room by closing the oldest
+connection with no request in progress; the closures are logged once a minute with their count, not once each.
+"""
+
+import asyncio
+import resource
+import threading
+import time
+
+import gradio as gr
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# Descriptors kept for the process itself (model files, logs, the comparison models' workers, Gradio's files).
+RESERVED_DESCRIPTORS = 256
+
+
+def connection_limit(wanted: int) -> int:
+    """`wanted`, or fewer where the descriptor limit (soft) leaves less room."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(8, min(wanted, soft - RESERVED_DESCRIPTORS if soft > 2 * RESERVED_DESCRIPTORS else soft // 2))
+
+
+class Closures:
+    """Connections closed by the bounds, counted; one log line a minute at most."""
+
+    def __init__(self, every: float = 60.0):
+        self.counts = {"over the connection limit": 0, "headers too slow": 0}
+        self.every, self._logged = every, float("-inf")
+        self._lock = threading.Lock()
+
+    def add(self, why: str) -> None:
+        with self._lock:
+            self.counts[why] += 1
+            now = time.monotonic()
+            if now - self._logged < self.every:
+                return
+            self._logged = now
+            counts = ", ".join(f"{count:,} {reason}" for reason, count in self.counts.items() if count)
+        print(f"app.py: connections closed so far: {counts}.", flush=True)
+
+
+def bounded_protocol(max_connections: int, header_seconds: float, closures: Closures) -> type:
+    """uvicorn's h11 protocol with a cap on open connections and a deadline on each request's headers."""
+
+    class BoundedH11Protocol(H11Protocol):
+        opened = 0.0
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.opened = time.monotonic()
+            if len(self.connections) > max_connections:
+                # The oldest connection with no request in progress makes room (a slow client's, most likely); a
+                # request being answered is never cut. Only when every connection is busy is the newcomer closed.
+                idle = [other for other in self.connections if other is not self and other.waiting_for_request]
+                closed = min(idle, key=lambda other: other.opened) if idle else self
+                closures.add("over the connection limit")
+                closed.transport.abort()  # frees the descriptor now; connection_lost forgets the connection
+                if closed is self:
+                    return
+            self.header_deadline()
+
+        @property
+        def waiting_for_request(self) -> bool:
+            """No request read yet on this connection, or the last one answered: nothing in progress to cut."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.header_deadline()  # the next request on this connection has its own
+
+        def header_deadline(self) -> None:
+            cycle = self.cycle
+
+            def check():  # still no new request read since the deadline was set
+                if self.cycle is cycle and self.waiting_for_request and not self.transport.is_closing():
+                    closures.add("headers too slow")
+                    self.transport.abort()
+
+            asyncio.get_running_loop().call_later(header_seconds, check)
+
+    return BoundedH11Protocol
+
+
+def build_server(demo: gr.Blocks, *, front, limits, css: str, host: str, port: int) -> uvicorn.Server:
+    """The page mounted at the root of our FastAPI app, `front` (an ASGI middleware: a class and its keywords) first
+    in line, and the server bounded."""
+    app = FastAPI()
+    app.add_middleware(front[0], **front[1])
+    demo.state_session_capacity = limits.sessions_kept  # what launch() sets: sessions kept in memory, bounded
+    app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
+    closures = Closures()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=bounded_protocol(connection_limit(limits.max_connections), limits.header_seconds, closures),
+        timeout_keep_alive=limits.keep_alive_seconds,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        timeout_graceful_shutdown=2,  # event streams stay open as long as their pages: stop without waiting for them
+    )
+    return uvicorn.Server(config)
+
+
+def start_in_thread(server: uvicorn.Server, timeout: float = 60.0) -> threading.Thread:
+    """Run `server` in a daemon thread (tests, benchmarks); returns once it accepts connections."""
+    thread = threading.Thread(target=server.run, name="app server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the app server did not start")
+        time.sleep(0.05)
+    return thread

@@ -1,0 +1,107 @@
+"""Uploads within a quota: how many files and bytes each address and the server as a whole keep, and for how long.
+
+Gradio stores any upload up to `max_file_size` from anyone and keeps it an hour; a client that uploads in a loop fills
+the disk, and then every visitor's work fails. Here an upload is refused in one line (429) before it is read when it
+would take its address past `uploads_per_address` files, or the server past `uploads_total` files or
+`upload_total_bytes`; each upload is deleted after `upload_seconds`, which frees its share of the quota.
+"""
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from gradio.utils import get_upload_folder, is_in_or_equal
+
+from .limits import Limits
+
+# A multipart body holds the file and a few hundred bytes of framing; a body past the file cap and this is refused.
+FRAMING_BYTES = 16_000
+
+
+class UploadQuota:
+    """Counts the uploads kept (by address) and deletes each after its time; called by the HTTP front for
+    `/gradio_api/upload`."""
+
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+        self._kept: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # path → (address, bytes, time)
+        self._reserved: dict[str, int] = {}  # address → bytes of uploads in progress
+        self._lock = threading.Lock()
+
+    def usage(self, address: str | None = None) -> tuple[int, int]:
+        """(files, bytes) kept and in progress, of `address` or (None) of the server."""
+        with self._lock:
+            self.expire()
+            kept = [(size, who) for who, size, _ in self._kept.values() if address in (None, who)]
+            reserved = [size for who, size in self._reserved.items() if address in (None, who)]
+        return len(kept) + len(reserved), sum(size for size, _ in kept) + sum(reserved)
+
+    def refusal(self, address: str, size: int) -> str:
+        """ "" if an upload of `size` bytes from `address` fits the quota; else why not, in one line."""
+        limits = self.limits
+        files, stored = self.usage()
+        mine, _ = self.usage(address)
+        later = f"uploads are kept {limits.upload_seconds / 60:g} minutes; try again later."
+        if mine >= limits.uploads_per_address:
+            return f"Your address has {mine} uploads on this server, the most it may keep; {later}"
+        if files >= limits.uploads_total or stored + size > limits.upload_total_bytes:
+            return f"The server's space for uploads is full; {later}"
+        return ""
+
+    def expire(self) -> None:
+        """Delete the uploads older than `upload_seconds` (lock held)."""
+        now = time.monotonic()
+        while self._kept:
+            path, (_, _, when) = next(iter(self._kept.items()))
+            if now - when < self.limits.upload_seconds:
+                break
+            self._kept.popitem(last=False)
+            Path(path).unlink(missing_ok=True)
+
+    async def __call__(self, app, scope, receive, send, address: str):
+        from .guard import drain, refuse  # the HTTP front's helpers (it imports this module's class lazily too)
+
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if not length.isdigit():
+            return await refuse(send, 411, "An upload must say its size (a Content-Length header).", False)
+        size = int(length)
+        if size > self.limits.max_file_bytes + FRAMING_BYTES:
+            message = f"The upload has {size:,} bytes; the limit here is {self.limits.max_file_bytes:,}."
+            return await refuse(send, 413, message, await drain(receive))
+        refused = self.refusal(address, size)
+        if refused:
+            return await refuse(send, 429, refused, await drain(receive))
+        with self._lock:
+            self._reserved[address] = self._reserved.get(address, 0) + size
+        status, parts = 500, []
+
+        async def keep_answer(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                parts.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            await app(scope, receive, keep_answer)
+        finally:
+            with self._lock:
+                self._reserved[address] -= size
+                if not self._reserved[address]:
+                    del self._reserved[address]
+                if status == 200:
+                    self.record(b"".join(parts), address)
+
+    def record(self, answer: bytes, address: str) -> None:
+        """Count the files an upload stored (Gradio answers their paths) against `address` (lock held)."""
+        try:
+            paths = json.loads(answer)
+        except ValueError:
+            return
+        folder = get_upload_folder()
+        for path in paths if isinstance(paths, list) else []:
+            if isinstance(path, str) and is_in_or_equal(path, folder) and Path(path).is_file():
+                self._kept[path] = (address, Path(path).stat().st_size, time.monotonic())

@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     output_dir = Path(training_args.output_dir)
     try:
         return run(argv, data_args, tokenizer_args, model_args, start_args, selection_args, training_args)
-    except (OSError, RuntimeError) as error:
+    except Exception as error:  # a failed write may come from any writer (safetensors and tokenizers are Rust)
         message = training.write_failure(error, output_dir)
         if message is None:
             raise

@@ -1,13 +1,23 @@
-"""transformer_en_de/training.py: batches of about N tokens, and the training loss on real target tokens only."""
+"""transformer_en_de/training.py: batches of about N tokens, the training loss on real target tokens only, and an
+output folder that a full disk leaves with whole checkpoints only."""
 
+import os
 import random
+import resource
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 import torch
-from conftest import DATA_DIR, tiny_config
+from conftest import DATA_DIR, ROOT, tiny_config
+from test_train import tiny_run_flags
 
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
-from transformer_en_de.training import TokenBatchSampler, scored_loss
+from transformer_en_de.training import TokenBatchSampler, resolve_resume, scored_loss
 
 
 def test_token_batches_hold_every_pair_once_within_the_budget():
@@ -43,3 +53,51 @@ def test_scored_loss_is_the_smoothed_loss_of_the_full_logits_with_the_same_gradi
     assert torch.allclose(loss, expected, atol=1e-6)
     for parameter, grad in zip(model.parameters(), expected_grads, strict=True):
         assert torch.allclose(parameter.grad, grad, atol=1e-6)
+
+
+@contextmanager
+def small_disk(folder: Path, size: str):
+    """A tmpfs of `size` mounted at `folder` (True), where this process may mount one (root); else False."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0  # fmt: skip
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_while_a_checkpoint_is_written_is_one_line_and_leaves_no_half_checkpoint(tmp_path):
+    """A real full disk: a tiny run on a 680 kB tmpfs has room for its first checkpoint, not its second, whose
+    weights (safetensors, written in Rust: SafetensorError, not OSError) stop half-way. Where nothing can be mounted,
+    a file-size limit below the weights' size makes the same writer fail the same way, at the first checkpoint."""
+    disk = tmp_path / "disk"
+    with small_disk(disk, "680k") as mounted:
+        output_dir = disk / "out"
+        limit = None if mounted else 100_000  # bytes: the tokenizer and the code fit, the weights (128 kB) not
+
+        def limit_file_size():
+            if limit:
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of killing us
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        result = subprocess.run(
+            [sys.executable, "train.py", *tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "2")],
+            cwd=ROOT, capture_output=True, text=True, preexec_fn=limit_file_size,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        last = result.stderr.strip().splitlines()[-1]
+        cause = "No space left on device" if mounted else "File too large"
+        assert last.startswith(f"error: writing to {output_dir} failed: {cause}")
+        assert "--resume_from_checkpoint last" in last
+        # The checkpoint being written is gone, so that a resume can only take a whole one.
+        assert [path.name for path in output_dir.glob("checkpoint-*")] == (["checkpoint-6"] if mounted else [])
+        if mounted:
+            assert resolve_resume("last", output_dir) == str(output_dir / "checkpoint-6")
+        else:
+            with pytest.raises(SystemExit, match="no complete checkpoint"):
+                resolve_resume("last", output_dir)

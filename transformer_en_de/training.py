@@ -7,7 +7,9 @@ line; a push that could not happen is refused before training).
 
 import dataclasses
 import errno
+import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from accelerate.utils import broadcast_object_list
 from huggingface_hub import constants
 from torch.utils.data import DataLoader, Sampler
 from transformers import Seq2SeqTrainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
@@ -126,6 +129,18 @@ class TranslationTrainer(Seq2SeqTrainer):
         # Mixed precision wraps the model's forward only; scored_loss calls the model's parts, so it asks for it itself.
         with self.accelerator.autocast():
             return scored_loss(model, inputs, num_items_in_batch)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """A checkpoint that could not be written to the end (a full disk, a kill) is removed, not left for a resume to
+        pass over: it frees what it took, and nothing half-written is ever taken for a checkpoint."""
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        new = not folder.exists()
+        try:
+            super()._save_checkpoint(model, trial)
+        except BaseException:
+            if new and self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def _issue_warnings_after_load(self, load_result) -> None:
         # A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's
@@ -270,6 +285,8 @@ class ShortRunLogging(TrainerCallback):
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EIO)
 TORCH_WRITE_ERRORS = ("iostream error", "PytorchStreamWriter failed", "file write failed", "unexpected pos")
+# The writers written in Rust (safetensors' SafetensorError, tokenizers' Exception) carry the OS error in their text.
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|\bcode: (\d+), kind:")
 
 
 def check_push(hub_model_id: str | None) -> None:
@@ -365,15 +382,16 @@ def write_failure(error: BaseException, output_dir: Path) -> str | None:
     while error is not None and len(causes) < 10:  # torch.save's failure is raised while handling the first one
         causes.append(error)
         error = error.__cause__ or error.__context__
-    numbered = [cause for cause in causes if getattr(cause, "errno", None) in WRITE_ERRNOS]
+    numbered = [cause.errno for cause in causes if getattr(cause, "errno", None) in WRITE_ERRNOS]
+    numbered += [number for cause in causes if (number := _rust_os_error(cause)) in WRITE_ERRNOS]
     # torch.save reports a failed write as a RuntimeError of its C++ stream, without an errno.
     stream = any(isinstance(cause, RuntimeError) and any(text in str(cause) for text in TORCH_WRITE_ERRORS)
                  for cause in causes)
     if not (numbered or stream):
         return None
     what = "a file could not be written (a full disk, or a limit on file size)"
-    if numbered and numbered[0].strerror:
-        what = numbered[0].strerror
+    if numbered:
+        what = os.strerror(numbered[0])
     try:
         free = f" ({shutil.disk_usage(output_dir).free / 2**20:,.0f} MiB free there)"
     except OSError:
@@ -382,3 +400,11 @@ def write_failure(error: BaseException, output_dir: Path) -> str | None:
         f"error: writing to {output_dir} failed: {what}{free}. Free some space (or choose another --output_dir), "
         "then run the same command with --resume_from_checkpoint last to go on from the last sound checkpoint."
     )
+
+
+def _rust_os_error(error: BaseException) -> int | None:
+    """The OS error number in the text of an error raised by a Rust writer ("... (os error 28)"), or None."""
+    if isinstance(error, OSError):
+        return None  # Python's own carry it as errno
+    match = RUST_OS_ERROR.search(str(error))
+    return int(match.group(1) or match.group(2)) if match else None

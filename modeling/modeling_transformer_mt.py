@@ -36,6 +36,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -43,8 +44,9 @@ from .beam_search import compact_beam_search, compact_search_covers
 from .configuration_transformer_mt import TransformerMTConfig
 from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, generate_length_settings
 
-# transformers 5.0-5.2x name the cache `past_key_values` (in arguments and outputs); later 5.x name it `cache` and
-# pass it so from generate(). The model takes either and answers in the field its transformers has.
+# Earlier transformers 5 releases name the cache `past_key_values` (in arguments and outputs); later ones name it
+# `cache` and pass it so from generate(). The model takes either (`deprecate_kwarg`) and answers in the output field
+# its transformers has.
 CACHE_FIELD = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
 
 
@@ -433,6 +435,7 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         self.embed_tokens = value
 
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -441,16 +444,14 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """Reads the target so far (all of it, or the tokens after those in `cache`, which it extends).
 
         `attention_mask` is over the cached and new target tokens, (B, past + T), or a 4D mask of one's own;
-        `past_key_values` is the cache's name in transformers before 5.3.
+        `past_key_values`, the cache's name in earlier transformers 5 releases, is taken for `cache`.
         """
         kwargs.pop("use_cache", None)  # the caller decides by passing a cache or not
-        cache = cache if cache is not None else past_key_values
         past_length = cache.get_seq_length() if cache is not None else 0  # a tensor for a static cache
         hidden_states = embed(self, input_ids, inputs_embeds, offset=past_length)  # (B, T, d_model)
         batch, query_length = hidden_states.shape[:2]
@@ -517,6 +518,7 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
         return self.decoder
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -528,12 +530,10 @@ class TransformerMTModel(TransformerMTPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         """`output_attentions`, `output_hidden_states` and `return_dict` fall back to the config's when not given.
-        `past_key_values` is the cache's name in transformers before 5.3."""
-        cache = cache if cache is not None else past_key_values
+        `past_key_values`, the cache's name in earlier transformers 5 releases, is taken for `cache`."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -711,6 +711,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -724,11 +725,10 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """With `labels`: `loss` is their cross-entropy (no smoothing: see `label_smoothed_cross_entropy`).
-        `past_key_values` is the cache's name in transformers before 5.3."""
+        `past_key_values`, the cache's name in earlier transformers 5 releases, is taken for `cache`."""
         if labels is not None:
             use_cache = False  # training and scoring read the whole target at once
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -739,7 +739,7 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            cache=cache if cache is not None else past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

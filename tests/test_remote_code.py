@@ -3,6 +3,7 @@ as it would from the Hub."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -109,3 +110,77 @@ def test_remote_code_on_transformers_4_says_it_needs_5(tmp_path):
     assert result.returncode != 0
     assert "needs transformers>=5, but transformers 4.57.0 is installed" in result.stderr
     assert "pip install -U 'transformers>=5'" in result.stderr
+
+
+# Runs in the subprocess, from a copy of the shipped folder: what a Hub user can ask of transformers' generate().
+HUB_USER_CONTRACT = r"""
+import json, logging, sys, warnings
+import torch
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+
+folder, sources = sys.argv[1], json.loads(sys.argv[2])
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("transformers").addHandler(handler)
+warnings.showwarning = lambda message, *args, **kwargs: messages.append(str(message))
+
+bare = AutoModel.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+batch = tokenizer(sources, padding=True, return_tensors="pt")
+report = {"bare_class": f"{type(bare).__module__}.{type(bare).__name__}"}
+with torch.inference_mode():
+    for num_beams in (1, 4):
+        report[f"dynamic_{num_beams}"] = model.generate(**batch, num_beams=num_beams).tolist()
+        report[f"static_{num_beams}"] = model.generate(
+            **batch, num_beams=num_beams, cache_implementation="static"
+        ).tolist()
+        report[f"explicit_{num_beams}"] = model.generate(
+            **batch, num_beams=num_beams, min_new_tokens=40, max_new_tokens=48
+        ).tolist()
+    # dynamo traces the whole forward (fullgraph) at every step of a static-cache greedy search; the eager backend
+    # runs the traced graph without generating kernels (minutes on a small CPU), which is not what is tested here.
+    model.forward = torch.compile(model.forward, fullgraph=True, backend="eager")
+    report["compiled_1"] = model.generate(**batch, num_beams=1, cache_implementation="static").tolist()
+report["messages"] = messages
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_a_copy_of_the_shipped_folder_keeps_transformers_generate_contract(tmp_path):
+    """From a copy of the shipped folder, in a Python that cannot import the project: `AutoModel` loads the bare
+    encoder-decoder, a static cache gives the ids of the dynamic one (greedy and beam), a caller's
+    `min_new_tokens` / `max_new_tokens` replace the saved per-sentence bound (no "Unfeasible length constraints"),
+    and a forward compiled with `fullgraph=True` gives the same ids."""
+    folder = tmp_path / "transformer-en-de"
+    shutil.copytree(ROOT / "models" / "transformer-en-de", folder)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), TOKENIZERS_PARALLELISM="false")
+    sources = ["Two dogs are playing in the snow.", "A man in a red jacket reads a newspaper on a bench."]
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_USER_CONTRACT, str(folder), json.dumps(sources)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert report["bare_class"].startswith("transformers_modules.")
+    assert report["bare_class"].endswith("modeling_transformer_mt.TransformerMTModel")
+    for num_beams in (1, 4):
+        assert report[f"static_{num_beams}"] == report[f"dynamic_{num_beams}"]
+        explicit = torch.tensor(report[f"explicit_{num_beams}"])
+        new_tokens = (explicit[:, 1:] != 0).sum(dim=-1)  # 0: the padding id
+        assert explicit.shape[1] - 1 <= 48 and int(new_tokens.min()) >= 40
+        bounded = torch.tensor(report[f"dynamic_{num_beams}"])
+        assert bounded.shape[1] - 1 < 40  # the saved bound alone stops both sentences well before 40 tokens
+    assert report["compiled_1"] == report["dynamic_1"]
+    assert not [message for message in report["messages"] if "Unfeasible" in message]
+
+
+def test_the_hub_code_calls_no_private_torch_ops():
+    """The folder's code runs on any PyTorch a Hub user has: no `torch.ops` (private kernels), only public APIs."""
+    code_files = sorted((ROOT / "models" / "transformer-en-de").glob("*.py")) + sorted((ROOT / "modeling").glob("*.py"))
+    assert code_files
+    assert not [path.name for path in code_files if "torch.ops" in path.read_text()]

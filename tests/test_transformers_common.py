@@ -9,6 +9,8 @@ reads them to choose labels and heads). The test files come from the source rele
 import unittest
 
 import pytest
+import torch
+from transformers import CompileConfig
 from transformers.models.auto import modeling_auto
 from transformers_suite import upstream_tests
 
@@ -116,5 +118,103 @@ class TransformerMTModelTest(ModelTesterMixin, unittest.TestCase):
     def test_generation_tester_mixin_inheritance(self):
         self.skipTest(
             "checks that this class also runs GenerationTesterMixin, which is only in transformers' source repository, "
-            "not in its release: generate() is covered by tests/test_modeling.py instead"
+            "not in its release: the generate() contract is covered below (static cache, compiled forward, 4D masks) "
+            "and by tests/test_modeling.py"
         )
+
+    # What GenerationTesterMixin checks of a model whose forward compiles (`_can_compile_fullgraph`), written here
+    # against the same tiny configs. The forward is compiled as generate() compiles it (`compile_config`), with the
+    # eager backend: dynamo traces the whole graph (fullgraph: no break allowed) and guards it (recompilations), but
+    # generates no kernels, which would take minutes on a CPU and is not what these tests check.
+
+    def _generative_model(self):
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        config.dropout = config.attention_dropout = 0.0
+        torch.manual_seed(0)
+        model = TransformerMTForConditionalGeneration(config).eval()
+        return model, {"input_ids": inputs["input_ids"][:3], "attention_mask": inputs["attention_mask"][:3]}
+
+    @staticmethod
+    def _compiled():
+        config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+        config._compile_all_devices = True  # generate() compiles on accelerators only, unless told (a class field)
+        return config
+
+    def test_generate_compile_model_forward_fullgraph(self):
+        model, inputs = self._generative_model()
+        self.assertTrue(model._can_compile_fullgraph)
+        torch._dynamo.reset()
+        for num_beams in (1, 2):
+            with self.subTest(num_beams=num_beams), torch.no_grad():
+                settings = dict(num_beams=num_beams, max_new_tokens=5, min_new_tokens=5, cache_implementation="static")
+                eager = model.generate(**inputs, **settings)
+                compiled = model.generate(**inputs, **settings, compile_config=self._compiled())
+                self.assertTrue(torch.equal(eager, compiled))
+        self.assertIsNotNone(getattr(model, "_compiled_call", None))  # generate() did run the compiled forward
+
+    def test_generate_compilation_all_outputs(self):
+        model, inputs = self._generative_model()
+        torch._dynamo.reset()
+        settings = dict(
+            num_beams=1, max_new_tokens=4, min_new_tokens=4, cache_implementation="static",
+            return_dict_in_generate=True, output_scores=True, output_logits=True, output_attentions=True,
+            output_hidden_states=True,
+        )  # fmt: skip
+        with torch.no_grad():
+            eager = model.generate(**inputs, **settings)
+            compiled = model.generate(**inputs, **settings, compile_config=self._compiled())
+        self.assertTrue(torch.equal(eager.sequences, compiled.sequences))
+        self.assertEqual(len(compiled.scores), 4)
+        self.assertEqual(len(compiled.decoder_attentions), 4)
+        self.assertEqual(len(compiled.cross_attentions), 4)
+        self.assertEqual(len(compiled.decoder_hidden_states), 4)
+        for step in range(4):
+            self.assertTrue(torch.allclose(eager.logits[step], compiled.logits[step], atol=1e-5))
+            for eager_layer, compiled_layer in zip(
+                eager.cross_attentions[step], compiled.cross_attentions[step], strict=True
+            ):
+                self.assertTrue(torch.allclose(eager_layer, compiled_layer, atol=1e-6))
+
+    def test_static_cache_no_recompile_with_smaller_length(self):
+        model, inputs = self._generative_model()
+        torch._dynamo.reset()
+        settings = dict(num_beams=1, cache_implementation="static", compile_config=self._compiled())
+        with torch.no_grad():
+            model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, **settings)  # traced: prompt and next steps
+            other_sources = inputs["input_ids"].flip(0)
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                shorter = model.generate(
+                    input_ids=other_sources, attention_mask=inputs["attention_mask"], max_new_tokens=4,
+                    min_new_tokens=4, **settings,
+                )  # fmt: skip
+        self.assertEqual(shorter.shape[1], 1 + 4)
+
+    def test_custom_4d_attention_mask(self):
+        """A 4D mask of one's own (float, additive) passes through to attention: the padding and causal masks
+        written out as 4D give the outputs of the 2D masks they stand for."""
+        model, inputs = self._generative_model()
+        input_ids = inputs["input_ids"].clone()
+        input_ids[0, -3:] = model.config.pad_token_id  # one padded source
+        source_mask = input_ids.ne(model.config.pad_token_id).long()
+        decoder_input_ids = input_ids[:, :5].clone().clamp(min=3)
+        decoder_mask = torch.ones_like(decoder_input_ids)
+        decoder_mask[1, -2:] = 0  # one padded target
+        minimum = torch.finfo(torch.float32).min
+        length, target_length = input_ids.shape[1], decoder_input_ids.shape[1]
+        source_4d = (1.0 - source_mask[:, None, None, :].float()).expand(-1, 1, length, length) * minimum
+        causal = torch.tril(torch.ones(target_length, target_length, dtype=torch.bool))
+        allowed = causal[None, None] & decoder_mask[:, None, None, :].bool()
+        decoder_4d = (~allowed).float() * minimum
+        for implementation in ("sdpa", "eager"):
+            with self.subTest(implementation=implementation), torch.no_grad():
+                model.set_attn_implementation(implementation)
+                encoder = model.get_encoder()
+                encoded_2d = encoder(input_ids, attention_mask=source_mask).last_hidden_state
+                encoded_4d = encoder(input_ids, attention_mask=source_4d).last_hidden_state
+                real = source_mask.bool()
+                self.assertTrue(torch.allclose(encoded_2d[real], encoded_4d[real], atol=1e-5))
+                common = dict(input_ids=input_ids, attention_mask=source_mask, decoder_input_ids=decoder_input_ids)
+                logits_2d = model(**common, decoder_attention_mask=decoder_mask).logits
+                logits_4d = model(**common, decoder_attention_mask=decoder_4d).logits
+                real = decoder_mask.bool()
+                self.assertTrue(torch.allclose(logits_2d[real], logits_4d[real], atol=1e-5))

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import torch
 
-from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de import data
 from transformer_en_de.checkpoints import (
     average_checkpoints,
     choose_average,
     complete_checkpoints,
+    load_checkpoint,
     validation_curve,
 )
 from transformer_en_de.evaluation import (
@@ -182,7 +182,7 @@ def rescore(folder: Path, data_dir: Path, splits: list[str], device: str = "cpu"
     if recorded is None:
         raise FileNotFoundError(f"{folder} has no eval_results.json to rescore: average or train into it first.")
     # from_pretrained loads the generation config too: the scores are those of the folder's own decoding
-    model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device)
+    model = load_checkpoint(folder).to(device)
     tokenizer = load_tokenizer(folder)
     languages = (recorded["languages"]["source"], recorded["languages"]["target"])
     write_eval_results(

@@ -159,3 +159,29 @@ def test_scripts_do_not_import_each_other():
         text = (ROOT / script).read_text(encoding="utf-8")
         for other in ("compare", "publish", "train", "average_checkpoints", "app"):
             assert f"import {other}\n" not in text and f"from {other} import" not in text, (script, other)
+
+
+def pickle_weights_only(checkpoint: Path) -> None:
+    """The checkpoint's weights as a pytorch_model.bin (a pickle) instead of model.safetensors."""
+    torch.save(TransformerMTForConditionalGeneration.from_pretrained(checkpoint).state_dict(),
+               checkpoint / "pytorch_model.bin")
+    (checkpoint / "model.safetensors").unlink()
+
+
+def test_a_checkpoint_with_pickle_weights_only_is_one_line_with_the_conversion(run_dir, data_dir, tmp_path, capsys):
+    checkpoint = run_dir / "checkpoint-30"
+    pickle_weights_only(checkpoint)
+    conversion = f"from_pretrained('{checkpoint}', use_safetensors=False).save_pretrained('{checkpoint}')"
+    for argv in (
+        [str(run_dir / "checkpoint-20"), str(checkpoint), "--output_dir", str(tmp_path / "averaged")],
+        [str(run_dir), "--average_last", "2", "--output_dir", str(tmp_path / "chosen"), "--data_dir", str(data_dir)],
+        ["--rescore", str(checkpoint), "--data_dir", str(data_dir)],
+    ):
+        (checkpoint / "eval_results.json").write_text((run_dir / "eval_results.json").read_text())  # for --rescore
+        assert average_checkpoints.main(argv) == 2
+        printed = capsys.readouterr().err
+        error = printed.strip().splitlines()[-1]  # after the loading bar of a checkpoint loaded before, if any
+        assert "Traceback" not in printed
+        assert error.startswith(f"error: {checkpoint} has only PyTorch pickle weights (pytorch_model.bin)")
+        assert conversion in error and "\n" not in error
+    assert not (tmp_path / "averaged").exists() and not (tmp_path / "chosen").exists()

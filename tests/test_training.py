@@ -1,20 +1,25 @@
 """transformer_en_de/training.py: batches of about N tokens, the training loss on real target tokens only, and an
 output folder that a full disk leaves with whole checkpoints only."""
 
+import datetime
 import os
+import pickle
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from conftest import DATA_DIR, ROOT, tiny_config
 from test_train import tiny_run_flags
 
+import train
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
 from transformer_en_de.training import TokenBatchSampler, resolve_resume, scored_loss
@@ -101,3 +106,39 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_is_one_line_and_leaves_
         else:
             with pytest.raises(SystemExit, match="no complete checkpoint"):
                 resolve_resume("last", output_dir)
+
+
+def save_resumable_checkpoint(folder: Path, tokenizer) -> Path:
+    """A checkpoint as the Trainer writes one: weights, state, and torch.save files of tensors, numbers and numpy's
+    random state (which the Trainer allows when it loads them)."""
+    TransformerMTForConditionalGeneration(tiny_config(tokenizer)).save_pretrained(folder)
+    (folder / "trainer_state.json").write_text("{}")
+    torch.save({"state": {0: {"step": torch.tensor(6.0)}}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+               folder / "optimizer.pt")
+    torch.save({"python": random.getstate(), "numpy": numpy.random.get_state(), "cpu": torch.random.get_rng_state()},
+               folder / "rng_state.pth")
+    return folder
+
+
+def test_a_checkpoint_whose_optimizer_state_a_safe_load_refuses_is_passed_over_or_one_line(tmp_path, tiny_tokenizer,
+                                                                                           capsys):
+    sound = save_resumable_checkpoint(tmp_path / "checkpoint-3", tiny_tokenizer)
+    changed = save_resumable_checkpoint(tmp_path / "checkpoint-6", tiny_tokenizer)
+    state = torch.load(changed / "optimizer.pt", weights_only=True)
+    torch.save({**state, "saved_at": datetime.datetime(2026, 1, 1)}, changed / "optimizer.pt")  # not tensors
+    with pytest.raises(pickle.UnpicklingError):  # what the Trainer's own load would raise, in a traceback
+        torch.load(changed / "optimizer.pt", weights_only=True)
+
+    assert resolve_resume("last", tmp_path) == str(sound)
+    assert (f"passing over {changed}: optimizer.pt holds more than tensors and numbers (it names datetime.datetime)"
+            in capsys.readouterr().out)
+
+    output_dir = tmp_path / "out"
+    with pytest.raises(SystemExit) as refusal:
+        train.main(tiny_run_flags(DATA_DIR, output_dir, "--resume_from_checkpoint", str(changed)))
+    message = str(refusal.value)
+    assert message.startswith(f"error: --resume_from_checkpoint {changed}: optimizer.pt holds more than tensors")
+    assert "--overwrite_output_dir" in message and "\n" not in message
+    shutil.rmtree(sound)
+    with pytest.raises(SystemExit, match=r"none of the 1 complete checkpoint-\* folders .* can be resumed from"):
+        resolve_resume("last", tmp_path)

@@ -6,6 +6,7 @@ the base models average the last 5 checkpoints, the big ones the last 20).
 """
 
 import json
+import pickle
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -14,12 +15,14 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 from transformers import GenerationConfig
+from transformers.trainer_pt_utils import safe_globals
 
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 
 from .engine import DecodingSettings
 from .evaluation import score_model
+from .hub import PICKLE_WEIGHTS, SAFE_WEIGHTS, pickle_only_message
 
 # The values of n tried by `train.py --average_last N` (those up to N, and N itself).
 AVERAGE_CANDIDATES = (1, 2, 5, 10, 20)
@@ -42,11 +45,40 @@ def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+class CheckpointError(ValueError):
+    """A checkpoint or model folder that cannot be loaded; the message names it and says what to do."""
+
+
+def refuse_pickle_only(folder: Path) -> None:
+    """CheckpointError, with the command that converts them, where `folder` has pickle weights and no safetensors."""
+    has = lambda names: any((folder / name).is_file() for name in names)  # noqa: E731
+    if has(PICKLE_WEIGHTS) and not has(SAFE_WEIGHTS):
+        raise CheckpointError(f"{folder} {pickle_only_message(str(folder))}")
+
+
+def load_checkpoint(folder: str | Path) -> TransformerMTForConditionalGeneration:
+    """The model saved in `folder` (a checkpoint or a model folder), from safetensors only; CheckpointError in one
+    line where it cannot be loaded (pickle weights only: with the command that converts them)."""
+    folder = Path(folder)
+    refuse_pickle_only(folder)
+    try:
+        return TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True)
+    except (OSError, ValueError, SafetensorError) as error:
+        cause = " ".join(str(error).split())
+        raise CheckpointError(
+            f"{folder} could not be loaded ({type(error).__name__}: {cause[:300]}). Give a checkpoint or model folder "
+            "that train.py wrote to the end (config.json and model.safetensors)."
+        ) from None
+
+
 def damaged_checkpoint(checkpoint: str | Path) -> str | None:
-    """What makes a checkpoint folder unusable for resuming (a file cut short or unreadable), or None if it is sound.
+    """What makes a checkpoint folder unusable for resuming (a file cut short or unreadable, or a torch.save file a
+    safe load refuses), or None if it is sound.
 
     Reads headers and indexes only, not the tensors: the weights' safetensors header (which must cover the whole
-    file), the zip index of each torch.save file (at the end of the file, so a truncated one has none), the JSON state.
+    file), the zip index of each torch.save file (at the end of the file, so a truncated one has none), the JSON state;
+    and unpickles each torch.save file as the Trainer will (`weights_only`, numpy allowed), its tensors mapped, not
+    read.
     """
     checkpoint = Path(checkpoint)
     for path in sorted(checkpoint.glob("*.safetensors")):
@@ -58,10 +90,30 @@ def damaged_checkpoint(checkpoint: str | Path) -> str | None:
     for path in sorted(checkpoint.glob("*.pt")) + sorted(checkpoint.glob("*.pth")):
         if not zipfile.is_zipfile(path):
             return f"{path.name} is damaged (cut short or not a torch.save file)"
+        refusal = _unsafe_pickle(path)
+        if refusal:
+            return refusal
     try:
         json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         return f"trainer_state.json is damaged ({error})"
+    return None
+
+
+def _unsafe_pickle(path: Path) -> str | None:
+    """Why a safe load (`weights_only`, as the Trainer loads optimizer, scheduler and RNG states) refuses a torch.save
+    file, or None. A file this project's training wrote is plain tensors and numbers; anything else in it was put
+    there by something else, and is never unpickled with code allowed."""
+    try:
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        what = f"it names {found.group(1)}" if found else " ".join(str(error).split())[:200]
+        return (f"{path.name} holds more than tensors and numbers ({what}), which a safe load refuses: training never "
+                "writes that, so the file was changed or comes from elsewhere")
+    except (RuntimeError, OSError) as error:
+        return f"{path.name} is damaged ({' '.join(str(error).split())[:200]})"
     return None
 
 
@@ -92,11 +144,13 @@ def average_checkpoints(checkpoints: list[str | Path]) -> TransformerMTForCondit
     """One model whose floating-point weights are the mean of the checkpoints' (loaded one at a time)."""
     if not checkpoints:
         raise ValueError("average_checkpoints needs at least one checkpoint folder.")
-    averaged = TransformerMTForConditionalGeneration.from_pretrained(checkpoints[0], use_safetensors=True)
+    for path in checkpoints:  # before the first is loaded: a refusal costs nothing
+        refuse_pickle_only(Path(path))
+    averaged = load_checkpoint(checkpoints[0])
     state = averaged.state_dict()
     sums = {name: tensor.detach().double().clone() for name, tensor in state.items() if tensor.is_floating_point()}
     for path in checkpoints[1:]:
-        other = TransformerMTForConditionalGeneration.from_pretrained(path, use_safetensors=True).state_dict()
+        other = load_checkpoint(path).state_dict()
         if other.keys() != state.keys() or any(other[name].shape != state[name].shape for name in sums):
             raise ValueError(f"{path} is not a checkpoint of the same model as {checkpoints[0]}.")
         for name in sums:
@@ -172,18 +226,20 @@ def model_to_ship(trainer, average_last: int, tokenizer, validation: tuple[list[
                      averaged_checkpoints=[path.name for path in choice.checkpoints])
         return choice.model, choice.scores, facts
     if best:
-        return TransformerMTForConditionalGeneration.from_pretrained(best, use_safetensors=True), None, {}
+        return load_checkpoint(best), None, {}
     return trainer.model, None, {}
 
 
 __all__ = [
     "AVERAGE_CANDIDATES",
     "AverageChoice",
+    "CheckpointError",
     "average_checkpoints",
     "candidate_sizes",
     "choose_average",
     "complete_checkpoints",
     "damaged_checkpoint",
+    "load_checkpoint",
     "model_to_ship",
     "restore_translation_defaults",
     "validation_curve",

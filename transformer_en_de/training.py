@@ -351,14 +351,21 @@ def resolve_resume(value: str | None, output_dir: str | Path) -> str | None:
     if value.lower() not in ("last", "true", "yes"):
         problem = "no such checkpoint folder" if not Path(value).is_dir() else damaged_checkpoint(value)
         if problem:
-            raise SystemExit(f"error: --resume_from_checkpoint {value}: {problem}.")
+            raise SystemExit(f"error: --resume_from_checkpoint {value}: {problem}. Resume from another checkpoint "
+                             "(`last` passes over unusable ones), or train anew with --overwrite_output_dir.")
         return value
     # A checkpoint cut off while saving has no trainer_state.json: complete_checkpoints leaves it out.
-    for checkpoint in reversed(complete_checkpoints(output_dir)):
+    complete = complete_checkpoints(output_dir)
+    for checkpoint in reversed(complete):
         problem = damaged_checkpoint(checkpoint)
         if not problem:
             return str(checkpoint)
         print(f"[resume] passing over {checkpoint}: {problem}")
+    if complete:
+        raise SystemExit(
+            f"error: --resume_from_checkpoint {value}: none of the {len(complete)} complete checkpoint-* folders in "
+            f"{output_dir} can be resumed from (see above). Train anew with --overwrite_output_dir."
+        )
     raise SystemExit(f"error: --resume_from_checkpoint {value}: no complete checkpoint-* folder in {output_dir}.")
 
 

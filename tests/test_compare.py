@@ -11,6 +11,7 @@ from tiny_marian import build_tiny_marian
 
 import compare
 from modeling import TransformerMTForConditionalGeneration
+from transformer_en_de import backends
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.hub import load_model
@@ -101,6 +102,33 @@ def test_int8_scores_every_model_with_dynamic_int8_weights(tmp_path, test_files,
         model, tokenizer = load_model(system["model"])
         hypotheses = translate(int8_dynamic(model), tokenizer, sources, DECODING).texts
         assert {"bleu": system["bleu"], "chrf": system["chrf"]} == corpus_scores(hypotheses, references)
+
+
+def test_ctranslate2_backend_scores_every_model_as_the_torch_backend(
+    tmp_path, test_files, source_sensitive_model_dir, tiny_marian_dir, monkeypatch
+):
+    """Ours through our converter, MarianMT through CTranslate2's: greedy, the scores of the torch backend."""
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv(backends.CACHE_VARIABLE, str(tmp_path / "cache"))
+    source, reference, sources, references = test_files
+    models = [source_sensitive_model_dir, tiny_marian_dir]
+    code, output = run_cli(tmp_path, models, source, reference, "--backend", "ctranslate2", "--num_beams", "1")
+
+    assert code == 0
+    comparison = json.loads(output.read_text(encoding="utf-8"))
+    assert comparison["backend"] == "CTranslate2 float32"
+    assert "decoded by CTranslate2 float32" in output.with_suffix(".md").read_text(encoding="utf-8")
+    greedy = compare.fair_settings(**(SETTINGS | {"num_beams": 1}))
+    for system in comparison["systems"]:
+        assert system["error"] is None
+        model, tokenizer = load_model(system["model"])
+        hypotheses = translate(model, tokenizer, sources, greedy).texts
+        assert {"bleu": system["bleu"], "chrf": system["chrf"]} == corpus_scores(hypotheses, references)
+
+    code, output = run_cli(tmp_path / "int8", models, source, reference, "--backend", "ctranslate2", "--int8")
+    comparison = json.loads(output.read_text(encoding="utf-8"))
+    assert code == 0 and comparison["backend"] == "CTranslate2 int8"
+    assert [system["error"] for system in comparison["systems"]] == [None, None]
 
 
 @pytest.mark.parametrize("which", ["ours", "marian"])

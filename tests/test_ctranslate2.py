@@ -1,12 +1,22 @@
-"""Our converter to CTranslate2 (`transformer_en_de/ctranslate2_backend.py`): the converted model computes what ours
-computes, so both write the same greedy tokens. Skipped where the optional `ctranslate2` package is not installed."""
+"""CTranslate2 behind the engine, with real tiny models (ours and a MarianMT): our converter
+(`transformer_en_de/ctranslate2_backend.py`) computes what ours computes; the backend (`transformer_en_de/backends.py`)
+gives the engine's greedy ids, bounds, notices and confidences; conversions are cached by the weights' fingerprint;
+the app's translators load it. Skipped where the optional `ctranslate2` package is not installed."""
+
+import math
+import time
 
 import pytest
 import torch
 from conftest import tiny_config
+from tiny_marian import build_tiny_marian
 
 from modeling import TransformerMTForConditionalGeneration
-from transformer_en_de import ctranslate2_backend
+from modeling.modeling_transformer_mt import set_translation_defaults
+from transformer_en_de import backends, ctranslate2_backend
+from transformer_en_de.app import translators
+from transformer_en_de.engine import DecodingSettings, confidences, translate
+from transformer_en_de.hub import load_model
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -60,3 +70,197 @@ def test_converted_logits_match_ours(tiny_tokenizer, tmp_path):
         logits = model(input_ids=torch.tensor([source]), labels=torch.tensor([target])).logits
     expected = torch.log_softmax(logits[0], dim=-1).gather(1, torch.tensor(target)[:, None]).squeeze(1)
     assert torch.allclose(torch.tensor(result.log_probs), expected, atol=1e-4)
+
+
+# -- the backend behind the engine --------------------------------------------------------------------------------
+
+ENGINE_SOURCES = SOURCES + [
+    "Two dogs.",
+    "A very small boy in a green jacket runs after a red ball on the grass in the park near the lake.",
+    "Men.",
+    "A WOMAN WITH A HAT READS A BOOK TO THREE CHILDREN.",
+]
+
+
+@pytest.fixture(autouse=True)
+def conversion_cache(tmp_path, monkeypatch):
+    """Conversions go to this test's folder, never to the user's cache."""
+    monkeypatch.setenv(backends.CACHE_VARIABLE, str(tmp_path / "ct2-cache"))
+    return tmp_path / "ct2-cache"
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tiny_tokenizer, tmp_path_factory):
+    """A saved tiny model of ours with wide random weights (its output depends on its input), decoding as a trained
+    model ships (beam 4, length penalty 0.6, the bound per sentence)."""
+    torch.manual_seed(0)
+    model = TransformerMTForConditionalGeneration(tiny_config(tiny_tokenizer, init_std=0.5)).eval()
+    set_translation_defaults(model.generation_config, model.config)
+    folder = tmp_path_factory.mktemp("wide")
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory):
+    return build_tiny_marian(tmp_path_factory.mktemp("tiny-marian"))
+
+
+def loaded(folder, **options):
+    model, tokenizer = load_model(str(folder))
+    return model, tokenizer, backends.load_backend(str(folder), model, tokenizer, **options)
+
+
+@pytest.mark.parametrize("process", [True, False], ids=["worker", "in-process"])
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_greedy_ids_bounds_and_notices_are_the_torch_backends(which, process, wide_dir, marian_dir):
+    """Greedy search: the same ids, the same sentences stopped at their bound, the same notices (casing), for our
+    model (our converter) and MarianMT (CTranslate2's TransformersConverter), CTranslate2 in a worker or here."""
+    model, tokenizer, decoder = loaded(wide_dir if which == "ours" else marian_dir, process=process)
+    try:
+        # A tight bound: sentences of one batch reach different limits, which CTranslate2 alone cannot do per sentence.
+        settings = DecodingSettings(num_beams=1, batch_size=3, max_new_tokens_ratio=0.5, max_new_tokens_offset=2)
+        ours = translate(model, tokenizer, ENGINE_SOURCES, settings)
+        theirs = translate(model, tokenizer, ENGINE_SOURCES, settings, backend=decoder)
+    finally:
+        decoder.close()
+    assert [t.generated_ids for t in theirs.translations] == [t.generated_ids for t in ours.translations]
+    assert [t.hit_length_bound for t in theirs.translations] == [t.hit_length_bound for t in ours.translations]
+    assert theirs.texts == ours.texts and theirs.notices == ours.notices
+    assert "sentence case" in theirs.notices[0]
+    assert theirs.plan.backend == decoder.name and ours.plan.backend == "PyTorch"
+    assert len({tuple(t.generated_ids) for t in ours.translations}) > 2  # the output depends on the input
+    assert any(t.hit_length_bound for t in theirs.translations)
+    assert len(set(theirs.plan.limits)) > 2  # limits differ inside a batch: each sentence cut at its own
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_every_sentence_is_bounded_on_its_own(num_beams, wide_dir):
+    model, tokenizer, decoder = loaded(wide_dir)
+    ratio, offset = 0.5, 1
+    settings = DecodingSettings(num_beams=num_beams, max_new_tokens_ratio=ratio, max_new_tokens_offset=offset)
+    try:
+        run = translate(model, tokenizer, ENGINE_SOURCES, settings, backend=decoder)
+    finally:
+        decoder.close()
+    limits = run.plan.limits
+    for translation, limit in zip(run.translations, limits, strict=True):
+        assert limit == math.ceil(ratio * len(translation.source_ids)) + offset
+        assert translation.new_tokens <= limit
+        assert translation.hit_length_bound == (translation.new_tokens >= limit)
+        assert translation.generated_ids[-1] == model.config.eos_token_id
+    assert len(set(limits)) > 2 and any(t.hit_length_bound for t in run.translations)
+
+
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_confidences_from_score_batch_are_the_torch_ones(which, wide_dir, marian_dir):
+    model, tokenizer, decoder = loaded(wide_dir if which == "ours" else marian_dir)
+    try:
+        settings = DecodingSettings(num_beams=2, batch_size=4, max_new_tokens_ratio=0.5, max_new_tokens_offset=2)
+        run = translate(model, tokenizer, ENGINE_SOURCES, settings, backend=decoder)
+        translations = run.translations[:-1] + [None]  # a sentence not translated has none
+        theirs = confidences(model, translations, batch_size=3, backend=decoder)
+    finally:
+        decoder.close()
+    ours = confidences(model, translations, batch_size=3)
+    assert theirs[-1] is None and ours[-1] is None
+    assert theirs[:-1] == pytest.approx(ours[:-1], abs=1e-4)
+    assert len(set(round(value, 3) for value in ours[:-1])) > 2
+    assert any(t.hit_length_bound for t in translations if t)  # forced </s> left out on both sides
+
+
+def test_truncation_progress_should_stop_and_deadline_between_batches(wide_dir, tiny_tokenizer):
+    model, tokenizer, decoder = loaded(wide_dir)
+    long_sentence = " ".join(["A dog runs in the park."] * 40)
+    sources = [*ENGINE_SOURCES, long_sentence]
+    settings = DecodingSettings(num_beams=1, batch_size=4)
+    calls, asked = [], []
+    try:
+        run = translate(model, tokenizer, sources, settings, backend=decoder, progress=lambda *c: calls.append(c))
+        stopped = translate(
+            model, tokenizer, sources, settings, backend=decoder,
+            should_stop=lambda: asked.append(1) or len(asked) > 1,
+        )  # fmt: skip
+        late = translate(model, tokenizer, sources, settings, backend=decoder, deadline=time.monotonic() - 1)
+    finally:
+        decoder.close()
+    assert calls == [(4, 10), (8, 10), (10, 10)]
+    assert run.translations[-1].source_truncated and len(run.translations[-1].source_ids) == 64
+    assert any("longer than the 64 tokens" in notice for notice in run.notices)
+    assert stopped.stopped_early and sum(t is not None for t in stopped.translations) == 4
+    assert late.stopped_early and late.translations == [None] * len(sources)
+    assert late.notices == [f"stopped after 0 of {len(sources)} sentences."]
+
+
+# -- conversion, cached --------------------------------------------------------------------------------------------
+
+
+def test_conversion_is_cached_and_redone_when_the_weights_change(wide_dir, conversion_cache, tmp_path):
+    folder = tmp_path / "model"
+    model, tokenizer = load_model(str(wide_dir))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    first = backends.convert_cached(str(folder), model, tokenizer)
+    made = (first / "model.bin").stat().st_mtime_ns
+    assert first.is_relative_to(conversion_cache) and not any(folder.glob("ctranslate2-*"))
+    assert backends.convert_cached(str(folder), *load_model(str(folder))) == first  # the same weights: reused
+    assert (first / "model.bin").stat().st_mtime_ns == made
+    int8 = backends.convert_cached(str(folder), model, tokenizer, int8=True)
+    assert int8 != first and "int8" in int8.name
+
+    with torch.no_grad():
+        model.get_output_embeddings().weight[5] += 1.0  # changed weights, saved in the same folder
+    model.save_pretrained(folder)
+    second = backends.convert_cached(str(folder), *load_model(str(folder)))
+    assert second != first and (second / "model.bin").is_file()
+    assert not first.exists() and int8.exists()  # the stale float32 conversion is gone; the int8 one is another kind
+
+
+def test_a_missing_package_or_folder_is_one_line(tmp_path, tiny_tokenizer):
+    with pytest.raises(backends.BackendError, match="unknown backend 'onnx'"):
+        backends.resolve_backend("onnx")
+    assert backends.resolve_backend("auto") == "ctranslate2"
+    with pytest.raises(backends.BackendError, match="cannot load") as error:
+        backends.CTranslate2Backend(tmp_path, tiny_tokenizer)
+    assert "\n" not in str(error.value)
+
+
+# -- the app's translators ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "int8", "name"), [
+    ("torch", False, "PyTorch"), ("ctranslate2", False, "CTranslate2 float32"), ("auto", True, "CTranslate2 int8"),
+])  # fmt: skip
+def test_translators_load_with_a_backend(backend, int8, name, wide_dir):
+    translator = translators.load_translator(str(wide_dir), "ours", backend=backend, int8=int8)
+    assert translator.backend_name == name
+    assert (translator.backend is None) == (backend == "torch")
+    assert translator.model.config.d_model == 32  # the torch model is there for the heatmaps either way
+    greedy = DecodingSettings(num_beams=1)
+    run = translate(translator.model, translator.tokenizer, SOURCES, greedy, backend=translator.backend)
+    if translator.backend is not None:
+        translator.backend.close()
+    assert run.plan.backend == name
+    if not int8:  # float32: the ids of the model itself
+        assert run.texts == translate(translator.model, translator.tokenizer, SOURCES, greedy).texts
+
+
+def test_comparison_model_lists_and_why_one_is_missing(tmp_path):
+    for none in ("", "  ", "none", "None", [""], [], None):
+        assert translators.parse_model_list(none) == []
+    assert translators.parse_model_list(["a/b,c", " d "]) == ["a/b", "c", "d"]
+    assert translators.parse_model_list("a/b, ./c  d") == ["a/b", "./c", "d"]
+
+    empty = translators.BackgroundTranslator("", "nothing")
+    offline = translators.BackgroundTranslator("Helsinki-NLP/opus-mt-en-de", "MarianMT")
+    missing = translators.BackgroundTranslator(str(tmp_path / "opus-mt"), "opus")
+    for system in (empty, offline, missing):
+        system._thread.join(timeout=60)
+    assert empty.error == "nothing is not on this page: failed to load: no model id was given."
+    assert offline.error == (
+        "MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: the Hugging Face Hub is offline and the model is "
+        "not cached"
+    )
+    assert missing.error.startswith("opus (opus-mt) is not on this page: failed to load: ")
+    assert str(tmp_path) not in missing.error and "\n" not in missing.error

@@ -17,7 +17,8 @@ from modeling.length_bound import SourceLengthBound, new_token_limits
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import engine
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.app.limits import Budget, Limits, plan_request
+from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
 from transformer_en_de.precision import int8_dynamic
 
 SOURCES = [english for english, _ in PAIRS] + [
@@ -269,6 +270,32 @@ def test_no_deadline_changes_nothing(wide_model, tiny_tokenizer):
         t.generated_ids for t in translate(wide_model, tiny_tokenizer, SOURCES, settings).translations
     ]
     assert not later.stopped_early and not any(t.cut for t in later.translations)
+
+
+def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wide_model, tiny_tokenizer, monkeypatch):
+    calls = []
+    tokenize = type(tiny_tokenizer).__call__
+    monkeypatch.setattr(type(tiny_tokenizer), "__call__", lambda *a, **k: calls.append(1) or tokenize(*a, **k))
+    plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, DecodingSettings(batch_size=4))
+    assert len(calls) == 1  # every sentence tokenized once, in one call
+    assert (plan.num_beams, plan.decoding["length_penalty"], plan.backend) == (4, 0.6, "PyTorch")
+    lengths = torch.tensor([len(ids) for ids in plan.source_ids])
+    assert plan.decoding["max_new_tokens"] == 63  # the tiny model's 64 positions, less the start token
+    assert list(plan.limits) == new_token_limits(lengths, 1.5, 10, 63).tolist()
+    assert 63 in plan.limits and plan.truncated == [False] * len(SOURCES)
+
+    # A budget too small for 4 beams: the plan narrowed to fewer beams, then to the first sentences.
+    budget = plan_request(plan, Budget(cpu_seconds=0.1, seconds=10.0), Limits())
+    assert budget.cut and budget.decoding.num_beams == budget.num_beams == 1
+    assert len(budget.decoding) == budget.num_sentences < len(SOURCES)
+    assert budget.decoding.limits == plan.limits[: budget.num_sentences]
+    kept = list(budget.decoding.sentences)
+    calls.clear()
+    run = translate(wide_model, tiny_tokenizer, kept, plan=budget.decoding)
+    assert calls == [] and run.plan is budget.decoding  # run as planned: nothing tokenized again
+    assert run.texts == translate(wide_model, tiny_tokenizer, kept, DecodingSettings(num_beams=1, batch_size=4)).texts
+    with pytest.raises(ValueError, match="not the plan of these sentences"):
+        translate(wide_model, tiny_tokenizer, SOURCES, plan=budget.decoding)
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):

@@ -12,6 +12,7 @@ import torch
 from conftest import PAIRS, ROOT
 
 import translate_corpus
+from transformer_en_de import backends
 from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.hub import load_model
 from transformer_en_de.precision import int8_dynamic
@@ -153,6 +154,32 @@ def test_int8_translates_with_int8_weights_and_resumes_only_with_them(tiny_model
     assert german == [" ".join(text.split()) for text in expected]
     assert run(tiny_model_dir, input_path, tmp_path / "gpu", "--int8", "--device", "cuda") == 1
     assert "--device cpu" in capsys.readouterr().err
+
+
+def test_ctranslate2_backend_gives_the_engines_translations_and_resumes_only_with_it(
+    tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv(backends.CACHE_VARIABLE, str(tmp_path / "cache"))
+    input_path = tmp_path / "input.en"
+    lines = write_input(input_path, 12)
+    output = tmp_path / "out"
+    ctranslate2 = ("--num_beams", "1", "--backend", "ctranslate2")
+    assert run(tiny_model_dir, input_path, output, *ctranslate2, "--stop_after_chunks", "1") == 0
+    record = progress(output)
+    assert (record["decoding"]["backend"], record["decoding"]["weights"]) == ("ctranslate2", "float32")
+    capsys.readouterr()
+
+    assert run(tiny_model_dir, input_path, output, "--num_beams", "1") == 1  # not with the other backend
+    assert "backend" in capsys.readouterr().err
+    assert run(tiny_model_dir, input_path, output, *ctranslate2) == 0
+    german = outputs(output)[1].decode("utf-8").split("\n")[:-1]
+    model, tokenizer = load_model(str(tiny_model_dir))
+    chunks = [lines[start : start + 5] for start in range(0, len(lines), 5)]
+    settings = DecodingSettings(num_beams=1, batch_size=4)
+    expected = [text for chunk in chunks for text in translate(model, tokenizer, chunk, settings).texts]
+    assert german == [" ".join(text.split()) for text in expected]  # greedy: the ids of the torch backend
+    assert progress(output)["cpu_seconds"] > 0  # the worker's CPU time counted
 
 
 def test_output_files_without_a_progress_file_are_refused(tiny_model_dir, tmp_path, capsys):

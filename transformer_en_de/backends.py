@@ -30,10 +30,7 @@ import torch
 
 # Bump when a converter's output changes: every cached conversion is then made again.
 CONVERSION_VERSION = "1"
-CACHE_DIR = Path(
-    os.environ.get("TRANSFORMER_MT_CTRANSLATE2_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "transformer_en_de" / "ctranslate2"
-)
+CACHE_VARIABLE = "TRANSFORMER_MT_CTRANSLATE2_CACHE"
 WORKER = Path(__file__).with_name("ctranslate2_worker.py")
 BACKENDS = ("torch", "ctranslate2", "auto")
 
@@ -79,8 +76,15 @@ def _is_ours(model) -> bool:
     return type(model).__name__ == "TransformerMTForConditionalGeneration"
 
 
+def cache_root() -> Path:
+    """Where conversions are cached: $TRANSFORMER_MT_CTRANSLATE2_CACHE, else ~/.cache/transformer_en_de/ctranslate2."""
+    if os.environ.get(CACHE_VARIABLE):
+        return Path(os.environ[CACHE_VARIABLE]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_en_de" / "ctranslate2"
+
+
 def cache_folder(model_id: str, quantization: str, fingerprint: str, cache: Path | None = None) -> Path:
-    """Where the conversion of `model_id` goes: `cache` (default `CACHE_DIR`) / the model / the kind and fingerprint.
+    """Where the conversion of `model_id` goes: `cache` (default `cache_root()`) / the model / the kind and fingerprint.
     The model is named by its Hub id, or by a folder's name and a digest of its path (two folders of the same name
     keep their own conversions)."""
     name = f"ctranslate2-{quantization}-{fingerprint[:16]}-v{CONVERSION_VERSION}"
@@ -90,7 +94,7 @@ def cache_folder(model_id: str, quantization: str, fingerprint: str, cache: Path
         label = f"{folder.resolve().name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     else:
         label = "--".join(part for part in model_id.split("/") if part not in ("", ".", ".."))
-    return (cache or CACHE_DIR) / (label or "model") / name
+    return (cache or cache_root()) / (label or "model") / name
 
 
 def convert_cached(model_id: str, model, tokenizer, *, int8: bool = False, cache: Path | None = None, log=None) -> Path:

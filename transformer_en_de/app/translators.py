@@ -53,6 +53,8 @@ class Translator:
 
 def display_id(model_id: str) -> str:
     """What the page shows for a model: a Hub id as it is, a local folder by its name only (no server paths)."""
+    if not model_id.strip():
+        return ""  # Path("") is the current folder: an empty id must never show (or load) it
     path = Path(model_id).expanduser()
     if path.exists() or model_id.startswith((".", "/", "~")):
         return path.resolve().name
@@ -143,9 +145,9 @@ def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
         first = first.removeprefix("could not be loaded: ")
         cause = f"failed to load: {first if isinstance(error, RuntimeError) else f'{type(error).__name__}: {first}'}"
     shown = display_id(model_id)
-    for path in {model_id, str(Path(model_id).expanduser().resolve())} - {"", "."}:
+    for path in {model_id, str(Path(model_id).expanduser().resolve())} if shown else ():
         cause = cause.replace(path, shown)  # the log names no server paths either
-    return f"{name} ({model_id if shown == model_id else shown}) is not on this page: {cause}"
+    return f"{name} ({shown}) is not on this page: {cause}" if shown else f"{name} is not on this page: {cause}"
 
 
 class BackgroundTranslator:

@@ -5,13 +5,15 @@ Starts `python app.py --model ... --port ...` as a server process, waits until i
   default maximum of 128 new tokens), from the client's call to its result;
 - throughput: sentences/s with 8 clients sending requests concurrently (the app queues them, running at most
   its concurrency limit at once).
+Each backend in `--backends` (PyTorch, CTranslate2) is measured with its own server process, one after the other, and
+the ratios to the first are printed.
 
 The server serves the shipped model (models/transformer-en-de) when it is there; otherwise a randomly initialised
 model of the shipped size is saved to a temporary folder and served, and the figures say so (a random model
 rarely stops before the token limit, so its latencies are those of long outputs). No comparison model is served, so
 the figures are our model's alone; pass `--comparison_models` to include some.
 
-    python -m benchmarks.app_latency [--quick]
+    taskset -c 1 python -m benchmarks.app_latency --threads 1 [--backends torch ctranslate2] [--quick]
 """
 
 import os
@@ -58,91 +60,129 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--comparison_models", "--comparison-models", nargs="*", default=[],
-                        help="comparison models to serve (default: none)")
+    parser.add_argument(
+        "--comparison_models",
+        "--comparison-models",
+        nargs="*",
+        default=[],
+        help="comparison models to serve (default: none)",
+    )
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients for the throughput figure")
+    parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"], choices=["torch", "ctranslate2"])
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
 
 
-def main():
-    args = harness.parse_args(__doc__.splitlines()[0], options)
+def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> dict:
+    """One server process with `backend`: its start-up, sequential latencies and concurrent throughput."""
     from gradio_client import Client
 
+    port = free_port()
+    environment = dict(
+        os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(args.threads)
+    )
+    command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--backend", backend]
+    command += ["--comparison-models", *args.comparison_models, "--port", str(port)]
+    launched = time.perf_counter()
+    server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_until_up(url, server)
+        startup_seconds = time.perf_counter() - launched  # offline start-up to a page that answers
+
+        def call(client, sentence):
+            return client.predict(
+                sentence, "beam search", args.num_beams, args.max_new_tokens, "", api_name="/translate"
+            )
+
+        client = Client(url, verbose=False)
+        call(client, english[0])  # warm-up: first decoding, first request through the queue
+        latencies = []
+        for sentence in english[:requests]:
+            start = time.perf_counter()
+            call(client, sentence)
+            latencies.append(time.perf_counter() - start)
+
+        clients = [Client(url, verbose=False) for _ in range(args.clients)]
+        errors = []
+
+        def send(client, sentences):
+            try:
+                for sentence in sentences:
+                    call(client, sentence)
+            except Exception as error:  # report after joining; a dead thread must not hang the benchmark
+                errors.append(error)
+
+        threads = [
+            threading.Thread(target=send, args=(c, english[i * per_client : (i + 1) * per_client]))
+            for i, c in enumerate(clients)
+        ]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        concurrent_seconds = time.perf_counter() - start
+        if errors:
+            raise RuntimeError(f"{len(errors)} concurrent client(s) failed: {errors[0]!r}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return dict(
+        startup=startup_seconds,
+        p50=statistics.median(latencies),
+        p95=percentile(latencies, 0.95),
+        sequential=requests / sum(latencies),
+        concurrent=args.clients * per_client / concurrent_seconds,
+    )
+
+
+def main():
+    args = harness.parse_args(__doc__.splitlines()[0], options)
     requests = 8 if args.quick else 40
     per_client = 2 if args.quick else 5
     english, _ = harness.sample_sentences("test_2016_flickr", max(requests, args.clients * per_client))
 
     with tempfile.TemporaryDirectory() as scratch:
         model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
-        port = free_port()
-        environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-        command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder)]
-        command += ["--comparison-models", *args.comparison_models, "--port", str(port)]
-        launched = time.perf_counter()
-        server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}/"
-            wait_until_up(url, server)
-            startup_seconds = time.perf_counter() - launched  # offline start-up to a page that answers
-
-            def call(client, sentence):
-                return client.predict(
-                    sentence, "beam search", args.num_beams, args.max_new_tokens, "", api_name="/translate"
-                )
-
-            client = Client(url, verbose=False)
-            call(client, english[0])  # warm-up: first generate() call, first request through the queue
-            latencies = []
-            for sentence in english[:requests]:
-                start = time.perf_counter()
-                call(client, sentence)
-                latencies.append(time.perf_counter() - start)
-
-            clients = [Client(url, verbose=False) for _ in range(args.clients)]
-            errors = []
-
-            def send(client, sentences):
-                try:
-                    for sentence in sentences:
-                        call(client, sentence)
-                except Exception as error:  # report after joining; a dead thread must not hang the benchmark
-                    errors.append(error)
-
-            threads = [
-                threading.Thread(target=send, args=(c, english[i * per_client : (i + 1) * per_client]))
-                for i, c in enumerate(clients)
-            ]
-            start = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            concurrent_seconds = time.perf_counter() - start
-            if errors:
-                raise RuntimeError(f"{len(errors)} concurrent client(s) failed: {errors[0]!r}")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        figures = {
+            backend: measure(args, model_folder, english, backend, requests, per_client) for backend in args.backends
+        }
 
     print(
         f"# App latency through gradio_client (server: app.py, model: {served}; comparison models: "
-        f"{', '.join(args.comparison_models) or 'none'}; {os.cpu_count()} CPU(s) visible)"
+        f"{', '.join(args.comparison_models) or 'none'}; {args.threads} thread(s); {os.cpu_count()} CPU(s) visible)"
     )
     print(
         f"# beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, test_2016_flickr sentences; "
-        f"{requests} sequential requests; {args.clients} clients x {per_client} requests concurrently"
+        f"{requests} sequential requests; {args.clients} clients x {per_client} requests concurrently; each backend "
+        "its own server process, one after the other"
     )
-    total = args.clients * per_client
+    first = figures[args.backends[0]]
+    rows = []
+    for backend, figure in figures.items():
+        rows.append(
+            [
+                backend,
+                f"{figure['startup']:.1f}",
+                f"{1000 * figure['p50']:.0f}",
+                f"{1000 * figure['p95']:.0f}",
+                f"{figure['sequential']:.1f}",
+                f"{figure['concurrent']:.1f}",
+                f"{figure['concurrent'] / first['concurrent']:.2f}x",
+            ]
+        )
     harness.print_table(
-        ["figure", "value"],
         [
-            ["offline start-up to a page that answers (s)", f"{startup_seconds:.1f}"],
-            ["latency p50 (ms)", f"{1000 * statistics.median(latencies):.0f}"],
-            ["latency p95 (ms)", f"{1000 * percentile(latencies, 0.95):.0f}"],
-            ["sequential throughput (sentences/s)", f"{requests / sum(latencies):.1f}"],
-            [f"throughput with {args.clients} concurrent clients (sentences/s)", f"{total / concurrent_seconds:.1f}"],
+            "backend",
+            "start-up (s)",
+            "p50 (ms)",
+            "p95 (ms)",
+            "sequential (sent/s)",
+            f"{args.clients} clients (sent/s)",
+            f"vs {args.backends[0]}",
         ],
+        rows,
     )
 
 

@@ -11,11 +11,10 @@ It reports the ordinary requests' p50 / p95 / max; the heavy requests' count, me
 back with a translation and how many were cut at the time limit; how the flood was answered; and the server's CPU
 seconds beside the wall-clock seconds of the scenario (a busy machine shows as CPU share below 100%). `--busy N` adds
 N processes spinning on the same cores for the whole scenario: other tenants of a shared machine, made repeatable.
-With `--before` it runs the same scenario a second time with the fair scheduling off
-(TRANSFORMER_MT_FAIR_SCHEDULING=0: no turns, no limit per visitor, two requests at a time).
+`--backends torch ctranslate2` runs the scenario once per backend, each with its own server.
 Every loop is bounded: no heavy request starts after `--heavy-seconds`, and nothing waits past `--seconds`.
 
-    taskset -c 1 python -m benchmarks.heavy_visitors --threads 1 [--before] [--quick]
+    taskset -c 1 python -m benchmarks.heavy_visitors --threads 1 [--backends torch ctranslate2] [--quick]
 """
 
 import os
@@ -41,7 +40,7 @@ def options(parser):
     )
     parser.add_argument("--seconds", type=float, default=240.0, help="longest the whole scenario may take")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
-    parser.add_argument("--before", action="store_true", help="also run the scenario with fair scheduling off")
+    parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "ctranslate2"])
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on the same cores meanwhile")
 
 
@@ -55,7 +54,7 @@ def run_scenario(
     model_folder: Path,
     sentences: list[str],
     *,
-    fair: bool,
+    backend: str,
     threads: int,
     flood: int,
     heavy_seconds: float,
@@ -72,10 +71,9 @@ def run_scenario(
         HF_HUB_OFFLINE="1",
         GRADIO_ANALYTICS_ENABLED="False",
         OMP_NUM_THREADS=str(threads),
-        TRANSFORMER_MT_FAIR_SCHEDULING="1" if fair else "0",
     )
     command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models"]
-    command += ["--port", str(port)]
+    command += ["--backend", backend, "--port", str(port)]
     server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
     # Each spins until terminated below, or for `seconds` at most if this process dies first.
     spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
@@ -140,7 +138,9 @@ def run_scenario(
             process.terminate()
             process.wait(timeout=30)
     flood_answers = (refused, answered, failed)
-    return dict(fair=fair, latencies=latencies, errors=errors, heavy=heavy, flood=flood_answers, wall=wall, cpu=cpu)
+    return dict(
+        backend=backend, latencies=latencies, errors=errors, heavy=heavy, flood=flood_answers, wall=wall, cpu=cpu
+    )
 
 
 def main():
@@ -158,9 +158,7 @@ def main():
             pause=args.pause,
             busy=args.busy,
         )
-        scenarios = [run_scenario(model_folder, english, fair=True, **settings)]
-        if args.before:
-            scenarios.append(run_scenario(model_folder, english, fair=False, **settings))
+        scenarios = [run_scenario(model_folder, english, backend=backend, **settings) for backend in args.backends]
 
     print(
         f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), "
@@ -180,7 +178,7 @@ def main():
         refused, answered, failed = result["flood"]
         rows.append(
             [
-                "fair turns" if result["fair"] else "fairness off",
+                result["backend"],
                 str(len(result["latencies"])),
                 f"{statistics.median(latencies):.2f}",
                 f"{percentile(latencies, 0.95):.2f}",
@@ -194,7 +192,7 @@ def main():
         )
     harness.print_table(
         [
-            "scenario",
+            "backend",
             "ordinary requests",
             "p50 (s)",
             "p95 (s)",
@@ -208,7 +206,7 @@ def main():
         rows,
     )
     for result in scenarios:
-        label = "fair" if result["fair"] else "fairness off"
+        label = result["backend"]
         for _, text, notice in result["heavy"][:1]:
             print(f"# heavy answer ({label}): {text[:160]!r} | {notice[:400]}")
         for error in result["errors"][:3]:

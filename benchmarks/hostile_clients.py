@@ -1,31 +1,36 @@
-"""Hostile API clients against the running app: does an ordinary visitor still get a quick translation, and does the
-server's memory stay flat?
+"""Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
+translation, and do the server's memory and upload folder stay bounded?
 
-Starts `python app.py` (our model only, offline) on 127.0.0.1 and, all from 127.0.0.1, sends raw HTTP to the Gradio
-API at once:
-- `--heavy` raw calls without a session (`POST /gradio_api/call/translate`, each a new session): 3,000 capitals
-  without a full stop, 8 beams, 255 new tokens; their answers are read in the background;
-- `--files` file jobs (`/translate_file`, 2,000 lines, 8 beams, 255 tokens) uploaded, posted and never read;
-- one request with a `--reference-mb` MB reference;
-then, half a second later, an ordinary visitor (gradio_client, a page's session) sends `--ordinary` one-sentence
-requests at the page's defaults (beam 4, 128 tokens), `--pause` seconds apart. It reports the ordinary requests'
-p50 / p95 / max and how many came back translated, and what each hostile client got (translated, refused, HTTP
-status). Then the memory probe: the server's resident memory before and after `--sessions` new sessions each sending a
-`--body-mb` MB body, and after as many new sessions each sending a body just under the server's limit (accepted: the
-text is cut to 3,000 characters and translated).
+Starts `python app.py --backend ...` (our model only, offline) on 127.0.0.1 with its own upload folder. For each attack,
+all from 127.0.0.1, the attackers start, and half a second later an ordinary visitor (gradio_client, a page's session)
+sends `--ordinary` one-sentence requests at the page's defaults (beam 4, 128 tokens), `--pause` seconds apart; then the
+attackers stop. The attacks:
+- none: the visitor alone, for reference;
+- queue flood: 4 threads POSTing `/gradio_api/call/translate` (3,000 capitals, beam 8) and never reading;
+- session eviction: a visitor's file job (2,000 lines, read) runs while 4 threads send cheap raw calls, each without
+  a session (a new one each), read; the file job must come back;
+- starvation stream: 4 threads sending tiny greedy requests (each thread its session), read;
+- upload flood: 4 threads uploading 100 kB files in a loop;
+- slow connections: `--slow` connections that send part of their headers and never finish;
+- bad calls: 4 threads sending unknown API names, unknown fn_index (999, -1), 100,000-deep JSON and `load_example`
+  with an example that does not exist; every answer must be one line;
+- heavy: 16 heavy raw calls (read), 4 file jobs of 2,000 lines (never read) and one 5 MB reference.
+It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an exception) and
+what the attackers got; then the server's resident memory and its upload folder's size before and after.
 
-    taskset -c 1 python -m benchmarks.hostile_clients --threads 1 [--quick]
+    taskset -c 1 python -m benchmarks.hostile_clients --threads 1 --backend torch [--quick]
 """
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
+from collections import Counter
 from pathlib import Path
 
 from benchmarks import harness
@@ -33,17 +38,16 @@ from benchmarks.app_latency import free_port, percentile, wait_until_up
 
 HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY IN THE SNOW AND " * 40)[:3_000]
 FILE_LINE = "A man in a blue jacket is repairing a bicycle on the street while two dogs play in the snow.\n"
+ATTACKERS = 4
 
 
 def options(parser):
     parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--heavy", type=int, default=16, help="heavy raw calls without a session")
-    parser.add_argument("--files", type=int, default=4, help="file jobs of 2,000 lines posted and never read")
-    parser.add_argument("--reference-mb", type=float, default=5.0, help="size of the one huge reference")
-    parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's one-sentence requests")
+    parser.add_argument("--backend", choices=["torch", "ctranslate2"], default="torch", help="what decodes")
+    parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's requests per attack")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
-    parser.add_argument("--sessions", type=int, default=200, help="new sessions of the memory probe")
-    parser.add_argument("--body-mb", type=float, default=1.0, help="body size of each new session")
+    parser.add_argument("--slow", type=int, default=5_000, help="slow connections (headers never finished)")
+    parser.add_argument("--attacks", nargs="*", default=None, help="only these attacks (names as printed)")
 
 
 def rss_mib(pid: int) -> float:
@@ -54,80 +58,217 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def post_call(http, url: str, api: str, body: bytes) -> tuple[int, str]:
-    """POST /gradio_api/call/<api>: (HTTP status, event id or the refusal's text)."""
-    response = http.post(f"{url}gradio_api/call/{api}", content=body, headers={"Content-Type": "application/json"})
-    if response.status_code != 200:
-        return response.status_code, response.text[:300]
-    return 200, response.json()["event_id"]
+def folder_mb(folder: Path) -> float:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / 1e6
 
 
-def read_call(http, url: str, api: str, event_id: str) -> list | str:
-    """The values of the event's `complete` message, or the error text."""
-    text = http.get(f"{url}gradio_api/call/{api}/{event_id}", timeout=300).text
-    if "event: complete" not in text:
-        return text[-300:]
-    return json.loads(text.split("event: complete\ndata: ", 1)[1].split("\n", 1)[0])
+class Attack:
+    """Attackers in threads, each calling `once()` until stopped; outcomes counted by the label `once` returns."""
+
+    def __init__(self, once, threads: int = ATTACKERS):
+        self.once, self.outcomes, self.stopped = once, Counter(), threading.Event()
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+
+    def _loop(self):
+        while not self.stopped.is_set():
+            try:
+                label = self.once()
+            except Exception as error:  # an attacker's own failure is an outcome, not the benchmark's end
+                label = type(error).__name__
+            self.outcomes[label] += 1
+
+    def start(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def stop(self) -> str:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+        return ", ".join(f"{count:,} {label}" for label, count in self.outcomes.most_common()) or "none"
 
 
-def hostile_load(http, url: str, args, scratch: Path, results: dict) -> list[threading.Thread]:
-    """Start every hostile client at once; their outcomes land in `results`."""
-    threads = []
+def post(http, url: str, route: str, body: bytes, **headers):
+    return http.post(f"{url}gradio_api/{route}", content=body, headers={"Content-Type": "application/json", **headers})
 
-    def heavy():
-        body = json.dumps({"data": [HEAVY_TEXT, "beam search", 8, 255, ""]}).encode()
-        status, event = post_call(http, url, "translate", body)
-        if status != 200:
-            results["heavy"].append(f"HTTP {status}")
-            return
-        answer = read_call(http, url, "translate", event)
-        if isinstance(answer, str):
-            results["heavy"].append("error")
-        elif "as many long requests" in answer[-2]:
-            results["heavy"].append("refused at once")
-        else:
-            results["heavy"].append("translated" if answer[0] else "empty")
 
+def raw_translate(http, url: str, data: list, session: str | None = None, read: bool = True) -> str:
+    """A raw call of /translate: its outcome in a word."""
+    body = {"data": data} | ({"session_hash": session} if session else {})
+    posted = post(http, url, "call/translate", json.dumps(body).encode())
+    if posted.status_code != 200:
+        return f"HTTP {posted.status_code}"
+    if not read:
+        return "posted, never read"
+    stream = http.get(f"{url}gradio_api/call/translate/{posted.json()['event_id']}", timeout=300)
+    if stream.status_code != 200:
+        return f"read: HTTP {stream.status_code}"
+    return "translated" if "event: complete" in stream.text else "read: error"
+
+
+def one_line(response) -> str:
+    try:
+        message = response.json().get("error") or response.json().get("detail")
+    except ValueError:
+        message = None
+    ok = isinstance(message, str) and message and "\n" not in message
+    return f"HTTP {response.status_code}, {'one line' if ok else 'NOT one line'}"
+
+
+def attacks(http, url: str, scratch: Path, args) -> dict:
+    """name → (start, stop): start the attack, stop it and return what the attackers got."""
+
+    sessions = iter(range(1_000_000))
+    local = threading.local()
     source = scratch / "long.txt"
     source.write_text(FILE_LINE * 2_000, encoding="utf-8")
+    hundred_kb = b"A dog runs in the park.\n" * 4_200
 
-    def file_job():
+    def queue_flood():
+        return raw_translate(http, url, [HEAVY_TEXT, "beam search", 8, 255, ""], read=False)
+
+    def cheap_new_session():
+        return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""])
+
+    def tiny_stream():
+        local.session = getattr(local, "session", None) or f"tiny-{next(sessions)}"
+        return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""], session=local.session)
+
+    def upload():
+        response = http.post(f"{url}gradio_api/upload", files={"files": ("u.txt", hundred_kb, "text/plain")})
+        return f"upload HTTP {response.status_code}"
+
+    bad = [
+        ("call/no_such_endpoint", b'{"data": []}'),
+        ("queue/join", b'{"data": [], "fn_index": 999, "session_hash": "x"}'),
+        ("queue/join", b'{"data": [], "fn_index": -1, "session_hash": "x"}'),
+        ("call/translate", b"[" * 100_000 + b"]" * 100_000),
+        ("call/load_example", b'{"data": [99]}'),
+    ]
+    turn = iter(range(10**9))
+
+    def bad_call():
+        route, body = bad[next(turn) % len(bad)]
+        return one_line(post(http, url, route, body))
+
+    def heavy_raw():
+        return raw_translate(http, url, [HEAVY_TEXT, "beam search", 8, 255, ""])
+
+    def file_job_never_read():
         with open(source, "rb") as handle:
             uploaded = http.post(f"{url}gradio_api/upload", files={"files": ("long.txt", handle, "text/plain")})
-        path = uploaded.json()[0]
-        payload = {"path": path, "meta": {"_type": "gradio.FileData"}}
+        if uploaded.status_code != 200:
+            return f"upload HTTP {uploaded.status_code}"
+        payload = {"path": uploaded.json()[0], "meta": {"_type": "gradio.FileData"}}
         body = json.dumps({"data": [payload, None, "beam search", 8, 255]}).encode()
-        status, _ = post_call(http, url, "translate_file", body)  # never read
-        results["files"].append(f"HTTP {status}, never read")
+        return f"file job HTTP {post(http, url, 'call/translate_file', body).status_code}, never read"
 
     def huge_reference():
-        reference = "Ein Mann in einer blauen Jacke repariert ein Fahrrad. " * int(args.reference_mb * 1e6 / 54)
-        body = json.dumps({"data": ["A man repairs a bicycle.", "beam search", 4, 128, reference]}).encode()
-        status, answer = post_call(http, url, "translate", body)
-        results["reference"].append(
-            f"HTTP {status}" + (f": {json.loads(answer)['error'][:60]}…" if status != 200 else "")
-        )
+        reference = "Ein Mann in einer blauen Jacke repariert ein Fahrrad. " * 92_600  # 5 MB
+        body = json.dumps({"data": ["A man.", "greedy", 1, 8, reference]}).encode()
+        return f"5 MB reference HTTP {post(http, url, 'call/translate', body).status_code}"
 
-    for target, count in ((heavy, args.heavy), (file_job, args.files), (huge_reference, 1)):
-        threads += [threading.Thread(target=target, daemon=True) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    return threads
+    def slow_connections():
+        opened = []
+        for _ in range(args.slow):
+            try:
+                connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5)
+                connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                opened.append(connection)
+            except OSError:
+                break
+        return opened
+
+    def file_visitor():
+        from gradio_client import Client, handle_file
+
+        visitor = Client(url, verbose=False)
+        return visitor.submit(handle_file(source), None, "greedy", 1, 64, api_name="/translate_file")
+
+    def one_shot(*targets):
+        """Each target once, in its own thread (a fixed burst, not a loop)."""
+        outcomes = Counter()
+
+        def run(target):
+            try:
+                outcomes[target()] += 1
+            except Exception as error:
+                outcomes[type(error).__name__] += 1
+
+        threads = [threading.Thread(target=run, args=(target,), daemon=True) for target in targets]
+        for thread in threads:
+            thread.start()
+
+        def stop():
+            for thread in threads:
+                thread.join(timeout=300)
+            return ", ".join(f"{count} {label}" for label, count in outcomes.most_common())
+
+        return stop
+
+    def looped(once):
+        attack = Attack(once).start()
+        return attack.stop
+
+    def eviction():
+        job = file_visitor()
+        stop = looped(cheap_new_session)
+
+        def stop_and_check():
+            outcome = stop()
+            try:
+                path, summary, _ = job.result(timeout=300)
+                kept = "the visitor's file job came back" + ("" if path else f" without a file: {summary[:80]}")
+            except Exception as error:
+                kept = f"the visitor's file job was lost ({type(error).__name__})"
+            return f"{outcome}; {kept}"
+
+        return stop_and_check
+
+    def slow():
+        opened = slow_connections()
+
+        def stop():
+            alive = 0
+            for connection in opened:
+                try:
+                    connection.settimeout(0.001)
+                    alive += connection.recv(1) != b""
+                except TimeoutError:
+                    alive += 1
+                except OSError:
+                    pass
+                connection.close()
+            return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
+
+        return stop
+
+    return {
+        "none": lambda: lambda: "no attackers",
+        "queue flood": lambda: looped(queue_flood),
+        "session eviction": eviction,
+        "starvation stream": lambda: looped(tiny_stream),
+        "upload flood": lambda: looped(upload),
+        "slow connections": slow,
+        "bad calls": lambda: looped(bad_call),
+        "heavy": lambda: one_shot(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference),
+    }
 
 
-def new_sessions(http, url: str, count: int, size: int) -> dict:
-    """`count` raw calls, each with a new session and a body of about `size` bytes (a one-sentence text and a long
-    reference); read to the end when accepted. HTTP status -> count."""
-    statuses = {}
-    reference = ("Ein Hund rennt im Park. " * (size // 24 + 1))[:size]
-    for _ in range(count):
-        data = ["A dog runs in the park.", "greedy", 1, 16, reference]
-        body = json.dumps({"data": data, "session_hash": uuid.uuid4().hex}).encode()
-        status, event = post_call(http, url, "translate", body)
-        if status == 200:
-            read_call(http, url, "translate", event)
-        statuses[status] = statuses.get(status, 0) + 1
-    return statuses
+def visit(client, sentences: list[str], pause: float) -> tuple[list[float], int]:
+    """The ordinary visitor's requests: (latencies, failures)."""
+    latencies, failures = [], 0
+    for sentence in sentences:
+        asked = time.perf_counter()
+        try:
+            answer = client.predict(sentence, "beam search", 4, 128, "", api_name="/translate")
+            failures += not answer[0] or bool(answer[-1])
+        except Exception:
+            failures += 1
+        latencies.append(time.perf_counter() - asked)
+        time.sleep(pause)
+    return latencies, failures
 
 
 def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
@@ -135,105 +276,81 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
     from gradio_client import Client
 
     port = free_port()
+    uploads = scratch / "gradio"
     environment = dict(
-        os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(args.threads)
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+        OMP_NUM_THREADS=str(args.threads),
+        GRADIO_TEMP_DIR=str(uploads),
     )
     command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models"]
+    command += ["--backend", args.backend, "--port", str(port)]
     log = scratch / "app.log"
     with open(log, "w") as output:
-        server = subprocess.Popen(
-            command + ["--port", str(port)], cwd=harness.ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT
-        )
+        server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    rows, memory = [], {}
     try:
         url = f"http://127.0.0.1:{port}/"
         wait_until_up(url, server)
-        http = httpx.Client(timeout=300)
+        http = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=64))
         ordinary = Client(url, verbose=False)
         ordinary.predict(sentences[0], "beam search", 4, 128, "", api_name="/translate")  # warm-up
-        memory = {"at start": rss_mib(server.pid)}
-
-        results = {"heavy": [], "files": [], "reference": []}
-        hostile = hostile_load(http, url, args, scratch, results)
-        time.sleep(0.5)
-        latencies, answers = [], []
-        for sentence in sentences[1 : args.ordinary + 1]:
-            asked = time.perf_counter()
-            answer = ordinary.predict(sentence, "beam search", 4, 128, "", api_name="/translate")
-            latencies.append(time.perf_counter() - asked)
-            answers.append(answer)
-            time.sleep(args.pause)
-        for thread in hostile:
-            thread.join(timeout=300)
-        status = ordinary.predict(api_name="/status")
-
-        memory["before the sessions"] = rss_mib(server.pid)
-        limit_bytes = 250_000  # just under the server's 256,000-byte limit, with the JSON around the text
-        big = new_sessions(http, url, args.sessions, int(args.body_mb * 1e6))
-        memory[f"after {args.sessions} sessions x {args.body_mb:g} MB"] = rss_mib(server.pid)
-        under = new_sessions(http, url, args.sessions, limit_bytes)
-        memory[f"after {args.sessions} more x {limit_bytes / 1000:g} kB"] = rss_mib(server.pid)
+        memory["at start"] = (rss_mib(server.pid), folder_mb(uploads))
+        chosen = attacks(http, url, scratch, args)
+        for name, start in chosen.items():
+            if args.attacks and name not in args.attacks:
+                continue
+            stop = start()
+            time.sleep(0.5)
+            latencies, failures = visit(ordinary, sentences[1 : args.ordinary + 1], args.pause)
+            rows.append((name, latencies, failures, stop()))
+            memory[f"after {name}"] = (rss_mib(server.pid), folder_mb(uploads))
     finally:
         server.terminate()
         server.wait(timeout=30)
-    translated = sum(bool(answer[0]) and not answer[-1] for answer in answers)
-    cancelled = log.read_text().count("nobody reads a request's results any more")
-    return dict(
-        latencies=latencies,
-        translated=translated,
-        answers=answers,
-        results=results,
-        status=status,
-        memory=memory,
-        sessions=(big, under),
-        cancelled=cancelled,
-    )
-
-
-def counts(outcomes: list[str]) -> str:
-    return ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes))) or "none"
+    text = log.read_text()
+    return dict(rows=rows, memory=memory, tracebacks=text.count("Traceback"), descriptors=text.count("Too many open"))
 
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     if args.quick:
-        args.sessions = 20
+        args.ordinary, args.slow = 3, 1_000
     english, _ = harness.sample_sentences("test_2016_flickr", args.ordinary + 1)
     with tempfile.TemporaryDirectory() as scratch:
         model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
         result = run(model_folder, english, args, Path(scratch))
 
-    latencies = result["latencies"]
     print(
-        f"# Hostile clients (server: app.py, model: {served}, {args.threads} torch thread(s), {os.cpu_count()} CPU(s) "
-        "visible; everything from 127.0.0.1)"
+        f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
+        f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1)"
     )
     print(
-        f"# at once: {args.heavy} heavy raw calls without a session (3,000 capitals, beam 8, 255 tokens), {args.files} "
-        f"file jobs of 2,000 lines never read, one {args.reference_mb:g} MB reference; then an ordinary visitor: "
-        f"{args.ordinary} one-sentence requests, beam 4, 128 tokens, {args.pause:g} s apart"
+        f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam 4, 128 tokens, "
+        f"{args.pause:g} s apart; a failure is an answer without a translation, with a notice, or an exception"
     )
     harness.print_table(
-        ["ordinary requests", "translated", "p50 (s)", "p95 (s)", "max (s)"],
+        ["attack", "requests", "failures", "p50 (s)", "p95 (s)", "max (s)"],
         [
             [
+                name,
                 len(latencies),
-                result["translated"],
+                failures,
                 f"{statistics.median(latencies):.2f}",
                 f"{percentile(latencies, 0.95):.2f}",
                 f"{max(latencies):.2f}",
             ]
+            for name, latencies, failures, _ in result["rows"]
         ],
     )
-    print(f"# ordinary latencies (s), in order: {' '.join(f'{seconds:.2f}' for seconds in latencies)}")
-    print(f"# heavy raw calls: {counts(result['results']['heavy'])}")
-    print(f"# file jobs: {counts(result['results']['files'])}; cancelled as unread: {result['cancelled']}")
-    print(f"# huge reference: {counts(result['results']['reference'])}")
-    print(f"# status after: {result['status']}")
-    big, under = result["sessions"]
-    print(f"# new sessions: {args.body_mb:g} MB bodies answered {big}; bodies under the limit answered {under}")
-    harness.print_table(["server memory", "RSS (MiB)"], [[k, f"{v:,.0f}"] for k, v in result["memory"].items()])
-    for answer in result["answers"][:2]:
-        print(f"# ordinary answer: {answer[0][:100]!r} {answer[-1][:200]!r}")
+    for name, _, _, outcome in result["rows"]:
+        print(f"# {name}: {outcome}")
+    harness.print_table(
+        ["server", "RSS (MiB)", "upload folder (MB)"],
+        [[when, f"{rss:,.0f}", f"{size:,.1f}"] for when, (rss, size) in result["memory"].items()],
+    )
+    print(f"# server log: {result['tracebacks']} tracebacks, {result['descriptors']} 'Too many open files'")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ connection with no request in progress; the closures are logged once a minute wi
 """
 
 import asyncio
+import os
 import resource
 import threading
 import time
@@ -19,16 +20,18 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-# Descriptors kept for the process itself (model files, logs, the comparison models' workers, Gradio's files).
-RESERVED_DESCRIPTORS = 256
+# Connections accepted in one go before any is closed (asyncio accepts up to the listen backlog per wake-up).
+BACKLOG = 64
 
 
 def connection_limit(wanted: int) -> int:
-    """`wanted`, or fewer where the descriptor limit (soft) leaves less room."""
+    """`wanted`, or fewer where the descriptor limit (soft) leaves less room: half of what the process has not opened
+    yet (it opens more as it runs: the comparison models, their workers, Gradio's files), less a backlog's worth."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(8, min(wanted, soft - RESERVED_DESCRIPTORS if soft > 2 * RESERVED_DESCRIPTORS else soft // 2))
+    open_now = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 64
+    return max(8, min(wanted, (soft - open_now) // 2 - BACKLOG))
 
 
 class Closures:
@@ -53,22 +56,28 @@ class Closures:
 def bounded_protocol(max_connections: int, header_seconds: float, closures: Closures) -> type:
     """uvicorn's h11 protocol with a cap on open connections and a deadline on each request's headers."""
 
-    class BoundedH11Protocol(H11Protocol):
-        opened = 0.0
+    opened: dict = {}  # the connections open, oldest first
 
+    class BoundedH11Protocol(H11Protocol):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            self.opened = time.monotonic()
-            if len(self.connections) > max_connections:
+            opened[self] = None
+            if len(opened) > max_connections:
                 # The oldest connection with no request in progress makes room (a slow client's, most likely); a
                 # request being answered is never cut. Only when every connection is busy is the newcomer closed.
-                idle = [other for other in self.connections if other is not self and other.waiting_for_request]
-                closed = min(idle, key=lambda other: other.opened) if idle else self
+                closed = next(
+                    (other for other in opened if other.waiting_for_request and not other.transport.is_closing()),
+                    self,
+                )
                 closures.add("over the connection limit")
                 closed.transport.abort()  # frees the descriptor now; connection_lost forgets the connection
                 if closed is self:
                     return
             self.header_deadline()
+
+        def connection_lost(self, exc) -> None:
+            opened.pop(self, None)
+            super().connection_lost(exc)
 
         @property
         def waiting_for_request(self) -> bool:
@@ -107,6 +116,7 @@ def build_server(demo: gr.Blocks, *, front, limits, css: str, host: str, port: i
         log_level="warning",
         http=bounded_protocol(connection_limit(limits.max_connections), limits.header_seconds, closures),
         timeout_keep_alive=limits.keep_alive_seconds,
+        backlog=BACKLOG,
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=2,  # event streams stay open as long as their pages: stop without waiting for them
     )

@@ -116,3 +116,18 @@ def test_a_folder_with_its_own_code_still_loads_with_it(tiny_model_dir, tmp_path
     assert config["auto_map"] and all("--" not in value for value in config["auto_map"].values())
     hub.check_code_origin(folder, str(folder), hub_repo=False)  # nothing refused
     hub.check_code_origin(folder, "someone/tiny", hub_repo=True)
+
+
+def test_a_model_transformers_knows_loads_with_its_own_code_whatever_its_auto_map_says(hub_cache, tmp_path):
+    """No remote code is trusted for a model type transformers knows, so a foreign `auto_map` is never run, and the
+    model is not refused for it."""
+    from tiny_marian import build_tiny_marian
+
+    marian = build_tiny_marian(tmp_path / "marian")
+    config = json.loads((marian / "config.json").read_text())
+    (marian / "config.json").write_text(json.dumps(dict(config, auto_map={"AutoConfig": EVIL_REFERENCE})))
+    marker = tmp_path / "marker"
+
+    outcome = load_in_fresh_python(str(marian), hub_cache, marker)
+
+    assert outcome == {"loaded": "MarianMTModel"} and not marker.exists()

@@ -5,9 +5,10 @@ folder, not in the cache); `model_folder` finds or downloads a model's files the
 may pin a revision (`id@revision`: a commit, tag or branch). Weights load from safetensors only: a pickle
 (`pytorch_model.bin`) can run code when it is read, so a folder or repo that has only one is refused with the command
 that converts it (`PICKLE_ONLY`). Remote code is trusted only where the config needs it (a model type transformers
-does not know, with an `auto_map`: this project's own models), and only code inside the folder or Hub repo that was
-named: an `auto_map` entry that points at another repository (`owner/repo--module.Class`) is refused before anything
-is imported, and a Hub repo is loaded at the commit its config was read from, so the code checked is the code run.
+does not know, with an `auto_map`: this project's own models), and then only code inside the folder or Hub repo that
+was named: an `auto_map` entry that points at another repository (`owner/repo--module.Class`) is refused before
+anything is imported, and a Hub repo is loaded at the commit its config was read from, so the code checked is the code
+run.
 Every other model loads with transformers' own code.
 `push_folder` creates the repo if needed and uploads the folder in one commit, saying what it is doing while it waits;
 anything that stops the push (offline mode, an unreachable endpoint, a missing or read-only token, a folder that is
@@ -343,9 +344,10 @@ def check_model_loads(folder: str | Path) -> None:
                "folder (save it again with train.py or save_pretrained) and push again")
     try:
         check_safetensors(folder)
-        check_code_origin(folder, str(folder), hub_repo=False)
-        # The folder's own copy of the modeling code, where its config needs one.
+        # The folder's own copy of the modeling code, where its config needs one (and none from elsewhere).
         options = dict(trust_remote_code=needs_remote_code(str(folder), local_files_only=True), local_files_only=True)
+        if options["trust_remote_code"]:
+            check_code_origin(folder, str(folder), hub_repo=False)
         model, info = AutoModelForSeq2SeqLM.from_pretrained(
             folder, output_loading_info=True, use_safetensors=True, **options
         )
@@ -484,17 +486,17 @@ def load_model(model_id: str, device: str | torch.device = "cpu"):
     if folder.is_dir():
         check_safetensors(folder, model_id)
     try:
-        if folder.is_dir():
-            check_code_origin(folder, model_id, hub_repo=False)
-        else:
+        configs = folder
+        if not folder.is_dir():
             # The commit the id resolves to now: its configs are checked, and everything loads from that commit.
-            snapshot = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
-                                              local_files_only=local_only))
-            check_code_origin(snapshot, name, hub_repo=True)
-            revision = snapshot.name
+            configs = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
+                                             local_files_only=local_only))
+            revision = configs.name
         options = dict(revision=revision, local_files_only=local_only)
         # Our own models carry their modeling code (auto_map); any model transformers knows loads with its own.
         trust = needs_remote_code(source, **options)
+        if trust:
+            check_code_origin(configs, model_id if folder.is_dir() else name, hub_repo=not folder.is_dir())
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust, **options)
         model = AutoModelForSeq2SeqLM.from_pretrained(source, trust_remote_code=trust, use_safetensors=True, **options)
     except ForeignCodeError:

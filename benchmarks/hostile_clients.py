@@ -136,7 +136,8 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""], session=local.session)
 
     def upload():
-        response = http.post(f"{url}gradio_api/upload", files={"files": ("u.txt", hundred_kb, "text/plain")})
+        distinct = hundred_kb + f"{next(sessions)}\n".encode()  # Gradio keeps one copy of identical uploads
+        response = http.post(f"{url}gradio_api/upload", files={"files": ("u.txt", distinct, "text/plain")})
         return f"upload HTTP {response.status_code}"
 
     bad = [

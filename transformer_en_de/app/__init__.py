@@ -1,11 +1,15 @@
 """What the Gradio app (app.py) does, one job per module.
 
 - `text_checks`: input validation (text, decoding settings) and sentence splitting.
-- `limits`: the work a request may take (estimated CPU seconds of decoding) and the plan that keeps it in bounds.
-- `scheduler`: turns on the CPU, shared fairly between visitors; cancellation and deadlines.
-- `translators`: a loaded model, our model's loading, and comparison models loaded in the background.
-- `translation`: a text through every system via the engine, and what each panel shows.
-- `files`: uploaded files in, a TSV of translations out (in Gradio's cache).
+- `limits`: every limit of the app, and the plan that keeps a request within its budget of work.
+- `scheduler`: turns on the CPU, shared between requests by the work they carry; aging, cancellation and deadlines.
+- `guard`: the HTTP front: bodies bounded, calls checked (one line each), raw calls held until read, sessions admitted.
+- `uploads`: uploads within a quota per address and overall, deleted after their time.
+- `server`: the page mounted in our FastAPI app and served by uvicorn with bounded connections.
+- `translators`: a loaded model (and what decodes it), our model's loading, comparison models loaded in the background.
+- `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.
+- `out_of_depth`: whether our model is out of its depth on a sentence.
+- `files`: uploaded files in, a TSV of translations (and our model's confidence) out.
 - `attention`: cross-attention maps and their heatmaps.
 - `corpus_report`: the corpus-level table from eval_results.json and compare.py's JSON.
 """

@@ -9,10 +9,13 @@ What comes first rests on what was sent, never on who sent it: a client chooses 
 one gets a fresh session each time) and on one machine every client may share one address. Each request arrives with
 its estimated CPU seconds (`limits.plan_work`). Ordinary requests (a few sentences at the page's defaults) have a lane
 of their own, served before any heavy one, shortest remaining work first: one of them waits at most one decoder step of
-a heavy request. Heavy requests alternate slice by slice (least served first). No admitted request starves: one that
-has waited `aging_seconds` for the CPU goes before every lane (the longest waiting first). Only `heavy_jobs` heavy
-requests are in flight at once: beyond that a heavy request is refused at once with `Full` (a message in words). An
-address the operator trusts (the last X-Forwarded-For hop behind a proxy) may further hold `heavy_jobs_per_address`.
+a heavy request. Heavy requests alternate slice by slice (least served first). No admitted request starves: an ordinary
+request that has waited `aging_seconds` in all is aged for good, and the aged ones go before every other request,
+alternating slice by slice (least served first), so a stream of shorter requests cannot keep one waiting; a heavy
+request waiting `HEAVY_AGING` times as long at a stretch gets a turn too. A turn lasts at least a slice. Only
+`heavy_jobs` heavy requests are in flight at once: beyond that a heavy request is refused at once with `Full` (a
+message in words). An address the operator trusts (the last X-Forwarded-For hop behind a proxy) may further hold
+`heavy_jobs_per_address`.
 
 The same checkpoints cancel: a request whose visitor left (the page's `unload` event, or a raw client gone) stops at its
 next decoder step. A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time
@@ -28,7 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-AGING_SECONDS = 1.0  # a request waiting this long for the CPU goes first, whatever its lane
+AGING_SECONDS = 0.5  # an ordinary request waiting this long in all goes first from then on
+HEAVY_AGING = 10  # a heavy request waiting this many times as long at a stretch gets a turn
 AGED, ORDINARY, HEAVY = -1, 0, 1  # the lanes: aged first, then every ordinary request before any heavy one
 
 
@@ -60,6 +64,7 @@ class Job:
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
+    turn_began: float = 0.0  # (time.monotonic()) when its present turn began
     waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
     waited: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -69,10 +74,13 @@ class Job:
         return time.monotonic() > self.deadline
 
     def priority(self, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
-        """Lower comes first: a job waiting `aging_seconds` or more before all (the longest waiting first), then the
-        lane, then the remaining work (ordinary) or the work served so far (heavy)."""
-        if self.waiting_since is not None and time.monotonic() - self.waiting_since >= aging_seconds:
-            return (AGED, self.waiting_since)
+        """Lower comes first: aged jobs (least served first), then the lane, then the remaining work (ordinary) or the
+        work served so far (heavy)."""
+        waiting = time.monotonic() - self.waiting_since if self.waiting_since is not None else 0.0
+        if self.lane == ORDINARY and self.waited + waiting >= aging_seconds:
+            return (AGED, self.served)
+        if self.lane == HEAVY and waiting >= HEAVY_AGING * aging_seconds:
+            return (AGED, self.served)
         return (self.lane, max(self.work - self.served, 0.0) if self.lane == ORDINARY else self.served)
 
 
@@ -180,6 +188,8 @@ class FairScheduler:
             now = time.monotonic()
             job.served += now - job.turn_started
             job.turn_started = now
+            if now - job.turn_began < self.slice_seconds:
+                return  # a turn lasts at least a slice
             if not any(self._comes_first(other, job) for other in self._waiting):
                 return
             self._end_turn(job)
@@ -244,7 +254,7 @@ class FairScheduler:
             if self._holder is not job:
                 self._waiting.remove(job)
                 raise Cancelled(f"the visitor of session {job.session} left")
-            job.turn_started = time.monotonic()
+            job.turn_started = job.turn_began = time.monotonic()
         job.waited += job.turn_started - asked
 
     def _end_turn(self, job: Job) -> None:

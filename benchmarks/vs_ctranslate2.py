@@ -10,11 +10,12 @@ parity only; nothing is tuned on it) with beam 4:
 - generate(): what a Hub user runs, `model.generate(**tokenizer(batch, padding=True, return_tensors="pt"))` with
   the saved defaults, no project code in between (the same ids as the engine); and the same with int8 weights
   (`precision.int8_dynamic`, the opt-in);
-- CTranslate2 float32: beam 4, length penalty 0.6, the longest allowed sentence of each batch as its bound.
+- CTranslate2 float32: the engine with its CTranslate2 backend (`backends.CTranslate2Backend`): the same settings,
+  the same bound per sentence; CTranslate2 runs in its worker process, so it never shares a process (and an OpenMP
+  runtime) with PyTorch (`python -m benchmarks.engine_backends` measures what sharing one costs).
 Batch 1 goes sentence by sentence, batch 32 through the corpus sorted by source length (as the engine sorts it);
-the systems alternate on every sentence or batch, so a background load slows all alike.
-CTranslate2 runs in a process of its own: once it has run in a process, PyTorch's kernels there are 2-4x slower at
-decoding sizes (see `CTranslate2Process`), which would count against ours.
+the systems alternate on every sentence or batch, so a background load slows all alike. CTranslate2's CPU time is
+its worker's.
 
 Then the per-sentence bound on val: ours with it and without it (`max_new_tokens_ratio` huge: only the cap of
 255 new tokens per batch, the bound before this one), sentences/s and BLEU.
@@ -25,11 +26,8 @@ Needs `pip install ctranslate2` (not a dependency of the project).
 """
 
 import copy
-import dataclasses
-import multiprocessing
 import sys
 import tempfile
-import time
 
 import torch
 
@@ -37,7 +35,8 @@ from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
 from transformer_en_de import ctranslate2_backend
-from transformer_en_de.engine import DecodingSettings, token_limits, translate
+from transformer_en_de.backends import CTranslate2Backend
+from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.precision import int8_dynamic
 
@@ -57,104 +56,35 @@ def options(parser):
     parser.add_argument("--skip-bound", action="store_true", help="leave out the bound on/off figures on val")
 
 
-@dataclasses.dataclass
-class Result:
-    hypotheses: list[list[str]]  # what translate_ids reads of a ctranslate2.TranslationResult
-
-
-class CTranslate2Process:
-    """A CTranslate2 translator in a process of its own, with the `translate_batch` that `translate_ids` calls.
-
-    Once CTranslate2 has run in a process, PyTorch's kernels in that process stay 2-4x slower at the sizes of decoding
-    (measured on an AMD EPYC with AVX-512, 2 threads: `F.linear` of 4 rows by a 1024 x 256 weight 80 -> 159 us,
-    oneDNN's packed linear 31 -> 119 us, at 128 rows 499 -> 790 and 354 -> 421 us), even while it is idle; each
-    library brings its own OpenMP runtime. In one process the comparison would be CTranslate2 against a slowed
-    PyTorch. Its wall time is measured around the call (the pipe adds well under a millisecond); its CPU time is the
-    child's own, added up in `cpu_seconds`."""
-
-    def __init__(self, folder: str, threads: int):
-        context = multiprocessing.get_context("spawn")
-        self.connection, child = context.Pipe()
-        self.process = context.Process(target=serve_ctranslate2, args=(child, folder, threads), daemon=True)
-        self.process.start()
-        self.cpu_seconds = 0.0
-
-    def translate_batch(self, sources: list[list[str]], **options) -> list[Result]:
-        self.connection.send((sources, options))
-        hypotheses, cpu_seconds = self.connection.recv()
-        self.cpu_seconds += cpu_seconds
-        return [Result([tokens]) for tokens in hypotheses]
-
-    def close(self) -> None:
-        self.connection.send(None)
-        self.process.join(timeout=30)
-
-
-def serve_ctranslate2(connection, folder: str, threads: int) -> None:
-    """The child of `CTranslate2Process`: translates what it receives until it receives None."""
-    translator = ctranslate2_backend.load(folder, threads=threads)
-    while (request := connection.recv()) is not None:
-        sources, options = request
-        start = time.process_time()
-        results = translator.translate_batch(sources, **options)
-        connection.send(([result.hypotheses[0] for result in results], time.process_time() - start))
-
-
-def check_greedy_parity(model, tokenizer, translator, sources: list[str]) -> int:
+def check_greedy_parity(model, tokenizer, decoder, sources: list[str]) -> int:
     """CTranslate2 and our model must write the same greedy tokens: the converter maps every weight right."""
-    ids = tokenizer(sources)["input_ids"]
-    cap = 100
-    theirs = ctranslate2_backend.translate_ids(translator, tokenizer, ids, beam_size=1, max_decoding_length=cap)
-    settings = DecodingSettings(num_beams=1, max_new_tokens=cap, max_new_tokens_ratio=NO_BOUND_RATIO)
+    settings = DecodingSettings(num_beams=1, max_new_tokens=100, max_new_tokens_ratio=NO_BOUND_RATIO)
     ours = translate(model, tokenizer, sources, settings).translations
-    eos = model.config.eos_token_id
-    # Ours counts the </s> it forces at the cap as a new token, CTranslate2 does not: compare cap - 1 tokens.
+    theirs = translate(model, tokenizer, sources, settings, backend=decoder).translations
     differ = [
-        index
-        for index, (mine, other) in enumerate(zip(ours, theirs, strict=True))
-        if [token for token in mine.generated_ids[1:] if token != eos][: cap - 1] != other[: cap - 1]
-    ]
+        index for index, (mine, other) in enumerate(zip(ours, theirs, strict=True))
+        if mine.generated_ids != other.generated_ids
+    ]  # fmt: skip
     if differ:
         raise AssertionError(f"greedy tokens differ between CTranslate2 and our model on sentences {differ[:10]}")
     return len(sources)
 
 
-def ctranslate2_batch(translator, tokenizer, model, sentences: list[str], batch_size: int) -> list[str]:
-    """CTranslate2 beam 4 over `sentences` in length-sorted batches, bounded per batch like the engine's longest."""
-    limits = token_limits(model, tokenizer, sentences)
-    ids = tokenizer(sentences)["input_ids"]
-    order = sorted(range(len(ids)), key=lambda index: len(ids[index]), reverse=True)
-    texts = [""] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        outputs = ctranslate2_backend.translate_ids(
-            translator,
-            tokenizer,
-            [ids[index] for index in chosen],
-            beam_size=model.generation_config.num_beams,
-            length_penalty=model.generation_config.length_penalty,
-            max_decoding_length=max(limits[index] for index in chosen),
-        )
-        for index, output in zip(chosen, outputs, strict=True):
-            texts[index] = tokenizer.decode(output, skip_special_tokens=True).strip()
-    return texts
-
-
 def corpus_run(systems: dict, sources: list[str], batch_size: int, rounds: int):
     """Each system over `sources` in length-sorted chunks of `batch_size`, alternating on every chunk. A system that
-    runs in another process (`systems["processes"]`: name -> its `cpu_seconds` counter) adds that process's CPU time."""
+    runs in another process (`systems["processes"]`: name -> its backend) adds that process's CPU time."""
     lengths = [len(ids) for ids in systems["tokenizer"](sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
     chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     runners = systems["runners"]
     texts = {name: [""] * len(sources) for name in runners}
     totals = {name: harness.Timings() for name in runners}
-    for process in systems.get("processes", {}).values():
-        process.cpu_seconds = 0.0  # what it did before (warm-up, parity check) is not this run's
+    processes = systems.get("processes", {})
     for _ in range(rounds):
         seconds = dict.fromkeys(runners, 0.0)
         cpu = dict.fromkeys(runners, 0.0)
         for number, chunk in enumerate(chunks):
+            before = {name: process.cpu_seconds() for name, process in processes.items()}
             chunk_sources = [sources[index] for index in chunk]
             outputs = {}
             step = harness.alternate(
@@ -172,9 +102,8 @@ def corpus_run(systems: dict, sources: list[str], batch_size: int, rounds: int):
                 cpu[name] += step[name].cpu[0]
                 for index, text in zip(chunk, outputs[name], strict=True):
                     texts[name][index] = text
-            for name, process in systems.get("processes", {}).items():
-                cpu[name] += process.cpu_seconds
-                process.cpu_seconds = 0.0
+            for name, process in processes.items():
+                cpu[name] += process.cpu_seconds() - before[name]
             if number % 20 == 19:
                 print(f"  batch {batch_size}: {number + 1}/{len(chunks)} chunks", file=sys.stderr)
         for name in runners:
@@ -198,8 +127,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as folder:
         ctranslate2_backend.convert(model, tokenizer, folder)
-        translator = CTranslate2Process(folder, threads=args.threads)
-        checked = check_greedy_parity(model, tokenizer, translator, sources[: args.parity_sentences])
+        decoder = CTranslate2Backend(folder, tokenizer, threads=args.threads)
+        checked = check_greedy_parity(model, tokenizer, decoder, sources[: args.parity_sentences])
 
         def ours(model):
             return lambda chunk, batch_size: (
@@ -215,7 +144,7 @@ def main():
             return run
 
         def theirs(chunk, batch_size):
-            return ctranslate2_batch(translator, tokenizer, model, chunk, batch_size)
+            return translate(model, tokenizer, chunk, DecodingSettings(batch_size=batch_size), backend=decoder).texts
 
         results = {}
         common = {CT2: theirs, HUB: hub_user(model), HUB_INT8: hub_user(int8_model), OURS: ours(model)}
@@ -223,15 +152,15 @@ def main():
             rounds = args.rounds if batch_size > 1 else 1
             theirs(sources[:batch_size], batch_size), ours(model)(sources[:batch_size], batch_size)  # warm-up
             corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
-            systems = {"tokenizer": tokenizer, "runners": runners, "processes": {CT2: translator}}
+            systems = {"tokenizer": tokenizer, "runners": runners, "processes": {CT2: decoder}}
             results[batch_size] = corpus_run(systems, corpus, batch_size, rounds)
-        translator.close()
+        decoder.close()
 
     print(f"# Ours vs CTranslate2 {harness.describe_machine(args.threads)}; model: models/transformer-en-de")
     print(
         f"# greedy parity: same tokens on {checked} sentences. test_2016_flickr, {len(sources)} sentences, beam 4, "
-        "length penalty 0.6; ours: the engine with the model's defaults (bound 1.5 x source + 10 per sentence); "
-        "CTranslate2: the batch's longest bound; systems alternate on every sentence / batch"
+        "length penalty 0.6; the engine with the model's defaults (bound 1.5 x source + 10 per sentence) with each "
+        "backend; systems alternate on every sentence / batch"
     )
     rows = []
     for batch_size, (texts, timings) in results.items():

@@ -1,20 +1,32 @@
-"""Train the Transformer on Multi30k English→German with the paper's recipe, score it, and write a Hub-ready folder.
+"""Train the Transformer on Multi30k English→German, score it, and write a Hub-ready folder.
 
-    python train.py --data_dir ../shared/data/multi30k --output_dir runs/base          # the defaults: the recipe
+    # a try, about 25 s of one CPU core (`make tiny-run`, a few more flags):
     python train.py --data_dir ../shared/data/multi30k --output_dir runs/tiny \\
-        --max_train_samples 2000 --num_train_epochs 1 --d_model 64 --d_ff 256 --vocab_size 2000   # a minute's try
+        --max_train_samples 2000 --num_train_epochs 1 --d_model 64 --d_ff 256 --vocab_size 2000
 
-Flags use transformers' underscores (dashed spellings work too). The defaults below are the recipe's: the paper's
-optimiser, schedule and regularisation (sections 5.3-5.4), 20 epochs of 128-pair batches, evaluation (BLEU/chrF on
-validation) and a checkpoint every epoch, the best one shipped. Every `Seq2SeqTrainingArguments` flag works. The model
-flags (`--d_model`, `--dropout`, ...) are the fields of `TransformerMTConfig`, with its defaults and documentation.
+The defaults are the paper's base model and recipe (section 5): d_model 512, 6+6 layers, 8 heads, 20 epochs of
+128-pair batches, Adam 0.9/0.98/1e-9 with the inverse-square-root schedule, label smoothing 0.1, BLEU/chrF on
+validation and a checkpoint every epoch, the best one shipped. On a CPU that is slow: about 10 s a step on one
+core of an AVX-512 BF16 CPU, so about 38 minutes an epoch and 12.5 hours for the 20, validation not counted
+(docs/training.md).
+
+The shipped model (models/transformer-en-de) is smaller and distilled: d_model 256, 3+3 layers, 4 heads, dropout 0.3,
+trained on Multi30k plus two teachers' translations of its training sources. Its commands are in its
+eval_results.json ("command") and RESULTS.md; `recipes/distill_gpu.sh` runs them on one GPU. One run of its size
+without distillation (val BLEU 41.89 after 32 epochs and averaging; about 9 minutes an epoch on one AVX2 core):
+
+    python train.py --data_dir ../shared/data/multi30k --output_dir runs/d256-drop03 --d_model 256 \\
+        --encoder_layers 3 --decoder_layers 3 --num_attention_heads 4 --d_ff 1024 --dropout 0.3 \\
+        --attention_dropout 0.1 --num_train_epochs 32 --warmup_steps 1500 --learning_rate 1.5e-3 --average_last 10
+
+Flags use transformers' underscores (dashed spellings work too). --help lists the project's flags and the Trainer
+flags whose defaults are the recipe's; every other `Seq2SeqTrainingArguments` flag works too (--help-all lists them
+all). The model flags (--d_model, --dropout, ...) are the fields of `TransformerMTConfig`, with its defaults.
 
 An --output_dir that holds files is refused unless you say --resume_from_checkpoint last (go on from the newest sound
 checkpoint) or --overwrite_output_dir. At the end the chosen model is saved, scored on validation and test through the
 translation engine, and eval_results.json and the model card are written; --push_to_hub --hub_model_id NAME pushes it.
-
-More data, other directions, fine-tuning, datasets and streaming, several processes (`torchrun --nproc_per_node N
-train.py ...`): see the flags' help and the README.
+More data, other directions, datasets and streaming, several processes: docs/training.md.
 """
 
 import dataclasses
@@ -29,7 +41,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTrainingArguments, set_seed
 
 from transformer_en_de import checkpoints, evaluation, precision, training, training_data
-from transformer_en_de.flags import HelpFormatter, config_field, recipe
+from transformer_en_de.flags import HelpFormatter, brief_help, config_field, recipe
 from transformer_en_de.hub import PublishError, push_folder
 from transformer_en_de.model_card import write_model_card
 from transformer_en_de.training import REGULARISATION_FIELDS
@@ -82,8 +94,8 @@ class DataArguments:
         },
     )
     source_lang: str = field(default="en", metadata={"help": "Source language suffix (de with --target_lang en)."})
-    target_lang: str = field(default="de")
-    train_split: str = field(default="train")
+    target_lang: str = field(default="de", metadata={"help": "Target language suffix."})
+    train_split: str = field(default="train", metadata={"help": "The training split's name."})
     validation_split: str | None = field(
         default=None, metadata={"help": "Default: val (text files), validation (--dataset_name)."}
     )
@@ -221,7 +233,7 @@ class TrainingArguments(Seq2SeqTrainingArguments):
         default=None,
         metadata={"help": "Batches of at most this many tokens (padded, the longer side of each pair) instead of "
                   "--per_device_train_batch_size pairs, like fairseq's --max-tokens: pairs sorted by length, so "
-                  "almost no padding. E.g. 3000 (about 128 Multi30k pairs)."},
+                  "almost no padding. E.g. 2150: about as many steps a Multi30k epoch as 128-pair batches."},
     )
 
     def __post_init__(self):
@@ -237,13 +249,24 @@ class TrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
 
 
+# Trainer flags --help lists besides the project's own and those with the recipe's defaults (TrainingArguments).
+EVERYDAY_TRAINER_FLAGS = {
+    "output_dir", "resume_from_checkpoint", "max_steps", "save_steps", "eval_steps", "seed",
+    "gradient_accumulation_steps", "report_to", "push_to_hub", "hub_model_id",
+}
+ARGUMENT_GROUPS = (
+    DataArguments, TokenizerArguments, ModelArguments, StartArguments, SelectionArguments, TrainingArguments
+)
+
+
 def parse_arguments(argv: list[str]):
     """The six argument groups, parsed once; the values left to other sources resolved."""
     parser = HfArgumentParser(
-        (DataArguments, TokenizerArguments, ModelArguments, StartArguments, SelectionArguments, TrainingArguments),
-        usage="python train.py --output_dir DIR [--data_dir DIR] [flags below]", description=__doc__,
+        ARGUMENT_GROUPS, usage="python train.py --output_dir DIR [--data_dir DIR] [flags below]", description=__doc__,
         formatter_class=HelpFormatter,
     )
+    ours = {name for group in ARGUMENT_GROUPS[:-1] for name in group.__dataclass_fields__}
+    brief_help(parser, ours | set(TrainingArguments.__annotations__) | EVERYDAY_TRAINER_FLAGS)
     data_args, tokenizer_args, model_args, start_args, selection_args, training_args = (
         parser.parse_args_into_dataclasses(args=argv)
     )
@@ -312,6 +335,8 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
 
     # Preprocessing the datasets
     train_dataset = training_data.tokenize_training_set(tokenizer, training_set, data_args, training_args)
+    if not data_args.streaming:  # a stream's length is not known in advance
+        print(f"[data] training on {len(train_dataset):,} pairs an epoch")
     eval_dataset = training_data.tokenize_pairs(tokenizer, *validation, data_args)  # for the validation loss
 
     # Data collator: pads each batch to its longest pair; padded label positions are -100, left out of the loss

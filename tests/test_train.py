@@ -243,9 +243,11 @@ def test_empty_and_placeholder_lines_are_dropped_and_counted(small_corpus, tmp_p
     sources = ["A dog runs.", "", "Two men work.", "A cat sleeps."] * 4
     targets = ["Ein Hund rennt.", "Leer.", "Zwei Männer arbeiten.", "@@"] * 4
     write_pair(small_corpus, "train", sources, targets)
-    train.main(tiny_run_flags(small_corpus, tmp_path / "out", "--num_train_epochs", "1", "--test_split", ""))
+    flags = ["--num_train_epochs", "1", "--test_split", "", "--max_train_samples", "6"]
+    train.main(tiny_run_flags(small_corpus, tmp_path / "out", *flags))
     printed = capsys.readouterr().out
     assert "train: kept 8 pairs, dropped 8 (4 empty side, 4 placeholder" in printed
+    assert "[data] training on 6 pairs an epoch" in printed  # what --max_train_samples leaves
 
 
 def test_resume_without_checkpoint_is_a_clear_error(small_corpus, tmp_path):
@@ -334,6 +336,17 @@ def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
     assert "d_model^-0.5 * warmup_steps^-0.5" in entry("learning_rate")
     assert "(default: epoch" not in entry("eval_strategy") and "Default: epoch" in entry("eval_strategy")
     assert "P_drop" in entry("dropout") and "(default: 0.1)" in entry("dropout")  # the config's doc and default
+
+    # Short: the project's flags and the recipe's; the Trainer's other flags behind --help-all, which lists them all.
+    assert help_text.count("\n") < 250 and "--fsdp" not in help_text and "--help-all" in help_text
+    assert "--d-model" not in help_text  # one spelling each (the dashed one still works)
+    for shown in ("output_dir", "max_tokens", "average_last", "case_augmentation", "extra_train", "max_steps", "seed"):
+        assert f"  --{shown} " in help_text
+    assert "d_model 256, 3+3 layers" in help_text and "recipes/distill_gpu.sh" in help_text  # the shipped model
+    everything = subprocess.run([sys.executable, "train.py", "--help-all"], cwd=ROOT, capture_output=True, text=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True).stdout
+    assert "  --fsdp " in everything and "(default: 20.0)" in everything
+    assert everything.count("\n") > 2 * help_text.count("\n")
 
 
 def test_unwritable_output_dir_is_one_line_before_any_work(small_corpus, tmp_path):

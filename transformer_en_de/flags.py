@@ -1,9 +1,10 @@
 """How train.py's flags are made from what they set, so that each is written once: a model flag per
 `TransformerMTConfig` field (the config's documentation as its help), a Trainer flag with the recipe's default (the
-Trainer's help), and the help output that shows each default.
+Trainer's help), and the help output that shows each default: `--help` the project's flags, `--help-all` every one.
 """
 
 import argparse
+import copy
 import dataclasses
 from dataclasses import field
 
@@ -31,7 +32,49 @@ def recipe(name: str, default, why: str = ""):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description as written, and each flag's default, except a None one (its help says where it comes from)."""
+    """The description as written, and each flag's default, except a None one (its help says where it comes from);
+    one spelling of each flag."""
+
+    def __init__(self, prog, **kwargs):
+        super().__init__(prog, **{"width": 120, "max_help_position": 40, **kwargs})  # as wide as the description
 
     def _get_help_string(self, action):
         return action.help if action.default is None else super()._get_help_string(action)
+
+    def _format_action_invocation(self, action):
+        """A flag under its underscore spelling only: the dashed one works too, and says nothing new."""
+        spellings = {option.replace("-", "_") for option in action.option_strings}
+        if len(action.option_strings) > 1 and len(spellings) == 1:
+            action = copy.copy(action)
+            action.option_strings = action.option_strings[:1]
+        return super()._format_action_invocation(action)
+
+
+class _FullHelp(argparse.Action):
+    """--help-all: the help of every flag, the Trainer's included."""
+
+    def __init__(self, option_strings, dest, hidden: dict | None = None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.hidden = hidden or {}
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for action, help_text in self.hidden.items():
+            action.help = help_text
+        parser.print_help()
+        parser.exit()
+
+
+def brief_help(parser: argparse.ArgumentParser, shown: set[str]) -> None:
+    """Make `--help` list only the flags whose names are in `shown` (and the help flags), and add `--help-all` for
+    every flag, e.g. the full `Seq2SeqTrainingArguments` list."""
+    hidden = {
+        action: action.help
+        for action in parser._actions
+        if action.dest not in shown and action.dest != "help" and action.help != argparse.SUPPRESS
+    }
+    for action in hidden:
+        action.help = argparse.SUPPRESS
+    parser.add_argument(
+        "--help-all", "--help_all", action=_FullHelp, hidden=hidden,
+        help="Show every flag, the Trainer's (transformers' Seq2SeqTrainingArguments) included, and exit.",
+    )

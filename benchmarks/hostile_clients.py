@@ -9,7 +9,8 @@ attackers stop. The attacks:
 - queue flood: 4 threads POSTing `/gradio_api/call/translate` (3,000 capitals, beam 8) and never reading;
 - session eviction: a visitor's file job (2,000 lines, read) runs while 4 threads send cheap raw calls, each without
   a session (a new one each), read; the file job must come back;
-- starvation stream: 4 threads sending tiny greedy requests (each thread its session), read;
+- starvation stream: 4 threads sending tiny greedy requests without a session, never read;
+- busy clients: 4 threads sending tiny greedy requests (each thread its session), read: the load of 4 more visitors;
 - upload flood: 4 threads uploading 100 kB files in a loop;
 - slow connections: `--slow` connections that send part of their headers and never finish;
 - bad calls: 4 threads sending unknown API names, unknown fn_index (999, -1), 100,000-deep JSON and `load_example`
@@ -132,6 +133,9 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""])
 
     def tiny_stream():
+        return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""], read=False)
+
+    def busy_client():
         local.session = getattr(local, "session", None) or f"tiny-{next(sessions)}"
         return raw_translate(http, url, ["A dog.", "greedy", 1, 4, ""], session=local.session)
 
@@ -250,6 +254,7 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         "queue flood": lambda: looped(queue_flood),
         "session eviction": eviction,
         "starvation stream": lambda: looped(tiny_stream),
+        "busy clients": lambda: looped(busy_client),
         "upload flood": lambda: looped(upload),
         "slow connections": slow,
         "bad calls": lambda: looped(bad_call),

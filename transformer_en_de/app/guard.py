@@ -6,7 +6,8 @@ can crowd out another visitor's.
   that is no upload, an example index out of range: one line each (404/422), never a traceback or `{"error": null}`.
 - Raw calls (`POST /gradio_api/call/<api>`) are held, not queued: the POST answers an id at once, and the call enters
   Gradio's queue only when its results are read (`GET /gradio_api/call/<api>/<id>`). A client that posts and never
-  reads fills a bounded store of its own (`held_calls`, the oldest dropped), never the queue the others wait in.
+  reads fills a bounded store of its own (`held_calls`, `held_bytes`: the oldest dropped), never the queue the others
+  wait in.
 - Sessions: Gradio keeps the messages of its 2,000 latest sessions, and every call without a known session makes one;
   new sessions are admitted at `new_sessions_per_second` (`new_sessions_burst` at once), so a visitor's session is never
   pushed out while its request runs. A session has at most `calls_per_session` calls queued or running.
@@ -52,6 +53,7 @@ class Gate:
         self._tokens, self._refilled = float(limits.new_sessions_burst), time.monotonic()
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self.held: OrderedDict[str, tuple[str, bytes, float]] = OrderedDict()  # id → (path, body, time)
+        self._held_bytes = 0
 
     def admit_session(self, session: str | None, counted: bool = True) -> str:
         """Empty if a call of `session` may enter Gradio's queue, else the one-line reason; a `counted` call counts
@@ -105,19 +107,25 @@ class Gate:
         with self._lock:
             self._expire_held(now)
             self.held[call_id] = (path, body, now)
-            while len(self.held) > self.limits.held_calls:
-                self.held.popitem(last=False)
+            self._held_bytes += len(body)
+            while len(self.held) > self.limits.held_calls or self._held_bytes > self.limits.held_bytes:
+                self._drop_oldest()
         return call_id
 
     def take(self, call_id: str) -> tuple[str, bytes] | None:
         with self._lock:
             self._expire_held(time.monotonic())
             held = self.held.pop(call_id, None)
+            self._held_bytes -= len(held[1]) if held else 0
         return None if held is None else held[:2]
 
     def _expire_held(self, now: float) -> None:
         while self.held and now - next(iter(self.held.values()))[2] > self.limits.held_seconds:
-            self.held.popitem(last=False)
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, (_, body, _) = self.held.popitem(last=False)
+        self._held_bytes -= len(body)
 
 
 class RequestGuard:

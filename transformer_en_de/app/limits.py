@@ -82,6 +82,7 @@ class Limits:
     new_sessions_burst: int = 200
     calls_per_session: int = 3  # calls queued or running per session (a page sends one at a time, then its heatmaps)
     held_calls: int = 512  # raw API calls posted and not yet read, kept (the oldest dropped) until read
+    held_bytes: int = 32_000_000  # and their bodies' bytes in all
     held_seconds: float = 60.0  # a raw call not read within this is dropped
     # Uploads (uploads.py): files kept per address and in all, their total size, and for how long.
     uploads_per_address: int = 20

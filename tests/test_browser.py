@@ -40,7 +40,8 @@ def page_url(app_model_dir, tmp_path_factory):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    yield from serve(app.build_app(str(ours), [str(marian), str(t5)]), port)
+    # PyTorch decodes: the page is under test here (the backends are compared in test_ctranslate2.py).
+    yield from serve(app.build_app(str(ours), [str(marian), str(t5)], backend="torch"), port)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,9 @@ def phone_page_url(app_model_dir, tmp_path_factory):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    yield from serve(app.build_app(str(app_model_dir), [str(marian), "Helsinki-NLP/opus-mt-en-de"]), port)
+    yield from serve(
+        app.build_app(str(app_model_dir), [str(marian), "Helsinki-NLP/opus-mt-en-de"], backend="torch"), port
+    )
 
 
 def inside(page, selector: str, width: int) -> bool:

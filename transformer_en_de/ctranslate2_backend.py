@@ -3,13 +3,11 @@
 `convert(model, tokenizer, folder)` describes the model with `ctranslate2.specs` (post- or pre-norm layers, shared
 embeddings scaled by sqrt(d_model), our sinusoidal table, the tied output projection) and saves it;
 `load(folder)` opens it as a `ctranslate2.Translator`, and `translate_ids` decodes batches of our token ids with it.
-The benchmark `python -m benchmarks.vs_ctranslate2` uses it as the reference for fast CPU decoding, and
-`tests/test_ctranslate2.py` checks that both give the same greedy tokens.
+The engine's CTranslate2 backend (`backends.py`) converts our model with it (other architectures with CTranslate2's
+own converter) and caches the result; `tests/test_ctranslate2.py` checks that both give the same greedy tokens and
+the same log-probabilities.
 
-Optional: `pip install ctranslate2`; nothing else in the project imports this module. Its beam search is not
-transformers' (it ends a sentence when its best beam ends, with its own length normalisation), so beam outputs may
-differ from the engine's in a few sentences; there is no per-sentence length bound in it, only one per batch.
-"""
+Optional: `pip install ctranslate2` (imported only when called)."""
 
 from pathlib import Path
 

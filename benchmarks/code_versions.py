@@ -10,8 +10,9 @@ table gives sentences/s (the median round), the ratio to the first system and wh
 Systems: the baseline as it runs by default, and, where its code has a choice of kernel for linear layers
 (`linear_kernel.py`), with `--baseline-kernels` each of them; today's code; today's with transformers' beam search
 instead of ours (`drop_finished_sentences = False`); today's with a static cache; and with `--compiled`, today's with
-a static cache and the forward compiled by generate() (`compile_config`, inductor, fullgraph), its compile time given
-apart (the first pass over the batches) and its speed from a second pass over the same batches.
+a static cache and the forward compiled by generate() (`compile_config`, inductor, fullgraph): the warm-up and a first
+pass over the batches compile (the first pass's time is given apart), its speed is a second pass over the same
+batches.
 
     python -m benchmarks.code_versions --baseline bd87c05 [--baseline-kernels blas onednn] [--compiled]
         [--threads 1] [--rounds 3] [--quick]

@@ -72,6 +72,8 @@ def server(model_dirs, tmp_path_factory):
         "127.0.0.1",
         "--port",
         str(port),
+        "--backend",  # PyTorch: requests are cut at a decoder step (CTranslate2 only between batches)
+        "torch",
     ]
     with open(log, "w") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
@@ -558,7 +560,7 @@ def small_server(model_dirs):
         uploads_total=4,
         upload_seconds=3.0,
     )
-    translation_app = app.build_app(str(model_dirs[0]), [], limits=small)
+    translation_app = app.build_app(str(model_dirs[0]), [], limits=small, backend="torch")
     port = free_port()
     server = app.build_app_server(translation_app, "127.0.0.1", port)
     start_in_thread(server)

@@ -1,10 +1,13 @@
 """Shared fixtures: a tiny tokenizer and tiny models built in milliseconds, never touching the network."""
 
 import os
+import tempfile
 
 # Before any Hugging Face import: never wait on the unreachable Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# CTranslate2 conversions of the tests' tiny models go to a folder of this run, not the user's cache.
+os.environ.setdefault("TRANSFORMER_MT_CTRANSLATE2_CACHE", tempfile.mkdtemp(prefix="ctranslate2-cache-"))
 
 import shutil
 from pathlib import Path

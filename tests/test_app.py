@@ -611,8 +611,11 @@ def test_offline_comparison_model_says_why_and_ours_still_translates(ours):
 
     assert time.monotonic() - started < 30  # HF_HUB_OFFLINE=1: fails fast instead of retrying the Hub
     assert offline.translator is None and "offline" in offline.error and "Helsinki-NLP/opus-mt-en-de" in offline.error
-    # The page gets one line in a visitor's words; the operator's (the cause, what to do) is in offline.error.
-    assert offline.status() == "opus-mt-en-de is not available on this server right now, so our model translates alone."
+    # The page gets one line: which model is missing (by the name visitors know) and why.
+    assert offline.status() == (
+        "MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: the Hugging Face Hub is offline and the model is "
+        "not cached. Our model translates alone."
+    )
     result = text(SENTENCE, "greedy", 1, 5, ours=ours, comparisons=[offline])
     assert result.outputs[0].translation != "" and result.outputs[1].message == offline.status()
     assert translation.format_details(result.outputs[1]) == f"⚠️ {offline.status()}"

@@ -147,6 +147,8 @@ def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
     shown = display_id(model_id)
     for path in {model_id, str(Path(model_id).expanduser().resolve())} if shown else ():
         cause = cause.replace(path, shown)  # the log names no server paths either
+    if "opus-mt-" in model_id.lower():
+        name = "MarianMT"  # what a visitor knows the OPUS-MT models as
     return f"{name} ({shown}) is not on this page: {cause}" if shown else f"{name} is not on this page: {cause}"
 
 
@@ -185,12 +187,12 @@ class BackgroundTranslator:
         return self.error is not None
 
     def status(self) -> str:
-        """One line in a visitor's words: loading, ready, or not available (the cause is in the log, for the
-        operator)."""
+        """One line in a visitor's words: loading, ready, or which model is not on the page and why (no server
+        paths: `why_not_loaded`)."""
         if self.translator is not None:
             millions = self.translator.num_parameters / 1e6
             return f"{self.name} ready: {display_id(self.model_id)}, {millions:.2f}M parameters."
         if self.error is not None:
-            return f"{self.name} is not available on this server right now, so our model translates alone."
+            return f"{self.error}. Our model translates alone."
         waited = time.monotonic() - self._started
         return f"{self.name} ({display_id(self.model_id)}) is loading in the background ({waited:.0f} s so far)…"

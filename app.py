@@ -261,8 +261,10 @@ class TranslationApp:
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
-        with self.gate.serving(request.session_hash):
-            result = translate_text(text, decoding, num_beams, max_new_tokens, reference, **self.context(request))
+        with self.gate.serving(request.session_hash) as arrived:
+            result = translate_text(
+                text, decoding, num_beams, max_new_tokens, reference, **self.context(request), arrived=arrived
+            )
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result), attention_state(result))
 
@@ -275,10 +277,10 @@ class TranslationApp:
         Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
         reference file with the same number of lines is given, corpus BLEU and chrF.
         """
-        with self.gate.serving(request.session_hash):
+        with self.gate.serving(request.session_hash) as arrived:
             result = translate_file(
                 uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
-                output_dir=get_upload_folder(), progress=progress, **self.context(request),
+                output_dir=get_upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
 

@@ -433,6 +433,43 @@ def test_deadline_keeps_what_was_translated(ours):
     assert "time limit" in translation.format_details(output)
 
 
+def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_path):
+    # A call waits in Gradio's queue until a callback is free; the front knows when it came (`Gate.serving`), and its
+    # time limit counts from then: one that waited longer than its limit translates nothing and says so.
+    from transformer_en_de.app.guard import Gate
+
+    gate = Gate()
+    assert gate.admit_session("waiting") == "" and gate.admit_session("counted-not", counted=False) == ""
+    came = time.monotonic()
+    with gate.serving("counted-not") as unknown:
+        assert unknown is None  # not counted at the front: the limit counts from the callback
+    sentences = "A dog runs. The cat sleeps."
+    short = limits.Limits(text=limits.Budget(cpu_seconds=100, seconds=1.0))
+    time.sleep(1.1)  # the wait in Gradio's queue, past the limit
+    with gate.serving("waiting") as arrived:
+        assert arrived is not None and arrived <= came
+        late = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=arrived)
+    on_time = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=time.monotonic())
+    listed = tmp_path / "lines.txt"
+    listed.write_text("A dog runs.\nThe cat sleeps.\n", encoding="utf-8")
+    file_short = limits.Limits(file=limits.Budget(cpu_seconds=100, seconds=1.0))
+    late_file = translate_file(listed, None, "greedy", 1, 5, ours=ours, comparisons=[], output_dir=tmp_path,
+                               limits=file_short, arrived=time.monotonic() - 1.1)  # fmt: skip
+
+    assert late.outputs[0].run.stopped_early and late.outputs[0].run.translations == [None, None]
+    assert "time limit" in translation.format_details(late.outputs[0])
+    assert not on_time.outputs[0].run.stopped_early and all(on_time.outputs[0].run.translations)
+    assert "time limit" in late_file.summary
+
+
+def test_a_wait_before_the_callback_counts_towards_aging():
+    scheduler = FairScheduler(aging_seconds=AGING)
+    with scheduler.job("waited in the queue", 60, work=5.0, since=time.monotonic() - 2 * AGING) as job:
+        assert job.priority(AGING)[0] < 0 and job.hard_deadline < time.monotonic() + 60 - AGING  # aged, less time
+    with scheduler.job("fresh", 60, work=5.0, since=time.monotonic() + 10) as job:  # a time to come is now
+        assert job.priority(AGING)[0] >= 0 and job.hard_deadline <= time.monotonic() + 60
+
+
 def test_time_limit_inside_a_batch_keeps_the_translation_so_far(ours, marian, monkeypatch):
     sentences = ["A dog runs in the park.", "Two men are working on a roof.", "The cat sleeps."]
     settings = DecodingSettings(num_beams=2, max_new_tokens=20, batch_size=2)

@@ -21,7 +21,7 @@ from tiny_models import build_tiny_t5
 
 from transformer_en_de import evaluation
 from transformer_en_de.app import corpus_report, translation, translators
-from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.limits import Budget, Limits
 from transformer_en_de.app.scheduler import FairScheduler
 
 pytestmark = pytest.mark.slow
@@ -653,6 +653,39 @@ def test_new_sessions_beyond_their_rate_are_refused_in_one_line_and_a_running_vi
     assert refused and all("Too many new visitors at once" in json.loads(answer)["error"] for answer in refused)
     path, summary, _ = job.result(timeout=120)
     assert path and "⚠️ Cancelled" not in summary
+
+
+def test_a_call_that_waited_for_a_free_callback_keeps_to_its_time_limit(model_dirs, tmp_path):
+    # One callback at a time: a visitor's text waits in Gradio's queue while a long file job runs. Its time limit
+    # (1 s here) counts from when it came, not from when its callback began: it answers at once, and says so.
+    import app
+    from transformer_en_de.app.server import start_in_thread
+
+    one_at_a_time = Limits(
+        concurrent_jobs=1, text=Budget(cpu_seconds=8.0, seconds=1.0), file=Budget(cpu_seconds=10_000, seconds=120)
+    )
+    translation_app = app.build_app(str(model_dirs[0]), [], limits=one_at_a_time, backend="torch")
+    port = free_port()
+    server = app.build_app_server(translation_app, "127.0.0.1", port)
+    start_in_thread(server)
+    url = f"http://127.0.0.1:{port}/"
+    source = tmp_path / "lines.txt"
+    source.write_text("".join(f"A man number {n} walks with {n % 7 + 2} dogs in the park.\n" for n in range(200)))
+    try:
+        long_job = Client(url, verbose=False).submit(
+            handle_file(source), None, "beam search", 8, 60, api_name="/translate_file"
+        )
+        while "1 request in progress" not in Client(url, verbose=False).predict(api_name="/status"):
+            time.sleep(0.1)
+        asked = time.monotonic()
+        answer = Client(url, verbose=False).predict("A dog runs.", "beam search", 4, 20, "", api_name="/translate")
+        waited = time.monotonic() - asked
+        path, _, _ = long_job.result(timeout=300)
+    finally:
+        server.should_exit = True
+
+    assert waited > 1.0 and path  # it waited for the file job's callback, which went on to the end
+    assert "time limit" in answer[1], answer[1]
 
 
 def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descriptor_limit(model_dirs, tmp_path):

@@ -78,8 +78,9 @@ def plot_attention(attention: AttentionMap, title: str) -> Figure:
     rows = shown(attention.source_tokens, attention.special_tokens)
     columns = shown(attention.generated_tokens, attention.special_tokens)
     # An empty translation (nothing but `</s>`) keeps its cells, unlabelled, rather than drawing an empty plot.
-    weights = attention.weights[np.ix_(rows or range(len(attention.source_tokens)),
-                                       columns or range(len(attention.generated_tokens)))]
+    weights = attention.weights[
+        np.ix_(rows or range(len(attention.source_tokens)), columns or range(len(attention.generated_tokens)))
+    ]
     # About a quarter inch per token, within what a half-page panel shows legibly.
     width = min(2.5 + 0.25 * weights.shape[1], 12.0)
     height = min(1.5 + 0.25 * weights.shape[0], 10.0)

@@ -103,6 +103,7 @@ def translate_file(
     limits: Limits = Limits(),
     session: str | None = None,
     address: str | None = None,
+    arrived: float | None = None,
     progress=None,
     preview_lines: int = 10,
 ) -> FileResult:
@@ -127,7 +128,7 @@ def translate_file(
     with handle:
         result = translate_lines(
             lines, references, beams, tokens, notices, ours=ours, comparisons=comparisons, scheduler=scheduler,
-            limits=limits, session=session, address=address, progress=progress,
+            limits=limits, session=session, address=address, arrived=arrived, progress=progress,
         )  # fmt: skip
         if result is None or isinstance(result, str):
             Path(handle.name).unlink(missing_ok=True)
@@ -144,7 +145,7 @@ def translate_file(
 
 
 def translate_lines(lines, references, beams, tokens, notices, *, ours, comparisons, scheduler, limits, session,
-                    address, progress):  # fmt: skip
+                    address, arrived, progress):  # fmt: skip
     """(columns, summary rows, notices) of every system's translations of `lines` (blank lines stay blank, so the
     lines keep pairing up with the input and references); or the one-line reason nothing was translated."""
     systems = [ours, *comparisons]
@@ -165,7 +166,7 @@ def translate_lines(lines, references, beams, tokens, notices, *, ours, comparis
         kept = sentences[: plan.num_sentences]
         outputs = run_systems(
             systems, kept, plan, settings, plan.cpu_seconds + scoring, limits.file, scheduler=scheduler, limits=limits,
-            session=session, address=address, on_batch=on_batch,
+            session=session, address=address, arrived=arrived, on_batch=on_batch,
         )  # fmt: skip
     except Busy as error:
         return str(error)

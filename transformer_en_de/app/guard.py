@@ -87,9 +87,14 @@ class Gate:
 
     @contextmanager
     def serving(self, session: str | None):
-        """A callback of `session` runs inside this block: its call stops counting against the session at the end."""
+        """A callback of `session` runs inside this block: its call stops counting against the session at the end.
+        Yields when the call entered Gradio's queue (time.monotonic(); None for a call not counted here), so that its
+        time limit counts the wait for a free callback too."""
+        with self._lock:
+            calls = self._calls.get(session)
+            arrived = calls[0] if calls else None  # Gradio starts a session's calls in the order they came
         try:
-            yield
+            yield arrived
         finally:
             self.served(session)
 

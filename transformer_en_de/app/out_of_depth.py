@@ -162,8 +162,9 @@ def main() -> None:
         parser.error(str(error))
     model = CaptionBigrams.build(captions)
     model.save(args.output)
-    print(f"{args.output}: {len(model.unigrams):,} words, {len(model.bigrams):,} bigrams seen {MIN_BIGRAM_COUNT}+ "
-          "times")
+    print(
+        f"{args.output}: {len(model.unigrams):,} words, {len(model.bigrams):,} bigrams seen {MIN_BIGRAM_COUNT}+ times"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ message in words). An address the operator trusts (the last X-Forwarded-For hop 
 The same checkpoints cancel: a request whose visitor left (the page's `unload` event, or a raw client gone) stops at its
 next decoder step. A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time
 the engine ends the batch in progress (`Job.hard_deadline`, passed as `engine.translate(deadline=...)`): either way it
-keeps what it has translated. A session runs one request at a time (a page's second click is refused with `Busy`):
-a convenience for pages, not a limit anyone relies on. Nothing is kept per session once its request ends.
+keeps what it has translated. The time counts from when the request entered Gradio's queue, where the HTTP front
+knows it (`guard.Gate.serving`): a wait for a free callback is part of it, and counts towards its aging. A session
+runs one request at a time (a page's second click is refused with `Busy`): a convenience for pages, not a limit anyone
+relies on. Nothing is kept per session once its request ends.
 """
 
 import threading
@@ -119,17 +121,22 @@ class FairScheduler:
         heavy: bool = False,
         work: float = 0.0,
         address: str | None = None,
+        since: float | None = None,
     ) -> Iterator[Job]:
         """Run a request's computation inside this block, taking turns; raises Busy (Full) or Cancelled.
 
         `heavy` requests are bounded in number (`heavy_jobs`, and `heavy_jobs_per_address` for a trusted `address`);
         `work` is the estimate that orders ordinary ones. `exclusive` requests count against the session's one running
-        request (heatmap redraws do not).
+        request (heatmap redraws do not). `since` (time.monotonic()): when the request arrived, if it waited before
+        its callback ran (in Gradio's queue); its `seconds` count from then, and the wait counts towards its aging.
         """
         session = session or f"anonymous-{threading.get_ident()}"
         now = time.monotonic()
+        start = now if since is None else min(since, now)
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
-        job = Job(session, now + 0.8 * seconds, now + seconds, HEAVY if heavy else ORDINARY, work, address, exclusive)
+        lane = HEAVY if heavy else ORDINARY
+        job = Job(session, start + 0.8 * seconds, start + seconds, lane, work, address, exclusive)
+        job.started, job.waited = start, now - start
         with self._condition:
             self._admit(job)
             self._jobs.append(job)

@@ -163,15 +163,22 @@ def run_systems(
     limits: Limits,
     session: str | None,
     address: str | None,
+    arrived: float | None = None,
     on_batch=None,
 ) -> list[SystemOutput]:
     """Every system's output (a message for one not loaded) inside one scheduler job of `work` estimated CPU seconds
-    per loaded system; ours decodes `plan.decoding` as planned, the others `settings`; `on_batch(number, done, total)`
-    reports progress. Raises Busy or Cancelled."""
+    per loaded system, whose time limit counts from `arrived` (when the request came, if known); ours decodes
+    `plan.decoding` as planned, the others `settings`; `on_batch(number, done, total)` reports progress. Raises Busy
+    or Cancelled."""
     ready = sum(available(system)[0] is not None for system in systems)
     outputs = []
     with scheduler.job(
-        session, budget.seconds, heavy=ready * work > limits.ordinary_cpu_seconds, work=ready * work, address=address
+        session,
+        budget.seconds,
+        heavy=ready * work > limits.ordinary_cpu_seconds,
+        work=ready * work,
+        address=address,
+        since=arrived,
     ) as job:
         for number, system in enumerate(systems):
             translator, why_not = available(system)
@@ -238,6 +245,7 @@ def translate_text(
     limits: Limits = Limits(),
     session: str | None = None,
     address: str | None = None,
+    arrived: float | None = None,
 ) -> TextResult:
     """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given.
 
@@ -274,7 +282,7 @@ def translate_text(
         work = plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char
         outputs = run_systems(
             systems, kept, plan, settings, work, limits.text, scheduler=scheduler, limits=limits, session=session,
-            address=address,
+            address=address, arrived=arrived,
         )  # fmt: skip
     except Busy as error:  # refused before any work: the long requests are all in flight, or the visitor's is
         result.message, result.notices, result.sentences = str(error), [], []

@@ -579,7 +579,7 @@ class OutputProjection(nn.Linear):
     For a few rows (a decoding step at batch 1: one row per beam) it multiplies as W · hᵀ instead of h · Wᵀ, the same
     product: for a handful of rows the BLAS (MKL here) reads the (vocab × d_model) weight once per row in the second
     form and once in all in the first, so the largest product of a step takes about a third of the time, and
-    translating one sentence at a time about 1.2-1.3x less (RESULTS.md, round 5; the same ids on test_2016_flickr).
+    translating one sentence at a time 1.2-1.35x less (RESULTS.md, round 5; the same ids on test_2016_flickr).
     With more rows (batches, training, scoring) it is an ordinary `nn.Linear`.
     """
 

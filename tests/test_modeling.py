@@ -556,6 +556,27 @@ def test_sdpa_is_the_default_and_eager_agrees_and_gives_attention_weights(tiny_m
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("rows", [1, 4, 16, 17, 64])
+def test_the_output_projection_is_the_tied_linear_layer_for_any_number_of_rows(tiny_model, rows):
+    """For a few rows the output projection multiplies as W · hᵀ (faster there, the same product); for more it is
+    nn.Linear itself. Either way: the embedding's weight, forward hooks called, the logits of h · Wᵀ."""
+    head = tiny_model.get_output_embeddings()
+    assert isinstance(head, torch.nn.Linear) and head.weight is tiny_model.get_input_embeddings().weight
+    hidden = torch.randn(rows, 1, tiny_model.config.d_model)
+    seen = []
+    hook = head.register_forward_hook(lambda module, args, output: seen.append(output.shape))
+    try:
+        logits = head(hidden)
+    finally:
+        hook.remove()
+    expected = F.linear(hidden, head.weight)
+    assert seen == [(rows, 1, tiny_model.config.vocab_size)] and logits.shape == expected.shape
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    if rows > head.FEW_ROWS:
+        assert torch.equal(logits, expected)
+
+
+@torch.no_grad()
 def test_every_beam_search_step_runs_the_models_forward(tiny_model, sources):
     """Our beam search (finished sentences leave the batch) calls the model's `forward` at every step, as
     transformers' own loop does (`drop_finished_sentences = False`): a hook on the model, on the decoder or a compiled

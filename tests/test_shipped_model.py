@@ -46,7 +46,7 @@ def test_shipped_folder_runs_the_code_of_modeling():
 def test_shipped_generation_config_bounds_each_sentence(shipped):
     model, tokenizer = shipped
     generation = model.generation_config
-    assert (generation.num_beams, generation.length_penalty) == (4, 0.6)  # the paper's decoding
+    assert generation.num_beams == 4 and generation.length_penalty >= 0.6  # the paper's beam; the penalty chosen on val
     assert generation.max_new_tokens_ratio > 0 and generation.max_new_tokens_offset >= 0
     # An all-caps sentence made the model loop until the 255-token cap; now it stops at its own limit.
     batch = tokenizer(["A MAN IN A BLUE SHIRT IS STANDING ON A LADDER CLEANING WINDOWS.", "A dog runs."],

@@ -30,8 +30,9 @@ from transformer_en_de.data import DataError, read_lines
 STATISTICS = Path(__file__).with_name("caption_bigrams.json.gz")
 
 # CAPTION_FLOOR is about validation's 10th percentile of log-probability per word: 9 captions in 10 keep their
-# confidence as it is. With these, on the shipped model: everyday sentences 97% flagged (chosen on) and 100% (held
-# out), validation 4.6%; the confidence alone below 0.62 flags 70% and 1.5%.
+# confidence as it is. With these, on the shipped model (`python -m benchmarks.confidence --threads 1`): everyday
+# sentences 97% flagged (chosen on) and 100% (held out), validation 6.8% (4.6% at the earlier length penalty 0.6); the
+# confidence alone below 0.64 flags 71-84% and 4.8%.
 CAPTION_FLOOR = -5.7
 DISCOUNT = 0.15
 LOW_SCORE = 0.64

@@ -67,7 +67,7 @@ batch = tokenizer(["{{ example }}"], return_tensors="pt")
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-`generate()` defaults to the paper's decoding (beam 4, length penalty 0.6) with each sentence bounded by its source
+`generate()` defaults to beam search ({{ decoding.num_beams }} beams, length penalty {{ decoding.length_penalty }}; the paper: 4 and 0.6) with each sentence bounded by its source
 length (`max_new_tokens_ratio`, `max_new_tokens_offset` in the generation config); pass `num_beams=1` for greedy.
 This needs `transformers>=5`. Version 5 has no `translation` pipeline (`pipeline("translation")` was removed): call
 `generate()` as above.

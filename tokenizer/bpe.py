@@ -28,7 +28,7 @@ DEFAULT_SIDES = {"truncation_side": "right", "padding_side": "right"}  # dropped
 
 def _lines(files: Iterable[str | Path]) -> Iterator[str]:
     for path in files:
-        yield from read_lines(path)  # the lines every script reads: split on \n only
+        yield from read_lines(path)  # the lines every script reads: LF, CRLF and a lone CR end a line alike
 
 
 def train_tokenizer(

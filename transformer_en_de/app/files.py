@@ -1,8 +1,8 @@
 """The File tab: an uploaded text file (one English sentence per line) in, a TSV of every system's translations out.
 
-Files are split on "\\n" as the rest of the project reads corpora (`transformer_en_de.data.read_lines`), so a file's
-lines pair up with a reference file's exactly as in compare.py. The TSV is written into the folder the app gives
-(Gradio's cache), where Gradio serves it from and `delete_cache` removes it.
+Files are split into lines as the rest of the project reads corpora (`transformer_en_de.data.split_lines`: LF, CRLF
+and a lone CR alike), so a file's lines pair up with a reference file's exactly as in compare.py. The TSV is written
+into the folder the app gives (Gradio's cache), where Gradio serves it from and `delete_cache` removes it.
 """
 
 import csv

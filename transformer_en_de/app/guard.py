@@ -350,25 +350,38 @@ def replay(body: bytes, receive):
     return receive_again
 
 
+class RecordedAnswer:
+    """An ASGI `send` that keeps the status and body of the wrapped app's answer, passing each message on to `forward`
+    (the client's `send`) when there is one."""
+
+    def __init__(self, forward=None):
+        self.status, self.parts, self.forward = 500, [], forward
+
+    async def __call__(self, message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self.parts.append(message.get("body", b""))
+        if self.forward is not None:
+            await self.forward(message)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+
 async def call_inner(app, scope, body: bytes) -> tuple[int, object]:
     """Call the wrapped app with a request of our own; (status, the JSON it answered, or None)."""
-    status, parts = 500, []
-
-    async def send(message):
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            parts.append(message.get("body", b""))
 
     async def never_disconnects():
         await asyncio.Event().wait()
 
-    await app(scope, replay(body, never_disconnects), send)
+    answer = RecordedAnswer()
+    await app(scope, replay(body, never_disconnects), answer)
     try:
-        return status, json.loads(b"".join(parts))
+        return answer.status, json.loads(answer.body)
     except ValueError:
-        return status, None
+        return answer.status, None
 
 
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:

@@ -135,8 +135,8 @@ class FairScheduler:
         start = now if since is None else min(since, now)
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
-        job = Job(session, start + 0.8 * seconds, start + seconds, lane, work, address, exclusive)
-        job.started, job.waited = start, now - start
+        deadline, hard_deadline = start + 0.8 * seconds, start + seconds
+        job = Job(session, deadline, hard_deadline, lane, work, address, exclusive, waited=now - start, started=start)
         with self._condition:
             self._admit(job)
             self._jobs.append(job)

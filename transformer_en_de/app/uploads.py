@@ -61,7 +61,8 @@ class UploadQuota:
             Path(path).unlink(missing_ok=True)
 
     async def __call__(self, app, scope, receive, send, address: str):
-        from .guard import drain, refuse  # the HTTP front's helpers (it imports this module's class lazily too)
+        # The HTTP front's helpers (it imports this module's class lazily too).
+        from .guard import RecordedAnswer, drain, refuse
 
         length = dict(scope["headers"]).get(b"content-length", b"")
         if not length.isdigit():
@@ -75,25 +76,16 @@ class UploadQuota:
             return await refuse(send, 429, refused, await drain(receive))
         with self._lock:
             self._reserved[address] = self._reserved.get(address, 0) + size
-        status, parts = 500, []
-
-        async def keep_answer(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                parts.append(message.get("body", b""))
-            await send(message)
-
+        answer = RecordedAnswer(forward=send)
         try:
-            await app(scope, receive, keep_answer)
+            await app(scope, receive, answer)
         finally:
             with self._lock:
                 self._reserved[address] -= size
                 if not self._reserved[address]:
                     del self._reserved[address]
-                if status == 200:
-                    self.record(b"".join(parts), address)
+                if answer.status == 200:
+                    self.record(answer.body, address)
 
     def record(self, answer: bytes, address: str) -> None:
         """Count the files an upload stored (Gradio answers their paths) against `address` (lock held)."""

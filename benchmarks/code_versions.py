@@ -15,7 +15,7 @@ pass over the batches compile (the first pass's time is given apart), its speed 
 batches.
 
     python -m benchmarks.code_versions --baseline bd87c05 [--baseline-kernels blas onednn] [--compiled]
-        [--threads 1] [--rounds 3] [--quick]
+        [--no-variants] [--threads 1] [--rounds 3] [--quick]
 """
 
 import json
@@ -37,6 +37,8 @@ def options(parser):
     parser.add_argument("--baseline-kernels", nargs="*", default=[], choices=["blas", "onednn"],
                         help="also run the baseline with each of these kernels of its linear_kernel.py")
     parser.add_argument("--compiled", action="store_true", help="also today's code, static cache, compiled forward")
+    parser.add_argument("--no-variants", action="store_true",
+                        help="only the baseline and today's code (not transformers' beam search, not the static cache)")
     parser.add_argument("--rounds", type=int, default=3, help="turns of every system (the median is reported)")
     parser.add_argument("--batch1-sentences", type=int, default=60, help="sentences at batch 1")
     parser.add_argument("--batch32-sentences", type=int, default=256, help="sentences at batch 32")
@@ -138,11 +140,13 @@ def main():
         systems = [{"name": f"{args.baseline} (its default)", "folder": str(baseline_folder)}]
         systems += [{"name": f"{args.baseline}, {kernel}", "folder": str(baseline_folder), "kernel": kernel}
                     for kernel in args.baseline_kernels]
-        systems += [
-            {"name": "today", "folder": str(today_folder)},
-            {"name": "today, transformers' beam search", "folder": str(today_folder), "transformers_beam_search": True},
-            {"name": "today, static cache", "folder": str(today_folder), "static": True},
-        ]
+        systems.append({"name": "today", "folder": str(today_folder)})
+        if not args.no_variants:
+            systems += [
+                {"name": "today, transformers' beam search", "folder": str(today_folder),
+                 "transformers_beam_search": True},
+                {"name": "today, static cache", "folder": str(today_folder), "static": True},
+            ]
         if args.compiled:
             systems.append({"name": "today, static cache + compiled forward", "folder": str(today_folder),
                             "static": True, "compiled": True})

@@ -110,6 +110,22 @@ class ForwardState:
         )
         return outputs.logits[:, -1, :]
 
+    def first_step_logits(self, decoder_input_ids: torch.Tensor, num_beams: int) -> torch.Tensor:
+        """The first step's logits, (rows, vocab), from one forward per sentence instead of one per beam.
+
+        At the first step every beam of a sentence holds the same prompt and reads the same source, so their rows
+        of every product are the same: the forward runs on each sentence's first beam (a beam-th of the
+        cross-attention keys and values to project), and its logits and cache are repeated for the other beams."""
+        first_beams = torch.arange(0, decoder_input_ids.shape[0], num_beams, device=decoder_input_ids.device)
+        encoder_states, source_mask = self.encoder_states, self.source_mask
+        self.encoder_states = encoder_states.index_select(0, first_beams)
+        if source_mask is not None:
+            self.source_mask = source_mask.index_select(0, first_beams)
+        logits = self.logits(decoder_input_ids.index_select(0, first_beams))
+        self.encoder_states, self.source_mask = encoder_states, source_mask
+        self.cache.batch_repeat_interleave(num_beams)
+        return logits.repeat_interleave(num_beams, dim=0)
+
     def follow_beams(self, beam_idx: torch.Tensor) -> None:
         """Row i continues the tokens of row beam_idx[i]: only the self-attention cache differs between beams."""
         self.cache.self_attention_cache.reorder_cache(beam_idx)
@@ -274,8 +290,14 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
     processors = list(logits_processor)
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
+    first_step = True
     while True:
-        logits = state.logits(decoder_input_ids).to(dtype=torch.float32)  # (n * beams, vocab)
+        if first_step:
+            logits = state.first_step_logits(decoder_input_ids, num_beams)
+            first_step = False
+        else:
+            logits = state.logits(decoder_input_ids)
+        logits = logits.to(dtype=torch.float32)  # (n * beams, vocab)
 
         n = sentences.shape[0]
         flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)

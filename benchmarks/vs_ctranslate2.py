@@ -3,8 +3,8 @@
 Converts the shipped model (`transformer_en_de.ctranslate2_backend.convert`, float32), checks that CTranslate2 and
 our model give the same greedy tokens on the first sentences, then translates test_2016_flickr (speed and BLEU
 parity only; nothing is tuned on it) with beam 4:
-- ours: the engine (`transformer_en_de.engine.translate`) with the model's saved defaults: beam 4, length penalty
-  0.6, each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
+- ours: the engine (`transformer_en_de.engine.translate`) with the model's saved defaults: beam 4, its length penalty
+  (4.0), each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
 - ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
   ids must be identical to ours);
 - generate(): what a Hub user runs, `model.generate(**tokenizer(batch, padding=True, return_tensors="pt"))` with
@@ -158,9 +158,10 @@ def main():
 
     print(f"# Ours vs CTranslate2 {harness.describe_machine(args.threads)}; model: models/transformer-en-de")
     print(
-        f"# greedy parity: same tokens on {checked} sentences. test_2016_flickr, {len(sources)} sentences, beam 4, "
-        "length penalty 0.6; the engine with the model's defaults (bound 1.5 x source + 10 per sentence) with each "
-        "backend; systems alternate on every sentence / batch"
+        f"# greedy parity: same tokens on {checked} sentences. test_2016_flickr, {len(sources)} sentences, beam "
+        f"{model.generation_config.num_beams}, length penalty {model.generation_config.length_penalty}; the engine "
+        "with the model's defaults (bound 1.5 x source + 10 per sentence) with each backend; systems alternate on "
+        "every sentence / batch"
     )
     rows = []
     for batch_size, (texts, timings) in results.items():

@@ -6,7 +6,8 @@ loop runs the same algorithm, step for step, with transformers' own helpers for 
 calls the model's `forward` with transformers' cache at every step (so hooks, a compiled forward and the cache
 classes see every step), but a sentence leaves the batch as soon as it is done: four finished hypotheses
 (`early_stopping=True`), or no running beam that can still beat them; from then on transformers' loop no longer
-changes its hypotheses either. The cache drops the rows of the sentences that left.
+changes its hypotheses either. The cache drops the rows of the sentences that left. And the first step, where every
+beam of a sentence holds the same prompt, runs once per sentence and is repeated for its beams.
 
 Only rows of the batch change, never the arithmetic of a row, so the generated ids are the same (the parity tests
 check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
@@ -109,6 +110,25 @@ class ForwardState:
             return_dict=True,
         )
         return outputs.logits[:, -1, :]
+
+    def first_step_logits(self, decoder_input_ids: torch.Tensor, num_beams: int) -> torch.Tensor:
+        """The first step's logits, (rows, vocab), from one forward per sentence instead of one per beam.
+
+        At the first step every beam of a sentence holds the same prompt and reads the same source, so their rows
+        of every product are the same: the forward runs on each sentence's first beam (a beam-th of the
+        cross-attention keys and values to project), and its logits and cache are repeated for the other beams.
+        A cache that already holds something (one the caller passed) is one row per beam: every row runs."""
+        if self.cache.get_seq_length() > 0 or self.cache.cross_attention_cache.get_seq_length() > 0:
+            return self.logits(decoder_input_ids)
+        first_beams = torch.arange(0, decoder_input_ids.shape[0], num_beams, device=decoder_input_ids.device)
+        encoder_states, source_mask = self.encoder_states, self.source_mask
+        self.encoder_states = encoder_states.index_select(0, first_beams)
+        if source_mask is not None:
+            self.source_mask = source_mask.index_select(0, first_beams)
+        logits = self.logits(decoder_input_ids.index_select(0, first_beams))
+        self.encoder_states, self.source_mask = encoder_states, source_mask
+        self.cache.batch_repeat_interleave(num_beams)
+        return logits.repeat_interleave(num_beams, dim=0)
 
     def follow_beams(self, beam_idx: torch.Tensor) -> None:
         """Row i continues the tokens of row beam_idx[i]: only the self-attention cache differs between beams."""
@@ -274,8 +294,9 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
     processors = list(logits_processor)
     decoder_input_ids = input_ids  # the whole prompt first, then one token per step
 
+    logits = state.first_step_logits(decoder_input_ids, num_beams)  # once per sentence: its beams are alike
     while True:
-        logits = state.logits(decoder_input_ids).to(dtype=torch.float32)  # (n * beams, vocab)
+        logits = logits.to(dtype=torch.float32)  # (n * beams, vocab)
 
         n = sentences.shape[0]
         flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(n * num_beams, cur_len)
@@ -301,6 +322,7 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
         # Every beam of a sentence reads the same source: only the self-attention keys/values follow the beams.
         state.follow_beams(beam_idx)
         decoder_input_ids = beams.running_sequences[:, :, cur_len - 1].reshape(-1, 1)
+        logits = state.logits(decoder_input_ids)
 
     # As transformers does: cut the padding columns that no returned sequence reached.
     generated = (final_beam_indices + 1).bool().sum(dim=1).max()

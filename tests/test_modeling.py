@@ -621,6 +621,30 @@ def test_our_beam_search_gives_transformers_ids_with_either_attention(
 
 
 @torch.no_grad()
+def test_the_first_step_runs_once_per_sentence_with_transformers_ids(tiny_model, sources):
+    """At the first step every beam of a sentence is the same: our search runs that forward on one row per sentence
+    (a prompt of several tokens, padded sources) and then one row per beam; the ids are transformers' loop's."""
+    prompt = torch.tensor([[tiny_model.config.decoder_start_token_id, 5, 9]]).repeat(4, 1)
+    settings = dict(num_beams=3, max_new_tokens=6, decoder_input_ids=prompt)
+    rows = []
+    hook = tiny_model.get_decoder().register_forward_hook(
+        lambda module, args, kwargs, output: rows.append(output.last_hidden_state.shape[:2]), with_kwargs=True
+    )
+    try:
+        ours = tiny_model.generate(**sources, **settings)
+    finally:
+        hook.remove()
+    assert rows[0] == (4, 3)  # the sentences, the whole prompt
+    assert rows[1] == (4 * 3, 1)  # then every beam, one token
+    tiny_model.drop_finished_sentences = False
+    try:
+        assert torch.equal(tiny_model.generate(**sources, **settings), ours)
+    finally:
+        tiny_model.drop_finished_sentences = True
+    assert torch.equal(ours[:, :3], prompt)
+
+
+@torch.no_grad()
 def test_a_static_cache_is_left_to_transformers_beam_search_and_gives_the_same_ids(tiny_model, sources):
     """Rows cannot leave a cache of fixed size: with `cache_implementation="static"` transformers' loop runs, and
     the ids are those of the dynamic cache, in greedy and beam search alike."""

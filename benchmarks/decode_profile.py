@@ -28,7 +28,6 @@ PYTHON_PATH_STEPS = 20
 
 
 def options(parser):
-    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per generate() call")
     parser.add_argument("--sentences", type=int, default=40, help="sentences of test_2016_flickr to profile")
     parser.add_argument("--top", type=int, default=12, help="operators to list")
@@ -74,12 +73,8 @@ def python_path_step_ms(layout: TransformerMTConfig, batch_size: int, source_len
 
 
 def main():
-    args = harness.parse_args(__doc__.splitlines()[0], options)
-    print(harness.describe_machine(args.threads))
+    args, model, tokenizer = harness.model_under_test(__doc__.splitlines()[0], options)
     print("torch's float32 products: " + ("MKL" if torch.backends.mkl.is_available() else "not MKL (another BLAS)"))
-    from transformer_en_de import hub
-
-    model, tokenizer = hub.load_model(args.model)
     sources = harness.read_split("test_2016_flickr", "en")[: args.sentences]
     rows, total = operator_table(model, tokenizer, sources, args.batch_size, args.top)
     print(f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}: operators by self time "

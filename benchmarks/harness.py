@@ -52,11 +52,18 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     return args
 
 
-def model_under_test(description: str) -> tuple[argparse.Namespace, object, object]:
-    """The flags (with `--model`, a folder; default the shipped one), the machine printed, the model and tokenizer
-    loaded as the app and the scripts load them."""
-    args = parse_args(description, lambda parser: parser.add_argument(
-        "--model", default=str(SHIPPED_DIR), help="a model folder"))
+def model_under_test(
+    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> tuple[argparse.Namespace, object, object]:
+    """The flags (with `--model`, a folder; default the shipped one; and the benchmark's own `extra`), the machine
+    printed, the model and tokenizer loaded as the app and the scripts load them."""
+
+    def options(parser):
+        parser.add_argument("--model", default=str(SHIPPED_DIR), help="a model folder")
+        if extra is not None:
+            extra(parser)
+
+    args = parse_args(description, options)
     print(describe_machine(args.threads))
     model, tokenizer = hub.load_model(args.model)
     return args, model, tokenizer

@@ -99,11 +99,16 @@ class ForwardState:
         self.model = model
         self.encoder_states, self.source_mask, self.cache = encoder_states, source_mask, cache
 
-    def logits(self, decoder_input_ids: torch.Tensor) -> torch.Tensor:
-        """The next-token logits of each row, (rows, vocab), from the model's forward."""
+    def logits(self, decoder_input_ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The next-token logits, (rows, vocab), from the model's forward: of every row, or of these rows of the
+        source only (`decoder_input_ids` then has one row for each of them)."""
+        encoder_states, source_mask = self.encoder_states, self.source_mask
+        if rows is not None:
+            encoder_states = encoder_states.index_select(0, rows)
+            source_mask = source_mask.index_select(0, rows) if source_mask is not None else None
         outputs = self.model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=self.encoder_states),
-            attention_mask=self.source_mask,
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
+            attention_mask=source_mask,
             decoder_input_ids=decoder_input_ids,
             cache=self.cache,
             use_cache=True,
@@ -121,12 +126,7 @@ class ForwardState:
         if self.cache.get_seq_length() > 0 or self.cache.cross_attention_cache.get_seq_length() > 0:
             return self.logits(decoder_input_ids)
         first_beams = torch.arange(0, decoder_input_ids.shape[0], num_beams, device=decoder_input_ids.device)
-        encoder_states, source_mask = self.encoder_states, self.source_mask
-        self.encoder_states = encoder_states.index_select(0, first_beams)
-        if source_mask is not None:
-            self.source_mask = source_mask.index_select(0, first_beams)
-        logits = self.logits(decoder_input_ids.index_select(0, first_beams))
-        self.encoder_states, self.source_mask = encoder_states, source_mask
+        logits = self.logits(decoder_input_ids.index_select(0, first_beams), rows=first_beams)
         self.cache.batch_repeat_interleave(num_beams)
         return logits.repeat_interleave(num_beams, dim=0)
 

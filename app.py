@@ -49,6 +49,14 @@ from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noq
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
 from transformer_en_de.app.guard import Gate, RequestGuard, client_address, scope_address, stop_unread_work  # noqa: E402
+from transformer_en_de.app.inside import (  # noqa: E402
+    CAPTIONS,
+    KIND_TITLES,
+    KINDS,
+    draw_attention,
+    draw_inside,
+    inside_request,
+)
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
@@ -343,6 +351,30 @@ class TranslationApp:
         done = all(model.done for model in self.comparisons)
         return (*statuses, *shown, *shown, self.intro(), gr.Timer(active=not done))
 
+    # ---------------------------------------------------------------- Inside the Transformer: its callbacks (issue 35)
+
+    def inside(self, text, decoding, num_beams, max_new_tokens, request: gr.Request):
+        """What our model (and each comparison model that returns its attention) does with the text's first sentence.
+
+        Args: as /translate's first four. Returns a dict (JSON): source_tokens, source_ids, target_tokens, target_ids,
+        positional_encoding [positions][d_model], attention {encoder_self, decoder_self, cross} each
+        [layers][heads][query][key], beam_steps (each with beams and finished), finished, translation (as /translate
+        gives it for that sentence), notices, comparisons (the same per comparison model); or only message and notices.
+        """
+        with self.gate.serving(request.session_hash) as arrived:
+            view = inside_request(text, decoding, num_beams, max_new_tokens, **self.context(request), arrived=arrived)
+        return view, view  # the endpoint's answer, and the session's copy the pictures are drawn from
+
+    def draw_inside(self, view, kind, layer, head, request: gr.Request):
+        """Every picture of the Inside tab, from the session's copy of the view (no model runs)."""
+        with self.gate.serving(request.session_hash):
+            return draw_inside(view, kind, layer, head, len(self.systems))
+
+    def draw_inside_attention(self, view, kind, layer, head, request: gr.Request):
+        """The Inside tab's attention pictures again, for another kind, layer or head."""
+        with self.gate.serving(request.session_hash):
+            return draw_attention(view, kind, layer, head, len(self.systems))
+
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
@@ -371,9 +403,11 @@ def build_app(
         controls = decoding_controls(app)
         with gr.Tabs():
             with gr.Tab("Translate"):
-                translate_tab(app, controls, intro)
+                text = translate_tab(app, controls, intro)
             with gr.Tab("File"):
                 file_tab(app, controls)
+            with gr.Tab("Inside the Transformer"):
+                inside_tab(app, controls, text)
             with gr.Tab("Corpus comparison"):
                 notes = gr.Markdown(label="Notes")
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
@@ -404,8 +438,8 @@ def decoding_controls(app: TranslationApp) -> list:
         ]
 
 
-def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> None:
-    """Text in, a panel per model, the examples, then the cross-attention heatmaps."""
+def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> gr.Textbox:
+    """Text in, a panel per model, the examples, then the cross-attention heatmaps; returns the English text box."""
     with gr.Row():  # side by side on a wide screen, one above the other on a phone
         text = gr.Textbox(
             label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english",
@@ -438,6 +472,7 @@ def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> No
         queue=False,
         show_progress="hidden",
     )
+    return text
 
 
 def model_panels(systems: list) -> tuple[list, list, list]:
@@ -484,6 +519,66 @@ def heatmaps(app: TranslationApp, attention: gr.State) -> tuple:
     for control in (sentence, layer):
         control.input(app.draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private", **app.compute)
     return sentence, layer, plots
+
+
+# ------------------------------------------------------------ Inside the Transformer: the tab and /inside (issue 35)
+
+
+def inside_tab(app: TranslationApp, controls: list, text: gr.Textbox) -> None:
+    """The English box's first sentence inside every model, computed when asked: pieces, positional encoding, attention
+    of each kind, layer and head, the beam search; each picture with its line from the paper."""
+    gr.Markdown(
+        "What each part of the paper does with **your sentence** (the first one in the English box of the Translate "
+        "tab, decoded with the settings above), for our model and for each comparison model that returns its "
+        "attention weights. Nothing here is computed until you ask."
+    )
+    button = gr.Button("Look inside", variant="primary", elem_id="inside-run")
+    notice = gr.Markdown(elem_id="inside-notice")
+    columns = range(len(app.systems))
+    gr.Markdown(f"### The pieces\n{CAPTIONS['pieces']}")
+    with gr.Row(equal_height=False):
+        pieces = [gr.Markdown(elem_id=f"inside-pieces-{n}", min_width=300) for n in columns]
+    gr.Markdown(f"### Positional encoding\n{CAPTIONS['positions']}")
+    with gr.Row():
+        positions = [gr.Plot(show_label=False, elem_id=f"inside-positions-{n}", min_width=300) for n in columns]
+    gr.Markdown("### Attention")
+    layers, heads = (max(sizes) for sizes in zip(*(system_sizes(system) for system in app.systems), strict=True))
+    with gr.Row():
+        kind = gr.Radio(
+            [(KIND_TITLES[k], k) for k in KINDS], value="cross", label="Attention", elem_id="inside-kind", min_width=240
+        )
+        layer = gr.Dropdown(
+            [(f"layer {n}", n) for n in range(1, layers + 1)], value=1, label="Layer", elem_id="inside-layer"
+        )
+        head = gr.Dropdown(
+            [("all heads", 0)] + [(f"head {n}", n) for n in range(1, heads + 1)], value=0, label="Head",
+            elem_id="inside-head",
+        )  # fmt: skip
+    with gr.Row():
+        attention = [gr.Plot(show_label=False, elem_id=f"inside-attention-{n}", min_width=300) for n in columns]
+    caption = gr.Markdown(elem_id="inside-attention-caption")
+    gr.Markdown(f"### Beam search, step by step\n{CAPTIONS['beams']}")
+    with gr.Row(equal_height=False):
+        beams = [gr.Markdown(elem_id=f"inside-beams-{n}", min_width=300) for n in columns]
+    # The endpoint's answer (not shown: the pictures are), and the session's copy the pictures are drawn from.
+    numbers, view = gr.JSON(label="Inside view", visible=False), gr.State()
+    pictures = [notice, *pieces, *positions, *attention, caption, *beams]
+    chosen = [view, kind, layer, head]
+    button.click(app.inside, [text, *controls], [numbers, view], api_name="inside", **app.compute).then(
+        app.draw_inside, chosen, pictures, api_visibility="private", **app.compute
+    )
+    for control in (kind, layer, head):
+        control.input(app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.compute)
+
+
+def system_sizes(system) -> tuple[int, int]:
+    """(layers, heads) of a model on the page; MarianMT's (6, 8) for a comparison model still loading."""
+    translator = getattr(system, "translator", system)
+    if translator is None:
+        return 6, 8
+    config = translator.model.config
+    heads = [getattr(config, name, None) for name in ("num_attention_heads", "decoder_attention_heads", "num_heads")]
+    return translator.num_layers, next((number for number in heads if number), 1)
 
 
 def file_tab(app: TranslationApp, controls: list) -> None:

@@ -1,0 +1,293 @@
+"""The Inside tab's numbers against the model itself (the shipped model, and a tiny MarianMT), the `/inside` endpoint
+of a real server against `/translate`, and the tab in a real Chromium."""
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import ROOT
+from test_app_server import free_port, wait_until_up
+from tiny_marian import build_tiny_marian
+
+from transformer_en_de.app import inside, translators
+from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
+
+SHIPPED = ROOT / "models" / "transformer-en-de"
+SENTENCES = [
+    "A man in a blue jacket is repairing a bicycle.",
+    "Two young women in colourful dresses are dancing on a wooden stage in front of a small crowd at night.",
+    "Where is the train station?",
+]
+
+
+@pytest.fixture(scope="module")
+def ours():
+    translator = translators.load_our_translator(str(SHIPPED))
+    translator.model.set_attn_implementation("eager")  # as the app does: SDPA returns no weights
+    return translator
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    folder = build_tiny_marian(tmp_path_factory.mktemp("marian"))
+    translator = translators.load_translator(str(folder), "opus-mt-en-de")
+    translator.model.set_attn_implementation("eager")
+    return translator
+
+
+@pytest.fixture(scope="module")
+def views(ours):
+    return [inside.inside_view(ours, sentence, DecodingSettings(num_beams=4)) for sentence in SENTENCES]
+
+
+def attention_tensors(view: dict) -> dict[str, torch.Tensor]:
+    return {kind: torch.tensor(view["attention"][kind]) for kind in inside.KINDS}  # (layers, heads, query, key)
+
+
+def test_attention_has_every_layer_and_head_and_rows_sum_to_one(views, ours):
+    config = ours.model.config
+    for view in views:
+        sources, decoder = len(view["source_ids"]), len(view["target_ids"])  # the decoder reads <s> and all but </s>
+        shapes = {
+            "encoder_self": (config.encoder_layers, config.num_attention_heads, sources, sources),
+            "decoder_self": (config.decoder_layers, config.num_attention_heads, decoder, decoder),
+            "cross": (config.decoder_layers, config.num_attention_heads, decoder, sources),
+        }
+        for kind, weights in attention_tensors(view).items():
+            assert tuple(weights.shape) == shapes[kind]
+            assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-3)
+            assert (weights >= 0).all()
+
+
+def test_decoder_self_attention_is_zero_above_the_diagonal(views):
+    for view in views:
+        weights = attention_tensors(view)["decoder_self"]
+        later = torch.ones(weights.shape[-2:], dtype=torch.bool).triu(diagonal=1)  # key after the query
+        assert (weights[..., later] == 0).all()
+        assert (weights[..., ~later] > 0).any()  # not all zero: the pieces before are read
+
+
+def test_positional_encoding_is_the_papers_formula(views, ours):
+    d_model = ours.model.config.d_model
+    for view in views:
+        table = view["positional_encoding"]
+        assert len(table) == len(view["source_ids"]) and all(len(row) == d_model for row in table)
+        for pos, row in enumerate(table):
+            for i in range(d_model // 2):
+                angle = pos / 10000 ** (2 * i / d_model)
+                assert row[2 * i] == pytest.approx(math.sin(angle), abs=1e-4)
+                assert row[2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-4)
+
+
+def test_embedding_and_encoding_lengths_are_those_of_the_parts_added(views, ours):
+    encoder = ours.model.get_encoder()
+    view = views[0]
+    ids = torch.tensor(view["source_ids"])
+    with torch.inference_mode():
+        scaled = encoder.embed_tokens(ids) * math.sqrt(ours.model.config.d_model)
+    assert view["embed_scale"] == pytest.approx(math.sqrt(ours.model.config.d_model))
+    assert view["embedding_norms"] == pytest.approx(scaled.norm(dim=-1).tolist(), rel=1e-5)
+    # |PE(pos)|² = Σ sin² + cos² over d_model/2 pairs.
+    assert view["positional_norms"] == pytest.approx([math.sqrt(ours.model.config.d_model / 2)] * len(ids), rel=1e-5)
+
+
+@pytest.mark.parametrize("num_beams", [1, 2, 4])
+def test_the_traced_search_chooses_what_generate_and_the_engine_choose(ours, num_beams):
+    settings = DecodingSettings(num_beams=num_beams, max_new_tokens=255, batch_size=8)
+    for sentence in SENTENCES:
+        view = inside.inside_view(ours, sentence, settings)
+        run = translate(ours.model, ours.tokenizer, [sentence], settings)
+        plan = plan_decoding(ours.model, ours.tokenizer, [sentence], settings)
+        config = plan.generation_config
+        config.max_new_tokens = plan.limits[0]
+        source = torch.tensor([plan.source_ids[0]])
+        generated = ours.model.generate(
+            input_ids=source,
+            attention_mask=torch.ones_like(source),
+            generation_config=config,
+            max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
+            max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
+        )[0].tolist()
+        assert [generated[0], *view["target_ids"]] == inside.until_eos(generated, config.eos_token_id)
+        assert view["target_ids"] == run.translations[0].generated_ids[1:]
+        assert view["translation"] == run.texts[0]
+        assert view["finished"][0]["ids"] == [generated[0], *view["target_ids"]]
+
+
+def test_beam_scores_are_the_searchs_own(ours):
+    """The scores read from the recorded steps, divided by pieces^α, are the scores generate() ranks its finished
+    hypotheses by (`sequences_scores`), in its order; some sentence shows the penalty reordering them."""
+    settings = DecodingSettings(num_beams=4)
+    reordered = False
+    for sentence in SENTENCES:
+        view = inside.inside_view(ours, sentence, settings)
+        plan = plan_decoding(ours.model, ours.tokenizer, [sentence], settings)
+        config = plan.generation_config
+        config.max_new_tokens = plan.limits[0]
+        config.return_dict_in_generate, config.output_scores, config.num_return_sequences = True, True, 4
+        source = torch.tensor([plan.source_ids[0]])
+        output = ours.model.generate(
+            input_ids=source,
+            attention_mask=torch.ones_like(source),
+            generation_config=config,
+            max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
+            max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
+        )
+        assert [item["length_normalised"] for item in view["finished"]] == pytest.approx(
+            output.sequences_scores.tolist(), rel=1e-4
+        )
+        reordered |= any(item["rank"] != item["rank_without_penalty"] for item in view["finished"])
+        # Each step's live beams: the first step holds the prompt alone, each later beam extends one of the step before.
+        steps = view["beam_steps"]
+        assert [beam["text"] for beam in steps[0]["beams"]] == [""]
+        for before, after in zip(steps, steps[1:], strict=False):
+            assert 1 <= len(after["beams"]) <= 4
+            texts = {tuple(beam["pieces"]) for beam in before["beams"]}
+            assert all(tuple(beam["pieces"][:-1]) in texts for beam in after["beams"])
+            assert all(0 < item["probability"] <= 1 for beam in after["beams"] for item in beam["next"])
+        assert sum(len(step["finished"]) for step in steps) == len(view["finished"])
+    assert reordered, "with length penalty 4.0, some finished hypotheses should change places"
+
+
+def test_a_comparison_model_shows_its_own_tensors(marian):
+    view = inside.inside_view(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
+    run = translate(
+        marian.model, marian.tokenizer, ["A dog runs in the park."], DecodingSettings(num_beams=2, max_new_tokens=20)
+    )
+    assert view["target_ids"] == run.translations[0].generated_ids[1:]
+    for kind, weights in attention_tensors(view).items():
+        assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-3), kind
+    later = torch.ones(attention_tensors(view)["decoder_self"].shape[-2:], dtype=torch.bool).triu(diagonal=1)
+    assert (attention_tensors(view)["decoder_self"][..., later] == 0).all()
+    # MarianMT's table: the sines of every dimension pair first, then the cosines.
+    d_model = marian.model.config.d_model
+    for pos, row in enumerate(view["positional_encoding"]):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert row[i] == pytest.approx(math.sin(angle), abs=1e-4)
+            assert row[d_model // 2 + i] == pytest.approx(math.cos(angle), abs=1e-4)
+
+
+def test_a_request_follows_one_bounded_sentence_and_says_so(ours, marian):
+    limits = Limits()
+    long = " ".join(["A dog runs in the park"] * 10) + ". The cat sleeps."
+    view = inside.inside_request(
+        long, "beam search", 4, 255, ours=ours, comparisons=[marian], scheduler=FairScheduler(), limits=limits
+    )
+    assert len(view["sentence"].split()) <= limits.max_sentence_words
+    assert any("first of the 2" in notice for notice in view["notices"])
+    assert any("in parts" in notice for notice in view["notices"])
+    assert [item["model"] for item in inside.systems_of(view)] == [ours.name, marian.name]
+    pictures = inside.draw_inside(view, "decoder_self", 1, 0, 2)
+    assert len(pictures) == 1 + 2 * 4 + 1  # notices; pieces, positions, attention, beams per model; caption
+    assert "triangle" in pictures[1 + 2 * 3]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", "Type an English sentence"), ("\ud800", "lone surrogate"), (12, "must be a string")],
+)
+def test_bad_input_is_a_message(ours, text, expected):
+    view = inside.inside_request(text, "beam search", 4, 255, ours=ours, comparisons=[], scheduler=FairScheduler())
+    assert expected in view["message"] and "source_tokens" not in view
+
+
+def test_a_second_request_of_a_session_is_refused_while_one_runs(ours):
+    scheduler = FairScheduler()
+    with scheduler.job("visitor", 10.0):
+        view = inside.inside_request(
+            "A dog runs.", "beam search", 4, 255, ours=ours, comparisons=[], scheduler=scheduler, session="visitor"
+        )
+    assert "still running" in view["message"]
+
+
+# ------------------------------------------------------------------------------------------------ a real server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`python app.py` with the shipped model alone, on a free loopback port."""
+    log = tmp_path_factory.mktemp("log") / "app.log"
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    command = [
+        sys.executable,
+        str(ROOT / "app.py"),
+        "--comparison-models",
+        "",
+        "--port",
+        str(port),
+        "--backend",
+        "torch",
+    ]
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_up(url, process, log)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.mark.slow
+def test_the_inside_endpoint_gives_the_translate_endpoints_translation(server):
+    from gradio_client import Client
+
+    client = Client(server, verbose=False)
+    for sentence in SENTENCES:
+        started = time.monotonic()
+        view = client.predict(sentence, api_name="/inside")
+        assert time.monotonic() - started < 30
+        translation = client.predict(sentence, "beam search", 4, 255, "", api_name="/translate")[0]
+        assert view["translation"] == translation
+        assert set(view["attention"]) == {"encoder_self", "decoder_self", "cross"}
+        assert view["beam_steps"] and all("beams" in step for step in view["beam_steps"])
+        assert len(view["positional_encoding"]) == len(view["source_tokens"])
+    assert "Type an English sentence" in client.predict("   ", api_name="/inside")["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_tab_shows_every_picture_in_chromium(server):
+    from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (or `make browser`).")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(server)
+        page.locator("#english textarea").fill(SENTENCES[0])
+        page.get_by_role("tab", name="Inside the Transformer").click()
+        page.locator("#inside-run").click()
+        for picture in ("positions", "attention"):
+            page.locator(f"#inside-{picture}-0 img").wait_for(timeout=60_000)
+            assert page.locator(f"#inside-{picture}-0 img").bounding_box()["height"] > 100
+        assert "▁jacket" in page.locator("#inside-pieces-0").inner_text()
+        assert "Finished hypotheses" in page.locator("#inside-beams-0").inner_text()
+        assert "Section 3.2.3" in page.locator("#inside-attention-caption").inner_text()
+        # Decoder self-attention of one head: a new picture and the caption of the mask.
+        before = page.locator("#inside-attention-0 img").get_attribute("src")
+        page.locator("#inside-kind").get_by_text("decoder self-attention").click()
+        page.wait_for_function(
+            "before => document.querySelector('#inside-attention-0 img')?.getAttribute('src') !== before",
+            arg=before,
+            timeout=30_000,
+        )
+        page.locator("#inside-attention-caption").get_by_text("triangle").wait_for(timeout=30_000)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT.with_name("inside.png")), full_page=True)
+        assert errors == []
+        browser.close()

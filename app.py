@@ -27,6 +27,8 @@ Named API endpoints (gradio_client), with one (translation, details) pair per co
         -> (our_translation, our_details, [model_translation, model_details]..., notice)
     /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens)
         -> (translations_tsv, summary, first_lines: Markdown, each line beside its translations)
+    /inside(text, decoding, num_beams, max_new_tokens) -> dict (JSON): the first sentence inside our model and each
+        comparison model (pieces, positional encoding, attention by kind/layer/head, beam steps, translation)
     /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
 """

@@ -4,7 +4,10 @@
         --source ../shared/data/multi30k/test_2016_flickr.en --reference ../shared/data/multi30k/test_2016_flickr.de \\
         --num_beams 4 --batch_size 32 --output results/comparison_test_2016_flickr.json
 
-A model is a local folder or a Hub id, loaded with the Auto classes. Each is scored with cased sacreBLEU BLEU and chrF
+A model is a local folder or a Hub id, loaded with the Auto classes at one commit (recorded as `revision`); a Hub
+model with no safetensors loads those of its conversion pull request, or its pickle weights through torch's
+`weights_only` unpickler (the models are the operator's own list; `weights` says which, `hub.load_listed_model`).
+Each is scored with cased sacreBLEU BLEU and chrF
 (`evaluation.score_split`, the scorer of train.py and average_checkpoints.py) and timed; the results go to a JSON file
 and a Markdown table (printed and written beside the JSON as .md). An --output that cannot be written is refused before
 any scoring. A model that cannot be loaded gets a row with the reason and the others are still scored.
@@ -25,7 +28,7 @@ from transformer_en_de.backends import BackendError, load_backend, resolve_backe
 from transformer_en_de.data import DataError, read_parallel
 from transformer_en_de.engine import DecodingSettings, translate
 from transformer_en_de.evaluation import score_split
-from transformer_en_de.hub import load_model
+from transformer_en_de.hub import load_listed_model
 from transformer_en_de.precision import int8_dynamic
 
 
@@ -48,10 +51,15 @@ def score_system(
     row = {"model": model_id, "bleu": None, "chrf": None, "num_parameters": None, "seconds": None,
            "sentences_per_second": None, "error": None, "translations": None}  # fmt: skip
     try:
-        model, tokenizer = load_model(model_id, device)
+        loaded = load_listed_model(model_id, device, allow_pickle=True)  # listed by whoever runs the comparison
     except RuntimeError as error:
         row["error"] = str(error)
         return row
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if loaded.revision:
+        row["revision"] = loaded.revision
+    if loaded.weights:
+        row["weights"] = loaded.weights
     row["num_parameters"] = model.num_parameters()  # a tied embedding counts once
     decoder = None
     if backend == "ctranslate2":

@@ -1,4 +1,5 @@
-"""A loopback stand-in for the Hugging Face Hub endpoints that `create_repo` + `upload_folder` call.
+"""A loopback stand-in for the Hugging Face Hub: the endpoints that `create_repo` + `upload_folder` call, and the
+ones that `snapshot_download` / `hf_hub_download` / `from_pretrained` read.
 
 `LoopbackHub` serves HTTP on 127.0.0.1 (a free port, in a thread) and implements, for model, dataset and space
 repos, the requests huggingface_hub 1.x/2.x sends:
@@ -9,7 +10,19 @@ repos, the requests huggingface_hub 1.x/2.x sends:
   so no LFS / Xet storage is involved and every byte travels in the commit itself;
 - `POST /api/{type}s/{repo_id}/commit/{revision}` (ndjson: header, then `file` items with base64 content,
   `deletedFile` items) → `{"commitUrl", "commitOid"}`;
-- `GET /api/{type}s/{repo_id}[/revision/{revision}]` → minimal repo info (id, sha, siblings, sdk, private).
+- `GET /api/{type}s/{repo_id}[/revision/{revision}]` → repo info (id, sha, siblings; with `blobs=true` each
+  sibling's blobId, size and lfs), as at that revision;
+- `GET /api/{type}s/{repo_id}/tree/{revision}[/{folder}][?recursive=true]` → the files (and folders) at a revision;
+- `GET /api/{type}s/{repo_id}/commits/{revision}` → the commits reaching it, newest first;
+- `GET /api/{type}s/{repo_id}/discussions[?author=&type=&status=]` → the repo's pull requests (one page);
+- `HEAD`/`GET /[{type}s/]{repo_id}/resolve/{revision}/{path}` → the file, with `X-Repo-Commit`, `ETag` (the git blob
+  id) and, for weights (stored in LFS on the Hub), `X-Linked-Etag` (their sha256) and `X-Linked-Size`.
+
+A revision is a branch (`main`), a full commit id, or a pull request's ref, URL-encoded as the clients send it
+(`refs%2Fpr%2F1`). Errors carry the Hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound), which
+huggingface_hub turns into its own exceptions. `add_model(repo_id, files)` makes a repo with one commit on main, and
+`open_pull_request(repo_id, files)` a pull request on top of main (by default the one SFconvertbot, the Hub's
+safetensors conversion bot, opens), so that a test can lay a repo out as real ones are.
 
 It records what was committed: `hub.files(repo_id, repo_type="model") -> {path: bytes}`. With `token=...` it
 answers 401 to requests that do not carry that bearer token, like the Hub does for a bad or missing token. With
@@ -25,28 +38,84 @@ import hashlib
 import json
 import re
 import threading
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
 _FRONT_MATTER = re.compile(r"^---\s*\n(.*?)\n---\s*(?:\n|$)", re.DOTALL)
 _REPO_PATH = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<repo_id>[^/]+/[^/]+)(?P<rest>/.*)?$")
+# /{repo_id}/resolve/{revision}/{path} (models), /datasets/... and /spaces/... for the others.
+_RESOLVE_PATH = re.compile(
+    r"^/(?:(?P<type>datasets|spaces)/)?(?P<repo_id>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$"
+)
 _TYPE_FROM_PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space"}
 _URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
+# What the Hub keeps in LFS (its default .gitattributes): for these, HEAD answers the linked (LFS) etag and size.
+_LFS_SUFFIXES = (".bin", ".safetensors", ".h5", ".msgpack", ".ot", ".onnx", ".pt", ".pth", ".ckpt", ".model")
+CONVERSION_BOT = "SFconvertbot"
+CONVERSION_TITLE = "Adding `safetensors` variant of this model"  # the bot's title, which transformers looks for
+
+
+def _blob_id(data: bytes) -> str:
+    """git's id of a blob: what the Hub's ETag and `oid` carry for a regular file."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _is_lfs(path: str) -> bool:
+    return path.endswith(_LFS_SUFFIXES)
 
 
 class _Repo:
+    """A repo's history: a tree of files per commit, refs (branches, `refs/pr/N`) naming commits, pull requests."""
+
     def __init__(self, repo_id: str, repo_type: str, sdk: str | None, private: bool):
         self.repo_id = repo_id
         self.repo_type = repo_type
         self.sdk = sdk
         self.private = private
-        self.files: dict[str, bytes] = {}
-        self.commits: list[dict] = []
+        self.commits: list[dict] = []  # in the order they were made: oid, parent, summary, files added
+        self.trees: dict[str, dict[str, bytes]] = {}  # commit id -> {path: content}
+        self.refs: dict[str, str] = {}  # "main", "refs/pr/1" -> commit id
+        self.discussions: list[dict] = []
 
     @property
     def sha(self) -> str:
-        return self.commits[-1]["oid"] if self.commits else "0" * 40
+        return self.refs.get("main", "0" * 40)
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        """main's files."""
+        return dict(self.trees.get(self.sha, {}))
+
+    def add_commit(self, tree: dict[str, bytes], ref: str, summary: str, parent: str | None = None) -> str:
+        """Record `tree` as a new commit on `ref` (its parent: `parent`, else what `ref` names) and return its id."""
+        parent = parent or self.refs.get(ref)
+        digest = hashlib.sha1(json.dumps(
+            [parent, summary, sorted((path, _blob_id(data)) for path, data in tree.items())]
+        ).encode()).hexdigest()
+        self.trees[digest] = dict(tree)
+        self.refs[ref] = digest
+        added = sorted(path for path, data in tree.items() if self.trees.get(parent, {}).get(path) != data)
+        self.commits.append({"oid": digest, "parent": parent, "summary": summary, "files": added})
+        return digest
+
+    def resolve(self, revision: str) -> str | None:
+        """The commit a branch, pull-request ref or commit id names; None if none."""
+        if revision in self.refs:
+            return self.refs[revision]
+        return revision if revision in self.trees else None
+
+    def history(self, commit: str) -> list[dict]:
+        """The commits reaching `commit`, newest first."""
+        by_id = {item["oid"]: item for item in self.commits}
+        found = []
+        while commit in by_id:
+            found.append(by_id[commit])
+            commit = by_id[commit]["parent"]
+        return found
 
 
 class LoopbackHub:
@@ -101,6 +170,30 @@ class LoopbackHub:
         with self._lock:
             return self.repos[(repo_type, repo_id)]
 
+    def add_model(self, repo_id: str, files: dict[str, bytes], summary: str = "Upload model") -> str:
+        """A model repo holding `files` in one commit on main; returns the commit id."""
+        with self._lock:
+            repo = self.repos.setdefault(("model", repo_id), _Repo(repo_id, "model", None, False))
+            return repo.add_commit(files, "main", summary)
+
+    def open_pull_request(
+        self, repo_id: str, added: dict[str, bytes], *, author: str = CONVERSION_BOT, title: str = CONVERSION_TITLE,
+        status: str = "open",
+    ) -> tuple[int, str]:
+        """A pull request adding `added` to main's files, as a commit on `refs/pr/N` whose parent is main's commit
+        (the way the Hub's conversion bot opens one); returns (N, the commit id)."""
+        with self._lock:
+            repo = self.repos[("model", repo_id)]
+            number = len(repo.discussions) + 1
+            commit = repo.add_commit({**repo.files, **added}, f"refs/pr/{number}", title, parent=repo.sha)
+            repo.discussions.append({
+                "num": number, "title": title, "status": status, "isPullRequest": True,
+                "author": {"name": author}, "createdAt": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "repo": {"name": repo_id, "type": "model"}, "numComments": 1, "pinned": False,
+            })  # fmt: skip
+            return number, commit
+
+
     # ------------------------------------------------------------------ request handling
 
     def _handler_class(self):
@@ -115,6 +208,9 @@ class LoopbackHub:
             def do_GET(self):
                 hub._dispatch(self, "GET")
 
+            def do_HEAD(self):
+                hub._dispatch(self, "HEAD")
+
             def do_POST(self):
                 hub._dispatch(self, "POST")
 
@@ -122,7 +218,8 @@ class LoopbackHub:
 
     def _dispatch(self, request: BaseHTTPRequestHandler, method: str) -> None:
         length = int(request.headers.get("Content-Length") or 0)
-        path = request.path.split("?", 1)[0]
+        path, query = urlsplit(request.path)[2:4]
+        query = {name: values[-1] for name, values in parse_qs(query).items()}
         with self._lock:
             self.requests.append((method, path))
             stall = method == "POST" and "/commit/" in path and self.stalled_commits > 0
@@ -140,6 +237,9 @@ class LoopbackHub:
                 return self._create_repo(request, json.loads(body))
             if method == "POST" and path == "/api/validate-yaml":
                 return self._validate_yaml(request, json.loads(body))
+            match = _RESOLVE_PATH.match(path)
+            if method in ("GET", "HEAD") and match:
+                return self._resolve(request, method, _TYPE_FROM_PLURAL.get(match["type"], "model"), match)
             match = _REPO_PATH.match(path)
             if match:
                 repo_type = _TYPE_FROM_PLURAL[match["type"]]
@@ -153,7 +253,14 @@ class LoopbackHub:
                 if method == "POST" and rest.startswith("/commit/"):
                     return self._commit(request, repo, body)
                 if method == "GET" and (rest == "" or rest.startswith("/revision/")):
-                    return self._repo_info(request, repo)
+                    return self._repo_info(request, repo, unquote(rest.removeprefix("/revision/")) or "main", query)
+                if method == "GET" and rest.startswith("/tree/"):
+                    revision, _, folder = rest.removeprefix("/tree/").partition("/")
+                    return self._tree(request, repo, unquote(revision), unquote(folder), query)
+                if method == "GET" and rest.startswith("/commits/"):
+                    return self._commits(request, repo, unquote(rest.removeprefix("/commits/")))
+                if method == "GET" and rest == "/discussions":
+                    return self._discussions(request, repo, query)
             _reply(request, 404, {"error": f"The loopback hub does not implement {method} {path}"})
         except (ValueError, KeyError) as error:
             _reply(request, 400, {"error": f"Bad request: {error}"})
@@ -205,36 +312,142 @@ class LoopbackHub:
             else:
                 # lfsFile would point at content stored elsewhere; preupload never asks for it.
                 raise ValueError(f"the loopback hub stores regular files only, got {item['key']!r}")
-        digest = hashlib.sha1(body).hexdigest()
         with self._lock:
+            tree = repo.files
             for path in deleted:
-                repo.files = {
-                    name: data for name, data in repo.files.items() if name != path and not name.startswith(path + "/")
-                }
-            repo.files.update(added)
-            repo.commits.append({"oid": digest, "summary": items[0]["value"].get("summary"), "files": sorted(added)})
+                tree = {name: data for name, data in tree.items() if name != path and not name.startswith(path + "/")}
+            digest = repo.add_commit({**tree, **added}, "main", items[0]["value"].get("summary") or "")
         url = f"{self.endpoint}/{_URL_PREFIX[repo.repo_type]}{repo.repo_id}/commit/{digest}"
         _reply(request, 200, {"commitUrl": url, "commitOid": digest, "pullRequestUrl": None})
 
-    def _repo_info(self, request, repo: _Repo) -> None:
+    def _at(self, request, repo: _Repo, revision: str) -> tuple[str, dict[str, bytes]] | None:
+        """(commit, its files) for `revision`, or None after answering 404 RevisionNotFound."""
         with self._lock:
-            info = {
-                "id": repo.repo_id,
-                "sha": repo.sha,
-                "private": repo.private,
-                "siblings": [{"rfilename": name} for name in sorted(repo.files)],
-            }
-            if repo.sdk:
-                info["sdk"] = repo.sdk
+            commit = repo.resolve(revision)
+            tree = dict(repo.trees.get(commit, {}))
+        if commit is None:
+            _reply(request, 404, {"error": f"Invalid rev id: {revision}"}, {"X-Error-Code": "RevisionNotFound"})
+            return None
+        return commit, tree
+
+    def _repo_info(self, request, repo: _Repo, revision: str, query: dict) -> None:
+        found = self._at(request, repo, revision)
+        if found is None:
+            return
+        commit, tree = found
+        siblings = []
+        for name, data in sorted(tree.items()):
+            sibling = {"rfilename": name}
+            if query.get("blobs") == "true":
+                sibling.update(_file_entry(name, data, "blobId"))
+            siblings.append(sibling)
+        info = {"id": repo.repo_id, "sha": commit, "private": repo.private, "siblings": siblings}
+        if repo.sdk:
+            info["sdk"] = repo.sdk
         _reply(request, 200, info)
 
+    def _tree(self, request, repo: _Repo, revision: str, folder: str, query: dict) -> None:
+        found = self._at(request, repo, revision)
+        if found is None:
+            return
+        prefix = folder.strip("/") + "/" if folder.strip("/") else ""
+        recursive = query.get("recursive") in ("true", "1", "True")
+        entries, folders = [], set()
+        for name, data in sorted(found[1].items()):
+            if not name.startswith(prefix):
+                continue
+            parts = name[len(prefix):].split("/")
+            for depth in range(1, len(parts) if recursive else min(len(parts), 2)):
+                folders.add(prefix + "/".join(parts[:depth]))
+            if recursive or len(parts) == 1:
+                entries.append({"type": "file", "path": name, **_file_entry(name, data, "oid")})
+        if prefix and not entries and not folders:
+            return _reply(request, 404, {"error": f"{folder} does not exist at {revision}"},
+                          {"X-Error-Code": "EntryNotFound"})
+        entries += [{"type": "directory", "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0, "path": path}
+                    for path in sorted(folders)]
+        _reply(request, 200, entries)
 
-def _reply(request: BaseHTTPRequestHandler, status: int, payload: dict, headers: dict | None = None) -> None:
+    def _commits(self, request, repo: _Repo, revision: str) -> None:
+        found = self._at(request, repo, revision)
+        if found is None:
+            return
+        with self._lock:
+            history = repo.history(found[0])
+        date = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        _reply(request, 200, [
+            {"id": item["oid"], "title": item["summary"], "message": "", "date": date,
+             "authors": [{"user": CONVERSION_BOT if item["summary"] == CONVERSION_TITLE else "loopback", "avatar": ""}]}
+            for item in history
+        ])  # fmt: skip
+
+    def _discussions(self, request, repo: _Repo, query: dict) -> None:
+        def wanted(item: dict) -> bool:
+            kind = {"pull_request": True, "discussion": False}.get(query.get("type", "all"), item["isPullRequest"])
+            return (query.get("author") in (None, item["author"]["name"]) and kind == item["isPullRequest"]
+                    and query.get("status") in (None, "all", item["status"]))
+
+        with self._lock:
+            found = [item for item in reversed(repo.discussions) if wanted(item)]  # newest first, as the Hub lists
+        closed = sum(item["status"] != "open" for item in found)
+        _reply(request, 200, {"discussions": found, "count": len(found), "start": 0, "numClosedDiscussions": closed})
+
+    def _resolve(self, request, method: str, repo_type: str, match: re.Match) -> None:
+        """A file at a revision, with the headers huggingface_hub reads (HEAD: the same, no body)."""
+        with self._lock:
+            repo = self.repos.get((repo_type, match["repo_id"]))
+        if repo is None:
+            return _reply(request, 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"},
+                          head=method == "HEAD")
+        revision, name = unquote(match["revision"]), unquote(match["file"])
+        with self._lock:
+            commit = repo.resolve(revision)
+            data = repo.trees.get(commit, {}).get(name)
+        if commit is None:
+            return _reply(request, 404, {"error": f"Invalid rev id: {revision}"}, {"X-Error-Code": "RevisionNotFound"},
+                          head=method == "HEAD")
+        if data is None:
+            return _reply(request, 404, {"error": f"Entry not found: {name}"},
+                          {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}, head=method == "HEAD")
+        request.send_response(200)
+        request.send_header("Content-Type", "application/octet-stream")
+        request.send_header("Content-Length", str(len(data)))
+        request.send_header("X-Repo-Commit", commit)
+        request.send_header("ETag", f'"{_blob_id(data)}"')
+        if _is_lfs(name):
+            request.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+            request.send_header("X-Linked-Size", str(len(data)))
+        request.end_headers()
+        if method == "GET":
+            request.wfile.write(data)
+
+
+def _file_entry(name: str, data: bytes, id_field: str) -> dict:
+    """A file's git id and size, and for an LFS file its sha256 (as tree listings and `blobs=true` siblings give)."""
+    entry = {id_field: _blob_id(data), "size": len(data)}
+    if _is_lfs(name):
+        entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "oid": hashlib.sha256(data).hexdigest(),
+                        "size": len(data), "pointerSize": 134}
+    return entry
+
+
+def _reply(
+    request: BaseHTTPRequestHandler, status: int, payload: dict | list, headers: dict | None = None, head: bool = False
+) -> None:
     data = json.dumps(payload).encode()
     request.send_response(status)
     request.send_header("Content-Type", "application/json")
     request.send_header("Content-Length", str(len(data)))
+    if status >= 400 and isinstance(payload, dict) and "error" in payload:
+        request.send_header("X-Error-Message", str(payload["error"]))
     for name, value in (headers or {}).items():
         request.send_header(name, value)
     request.end_headers()
-    request.wfile.write(data)
+    if not head:
+        request.wfile.write(data)
+
+
+def folder_files(folder: str | Path) -> dict[str, bytes]:
+    """Every file under `folder`: {path inside it: content}, as a repo would hold them."""
+    folder = Path(folder)
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}

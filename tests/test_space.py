@@ -136,7 +136,7 @@ def test_deploy_uploads_exactly_the_staged_files(model_with_checkpoint, tmp_path
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the loopback hub is the network here
     with LoopbackHub(token=TOKEN) as hub:
         url = deploy_space.deploy("someone/translation-demo", model_with_checkpoint, token=TOKEN,
-                                  endpoint=hub.endpoint, staging=tmp_path / "staged")
+                                  endpoint=hub.endpoint, staging=tmp_path / "staged", scores=False)
 
         assert url == f"{hub.endpoint}/spaces/someone/translation-demo"
         assert hub.files("someone/translation-demo", repo_type="space") == folder_files(tmp_path / "staged")
@@ -158,8 +158,40 @@ def test_space_requirements_pull_the_cpu_build_of_torch(model_with_checkpoint, t
     options = [line.strip() for line in text.splitlines() if line.strip().startswith("--")]
 
     assert options == ["--extra-index-url https://download.pytorch.org/whl/cpu"]
-    assert requirements(text) == requirements()  # the project's requirements, nothing dropped or added
-    assert "torch" in requirements(text)
+    assert requirements(text) == requirements()
+    # Only the CPU index has a +cpu build: PyPI's torch (the CUDA build) cannot satisfy the pin, whatever its version.
+    assert str(requirements(text)["torch"].specifier) == f"=={Version(version('torch')).public}+cpu"
+
+
+def test_the_space_installs_the_versions_the_tests_run_with():
+    pinned = {name: str(requirement.specifier) for name, requirement in requirements().items()}
+
+    for name, specifier in pinned.items():
+        installed = Version(version(name))
+        assert specifier in (f"=={installed}", f"=={installed.public}+cpu"), name
+    for text in deploy_space.app_requirements():  # every requirement of the app, and what it needs, is pinned
+        assert canonicalize_name(Requirement(text).name) in pinned, text
+    assert {"filelock", "sympy", "safehttpx", "httpx"} <= set(pinned)  # what they need in turn (torch's, gradio's)
+    assert deploy_space.read_lock() == deploy_space.read_lock_text(deploy_space.lock_text(
+        deploy_space.app_requirements()))  # the lock is this environment: `deploy_space.py --write_lock` after a change
+
+
+def test_a_lock_that_does_not_fit_pyproject_or_pins_cuda_torch_is_refused():
+    lock = deploy_space.read_lock()
+
+    with pytest.raises(PublishError, match="pins transformers to 4.57.0, but pyproject.toml asks for"):
+        deploy_space.space_requirements(deploy_space.app_requirements(), dict(lock, transformers="4.57.0"))
+    with pytest.raises(PublishError, match="not its CPU build"):
+        deploy_space.space_requirements(deploy_space.app_requirements(), dict(lock, torch="2.13.0"))
+
+
+def test_staging_offline_ships_the_comparison_as_it_is_and_says_why(model_with_checkpoint, tmp_path):
+    said = []
+    staged = deploy_space.stage_space(tmp_path / "space", model_with_checkpoint, report=said.append)
+
+    assert (staged / deploy_space.COMPARISON_FILE).read_bytes() == (ROOT / deploy_space.COMPARISON_FILE).read_bytes()
+    assert said == ["[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its "
+                    "Corpus tab has no scores for Helsinki-NLP/opus-mt-en-de."]
 
 
 def test_space_license_is_the_shipped_weights_licence(tmp_path):

@@ -4,7 +4,7 @@ The engine plans a request the same way for both (`engine.DecodingPlan`: the sou
 limit per sentence, the settings); only the decoding of a batch and the scoring of translations differ. CTranslate2
 runs a converted copy of the weights:
 - ours through our converter (`ctranslate2_backend.convert`), any model of an architecture CTranslate2 knows
-  (MarianMT, T5, BART, ...) through CTranslate2's own `TransformersConverter`;
+  (MarianMT, T5, BART, ...) through CTranslate2's own `TransformersConverter`, given the model as loaded;
 - converted once and cached in `~/.cache/transformer_en_de/ctranslate2/<model>/ctranslate2-<float32|int8>-
   <fingerprint>/` (`TRANSFORMER_MT_CTRANSLATE2_CACHE` moves it), never inside the model folder: a model folder is
   published to the Hub as it is, and the shipped one is tracked by git. The fingerprint is the weights'
@@ -114,7 +114,7 @@ def convert_cached(model_id: str, model, tokenizer, *, int8: bool = False, cache
 
             convert(model, tokenizer, partial, quantization=quantization if int8 else None)
         else:
-            _convert_transformers(model_id, model, partial, quantization if int8 else None)
+            _convert_transformers(model, tokenizer, partial, quantization if int8 else None)
         try:
             os.replace(partial, folder)  # atomic: a concurrent conversion of the same weights wins or loses whole
         except OSError:
@@ -128,13 +128,13 @@ def convert_cached(model_id: str, model, tokenizer, *, int8: bool = False, cache
     return folder
 
 
-def _convert_transformers(model_id: str, model, folder: Path, quantization: str | None) -> None:
-    """CTranslate2's own converter for a Transformers model (it loads the model again, from `model_id`)."""
-    from ctranslate2.converters import TransformersConverter
+def _convert_transformers(model, tokenizer, folder: Path, quantization: str | None) -> None:
+    """CTranslate2's own converter for a Transformers model, fed `model` itself: the commit and weights that were
+    loaded, never a second download by id (`ctranslate2_backend.convert_loaded`)."""
+    from .ctranslate2_backend import convert_loaded
 
-    source = str(Path(model_id).expanduser()) if Path(model_id).expanduser().is_dir() else model_id
     try:
-        TransformersConverter(source).convert(str(folder), quantization=quantization, force=True)
+        convert_loaded(model, tokenizer, folder, quantization)
     except (ValueError, NotImplementedError) as error:
         architecture = ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
         raise BackendError(f"CTranslate2 cannot convert {architecture}: {' '.join(str(error).split())}") from error

@@ -3,9 +3,9 @@
 `convert(model, tokenizer, folder)` describes the model with `ctranslate2.specs` (post- or pre-norm layers, shared
 embeddings scaled by sqrt(d_model), our sinusoidal table, the tied output projection) and saves it;
 `load(folder)` opens it as a `ctranslate2.Translator`, and `translate_ids` decodes batches of our token ids with it.
-The engine's CTranslate2 backend (`backends.py`) converts our model with it (other architectures with CTranslate2's
-own converter) and caches the result; `tests/test_ctranslate2.py` checks that both give the same greedy tokens and
-the same log-probabilities.
+The engine's CTranslate2 backend (`backends.py`) converts our model with it, and other architectures with
+`convert_loaded` (CTranslate2's own converter, fed the very model that was loaded), and caches the result;
+`tests/test_ctranslate2.py` checks that both give the same greedy tokens and the same log-probabilities.
 
 Optional: `pip install ctranslate2` (imported only when called)."""
 
@@ -104,6 +104,22 @@ def convert(model, tokenizer, folder: str | Path, quantization: str | None = Non
     return folder
 
 
+def convert_loaded(model, tokenizer, folder: str | Path, quantization: str | None = None) -> Path:
+    """Save a Transformers model of an architecture CTranslate2 knows (MarianMT, T5, BART, ...) as a CTranslate2
+    model in `folder`, converting `model` itself: it is saved to a scratch folder that CTranslate2's converter reads.
+    Given a Hub id, the converter would download the model again, at `main` and perhaps from a pickle, not the commit
+    and weights the app loaded and draws its heatmaps from."""
+    import tempfile
+
+    from ctranslate2.converters import TransformersConverter
+
+    with tempfile.TemporaryDirectory(prefix="ctranslate2-source-") as scratch:
+        model.save_pretrained(scratch)  # safetensors, the weights as loaded
+        tokenizer.save_pretrained(scratch)
+        TransformersConverter(scratch).convert(str(folder), quantization=quantization, force=True)
+    return Path(folder)
+
+
 def load(folder: str | Path, threads: int = 1, compute_type: str = "default"):
     """A `ctranslate2.Translator` on the CPU with `threads` threads."""
     import ctranslate2
@@ -118,4 +134,4 @@ def translate_ids(translator, tokenizer, batch_ids: list[list[int]], **options) 
     return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
 
 
-__all__ = ["convert", "load", "model_spec", "translate_ids"]
+__all__ = ["convert", "convert_loaded", "load", "model_spec", "translate_ids"]

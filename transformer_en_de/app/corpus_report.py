@@ -76,8 +76,9 @@ def evaluation_rows(results: dict, rows: Rows) -> None:
         )
 
 
-def comparison_rows(comparison: dict, rows: Rows, ours: str | None) -> list[str]:
-    """compare.py's JSON: a row per system scored (ours under our name); the names of those that were not."""
+def comparison_rows(comparison: dict, rows: Rows, ours: str | None, origins: list[str] | None = None) -> list[str]:
+    """compare.py's JSON: a row per system scored (ours under our name); the names of those that were not. `origins`
+    gets a line for each Hub model scored: the commit, and its weights when they were not main's safetensors."""
     split = str(comparison.get("source_file") or "?")
     missing = []
     for system in comparison.get("systems", []):
@@ -97,6 +98,9 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None) -> list[str]
             parameters=system.get("num_parameters"),
             speed=system.get("sentences_per_second"),
         )
+        if origins is not None and isinstance(system.get("revision"), str):
+            weights = f" ({system['weights']})" if isinstance(system.get("weights"), str) else ""
+            origins.append(f"{name} was scored at commit {system['revision'][:7]}{weights}.")
     return missing
 
 
@@ -142,12 +146,14 @@ def corpus_table(
     comparison, problem = _read_json(comparison_path)
     notes += [problem] if problem else []
     if comparison:
-        missing = comparison_rows(comparison, rows, ours)
+        origins: list[str] = []
+        missing = comparison_rows(comparison, rows, ours, origins)
         beams = beams or comparison.get("num_beams")
         notes.append(
             f"Every model translated with the same beam search ({beams} beams) and the same length limit, on the same "
             "machine (`python compare.py`); cased, detokenised sacreBLEU."
         )
+        notes += [as_text(" ".join(origins))] if origins else []
         if missing:
             names = ", ".join(missing)
             notes.append(

@@ -1,8 +1,10 @@
 """The models the app serves: ours (loaded at start, or the app does not start) and the comparison models the
 operator lists (loaded in background threads, so the page is up before they are; each says why it is unavailable).
 
-Every model is loaded by `transformer_en_de.hub.load_model` (a folder or a Hub id; offline it fails at once and says
-so). A visitor never chooses what is loaded: the list comes from the command line or the environment.
+Every model is loaded by `transformer_en_de.hub.load_listed_model` (a folder or a Hub id, at one commit; offline it
+fails at once and says so). A visitor never chooses what is loaded: the list comes from the command line or the
+environment. So a comparison model whose repo has no safetensors on its commit loads those of the Hub's conversion
+pull request, or else its pickle weights through torch's `weights_only` unpickler, and its status line says which.
 
 Each can decode with PyTorch or CTranslate2 (`backend`: "torch", "ctranslate2", or "auto" for CTranslate2 where it
 is installed); the PyTorch model is loaded either way (the attention heatmaps are drawn from it) and the engine is
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from transformer_en_de.backends import BackendError, load_backend, resolve_backend
 from transformer_en_de.engine import max_target_tokens
-from transformer_en_de.hub import load_model
+from transformer_en_de.hub import load_listed_model
 from transformer_en_de.precision import int8_dynamic
 
 OURS_NAME = "Transformer (ours)"
@@ -36,6 +38,8 @@ class Translator:
     tokenizer: object
     backend: object = None  # what the engine decodes with: None for the model itself, or a `CTranslate2Backend`
     backend_name: str = "PyTorch"  # for the page: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
+    revision: str | None = None  # the Hub commit it was loaded at (None for a folder)
+    weights: str = ""  # for the page, when the weights are not the safetensors of what was named (`LoadedModel`)
 
     @property
     def num_parameters(self) -> int:
@@ -67,19 +71,21 @@ _LOADING = threading.Lock()
 
 
 def load_translator(
-    model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False
+    model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False, allow_pickle: bool = False
 ) -> Translator:
-    """Load through `hub.load_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
+    """Load through `hub.load_listed_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
 
     `backend`: "torch", "ctranslate2" (converted once, cached: `backends.load_backend`) or "auto" (CTranslate2 when
-    it is installed). `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8 linear layers."""
+    it is installed). `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8 linear layers. `allow_pickle`: a
+    model the operator listed may load pickle weights where it has no safetensors (`hub.load_listed_model`)."""
     try:
         chosen = resolve_backend(backend)
     except BackendError as error:
         raise RuntimeError(f"could not be loaded: {error}") from error
     with _LOADING:
-        model, tokenizer = load_model(model_id)
-        if chosen == "ctranslate2":  # converting loads the model again (a Transformers model): not two at once
+        loaded = load_listed_model(model_id, allow_pickle=allow_pickle)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        if chosen == "ctranslate2":  # converting saves and reads the model again (Transformers): not two at once
             try:
                 decoder = load_backend(model_id, model, tokenizer, int8=int8)
             except (BackendError, OSError, ValueError) as error:
@@ -88,9 +94,10 @@ def load_translator(
         model = int8_dynamic(model)
     if on_load is not None:
         on_load(model)
+    origin = dict(revision=loaded.revision, weights=loaded.weights)
     if chosen == "torch":
-        return Translator(name, model_id, model, tokenizer, None, "PyTorch int8" if int8 else "PyTorch")
-    return Translator(name, model_id, model, tokenizer, decoder, decoder.name)
+        return Translator(name, model_id, model, tokenizer, None, "PyTorch int8" if int8 else "PyTorch", **origin)
+    return Translator(name, model_id, model, tokenizer, decoder, decoder.name, **origin)
 
 
 def load_our_translator(model_id: str, *, on_load=None, backend: str = "torch", int8: bool = False) -> Translator:
@@ -171,7 +178,10 @@ class BackgroundTranslator:
         try:
             if not self.model_id.strip():
                 raise RuntimeError("could not be loaded: no model id was given.")
-            self.translator = load_translator(self.model_id, self.name, on_load=on_load, backend=backend, int8=int8)
+            # Listed by the operator: pickle weights are allowed where a repo has no safetensors (said in `status`).
+            self.translator = load_translator(
+                self.model_id, self.name, on_load=on_load, backend=backend, int8=int8, allow_pickle=True
+            )
         except Exception as error:  # any failure becomes the panel's message, never a crash of the app
             self.error = why_not_loaded(self.name, self.model_id, error)
             print(f"app.py: {self.error}", flush=True)  # the operator's words go to the log; the page has one line
@@ -191,7 +201,9 @@ class BackgroundTranslator:
         paths: `why_not_loaded`)."""
         if self.translator is not None:
             millions = self.translator.num_parameters / 1e6
-            return f"{self.name} ready: {display_id(self.model_id)}, {millions:.2f}M parameters."
+            commit = f" at commit {self.translator.revision[:7]}" if self.translator.revision else ""
+            weights = f"; {self.translator.weights}" if self.translator.weights else ""
+            return f"{self.name} ready: {display_id(self.model_id)}{commit}, {millions:.2f}M parameters{weights}."
         if self.error is not None:
             return f"{self.error}. Our model translates alone."
         waited = time.monotonic() - self._started

@@ -42,7 +42,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 import uvicorn  # noqa: E402
-from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
+from gradio.utils import get_upload_folder  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
@@ -69,7 +69,7 @@ from transformer_en_de.app.translators import (  # noqa: E402
     load_our_translator,
     parse_model_list,
 )
-from transformer_en_de.app.uploads import UploadQuota  # noqa: E402
+from transformer_en_de.app.uploads import UploadQuota, stored_upload  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"
@@ -171,12 +171,10 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def uploaded_path(payload) -> str | None:
-    """The server path of an upload as sent to an unpreprocessed callback; only files in Gradio's upload folder."""
-    path = payload.get("path") if isinstance(payload, dict) else None
-    if isinstance(path, str) and path and "\x00" not in path and is_in_or_equal(path, get_upload_folder()):
-        return path
-    return None
+def uploaded_path(payload, max_bytes: int) -> str | None:
+    """The server path of an upload as sent to an unpreprocessed callback: a file stored in Gradio's upload folder
+    (the front checked the call already; this holds for a caller that did not come through it)."""
+    return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
 def build_app_server(app: "TranslationApp", host: str | None = None, port: int | None = None) -> uvicorn.Server:
@@ -279,7 +277,8 @@ class TranslationApp:
         """
         with self.gate.serving(request.session_hash) as arrived:
             result = translate_file(
-                uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
+                uploaded_path(source_file, self.limits.max_file_bytes),
+                uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
                 output_dir=get_upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
@@ -415,7 +414,7 @@ def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> No
             "", label="Reference translation (optional, German)", lines=4, elem_id="reference", min_width=320
         )
     button = gr.Button("Translate", variant="primary", elem_id="translate")
-    notice = gr.Markdown(label="Notice", elem_id="notice")
+    notice = gr.Markdown(label="Notice", elem_id="notice", latex_delimiters=[])
     panels, statuses, columns = model_panels(app.systems)
     gr.Examples(
         EXAMPLES,
@@ -455,7 +454,7 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                         gr.Textbox(
                             label=f"{system.name} (German)", lines=4, interactive=False, elem_id=f"translation-{number}"
                         ),
-                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
+                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}", latex_delimiters=[]),
                     ]
                 columns += [column] if number else []
     return panels, statuses, columns
@@ -501,8 +500,9 @@ def file_tab(app: TranslationApp, controls: list) -> None:
             label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
         )
     button = gr.Button("Translate file", variant="primary")
-    summary = gr.Markdown(label="Summary", elem_id="file-summary")
-    preview = gr.Markdown(label="The first lines", elem_id="file-preview")
+    summary = gr.Markdown(label="Summary", elem_id="file-summary", latex_delimiters=[])
+    # No LaTeX: "$$...$$" in a visitor's line is shown as the characters it is, like every other mark
+    preview = gr.Markdown(label="The first lines", elem_id="file-preview", latex_delimiters=[])
     output = gr.File(label="All translations (TSV)")
     button.click(
         app.translate_file,

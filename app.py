@@ -15,8 +15,9 @@ first; only a few heavy ones run at once and more are refused at once. Every fie
 (`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
 is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
 full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
-model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address,
-such as a Space's) adds a limit of one heavy request per address. No raw client can turn the server against a visitor
+model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address;
+on by default on a Space) tells visitors apart by that address: one heavy request, an upload quota and a few open
+streams per visitor. No raw client can turn the server against a visitor
 (`guard.py`, `uploads.py`): a raw API call runs only once its results are read, new sessions are admitted at a bounded
 rate, a session has a few calls in flight at most, uploads have a quota per address and overall and a lifetime, and a
 call the page has no event for is answered in one line. `--backend torch|ctranslate2|auto` and `--int8` choose what
@@ -164,11 +165,21 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "--trust_forwarded_for",
         "--trust-forwarded-for",
         action="store_true",
-        default=os.environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR", "0") == "1",
-        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): limit heavy requests "
-        "per address, by its last hop (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1)",
+        default=trust_forwarded_for_by_default(os.environ),
+        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): tell visitors apart "
+        "by its last hop for the limits per address (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1; on by default on a "
+        "Hugging Face Space, where SPACE_ID is set; =0 turns it off)",
     )
     return parser.parse_args(argv)
+
+
+def trust_forwarded_for_by_default(environ) -> bool:
+    """On a Hugging Face Space (the runtime sets SPACE_ID) every request reaches the app through the Hub's proxy, which
+    appends the address it was connected from to X-Forwarded-For: the last hop is the visitor's and cannot be forged
+    from outside (a visitor's own header only adds hops before it), while the connection's peer is the proxy, one
+    address for everyone. Elsewhere nothing says a proxy is in front, so the header is not trusted unless asked."""
+    setting = environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR")
+    return setting == "1" if setting is not None else bool(environ.get("SPACE_ID"))
 
 
 def uploaded_path(payload, max_bytes: int) -> str | None:

@@ -837,6 +837,44 @@ def test_a_thousand_unread_heartbeats_of_one_address_do_not_lock_out_a_visitor(m
     assert "Traceback" not in text and len(text) < 20_000
 
 
+def upload_from(port: int, peer: str, forwarded_for: str | None, number: int) -> int:
+    """One small upload over a connection from `peer` (a loopback address), with an X-Forwarded-For header as a proxy
+    sends it; the status."""
+    part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="u.txt"\r\n\r\n'
+    body = part + f"A dog {number}.".encode() + b"\r\n--B--\r\n"
+    headers = "POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
+    headers += f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    headers += f"X-Forwarded-For: {forwarded_for}\r\n" if forwarded_for else ""
+    with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(peer, 0)) as connection:
+        connection.sendall(headers.encode() + b"\r\n" + body)
+        return int(connection.recv(64).split()[1])
+
+
+@pytest.mark.parametrize("on_a_space", [True, False])
+def test_visitors_behind_one_proxy_peer_have_their_own_quota_on_a_space(model_dirs, tmp_path, on_a_space):
+    # The Space's proxy connects from one address (here 127.0.0.2, not loopback's usual 127.0.0.1) and appends each
+    # visitor's address to X-Forwarded-For; what a visitor sent itself comes before it and is not taken for theirs.
+    port, log = free_port(), tmp_path / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
+    command += ["--port", str(port), "--backend", "torch"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"))
+    env.pop("TRANSFORMER_MT_TRUST_FORWARDED_FOR", None)
+    env.pop("SPACE_ID", None)
+    env.update({"SPACE_ID": "someone/transformer-en-de"} if on_a_space else {})
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+    quota = Limits().uploads_per_address
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/", process, log)
+        first = [upload_from(port, "127.0.0.2", f"198.51.100.{n}, 203.0.113.7", n) for n in range(quota + 1)]
+        second = upload_from(port, "127.0.0.2", "203.0.113.8", quota + 1)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert first[:quota] == [200] * quota and first[quota] == 429  # forged first hops do not make new visitors
+    assert second == (200 if on_a_space else 429)  # off a Space, one peer is one address
+
+
 def wait_until_up(url: str, process, log, timeout: float = 240) -> None:
     """Until `python app.py` answers its page; fails if it exits, or after `timeout` (a generous bound: start-up speed
     is measured in benchmarks/)."""

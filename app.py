@@ -15,8 +15,9 @@ first; only a few heavy ones run at once and more are refused at once. Every fie
 (`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
 is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
 full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
-model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address,
-such as a Space's) adds a limit of one heavy request per address. No raw client can turn the server against a visitor
+model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address;
+on by default on a Space) tells visitors apart by that address: one heavy request, an upload quota and a few open
+streams per visitor. No raw client can turn the server against a visitor
 (`guard.py`, `uploads.py`): a raw API call runs only once its results are read, new sessions are admitted at a bounded
 rate, a session has a few calls in flight at most, uploads have a quota per address and overall and a lifetime, and a
 call the page has no event for is answered in one line. `--backend torch|ctranslate2|auto` and `--int8` choose what
@@ -44,7 +45,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 import uvicorn  # noqa: E402
-from gradio.utils import get_upload_folder, is_in_or_equal  # noqa: E402
+from gradio.utils import get_upload_folder  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
@@ -79,7 +80,7 @@ from transformer_en_de.app.translators import (  # noqa: E402
     load_our_translator,
     parse_model_list,
 )
-from transformer_en_de.app.uploads import UploadQuota  # noqa: E402
+from transformer_en_de.app.uploads import UploadQuota, stored_upload  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"
@@ -174,19 +175,27 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "--trust_forwarded_for",
         "--trust-forwarded-for",
         action="store_true",
-        default=os.environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR", "0") == "1",
-        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): limit heavy requests "
-        "per address, by its last hop (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1)",
+        default=trust_forwarded_for_by_default(os.environ),
+        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): tell visitors apart "
+        "by its last hop for the limits per address (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1; on by default on a "
+        "Hugging Face Space, where SPACE_ID is set; =0 turns it off)",
     )
     return parser.parse_args(argv)
 
 
-def uploaded_path(payload) -> str | None:
-    """The server path of an upload as sent to an unpreprocessed callback; only files in Gradio's upload folder."""
-    path = payload.get("path") if isinstance(payload, dict) else None
-    if isinstance(path, str) and path and "\x00" not in path and is_in_or_equal(path, get_upload_folder()):
-        return path
-    return None
+def trust_forwarded_for_by_default(environ) -> bool:
+    """On a Hugging Face Space (the runtime sets SPACE_ID) every request reaches the app through the Hub's proxy, which
+    appends the address it was connected from to X-Forwarded-For: the last hop is the visitor's and cannot be forged
+    from outside (a visitor's own header only adds hops before it), while the connection's peer is the proxy, one
+    address for everyone. Elsewhere nothing says a proxy is in front, so the header is not trusted unless asked."""
+    setting = environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR")
+    return setting == "1" if setting is not None else bool(environ.get("SPACE_ID"))
+
+
+def uploaded_path(payload, max_bytes: int) -> str | None:
+    """The server path of an upload as sent to an unpreprocessed callback: a file stored in Gradio's upload folder
+    (the front checked the call already; this holds for a caller that did not come through it)."""
+    return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
 def build_app_server(app: "TranslationApp", host: str | None = None, port: int | None = None) -> uvicorn.Server:
@@ -289,7 +298,8 @@ class TranslationApp:
         """
         with self.gate.serving(request.session_hash) as arrived:
             result = translate_file(
-                uploaded_path(source_file), uploaded_path(reference_file), decoding, num_beams, max_new_tokens,
+                uploaded_path(source_file, self.limits.max_file_bytes),
+                uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
                 output_dir=get_upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
@@ -451,7 +461,7 @@ def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> gr
             "", label="Reference translation (optional, German)", lines=4, elem_id="reference", min_width=320
         )
     button = gr.Button("Translate", variant="primary", elem_id="translate")
-    notice = gr.Markdown(label="Notice", elem_id="notice")
+    notice = gr.Markdown(label="Notice", elem_id="notice", latex_delimiters=[])
     panels, statuses, columns = model_panels(app.systems)
     gr.Examples(
         EXAMPLES,
@@ -492,7 +502,7 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                         gr.Textbox(
                             label=f"{system.name} (German)", lines=4, interactive=False, elem_id=f"translation-{number}"
                         ),
-                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}"),
+                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}", latex_delimiters=[]),
                     ]
                 columns += [column] if number else []
     return panels, statuses, columns
@@ -598,8 +608,9 @@ def file_tab(app: TranslationApp, controls: list) -> None:
             label="Reference file (optional)", file_types=FILE_TYPES, type="filepath", min_width=300
         )
     button = gr.Button("Translate file", variant="primary")
-    summary = gr.Markdown(label="Summary", elem_id="file-summary")
-    preview = gr.Markdown(label="The first lines", elem_id="file-preview")
+    summary = gr.Markdown(label="Summary", elem_id="file-summary", latex_delimiters=[])
+    # No LaTeX: "$$...$$" in a visitor's line is shown as the characters it is, like every other mark
+    preview = gr.Markdown(label="The first lines", elem_id="file-preview", latex_delimiters=[])
     output = gr.File(label="All translations (TSV)")
     button.click(
         app.translate_file,

@@ -15,7 +15,13 @@ attackers stop. The attacks:
 - slow connections: `--slow` connections that send part of their headers and never finish;
 - bad calls: 4 threads sending unknown API names, unknown fn_index (999, -1), 100,000-deep JSON and `load_example`
   with an example that does not exist; every answer must be one line;
-- heavy: 16 heavy raw calls (read), 4 file jobs of 2,000 lines (never read) and one 5 MB reference.
+- heavy: 16 heavy raw calls (read), 4 file jobs of 2,000 lines (never read) and one 5 MB reference;
+- server files: 4 threads naming server files as file values (/etc/passwd, app.py, .git/config, /proc/self/status,
+  /dev/zero, the largest library of torch, a URL) on every call route, with every fn_index; "read" counts an answer
+  that was not a refusal;
+- held heartbeats: 1,000 `GET /gradio_api/heartbeat/<id>` from 127.0.0.2, never read;
+- odd reads: streams of unknown sessions and file downloads with several ranges, 4 threads;
+- file job: a visitor's 2,000-line file job (beam 4, read) runs while the visitor translates.
 It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an exception) and
 what the attackers got; then the server's resident memory and its upload folder's size before and after.
 
@@ -174,6 +180,61 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         body = json.dumps({"data": ["A man.", "greedy", 1, 8, reference]}).encode()
         return f"5 MB reference HTTP {post(http, url, 'call/translate', body).status_code}"
 
+    torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
+    server_files = ["/etc/passwd", "app.py", ".git/config", "/proc/self/status", "/dev/zero", str(torch_lib),
+                    "http://127.0.0.1:9/x"]  # fmt: skip
+    routes = [("call/translate_file", lambda v: {"data": [v, None, "greedy", 1, 1]}),
+              ("call/translate", lambda v: {"data": [v, "greedy", 1, 1, ""]}),
+              ("call/v2/translate_file", lambda v: {"source_file": v, "reference_file": None}),
+              ("queue/join", lambda v: {"data": [v, None, "greedy", 1, 1], "session_hash": "reader"})]  # fmt: skip
+
+    def server_file():
+        number = next(turn)
+        path, (route, body) = server_files[number % len(server_files)], routes[number // 7 % len(routes)]
+        value = {"path": path, "meta": {"_type": "gradio.FileData"}}
+        fn_index = number // 28 % 8
+        answer = post(http, url, route, json.dumps(body(value) | {"fn_index": fn_index}).encode())
+        return "read" if answer.status_code == 200 else one_line(answer)
+
+    def held_heartbeats():
+        opened = []
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        for number in range(1_000):
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+                connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                opened.append(connection)
+            except OSError:
+                break
+
+        def stop():
+            refused = 0
+            for connection in opened:
+                try:
+                    connection.settimeout(0.01)
+                    refused += connection.recv(12).startswith(b"HTTP/1.1 429")
+                except OSError:
+                    pass
+                connection.close()
+            return f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once"
+
+        return stop
+
+    stored = http.post(f"{url}gradio_api/upload", files={"files": ("r.txt", b"0123456789" * 10, "text/plain")}).json()
+
+    def odd_read():
+        if next(turn) % 2:
+            return one_line(http.get(f"{url}gradio_api/queue/data", params={"session_hash": f"nobody-{next(turn)}"}))
+        answer = http.get(f"{url}gradio_api/file={stored[0]}", headers={"Range": "bytes=0-0,5-9"})
+        return f"ranges HTTP {answer.status_code}"
+
+    def file_job():
+        from gradio_client import Client, handle_file
+
+        job = Client(url, verbose=False).submit(handle_file(source), None, "beam search", 4, 128,
+                                                api_name="/translate_file")  # fmt: skip
+        return lambda: "the file job came back" if job.result(timeout=600)[0] else "the file job failed"
+
     def slow_connections():
         opened = []
         for _ in range(args.slow):
@@ -259,6 +320,10 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         "slow connections": slow,
         "bad calls": lambda: looped(bad_call),
         "heavy": lambda: one_shot(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference),
+        "server files": lambda: looped(server_file),
+        "held heartbeats": held_heartbeats,
+        "odd reads": lambda: looped(odd_read),
+        "file job": file_job,
     }
 
 
@@ -316,7 +381,8 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
         server.terminate()
         server.wait(timeout=30)
     text = log.read_text()
-    return dict(rows=rows, memory=memory, tracebacks=text.count("Traceback"), descriptors=text.count("Too many open"))
+    return dict(rows=rows, memory=memory, tracebacks=text.count("Traceback"), descriptors=text.count("Too many open"),
+                log_bytes=len(text.encode()))  # fmt: skip
 
 
 def main():
@@ -356,7 +422,11 @@ def main():
         ["server", "RSS (MiB)", "upload folder (MB)"],
         [[when, f"{rss:,.0f}", f"{size:,.1f}"] for when, (rss, size) in result["memory"].items()],
     )
-    print(f"# server log: {result['tracebacks']} tracebacks, {result['descriptors']} 'Too many open files'")
+    print(
+        f"# server log: {result['log_bytes']:,} bytes, {result['tracebacks']} tracebacks, {result['descriptors']} "
+        "'Too many open files'"
+    )
+    print(f"# {harness.describe_machine(args.threads)}")
 
 
 if __name__ == "__main__":

@@ -564,6 +564,29 @@ def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
     assert result.path is not None
 
 
+def test_a_file_whose_beams_were_lowered_is_scored_against_its_reference(ours, tmp_path):
+    line = "A man in a blue jacket is repairing a bicycle on the street.\n"
+    source = write(tmp_path / "big.txt", line * 20)
+    reference = write(tmp_path / "big.de", "Ein Mann in einer blauen Jacke repariert ein Fahrrad.\n" * 20)
+    small = limits.Limits(file=limits.Budget(cpu_seconds=0.5, seconds=60))  # fewer beams, every line
+
+    result = translate_file(
+        source, reference, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path, limits=small
+    )
+
+    assert "instead of 8" in result.summary and "not every line was translated" not in result.summary
+    assert set(result.scores[ours.name]) == {"bleu", "chrf"}
+
+
+def test_the_preview_shows_latex_and_long_lines_as_bounded_text(ours, tmp_path):
+    source = write(tmp_path / "marks.txt", "A dog $$x^2$$ runs.\n" + "A cat sleeps " * 70_000 + "\n")  # 0.9 MB
+
+    result = translate_file(source, None, "greedy", 1, 5, ours=ours, comparisons=[], output_dir=tmp_path)
+
+    assert "\\$\\$x^2\\$\\$" in result.preview or "&#36;&#36;" in result.preview
+    assert len(result.preview) < 10 * files.PREVIEW_CELL_CHARS
+
+
 @pytest.mark.parametrize(
     "content, expected",
     [

@@ -388,21 +388,16 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     assert status == 413 and f"the limit here is {Limits().max_body_bytes:,}" in json.loads(answer)["error"]
 
 
-@pytest.mark.parametrize(
-    "where, expected",
-    [
-        ("a-folder", "is no longer on the server"),
-        ("missing.txt", "is no longer on the server"),
-    ],
-)
-def test_a_file_payload_that_is_no_upload_is_a_message(server, where, expected):
+@pytest.mark.parametrize("where", ["a-folder", "missing.txt"])
+def test_a_file_payload_that_is_no_upload_is_a_message(server, where):
     (server[2] / "a-folder").mkdir(exist_ok=True)
     before = server[1].read_text()
     payload = {"path": str(server[2] / where), "meta": {"_type": "gradio.FileData"}}
 
-    status, stream = raw_call(server[0], "translate_file", {"data": [payload, None, "greedy", 1, 8]})
+    status, answer = raw_call(server[0], "translate_file", {"data": [payload, None, "greedy", 1, 8]})
 
-    assert expected in completed(stream)[1] and no_traceback_since(server[1], before)
+    assert status == 422 and "must be a file uploaded to this server" in json.loads(answer)["error"]
+    assert no_traceback_since(server[1], before)
 
 
 @pytest.mark.parametrize(
@@ -411,8 +406,8 @@ def test_a_file_payload_that_is_no_upload_is_a_message(server, where, expected):
         (42, "must be null or the object /gradio_api/upload describes"),
         ("long.txt", "must be null or the object /gradio_api/upload describes"),
         ({"name": "x"}, "must be null or the object /gradio_api/upload describes"),
-        ({"path": "/etc/hostname"}, "The English file must be a file uploaded to this server"),
-        ({"path": "../../etc/hostname"}, "The English file must be a file uploaded to this server"),
+        ({"path": "/etc/hostname"}, "A file value must be a file uploaded to this server"),
+        ({"path": "../../etc/hostname"}, "A file value must be a file uploaded to this server"),
     ],
 )
 def test_a_file_payload_of_the_wrong_shape_or_place_is_a_message(server, payload, expected):
@@ -529,6 +524,100 @@ def test_a_call_the_page_has_no_event_for_is_one_line(server, route, body, expec
     message = json.loads(refusal.value.read())["error"]
     assert refusal.value.code in (404, 422) and expected in message and "\n" not in message
     assert no_traceback_since(server[1], before)
+
+
+# ----------------------------------------------------------------------------------- server files through file values
+
+
+def post(url: str, route: str, body: dict) -> tuple[int, str]:
+    """POST a JSON body to /gradio_api/<route>; (status, answer)."""
+    call = urllib.request.Request(
+        f"{url}gradio_api/{route}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(call, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def server_files(cache) -> list[str]:
+    """Paths a raw client may name to make the server read a file that is no upload: absolute and relative server
+    files, devices, a link in the upload folder that points out of it, a file in the upload folder over the cap."""
+    (cache / "link.txt").unlink(missing_ok=True)
+    (cache / "link.txt").symlink_to("/etc/hostname")
+    (cache / "huge.txt").write_text("A dog runs.\n" * (Limits().max_file_bytes // 12 + 1))
+    return [
+        "/etc/passwd", "app.py", ".git/config", "/proc/self/status", "/etc/hostname", "/dev/zero", "/dev/urandom",
+        str(cache / "link.txt"), str(cache / "huge.txt"), f"{cache}/../../../etc/hostname", "http://127.0.0.1:9/x",
+    ]  # fmt: skip
+
+
+def test_no_call_makes_the_server_read_a_file_that_is_no_upload_whatever_route_or_fn_index(server):
+    url, log, cache = server
+    before = log.read_text()
+    fn_indices = [None, *range(12)]
+    for path in server_files(cache):
+        value = {"path": path, "meta": {"_type": "gradio.FileData"}}
+        bodies = [  # the file value where a file goes, where a text goes, and deep inside another value
+            ("call/translate_file", {"data": [value, None, "greedy", 1, 1]}),
+            ("call/translate", {"data": [value, "greedy", 1, 1, ""]}),
+            ("call/translate", {"data": ["A dog.", "greedy", 1, 1, {"x": [value]}]}),
+            ("call/v2/translate_file", {"source_file": value, "reference_file": None}),
+            ("queue/join", {"data": [value, None, "greedy", 1, 1], "session_hash": "reader"}),
+            ("run/predict", {"data": [value, None, "greedy", 1, 1], "session_hash": "reader"}),  # the page's route
+        ]
+        for route, body in bodies:
+            for fn_index in fn_indices:
+                sent = dict(body, **({} if fn_index is None else {"fn_index": fn_index}))
+                status, answer = post(url, route, sent)
+                message = json.loads(answer)["error"]
+                assert status in (404, 422) and "\n" not in message, (path, route, fn_index, status, answer)
+    assert "Traceback" not in log.read_text()[len(before) :]
+    with urllib.request.urlopen(f"{url}config", timeout=30) as response:  # the server still answers
+        assert response.status == 200
+
+
+def test_a_call_whose_fn_index_names_another_event_than_its_path_is_refused(server, client):
+    index = next(number for number, info in enumerate(client.config["dependencies"]) if info["api_name"] == "translate")
+
+    status, answer = post(server[0], "call/translate_file", {"data": ["A dog.", "greedy", 1, 1, ""], "fn_index": index})
+
+    assert status == 422 and "another event" in json.loads(answer)["error"]
+
+
+def test_the_documented_v2_call_works_and_a_wrong_one_is_one_line(server):
+    with urllib.request.urlopen(f"{server[0]}gradio_api/info", timeout=30) as response:
+        snippet = json.load(response)["named_endpoints"]["/translate"]["code_snippets"]["bash"]
+    documented = json.loads(snippet.split("-d '", 1)[1].split("'", 1)[0])  # the body /gradio_api/info prints
+
+    status, answer = post(server[0], "call/v2/translate", documented)
+    with urllib.request.urlopen(f"{server[0]}gradio_api/call/translate/{json.loads(answer)['event_id']}") as stream:
+        translated = completed(stream.read().decode())[0]
+    wrong_status, wrong = post(server[0], "call/v2/translate", {"data": documented})
+
+    assert status == 200 and translated
+    assert wrong_status == 422 and "send its parameters by name: text, decoding" in json.loads(wrong)["error"]
+
+
+def test_an_unknown_sessions_stream_and_a_multi_range_download_are_one_line(server):
+    url, log, cache = server
+    before = log.read_text()
+    for _ in range(300):
+        with pytest.raises(urllib.error.HTTPError) as refusal:
+            urllib.request.urlopen(f"{url}gradio_api/queue/data?session_hash=nobody-{_}", timeout=30)
+        assert refusal.value.code == 404 and "\n" not in json.loads(refusal.value.read())["error"]
+    part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="r.txt"\r\n\r\n' + b"0123456789" * 10
+    upload = urllib.request.Request(
+        f"{url}gradio_api/upload", data=part + b"\r\n--B--\r\n",
+        headers={"Content-Type": "multipart/form-data; boundary=B"},
+    )  # fmt: skip
+    with urllib.request.urlopen(upload, timeout=30) as response:
+        [stored] = json.load(response)
+    ranged = urllib.request.Request(f"{url}gradio_api/file={stored}", headers={"Range": "bytes=0-0,5-9"})
+    with urllib.request.urlopen(ranged, timeout=30) as response:
+        assert response.status == 200 and response.read() == b"0123456789" * 10
+    assert len(log.read_text()) - len(before) < 2_000 and "Traceback" not in log.read_text()[len(before) :]
 
 
 # ------------------------------------------------------------------------------------------------ attacks, small scale
@@ -712,6 +801,78 @@ def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descrip
         process.wait(timeout=20)
     text = log.read_text()
     assert "Too many open files" not in text and "Traceback" not in text
+
+
+def test_a_thousand_unread_heartbeats_of_one_address_do_not_lock_out_a_visitor(model_dirs, tmp_path):
+    # Heartbeat responses never end: 1,000 of them held open would each be a request in progress, which the
+    # connection cap (1,000) never closes. The attacker is another loopback address (127.0.0.2) than the visitor.
+    port, log = free_port(), tmp_path / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
+    command += ["--port", str(port), "--backend", "torch"]
+    with open(log, "w") as output:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"))
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+    url, held = f"http://127.0.0.1:{port}/", []
+    try:
+        wait_until_up(url, process, log)
+        for number in range(1_000):
+            connection = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+            connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            held.append(connection)  # never read
+
+        status, stream = raw_call(url, "translate", {"data": ["A dog runs.", "greedy", 1, 10, ""]})
+
+        assert status == 200 and completed(stream)[0]
+        refused = 0
+        for connection in held[-100:]:  # the ones past the address's share were answered at once, in one line
+            connection.settimeout(30)
+            refused += connection.recv(4096).startswith(b"HTTP/1.1 429")
+        assert refused == 100
+    finally:
+        for connection in held:
+            connection.close()
+        process.terminate()
+        process.wait(timeout=20)
+    text = log.read_text()
+    assert "Traceback" not in text and len(text) < 20_000
+
+
+def upload_from(port: int, peer: str, forwarded_for: str | None, number: int) -> int:
+    """One small upload over a connection from `peer` (a loopback address), with an X-Forwarded-For header as a proxy
+    sends it; the status."""
+    part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="u.txt"\r\n\r\n'
+    body = part + f"A dog {number}.".encode() + b"\r\n--B--\r\n"
+    headers = "POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
+    headers += f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    headers += f"X-Forwarded-For: {forwarded_for}\r\n" if forwarded_for else ""
+    with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(peer, 0)) as connection:
+        connection.sendall(headers.encode() + b"\r\n" + body)
+        return int(connection.recv(64).split()[1])
+
+
+@pytest.mark.parametrize("on_a_space", [True, False])
+def test_visitors_behind_one_proxy_peer_have_their_own_quota_on_a_space(model_dirs, tmp_path, on_a_space):
+    # The Space's proxy connects from one address (here 127.0.0.2, not loopback's usual 127.0.0.1) and appends each
+    # visitor's address to X-Forwarded-For; what a visitor sent itself comes before it and is not taken for theirs.
+    port, log = free_port(), tmp_path / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
+    command += ["--port", str(port), "--backend", "torch"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"))
+    env.pop("TRANSFORMER_MT_TRUST_FORWARDED_FOR", None)
+    env.pop("SPACE_ID", None)
+    env.update({"SPACE_ID": "someone/transformer-en-de"} if on_a_space else {})
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+    quota = Limits().uploads_per_address
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/", process, log)
+        first = [upload_from(port, "127.0.0.2", f"198.51.100.{n}, 203.0.113.7", n) for n in range(quota + 1)]
+        second = upload_from(port, "127.0.0.2", "203.0.113.8", quota + 1)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert first[:quota] == [200] * quota and first[quota] == 429  # forged first hops do not make new visitors
+    assert second == (200 if on_a_space else 429)  # off a Space, one peer is one address
 
 
 def wait_until_up(url: str, process, log, timeout: float = 240) -> None:

@@ -170,6 +170,21 @@ def test_confidences_from_score_batch_are_the_torch_ones(which, wide_dir, marian
     assert any(t.hit_length_bound for t in translations if t)  # forced </s> left out on both sides
 
 
+def test_scoring_confidences_with_ctranslate2_asks_should_stop_between_batches(wide_dir):
+    # CTranslate2 has no decoder hook where another visitor's request could take the CPU: scoring a 2,000-line file
+    # must still hand it over between its batches, and stop there when told to.
+    model, tokenizer, decoder = loaded(wide_dir)
+    asked = []
+    try:
+        run = translate(model, tokenizer, ENGINE_SOURCES, DecodingSettings(num_beams=1, batch_size=2), backend=decoder)
+        scored = confidences(model, run.translations, batch_size=2, backend=decoder,
+                             should_stop=lambda: asked.append(1) or len(asked) > 1)  # fmt: skip
+    finally:
+        decoder.close()
+    assert len(asked) == 2  # before the first batch (go on), before the second (stop)
+    assert all(value is not None for value in scored[:2]) and all(value is None for value in scored[2:])
+
+
 def test_truncation_progress_should_stop_and_deadline_between_batches(wide_dir, tiny_tokenizer):
     model, tokenizer, decoder = loaded(wide_dir)
     long_sentence = " ".join(["A dog runs in the park."] * 40)

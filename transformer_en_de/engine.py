@@ -522,13 +522,15 @@ def translate(
 
 
 def confidences(
-    model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE, *, backend=None
+    model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE, *, backend=None,
+    should_stop=None,
 ) -> list:
     """Each translation's confidence: the geometric mean of the probabilities the model gives its own tokens, `</s>`
     included (a teacher-forced pass over the source and generated ids; None for a sentence not translated). The same
     measure for every model, from its own probabilities. A `</s>` the engine forced (at the length bound or the
     deadline) was not the model's choice and is left out. With a CTranslate2 `backend`, its `score_batch` computes
-    the same probabilities from the converted weights."""
+    the same probabilities from the converted weights. `should_stop()`, when given, is asked before each batch (as
+    `translate` asks it): a turn point for a caller that shares the CPU, and True to stop (the rest stay None)."""
     results: list[float | None] = [None] * len(translations)
 
     def chosen(item: Translation) -> int:
@@ -541,6 +543,8 @@ def confidences(
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(done), batch_size):
+            if should_stop is not None and should_stop():
+                break
             indices = done[start : start + batch_size]
             items = [translations[index] for index in indices]
             if backend is not None:

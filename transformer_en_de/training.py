@@ -115,7 +115,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
         scores = [None]
         if self.is_world_process_zero():
-            _, split_scores = score_model(self.model, self.processing_class, *self.validation)
+            _, split_scores = score_model(as_saved(self.model), self.processing_class, *self.validation)
             scores = [{name: split_scores[name] for name in ("bleu", "chrf", "num_sentences")}]
         if self.args.world_size > 1:
             broadcast_object_list(scores)
@@ -150,6 +150,19 @@ class TranslationTrainer(Seq2SeqTrainer):
         if len(missing) < len(load_result.missing_keys):
             self.model.tie_weights()
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+
+def as_saved(model):
+    """A copy of `model` as its checkpoint loads: the same weights, computed in float32.
+
+    With mixed precision, accelerate wraps the training model's forward in autocast; scored as it is, validation would
+    decode in bf16 where the machine has it natively (an AMX or AVX-512 BF16 CPU, a recent GPU) and give other scores
+    than the saved checkpoint gives a user. The validation curve chooses checkpoints and goes into the model card, so
+    it is the saved checkpoint's score."""
+    copy = type(model)(model.config).to(model.device)
+    copy.load_state_dict(model.state_dict())
+    copy.generation_config = model.generation_config
+    return copy.eval()
 
 
 def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:

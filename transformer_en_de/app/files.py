@@ -23,6 +23,7 @@ from .translation import NO_PRETRAINED, TRUST_PRETRAINED, budget_plan, run_syste
 from .translators import BackgroundTranslator, Translator
 
 FILE_TYPES = [".txt", ".en", ".de"]
+PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
 
 
 @dataclass
@@ -187,7 +188,8 @@ def translate_lines(lines, references, beams, tokens, notices, *, ours, comparis
             )
         notices += [f"{output.name}: {notice}" for notice in output.notices]
         row = {"System": output.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
-        if references is not None and not plan.cut and not output.run.stopped_early:
+        # Scored when every line was translated (a plan that only lowered the beams translated them all)
+        if references is not None and plan.num_sentences == len(sentences) and not output.run.stopped_early:
             row.update(corpus_scores(columns[output.name], references))
         rows.append(row)
     return columns | confidence, rows, notices
@@ -222,9 +224,14 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
     headers = ["Line", "English", *columns]
     rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
     table = ["| " + " | ".join(headers) + " |", "|---:|" + ":---|" * (len(headers) - 1)]
-    table += ["| " + " | ".join(as_text(cell) for cell in row) + " |" for row in rows]
+    table += ["| " + " | ".join(as_text(preview_cell(cell)) for cell in row) + " |" for row in rows]
     more = len([line for line in lines if line.strip()]) - len(shown)
     return "\n".join(table) + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
+
+
+def preview_cell(text: str, most: int = PREVIEW_CELL_CHARS) -> str:
+    """A cell of the preview: at most `most` characters (a line may be a megabyte long; the download has it whole)."""
+    return text if len(text) <= most else text[:most].rstrip() + " …"
 
 
 def safe_stem(stem: str) -> str:

@@ -25,15 +25,17 @@ from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager
 
 import gradio as gr
-from gradio.utils import get_upload_folder, is_in_or_equal
 
 from .limits import Limits
+from .uploads import file_values_problem
 
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
-_CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?:v2/)?(?P<api>[^/]+)/?")
+_CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<v2>v2/)?(?P<api>[^/]+)/?")
 _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
 _DEEP_LINK = "/gradio_api/deep_link"
+# Responses that stay open as long as their client likes: event streams, heartbeats, file downloads.
+_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file=.*)/?")
 COUNTED_GROUP = "translation"  # the concurrency group of the app's queued events
 MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
 # A refused body is read and dropped up to this size, so that the client gets the message; past it, the connection
@@ -54,6 +56,24 @@ class Gate:
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self.held: OrderedDict[str, tuple[str, bytes, float]] = OrderedDict()  # id → (path, body, time)
         self._held_bytes = 0
+        self._streams = Counter()  # address → responses open that stay open (`_STREAM`)
+
+    @contextmanager
+    def stream(self, address: str):
+        """Yields False, without counting, if `address` already has `streams_per_address` open; else counts one while
+        the block runs and yields True."""
+        with self._lock:
+            admitted = self._streams[address] < self.limits.streams_per_address
+            if admitted:
+                self._streams[address] += 1
+        try:
+            yield admitted
+        finally:
+            if admitted:
+                with self._lock:
+                    self._streams[address] -= 1
+                    if not self._streams[address]:
+                        del self._streams[address]
 
     def admit_session(self, session: str | None, counted: bool = True) -> str:
         """Empty if a call of `session` may enter Gradio's queue, else the one-line reason; a `counted` call counts
@@ -68,12 +88,14 @@ class Gate:
                 if self._tokens < 1:
                     return "Too many new visitors at once; this call was not started. Try again in a few seconds."
                 self._tokens -= 1
-            if session is None or not counted:
+            if session is None:
                 return ""
             self._known[session] = None
             self._known.move_to_end(session)
             while len(self._known) > 4 * limits.sessions_kept:
                 self._known.popitem(last=False)
+            if not counted:
+                return ""
             calls = self._calls.setdefault(session, deque())
             while calls and now - calls[0] > limits.file.seconds * 2:  # a call Gradio dropped unstarted
                 calls.popleft()
@@ -84,6 +106,11 @@ class Gate:
                 )
             calls.append(now)
         return ""
+
+    def knows(self, session: str) -> bool:
+        """Whether a call of `session` came through here lately (only such a session has an event stream to read)."""
+        with self._lock:
+            return session in self._known
 
     @contextmanager
     def serving(self, session: str | None):
@@ -151,15 +178,16 @@ class RequestGuard:
         path, method = scope["path"], scope["method"]
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
+        if method == "GET" and _STREAM.fullmatch(path):
+            with self.gate.stream(self.address(scope)) as admitted:
+                if not admitted:
+                    return await refuse(
+                        send, 429, f"This address has {self.gate.limits.streams_per_address} responses open (event "
+                        "streams, downloads), the most it may have at once; close one first.",
+                    )  # fmt: skip
+                return await self.read(scope, receive, send)
         if method == "GET":
-            stream = _CALL_STREAM.fullmatch(path)
-            if stream:
-                return await self.read_held_call(scope, receive, send, stream)
-            key = self.gate.readers.key(path, scope.get("query_string", b""))
-            if key is None:
-                return await self.app(scope, receive, send)
-            with self.gate.readers.reading(key):
-                return await self.app(scope, receive, send)
+            return await self.read(scope, receive, send)
         if method in ("HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
         if path.startswith(_UPLOAD) and self.uploads is not None:
@@ -185,11 +213,28 @@ class RequestGuard:
             call_id = self.gate.hold(path, body)
             return await answer(send, 200, {"event_id": call_id})
         if path.rstrip("/") == _JOIN:
-            function = called_function(self.demo, None, payload)
+            function = event_function(self.demo, None, payload.get("fn_index"))
             refused = self.gate.admit_session(payload.get("session_hash"), counted=counts(function))
             if refused:
                 return await refuse(send, 429, refused)
-        return await self.app(scope, replay(body, receive), send)
+        return await contained(self.app, scope, replay(body, receive), send)
+
+    async def read(self, scope, receive, send):
+        """A GET: a held raw call's results, an event stream (counted as read while open), or anything else."""
+        path = scope["path"]
+        stream = _CALL_STREAM.fullmatch(path)
+        if stream:
+            return await self.read_held_call(scope, receive, send, stream)
+        if path.startswith("/gradio_api/file=") and b"," in dict(scope["headers"]).get(b"range", b""):
+            # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
+            scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
+        key = self.gate.readers.key(path, scope.get("query_string", b""))
+        if key is None:
+            return await contained(self.app, scope, receive, send)
+        if not self.gate.knows(key):
+            return await refuse(send, 404, f"No call of session {key[:40]!r} came here lately: nothing to stream.")
+        with self.gate.readers.reading(key):
+            return await contained(self.app, scope, receive, send)
 
     async def read_held_call(self, scope, receive, send, stream):
         """Put a held raw call into Gradio's queue now that its results are read, and stream them."""
@@ -203,7 +248,7 @@ class RequestGuard:
             )
         path, body = held
         payload = json.loads(body)
-        session, function = payload.get("session_hash"), called_function(self.demo, stream["api"], payload)
+        session, function = payload.get("session_hash"), event_function(self.demo, stream["api"])
         refused = self.gate.admit_session(session, counted=counts(function))
         if refused:
             return await refuse(send, 429, refused)
@@ -220,7 +265,7 @@ class RequestGuard:
         get = dict(scope, path=route, raw_path=route.encode())
         # Without a session of its own, the call's session is its event id.
         with self.gate.readers.reading(session or event):
-            return await self.app(get, receive, send)
+            return await contained(self.app, get, receive, send)
 
     def _too_large(self, size: str) -> str:
         return (
@@ -229,7 +274,12 @@ class RequestGuard:
         )
 
     def check_call(self, path: str, body: bytes) -> tuple[int, str, dict]:
-        """(status, one-line message, payload): the message is "" if the body may go on to Gradio."""
+        """(status, one-line message, payload): the message is "" if the body may go on to Gradio.
+
+        The values are checked against the event Gradio will run: on `/call/` (and v2) the one its path names (a body
+        whose fn_index names another is refused); on `/run/`, `/api/` and `/queue/join` the body's fn_index, or
+        without one the path's name (the page itself sends `/run/predict` with an fn_index). File values are checked
+        wherever they are in the body (`uploads.file_values_problem`)."""
         call = _CALL.fullmatch(path)
         try:
             payload = json.loads(body) if body else None
@@ -241,19 +291,27 @@ class RequestGuard:
             return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}
         if depth(payload) > MAX_DEPTH:
             return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}
+        problem = file_values_problem(payload, self.gate.limits.max_file_bytes)
+        if problem:
+            return 422, problem, {}
         if call is None and path.rstrip("/") != _JOIN:
             return 0, "", {}
-        if not isinstance(payload, dict) or not isinstance(payload.get("data"), (list, dict)):
+        if not isinstance(payload, dict):
             return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
-        function = called_function(self.demo, call["api"] if call else None, payload)
+        fn_index = payload.get("fn_index")
+        by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
+        function = event_function(self.demo, call["api"]) if by_path else event_function(self.demo, None, fn_index)
         if function is None:
-            fn_index = payload.get("fn_index")
-            api = call["api"] if call and fn_index is None else None
-            names = ", ".join(sorted(f"/{fn.api_name}" for fn in self.demo.fns.values() if shown_in_api(fn)))
-            asked = f"/{api}" if api else f"fn_index {str(fn_index)[:20]}"
+            asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
+            names = ", ".join(f"/{name}" for name in api_names(self.demo))
             return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}
-        if isinstance(payload["data"], dict):  # v2: named values, checked by Gradio against the endpoint's names
-            return 0, "", payload
+        if by_path and fn_index is not None and event_function(self.demo, None, fn_index) is not function:
+            other = f"fn_index {fn_index!s:.20}"
+            return 422, f"This call names /{call['api']} in its path and another event ({other}): omit fn_index.", {}
+        if call and call["v2"]:  # v2: the endpoint's parameters by name, at the top level of the body
+            return 422 if (problem := check_named_values(self.demo, call["api"], payload)) else 0, problem, payload
+        if not isinstance(payload.get("data"), list):
+            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
         return 422 if (problem := check_values(function, payload["data"])) else 0, problem, payload
 
 
@@ -279,12 +337,6 @@ def shown_in_api(function) -> bool:
     return bool(function.api_name) and getattr(function, "api_visibility", "public") == "public"
 
 
-def called_function(demo, api_name: str | None, payload: dict):
-    """The event a call names: Gradio's rule is the body's fn_index where it has one, else the API name in the path."""
-    fn_index = payload.get("fn_index")
-    return event_function(demo, api_name if fn_index is None else None, fn_index)
-
-
 def event_function(demo, api_name: str | None, fn_index=None):
     """The page's event called by its API name, or without one by its index; None if it has no such event."""
     for number, function in demo.fns.items():
@@ -293,6 +345,25 @@ def event_function(demo, api_name: str | None, fn_index=None):
         ):
             return function
     return None
+
+
+def api_names(demo) -> list[str]:
+    """The page's public API endpoints, as `/gradio_api/info` lists them."""
+    return sorted(name.lstrip("/") for name in demo.get_api_info()["named_endpoints"])
+
+
+def check_named_values(demo, api_name: str, payload: dict) -> str:
+    """A one-line message if a v2 call's body (the endpoint's parameters by name, as `/gradio_api/info` documents them)
+    names a parameter the endpoint does not have or leaves out one without a default."""
+    parameters = demo.get_api_info()["named_endpoints"].get(f"/{api_name}", {}).get("parameters", [])
+    names = [parameter["parameter_name"] for parameter in parameters]
+    unknown = [name for name in payload if name not in names and name not in ("session_hash", "oauth_token")]
+    needed = [parameter["parameter_name"] for parameter in parameters if not parameter.get("parameter_has_default")]
+    missing = [name for name in needed if name not in payload]
+    if unknown or missing:
+        wrong = f"has no parameter {unknown[0][:40]!r}" if unknown else f"needs {missing[0]!r}"
+        return f"/call/v2/{api_name} {wrong}; send its parameters by name: {', '.join(names)}."
+    return ""
 
 
 def check_values(function, values: list) -> str:
@@ -313,26 +384,22 @@ def check_values(function, values: list) -> str:
                 return (
                     f"/{function.api_name} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
                 )
-    return check_files(blocks, values)
+    return check_file_shapes(blocks, values)
 
 
-def check_files(blocks, values) -> str:
-    """A one-line message if a file input's value is not what an upload returns (`null`, or an object whose "path" is
-    a string); Gradio would fail on it with a traceback."""
+def check_file_shapes(blocks, values) -> str:
+    """A one-line message if a file input's value is not shaped as an upload's (`null`, or an object whose "path" is a
+    string); Gradio would fail on it with a traceback. Where the path points is checked for every value of every call
+    (`uploads.file_values_problem`)."""
     for block, value in zip(blocks, values, strict=True):
-        if getattr(block, "data_model", None) is None or type(block).__name__ not in ("File", "UploadButton"):
+        if value is None or type(block).__name__ not in ("File", "UploadButton"):
             continue
-        label = getattr(block, "label", None) or "file"
-        if value is None:
-            continue
-        path = value.get("path") if isinstance(value, dict) else None
-        if not isinstance(path, str):
+        if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
+            label = getattr(block, "label", None) or "file"
             return (
                 f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
                 '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
             )
-        if "\x00" in path or not is_in_or_equal(path, get_upload_folder()):
-            return f"The {label} must be a file uploaded to this server (through /gradio_api/upload)."
     return ""
 
 
@@ -368,6 +435,25 @@ class RecordedAnswer:
     @property
     def body(self) -> bytes:
         return b"".join(self.parts)
+
+
+async def contained(app, scope, receive, send) -> None:
+    """Run the wrapped app; a failure inside it (an unknown session's stream, a malformed upload) is one log line and,
+    when nothing was answered yet, one line to the client (500), not a traceback in the log."""
+    started = False
+
+    async def tracked(message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, tracked)
+    except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
+        where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
+        print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)
+        if not started:
+            await refuse(send, 500, "The server could not answer this request.")
 
 
 async def call_inner(app, scope, body: bytes) -> tuple[int, object]:

@@ -95,6 +95,9 @@ class Limits:
     header_seconds: float = 10.0
     keep_alive_seconds: float = 5.0
     max_header_bytes: int = 16_384
+    # Responses that stay open (event streams, heartbeats, file downloads) per address at once (guard.py): a page holds
+    # two or three; a client that opens them and never reads cannot hold the connection cap, whose closing spares them.
+    streams_per_address: int = 16
 
 
 @dataclass

@@ -119,6 +119,9 @@ def build_server(demo: gr.Blocks, *, front, limits, css: str, host: str, port: i
         backlog=BACKLOG,
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=2,  # event streams stay open as long as their pages: stop without waiting for them
+        # Who the client is behind a proxy is decided in one place, the HTTP front (`guard.scope_address`), by the
+        # operator's setting; uvicorn would otherwise rewrite the address from X-Forwarded-For for loopback peers.
+        proxy_headers=False,
     )
     return uvicorn.Server(config)
 

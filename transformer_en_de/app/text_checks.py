@@ -31,8 +31,9 @@ def as_text(value) -> str:
     return _MARKDOWN_MARK.sub(r"\\\g<0>", text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 
-# Markdown's backslash-escapable punctuation, "&" excepted (its entity is escaped above, before this runs).
-_MARKDOWN_MARK = re.compile(r"[\\`*_{}\[\]()#+\-.!|~:\"']")
+# Markdown's backslash-escapable punctuation, "&" excepted (its entity is escaped above, before this runs), and "$"
+# (a LaTeX delimiter where a Markdown component renders math).
+_MARKDOWN_MARK = re.compile(r"[\\`*_{}\[\]()#+\-.!|~:\"'$]")
 
 
 def check_text(text, what: str = "text") -> str:

@@ -121,8 +121,10 @@ def run_system(
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
-    if not scheduler.should_stop():  # a forward pass per batch, preemptible like decoding
-        output.confidences = confidences(translator.model, run.translations, settings.batch_size, backend=backend)
+    # A forward pass per batch; between batches (CTranslate2 has no decoder hook) the CPU goes to whoever comes first
+    output.confidences = confidences(
+        translator.model, run.translations, settings.batch_size, backend=backend, should_stop=scheduler.should_stop
+    )
     if translator.name == OURS_NAME:
         known = output.confidences + [None] * (len(sentences) - len(output.confidences))
         output.depth = check_depth(sentences, known)

@@ -7,10 +7,13 @@ would take its address past `uploads_per_address` files, or the server past `upl
 """
 
 import json
+import os
+import stat
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from gradio.utils import get_upload_folder, is_in_or_equal
 
@@ -18,6 +21,61 @@ from .limits import Limits
 
 # A multipart body holds the file and a few hundred bytes of framing; a body past the file cap and this is refused.
 FRAMING_BYTES = 16_000
+
+
+def stored_upload(path, max_bytes: int) -> str | None:
+    """The real path of `path` if it names a regular file of at most `max_bytes` inside Gradio's upload folder (after
+    every symbolic link and `..` is resolved), else None. Nothing is opened or read."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        return None
+    real = os.path.realpath(path)
+    if not is_in_or_equal(real, os.path.realpath(get_upload_folder())):
+        return None
+    try:
+        found = os.stat(real)
+    except OSError:
+        return None
+    return real if stat.S_ISREG(found.st_mode) and found.st_size <= max_bytes else None
+
+
+def is_file_value(value) -> bool:
+    """Whether Gradio would take `value` for a file (a FileData object, or the older bare {"path": ...})."""
+    if not isinstance(value, dict):
+        return False
+    meta = value.get("meta")
+    return "path" in value or "url" in value or (isinstance(meta, dict) and meta.get("_type") == "gradio.FileData")
+
+
+def file_values_problem(payload, max_bytes: int) -> str:
+    """One line if any file value anywhere in a call's values is not an upload stored here, else "".
+
+    Gradio copies every file value of a call into its cache before the callback runs, whatever the input it is sent
+    to (a text box too), and reads a path or fetches a URL to do it. Its own check that a path lies in the upload folder
+    is active only in an app started by `launch()`, and this app is mounted (`server.py`). So every value is walked
+    here, at the front, for every route: a file value must name, by its resolved real path, a regular file in the
+    upload folder of at most `max_bytes` (no device, pipe or other server file; no URL to fetch)."""
+    pending = [payload]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list):
+            pending += value
+        elif isinstance(value, dict):
+            if is_file_value(value):
+                problem = _file_value_problem(value, max_bytes)
+                if problem:
+                    return problem
+            pending += value.values()
+    return ""
+
+
+def _file_value_problem(value: dict, max_bytes: int) -> str:
+    path, url = value.get("path"), value.get("url")
+    if stored_upload(path, max_bytes) is None:
+        return "A file value must be a file uploaded to this server (through /gradio_api/upload)."
+    # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is accepted.
+    if url is not None and not (isinstance(url, str) and unquote(urlsplit(url).path).endswith(f"/file={path}")):
+        return "A file value's url must be the one this server gave its upload (or null): no other URL is fetched."
+    return ""
 
 
 class UploadQuota:
@@ -62,7 +120,7 @@ class UploadQuota:
 
     async def __call__(self, app, scope, receive, send, address: str):
         # The HTTP front's helpers (it imports this module's class lazily too).
-        from .guard import RecordedAnswer, drain, refuse
+        from .guard import RecordedAnswer, contained, drain, refuse
 
         length = dict(scope["headers"]).get(b"content-length", b"")
         if not length.isdigit():
@@ -78,7 +136,7 @@ class UploadQuota:
             self._reserved[address] = self._reserved.get(address, 0) + size
         answer = RecordedAnswer(forward=send)
         try:
-            await app(scope, receive, answer)
+            await contained(app, scope, receive, answer)
         finally:
             with self._lock:
                 self._reserved[address] -= size

@@ -1,18 +1,22 @@
-"""Beam search in which a finished sentence leaves the batch: the same search as `GenerationMixin._beam_search`.
+"""Beam search in which a finished sentence leaves the batch: the same search, and the same ids, as transformers'.
 
 transformers' beam search decodes every sentence of a batch until the last one is done. On a length-sorted corpus
 about a third of the sentence-steps belong to sentences already done (Multi30k test, batches of 32, beam 4). This
-loop runs the same algorithm, step for step, with transformers' own helpers for choosing and finishing beams, and
-calls the model's `forward` with transformers' cache at every step (so hooks, a compiled forward and the cache
-classes see every step), but a sentence leaves the batch as soon as it is done: four finished hypotheses
-(`early_stopping=True`), or no running beam that can still beat them; from then on transformers' loop no longer
-changes its hypotheses either. The cache drops the rows of the sentences that left. And the first step, where every
-beam of a sentence holds the same prompt, runs once per sentence and is repeated for its beams.
+loop runs the same algorithm, step for step and operation for operation (`advance`), and calls the model's `forward`
+with transformers' cache at every step (so hooks, a compiled forward and the cache classes see every step), but a
+sentence leaves the batch as soon as it is done: four finished hypotheses (`early_stopping=True`), or no running beam
+that can still beat them; from then on transformers' loop no longer changes its hypotheses either. The cache drops
+the rows of the sentences that left. And the first step, where every beam of a sentence holds the same prompt, runs
+once per sentence and is repeated for its beams.
 
 Only rows of the batch change, never the arithmetic of a row, so the generated ids are the same (the parity tests
-check `torch.equal`). Searches it does not cover (sampling, scores or attentions returned, several sequences per
-sentence, a cache of fixed size such as a static cache, logits processors or stopping criteria not known to treat
-each row on its own) stay with transformers.
+check `torch.equal`). It reaches transformers through public ground only: `generate()` prepares the inputs, the
+encoder output, the logits processors and the stopping criteria and hands them to this loop through its
+`custom_generate` argument (a callable runs as the decoding loop); the loop itself uses the model's forward, the
+cache classes, the processors and the criteria, none of transformers' private generation helpers, which change
+between releases. Searches it does not cover (sampling, scores returned, several sequences per sentence, a cache of
+fixed size such as a static cache; `search_runs_here`) stay with transformers' own loop; with logits processors or
+stopping criteria not known to treat each row on its own, every sentence stays until the last is done.
 
 This file imports only torch and transformers, so it travels with the model code to the Hub.
 """
@@ -20,14 +24,14 @@ This file imports only torch and transformers, so it travels with the model code
 import dataclasses
 
 import torch
+import transformers
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-from transformers.generation import logits_process
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation import GenerationMode
 from transformers.modeling_outputs import BaseModelOutput
 
 # Processors that treat each row (hypothesis) on its own: they give the same scores for a row in any batch.
 ROW_WISE_PROCESSORS = tuple(
-    getattr(logits_process, name)
+    getattr(transformers, name)
     for name in (
         "ForcedBOSTokenLogitsProcessor",
         "ForcedEOSTokenLogitsProcessor",
@@ -42,30 +46,37 @@ ROW_WISE_PROCESSORS = tuple(
         "SuppressTokensLogitsProcessor",
     )
 )
-ROW_WISE_CRITERIA = (EosTokenCriteria, MaxLengthCriteria)
+ROW_WISE_CRITERIA = (transformers.EosTokenCriteria, transformers.MaxLengthCriteria)
+# What a generate() call may pass for our search to run it: anything else (a cache of one's own, a decoder mask, an
+# assistant, a streamer, a decoding function) goes to transformers' loop.
+OTHER_LOOP_ARGUMENTS = (
+    "past_key_values", "cache", "decoder_attention_mask", "assistant_model", "streamer", "synced_gpus",
+    "custom_generate", "prefix_allowed_tokens_fn", "negative_prompt_ids", "stopping_criteria",
+)  # fmt: skip
 
 
-def compact_search_covers(
-    generation_config, logits_processor, stopping_criteria, synced_gpus: bool, model_kwargs: dict
-) -> bool:
-    """Whether `compact_beam_search` runs this search exactly; if not, transformers' `_beam_search` should."""
-    processors_known = all(
-        type(processor) in ROW_WISE_PROCESSORS or hasattr(processor, "select_sentences")
-        for processor in logits_processor
-    )
+def search_runs_here(generation_config, call_kwargs: dict) -> bool:
+    """Whether generate() should hand its decoding loop to `compact_beam_search` (through its public
+    `custom_generate` argument): a beam search, not sampled, one sequence per sentence returned as ids, with a cache
+    that grows with the search. `generation_config` is the call's (the model's, updated with the call's arguments)."""
     return (
-        processors_known
-        and all(type(criterion) in ROW_WISE_CRITERIA for criterion in stopping_criteria)
-        and not generation_config.do_sample
+        generation_config.get_generation_mode() == GenerationMode.BEAM_SEARCH
         and not generation_config.return_dict_in_generate
-        and not generation_config.low_memory
         and generation_config.num_return_sequences in (None, 1)
-        and not synced_gpus
-        and model_kwargs.get("use_cache", True)
-        and isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
-        and model_kwargs.get("decoder_attention_mask") is None
-        and grows_with_the_search(model_cache(model_kwargs))
+        and not getattr(generation_config, "low_memory", None)
+        and generation_config.use_cache
+        and generation_config.cache_implementation in (None, "dynamic")
+        and not any(call_kwargs.get(name) for name in OTHER_LOOP_ARGUMENTS)
     )
+
+
+def row_wise(logits_processor, stopping_criteria) -> bool:
+    """Whether every processor and criterion treats each row on its own (or narrows to a subset of the sentences,
+    `select_sentences`): then a finished sentence may leave the batch without changing the others' scores."""
+    processors = logits_processor
+    return all(
+        type(processor) in ROW_WISE_PROCESSORS or hasattr(processor, "select_sentences") for processor in processors
+    ) and all(type(criterion) in ROW_WISE_CRITERIA for criterion in stopping_criteria)
 
 
 def _select_processors(logits_processor, sentences: torch.Tensor):
@@ -184,62 +195,73 @@ class Beams:
         return Beams(*(getattr(self, field.name)[sentences] for field in dataclasses.fields(self)))
 
 
-def advance(model, beams: Beams, log_probs: torch.Tensor, stopping_criteria, settings: dict, cur_len: int):
-    """One step of transformers' beam search with its own helpers, from the log-probabilities of every beam's next
-    token (n, beams * vocab), beam scores added. Returns the beams after it and which sentences are done: nothing can
-    enter their finished hypotheses any more (the conditions of `_update_finished_beams`)."""
+def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """The rows `indices` (n, k) of each sentence's beams in `tensor` (n, beams, ...): (n, k, ...)."""
+    indices = indices.reshape(*indices.shape, *(1,) * (tensor.dim() - indices.dim()))
+    return torch.take_along_dim(tensor, indices, dim=1)
+
+
+def advance(beams: Beams, log_probs: torch.Tensor, stopping_criteria, settings: dict, cur_len: int):
+    """One step of transformers' beam search (`GenerationMixin._beam_search`, not sampled), from the log-probabilities
+    of every beam's next token (n, beams * vocab), beam scores added. Returns the beams after it and which sentences are
+    done: nothing can enter their finished hypotheses any more.
+
+    The same operations in the same order as transformers' loop (5.0 to 5.24 alike), so that ties and roundings fall
+    the same way: the ids are transformers' (the parity tests compare them with `torch.equal`).
+    """
     n, num_beams, beams_to_keep = log_probs.shape[0], settings["num_beams"], settings["beams_to_keep"]
     prompt_length, length_penalty = settings["decoder_prompt_len"], settings["length_penalty"]
-    topk_log_probs, topk_running_sequences, topk_running_beam_indices = model._get_top_k_continuations(
-        accumulated_log_probs=log_probs,
-        running_sequences=beams.running_sequences,
-        running_beam_indices=beams.running_beam_indices,
-        cur_len=cur_len,
-        decoder_prompt_len=prompt_length,
-        do_sample=False,
-        beams_to_keep=beams_to_keep,
-        num_beams=num_beams,
-        batch_size=n,
+    early_stopping, step = settings["early_stopping"], cur_len - prompt_length
+
+    # The best `beams_to_keep` continuations over all beams of a sentence: (1 + end tokens) * beams of them, so that
+    # `num_beams` can go on even if the others end here.
+    topk_log_probs, topk_indices = torch.topk(log_probs, k=beams_to_keep)  # (n, K)
+    vocab_size = log_probs.shape[-1] // num_beams
+    topk_beams = topk_indices // vocab_size  # which beam each continues
+    topk_sequences = gather_beams(beams.running_sequences, topk_beams)  # (n, K, max_length)
+    topk_sequences[:, :, cur_len] = topk_indices % vocab_size
+    topk_beam_indices = gather_beams(beams.running_beam_indices, topk_beams)
+    # Rows of the batch as generate() numbers them: sentence * beams + beam.
+    topk_beam_indices[:, :, step] = topk_beams + torch.arange(n, device=log_probs.device).view(-1, 1) * num_beams
+    hits = stopping_criteria(topk_sequences[:, :, : cur_len + 1].reshape(n * beams_to_keep, -1), None)
+    hits = hits.view(n, beams_to_keep)  # (n, K): the continuation ends here (end token or length)
+
+    # The running beams of the next step: the best continuations that did not end.
+    running_log_probs = topk_log_probs + hits.to(torch.float32) * -1.0e9
+    next_beams = torch.topk(running_log_probs, k=num_beams)[1]  # (n, beams)
+    running_sequences = gather_beams(topk_sequences, next_beams)
+    running_beam_scores = gather_beams(running_log_probs, next_beams)
+    running_beam_indices = gather_beams(topk_beam_indices, next_beams)
+
+    # The finished hypotheses: the best `num_beams` of those kept so far and those among the top `num_beams`
+    # continuations that ended now, scored with the length penalty.
+    just_finished = hits & settings["top_num_beam_mask"][None, :]
+    finished_scores = topk_log_probs / ((cur_len + 1 - prompt_length) ** length_penalty)
+    full = torch.all(beams.is_sent_finished, dim=-1, keepdim=True) & (early_stopping is True)
+    finished_scores += full.to(torch.float32) * -1.0e9
+    finished_scores += (~beams.is_early_stop_heuristic_unsatisfied).to(torch.float32) * -1.0e9
+    finished_scores += (~just_finished) * -1.0e9
+    merged_scores = torch.cat((beams.beam_scores, finished_scores), dim=1)
+    best = torch.topk(merged_scores, k=num_beams)[1]  # (n, beams)
+    sequences = gather_beams(torch.cat((beams.sequences, topk_sequences), dim=1), best)
+    beam_scores = gather_beams(merged_scores, best)
+    beam_indices = gather_beams(torch.cat((beams.beam_indices, topk_beam_indices), dim=1), best)
+    is_sent_finished = gather_beams(torch.cat((beams.is_sent_finished, just_finished), dim=1), best)
+
+    # Can the best running beam still beat the worst finished hypothesis? (transformers' heuristic: its score at the
+    # next length, or at the longest length with early_stopping="never" and a positive penalty.)
+    if early_stopping == "never" and length_penalty > 0.0:
+        best_length = settings["max_length"] - prompt_length
+    else:
+        best_length = cur_len + 1 - prompt_length
+    best_running = running_beam_scores[:, :1] / (best_length**length_penalty)
+    worst_finished = torch.where(is_sent_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
+    improvable = beams.is_early_stop_heuristic_unsatisfied & torch.any(
+        best_running > worst_finished, dim=-1, keepdim=True
     )
-    hits = stopping_criteria(topk_running_sequences[:, :, : cur_len + 1].reshape(n * beams_to_keep, -1), None)
-    hits = hits.view(n, beams_to_keep)
-    running_sequences, running_beam_scores, running_beam_indices = model._get_running_beams_for_next_iteration(
-        topk_log_probs=topk_log_probs,
-        topk_running_sequences=topk_running_sequences,
-        topk_running_beam_indices=topk_running_beam_indices,
-        next_token_hits_stopping_criteria=hits,
-        num_beams=num_beams,
-    )
-    sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
-        sequences=beams.sequences,
-        topk_running_sequences=topk_running_sequences,
-        beam_scores=beams.beam_scores,
-        topk_log_probs=topk_log_probs,
-        beam_indices=beams.beam_indices,
-        topk_running_beam_indices=topk_running_beam_indices,
-        is_early_stop_heuristic_unsatisfied=beams.is_early_stop_heuristic_unsatisfied,
-        is_sent_finished=beams.is_sent_finished,
-        next_token_hits_stopping_criteria=hits,
-        top_num_beam_mask=settings["top_num_beam_mask"],
-        num_beams=num_beams,
-        cur_len=cur_len,
-        decoder_prompt_len=prompt_length,
-        length_penalty=length_penalty,
-        early_stopping=settings["early_stopping"],
-    )
-    is_early_stop_heuristic_unsatisfied = model._check_early_stop_heuristic(
-        is_early_stop_heuristic_unsatisfied=beams.is_early_stop_heuristic_unsatisfied,
-        running_beam_scores=running_beam_scores,
-        beam_scores=beam_scores,
-        is_sent_finished=is_sent_finished,
-        cur_len=cur_len + 1,
-        max_length=settings["max_length"],
-        decoder_prompt_len=prompt_length,
-        early_stopping=settings["early_stopping"],
-        length_penalty=length_penalty,
-    )
-    done = ~is_early_stop_heuristic_unsatisfied[:, 0]
-    if settings["early_stopping"] is True:
+
+    done = ~improvable[:, 0]
+    if early_stopping is True:
         done = done | is_sent_finished.all(dim=-1)
     if bool(hits.all()):  # every candidate hit the length limit: the search ends for all
         done = torch.ones_like(done)
@@ -251,26 +273,41 @@ def advance(model, beams: Beams, log_probs: torch.Tensor, stopping_criteria, set
         beam_scores,
         beam_indices,
         is_sent_finished,
-        is_early_stop_heuristic_unsatisfied,
+        improvable,
     )
     return beams, done
 
 
-def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
-    """`GenerationMixin._beam_search` for an encoder-decoder whose finished sentences leave the batch.
+def special_tokens(generation_config) -> tuple[int | None, list[int] | None]:
+    """(padding id, end ids) as `generate()` uses them: the end token pads when no padding token is set."""
+    eos_token_id = generation_config.eos_token_id
+    if isinstance(eos_token_id, int):
+        eos_token_id = [eos_token_id]
+    eos_token_id = list(eos_token_id) if eos_token_id is not None else None
+    pad_token_id = generation_config.pad_token_id
+    if pad_token_id is None and eos_token_id:
+        pad_token_id = eos_token_id[0]
+    return pad_token_id, eos_token_id
+
+
+def compact_beam_search(
+    model, input_ids, logits_processor, stopping_criteria, generation_config, drop_finished: bool = True, **model_kwargs
+):
+    """transformers' beam search (not sampled) for an encoder-decoder, whose finished sentences leave the batch.
 
     input_ids: (batch * beams, prompt) decoder prompts; model_kwargs: what `generate()` prepared, with
-    `encoder_outputs` and `attention_mask` already repeated for the beams. Returns the best sequence per sentence,
-    (batch, prompt + new tokens), padded like transformers pads it.
+    `encoder_outputs` and `attention_mask` already repeated for the beams. With `drop_finished=False` every sentence
+    stays until the last is done, as in transformers' loop (for logits processors or stopping criteria that may read
+    the whole batch). Returns the best sequence per sentence, (batch, prompt + new tokens), padded like transformers
+    pads it.
     """
     num_beams = generation_config.num_beams
-    pad_token_id = generation_config._pad_token_tensor
-    eos_token_id = generation_config._eos_token_tensor
+    pad_token_id, eos_token_id = special_tokens(generation_config)
     rows, cur_len = input_ids.shape
     prompt_length, device = cur_len, input_ids.device
 
     # As in transformers: keep (1 + number of end tokens) * beams candidates, so that beams can always continue.
-    n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
+    n_eos_tokens = len(eos_token_id) if eos_token_id is not None else 0
     beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
     top_num_beam_mask = torch.zeros(beams_to_keep, dtype=torch.bool, device=device)
     top_num_beam_mask[:num_beams] = True
@@ -283,6 +320,7 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
         early_stopping=generation_config.early_stopping,
         max_length=generation_config.max_length,
     )
+    # transformers' fill value, precedence included: a padding id of 0 gives way to the end token.
     fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
     beams = Beams.start(input_ids, num_beams, generation_config.max_length, fill_value)
     # The results of the sentences that have left the batch, in batch order.
@@ -304,11 +342,13 @@ def compact_beam_search(model, input_ids, logits_processor, stopping_criteria, g
         for processor in processors:
             log_probs = processor(flat_running_sequences, log_probs)
         log_probs = log_probs.reshape(n, num_beams, -1).add_(beams.running_beam_scores[:, :, None])  # in place
-        beams, done = advance(model, beams, log_probs.reshape(n, -1), stopping_criteria, settings, cur_len)
+        beams, done = advance(beams, log_probs.reshape(n, -1), stopping_criteria, settings, cur_len)
         # The rows (of this step's batch) whose keys/values each running beam continues.
         beam_idx = beams.running_beam_indices[..., cur_len - prompt_length].reshape(-1).long()  # (n * beams,)
         cur_len += 1
 
+        if not drop_finished:
+            done = done if bool(done.all()) else torch.zeros_like(done)  # all leave together, at the end
         if bool(done.any()):
             final_sequences[sentences[done]] = beams.sequences[done, 0]
             final_beam_indices[sentences[done]] = beams.beam_indices[done, 0]

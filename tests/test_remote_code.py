@@ -97,19 +97,24 @@ def test_folder_loads_with_trust_remote_code_without_the_project_and_generates_t
     assert len({tuple(row) for row in report["ids"]}) > 1  # translations differ by source: a real comparison
 
 
-def test_remote_code_on_transformers_4_says_it_needs_5(tmp_path):
-    """transformers 4.x cannot be installed beside 5 here: the test makes the installed one report 4.57.0."""
+@pytest.mark.parametrize("version", ["4.57.0", "5.3.0"])
+def test_remote_code_on_a_release_below_the_range_says_which_it_needs(tmp_path, version):
+    """Older releases cannot be installed beside the pinned one here: the test makes the installed one report
+    `version` (tests/test_transformers_releases.py runs the real oldest release)."""
     folder = ROOT / "models" / "transformer-en-de"
     script = (
         "import sys, transformers\n"
-        "transformers.__version__ = '4.57.0'\n"
+        f"transformers.__version__ = {version!r}\n"
         f"sys.path.insert(0, {str(folder)!r})\n"
         "import configuration_transformer_mt\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0
-    assert "needs transformers>=5, but transformers 4.57.0 is installed" in result.stderr
-    assert "pip install -U 'transformers>=5'" in result.stderr
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == (
+        f"ImportError: This model's code needs transformers>=5.10.4,<6, but transformers {version} is installed: "
+        "run `pip install 'transformers>=5.10.4,<6'`."
+    )
 
 
 # Runs in the subprocess, from a copy of the shipped folder: what a Hub user can ask of transformers' generate().

@@ -19,7 +19,7 @@ CARD_TEMPLATE = """\
 # {{ model_name }}
 
 {{ article }} {{ direction }} ({{ pair }}) Transformer (Vaswani et al. 2017, "Attention Is All You Need") written from scratch in
-PyTorch and trained on {{ dataset_title ~ " only" if corpora|length <= 1 else dataset_title ~ " and the corpora below" }}. It loads with `transformers>=5` (custom code, `trust_remote_code=True`).
+PyTorch and trained on {{ dataset_title ~ " only" if corpora|length <= 1 else dataset_title ~ " and the corpora below" }}. It loads with `transformers>=5.10.4,<6` (custom code, `trust_remote_code=True`).
 
 | | |
 |---|---|
@@ -69,7 +69,7 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 `generate()` defaults to beam search ({{ decoding.num_beams }} beams, length penalty {{ decoding.length_penalty }}; the paper: 4 and 0.6) with each sentence bounded by its source
 length (`max_new_tokens_ratio`, `max_new_tokens_offset` in the generation config); pass `num_beams=1` for greedy.
-This needs `transformers>=5`. Version 5 has no `translation` pipeline (`pipeline("translation")` was removed): call
+This needs `transformers>=5.10.4,<6` (5.10.4, 5.15.1, 5.17.0, 5.20.2, 5.23.0 and 5.24.0 run; older releases stop at loading with one line naming the version). Version 5 has no `translation` pipeline (`pipeline("translation")` was removed): call
 `generate()` as above.
 
 ## Training

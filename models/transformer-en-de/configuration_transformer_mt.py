@@ -3,12 +3,14 @@
 import transformers
 from packaging.version import Version
 
-# Loading the model imports this file first. The code is written for transformers 5 (PreTrainedConfig,
-# transformers.initialization, EncoderDecoderCache only); on 4.x it would fail with an unrelated ImportError.
-if Version(transformers.__version__).major < 5:
+# Loading the model imports this file first. The code runs on the transformers releases below (the oldest one run,
+# tests/test_transformers_releases.py checks it in CI, up to the newest 5.x). Older 5.x releases load it but fail at
+# the first forward or give other translations with a static cache; 4.x lacks what it imports. One line instead.
+OLDEST_TRANSFORMERS = "5.10.4"
+if not Version(OLDEST_TRANSFORMERS) <= Version(transformers.__version__) < Version("6"):
     raise ImportError(
-        f"This model's code needs transformers>=5, but transformers {transformers.__version__} is installed: "
-        "run `pip install -U 'transformers>=5'`. (In v5 there is no translation pipeline: call model.generate().)"
+        f"This model's code needs transformers>={OLDEST_TRANSFORMERS},<6, but transformers {transformers.__version__} "
+        f"is installed: run `pip install 'transformers>={OLDEST_TRANSFORMERS},<6'`."
     )
 
 from transformers import PreTrainedConfig  # noqa: E402

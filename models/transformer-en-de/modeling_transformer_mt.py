@@ -16,7 +16,9 @@ This file imports only torch, transformers and its sibling files, so a saved mod
 loads with `trust_remote_code=True`.
 """
 
+import copy
 import dataclasses
+import inspect
 import math
 
 import torch
@@ -38,9 +40,14 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .beam_search import compact_beam_search, compact_search_covers
+try:
+    from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+except ImportError:  # transformers 5.0 and 5.1: the same decorator, before it moved and took its name
+    from transformers.utils.generic import OutputRecorder
+    from transformers.utils.generic import check_model_inputs as capture_outputs
+
+from .beam_search import compact_beam_search, grows_with_the_search, model_cache, row_wise, search_runs_here
 from .configuration_transformer_mt import TransformerMTConfig
 from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, generate_length_settings
 
@@ -48,6 +55,46 @@ from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, generate_length_setting
 # `cache` and pass it so from generate(). The model takes either (`deprecate_kwarg`) and answers in the output field
 # its transformers has.
 CACHE_FIELD = "cache" if "cache" in {field.name for field in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+# The keywords of transformers' mask functions changed within 5.x: `input_embeds` became `inputs_embeds` (5.2),
+# `cache_position` was required before it was dropped, `past_key_values` became `cache` (5.24), and the SDPA skips
+# became arguments (`allow_is_causal_skip`, `allow_is_bidirectional_skip`, 5.15). The masks are passed by the names
+# the installed release's signatures have.
+CAUSAL_MASK_PARAMETERS = inspect.signature(create_causal_mask).parameters
+BIDIRECTIONAL_MASK_PARAMETERS = inspect.signature(create_bidirectional_mask).parameters
+
+
+def attend_everywhere(batch_idx, head_idx, q_idx, kv_idx):
+    """A mask function that hides nothing. And-ed with a mask (releases without the `allow_is_*_skip` arguments), it
+    keeps transformers from leaving a mask out, which the eager path (attention weights asked for) needs."""
+    return kv_idx >= 0
+
+
+def _mask_arguments(parameters, hidden_states: torch.Tensor, keep: bool, skip_name: str) -> dict:
+    arguments = {"inputs_embeds" if "inputs_embeds" in parameters else "input_embeds": hidden_states}
+    if skip_name in parameters:
+        arguments[skip_name] = not keep
+    elif keep:
+        arguments["and_mask_function"] = attend_everywhere
+    return arguments
+
+
+def causal_mask(config, hidden_states, attention_mask, cache: Cache | None, past_length, keep: bool):
+    """The decoder's self-attention mask from `create_causal_mask` (None where SDPA may go without), any release."""
+    arguments = _mask_arguments(CAUSAL_MASK_PARAMETERS, hidden_states, keep, "allow_is_causal_skip")
+    arguments["cache" if "cache" in CAUSAL_MASK_PARAMETERS else "past_key_values"] = cache
+    if "cache_position" in CAUSAL_MASK_PARAMETERS:
+        arguments["cache_position"] = torch.arange(hidden_states.shape[1], device=hidden_states.device) + past_length
+    return create_causal_mask(config=config, attention_mask=attention_mask, **arguments)
+
+
+def bidirectional_mask(config, hidden_states, attention_mask, keep: bool, encoder_hidden_states=None):
+    """A padding mask from `create_bidirectional_mask` (encoder self-attention, or cross-attention), any release."""
+    arguments = _mask_arguments(BIDIRECTIONAL_MASK_PARAMETERS, hidden_states, keep, "allow_is_bidirectional_skip")
+    if encoder_hidden_states is not None:
+        arguments["encoder_hidden_states"] = encoder_hidden_states
+    return create_bidirectional_mask(config=config, attention_mask=attention_mask, **arguments)
 
 
 def _is_compiling() -> bool:
@@ -83,6 +130,10 @@ class SinusoidalPositionalEncoding(nn.Module):
                 f"({self.num_positions}). Truncate the input (tokenizer(..., truncation=True)) or generate fewer "
                 f"tokens (max_new_tokens)."
             )
+        if self.table.is_meta and not _is_compiling():
+            # from_pretrained of transformers 5.3 leaves this buffer on the meta device (`_init_weights` is not run on
+            # it): build it here, once.
+            self.table = sinusoidal_table(self.num_positions, self.d_model)
         if isinstance(offset, int):
             return self.table[offset : offset + length]
         return self.table[torch.arange(length, device=self.table.device) + offset]
@@ -119,7 +170,9 @@ def attention_function(implementation: str | None):
     """transformers' attention function for `config._attn_implementation`: the written-out one for eager (or None)."""
     if implementation in (None, "eager"):
         return eager_attention_forward
-    return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    return ALL_ATTENTION_FUNCTIONS.get(implementation, eager_attention_forward)  # before 5.2: a plain mapping
 
 
 def wants_attentions(config: TransformerMTConfig, kwargs: dict) -> bool:
@@ -394,12 +447,8 @@ class TransformerMTEncoder(TransformerMTPreTrainedModel):
         layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple. `attention_mask`: (B, S)
         with 1 for real tokens, or a 4D mask of one's own."""
         hidden_states = embed(self, input_ids, inputs_embeds)  # (B, S, d_model)
-        mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            allow_is_bidirectional_skip=not wants_attentions(self.config, kwargs),
-        )
+        keep_mask = wants_attentions(self.config, kwargs)  # eager attention: the mask may not be left out
+        mask = bidirectional_mask(self.config, hidden_states, attention_mask, keep=keep_mask)
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
         if self.final_norm is not None:
@@ -458,19 +507,12 @@ class TransformerMTDecoder(TransformerMTPreTrainedModel):
         if attention_mask is None and not _is_compiling():
             attention_mask = torch.ones(batch, past_length + query_length, device=hidden_states.device)
         keep_masks = wants_attentions(self.config, kwargs)  # eager attention: no mask may be left out
-        self_attn_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            cache=cache.self_attention_cache if cache is not None else None,
-            allow_is_causal_skip=not keep_masks,
+        self_attention_cache = cache.self_attention_cache if cache is not None else None
+        self_attn_mask = causal_mask(
+            self.config, hidden_states, attention_mask, self_attention_cache, past_length, keep=keep_masks
         )
-        cross_attn_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-            allow_is_bidirectional_skip=not keep_masks,
+        cross_attn_mask = bidirectional_mask(
+            self.config, hidden_states, encoder_attention_mask, keep_masks, encoder_hidden_states=encoder_hidden_states
         )
         for layer in self.layers:
             hidden_states = layer(
@@ -653,6 +695,27 @@ def set_translation_defaults(generation_config, config: TransformerMTConfig) -> 
     generation_config.pad_token_id = config.pad_token_id
 
 
+def decode_with_compact_beam_search(
+    model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
+) -> torch.LongTensor:
+    """The decoding loop generate() runs for our beam search (`custom_generate`): `compact_beam_search`, in which a
+    finished sentence leaves the batch when every processor and criterion treats each row on its own."""
+    for name in ("synced_gpus", "streamer"):  # what some releases pass every decoding loop; unused here
+        model_kwargs.pop(name, None)
+    encoder_outputs = model_kwargs.get("encoder_outputs")
+    if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
+        model_kwargs["encoder_outputs"] = BaseModelOutput(*encoder_outputs)
+    if not grows_with_the_search(model_cache(model_kwargs)) or generation_config.num_return_sequences not in (None, 1):
+        raise ValueError(
+            "This model's beam search needs transformers' dynamic cache and returns one sequence per sentence; for "
+            "anything else set `model.drop_finished_sentences = False` to decode with transformers' own beam search."
+        )
+    drop = row_wise(logits_processor, stopping_criteria)
+    return compact_beam_search(
+        model, input_ids, logits_processor, stopping_criteria, generation_config, drop_finished=drop, **model_kwargs
+    )
+
+
 class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, GenerationMixin):
     """The Transformer with its pre-softmax projection tied to the shared embedding; `generate()` translates."""
 
@@ -700,7 +763,8 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` with the per-sentence length bound of the generation config as its default.
+        """`GenerationMixin.generate` with the per-sentence length bound of the generation config as its default, and
+        beam search run by `compact_beam_search` (finished sentences leave the batch; transformers' ids).
 
         `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off.
         A length the caller passes (`max_new_tokens`, `max_length`, `min_new_tokens`, `min_length`) replaces the
@@ -711,22 +775,14 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         bound = generate_length_settings(config, kwargs, input_ids, self.config.pad_token_id)
         if bound is not None:
             logits_processor = LogitsProcessorList([*(logits_processor or []), bound])
+        if self.drop_finished_sentences and kwargs.get("custom_generate") is None:
+            call_config = copy.deepcopy(config)
+            call_config.update(**kwargs)  # what the call asks for, as generate() will see it
+            if search_runs_here(call_config, kwargs):
+                # generate()'s public hook for a decoding loop of one's own: it prepares everything, then calls it.
+                kwargs["custom_generate"] = decode_with_compact_beam_search
         return super().generate(
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
-        )
-
-    def _beam_search(
-        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
-    ):
-        """transformers' beam search, with each sentence leaving the batch once it is done (`beam_search.py`)."""
-        if self.drop_finished_sentences and compact_search_covers(
-            generation_config, logits_processor, stopping_criteria, synced_gpus, model_kwargs
-        ):
-            return compact_beam_search(
-                self, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
-            )
-        return super()._beam_search(
-            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=synced_gpus, **model_kwargs
         )
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:

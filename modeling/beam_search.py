@@ -64,7 +64,7 @@ def search_runs_here(generation_config, call_kwargs: dict) -> bool:
         and not generation_config.return_dict_in_generate
         and generation_config.num_return_sequences in (None, 1)
         and not getattr(generation_config, "low_memory", None)
-        and generation_config.use_cache
+        and generation_config.use_cache is not False  # None: the default, a cache
         and generation_config.cache_implementation in (None, "dynamic")
         and not any(call_kwargs.get(name) for name in OTHER_LOOP_ARGUMENTS)
     )

@@ -189,3 +189,24 @@ def test_the_hub_code_calls_no_private_torch_ops():
     code_files = sorted((ROOT / "models" / "transformer-en-de").glob("*.py")) + sorted((ROOT / "modeling").glob("*.py"))
     assert code_files
     assert not [path.name for path in code_files if "torch.ops" in path.read_text()]
+
+
+def test_the_shipped_defaults_decode_with_our_beam_search(monkeypatch):
+    """The shipped generation config leaves `use_cache` unset (None, generate()'s default: a cache): a plain
+    `generate()` still hands its loop to `compact_beam_search`, and its ids are transformers' own loop's."""
+    import modeling.modeling_transformer_mt as modeling_code
+
+    folder = ROOT / "models" / "transformer-en-de"
+    model = TransformerMTForConditionalGeneration.from_pretrained(folder).eval()
+    assert model.generation_config.use_cache is None and model.generation_config.num_beams > 1
+    calls = []
+    search = modeling_code.compact_beam_search
+    monkeypatch.setattr(modeling_code, "compact_beam_search", lambda *a, **k: calls.append(k) or search(*a, **k))
+    batch = {"input_ids": torch.tensor([[75, 391, 1163, 17, 2], [75, 2, 0, 0, 0]]),
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])}  # fmt: skip
+    with torch.inference_mode():
+        ours = model.generate(**batch)
+        model.drop_finished_sentences = False
+        theirs = model.generate(**batch)
+    assert len(calls) == 1 and calls[0]["drop_finished"] is True
+    assert torch.equal(ours, theirs)

@@ -101,7 +101,7 @@ def test_card_for_the_hub_names_the_repo_and_never_the_local_folder(tmp_path, ti
     assert str(tmp_path) not in saved
     assert card.data.datasets == ["bentrevett/multi30k"]
     assert "https://huggingface.co/datasets/bentrevett/multi30k" in saved
-    assert "`transformers>=5`" in saved and "no `translation` pipeline" in saved
+    assert "`transformers>=5.10.4,<6`" in saved and "no `translation` pipeline" in saved
     assert "@inproceedings{vaswani2017attention," in saved and "@inproceedings{elliott2016multi30k," in saved
 
 

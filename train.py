@@ -316,9 +316,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
     output_dir = Path(training_args.output_dir)
 
     # Loading the datasets
-    training_set, validation, test = training_data.load_splits(
-        data_args, training_args, tokenizer_args.tokenizer_train_samples
-    )
+    training_set, validation, test = training_data.load_splits(data_args, training_args, tokenizer_args)
 
     # Tokenizer: one process trains (or loads) it and saves it; the others wait, then load what it saved
     tag_token = data_args.tag_token if training_set.has_tagged else None

@@ -8,6 +8,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # CTranslate2 conversions of the tests' tiny models go to a folder of this run, not the user's cache.
 os.environ.setdefault("TRANSFORMER_MT_CTRANSLATE2_CACHE", tempfile.mkdtemp(prefix="ctranslate2-cache-"))
+# So do the training mixes that train.py keeps tokenized for a resumed run.
+os.environ.setdefault("TRANSFORMER_MT_CACHE", tempfile.mkdtemp(prefix="prepared-mix-cache-"))
 
 import shutil
 from pathlib import Path

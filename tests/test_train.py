@@ -24,7 +24,7 @@ from loopback_hub import LoopbackHub
 import train
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
-from transformer_en_de import precision
+from transformer_en_de import precision, training_data
 from transformer_en_de.engine import translate
 from transformer_en_de.evaluation import read_eval_results
 from transformer_en_de.training import resolve_resume
@@ -481,6 +481,27 @@ def test_mix_has_the_weighted_counts(mixed_corpus):
     assert all((source in synthetic_sources) == tag for source, tag in zip(pairs.sources, pairs.tagged, strict=True))
     assert len(set(source for source, tag in zip(pairs.sources, pairs.tagged, strict=True) if tag)) == 50
     assert [corpus.facts("<BT>")["pairs"] for corpus in pairs.corpora] == [200, 100]
+
+
+def test_a_resumed_run_reads_the_mix_its_first_start_tokenized(mixed_corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_MT_CACHE", str(tmp_path / "cache"))
+    folder, synthetic = mixed_corpus
+    flags = ["--data_dir", str(folder), "--output_dir", str(tmp_path / "out"), "--vocab_size", "400",
+             "--extra_train", f"{synthetic}:tagged", "--case_augmentation", "0.3"]  # fmt: skip
+    data_args, tokenizer_args, *_, training_args = train.parse_arguments(flags)
+    mix_tokenizer = training_data.mix_tokenizer_file(tokenizer_args, tmp_path / "out")
+
+    first = load_training_set(data_args, folder, training_args, 1000, mix_tokenizer)
+    tokenizer = prepare_tokenizer(tokenizer_args, tmp_path / "out", first.tokenizer_texts, 64, "<BT>")
+    tokenized = training_data.tokenize_training_set(tokenizer, first, data_args, training_args)
+    again = load_training_set(data_args, folder, training_args, 1000, mix_tokenizer)
+    (synthetic.with_suffix(".de")).write_text("Ein Hund.\n" * 100, encoding="utf-8")  # a corpus changed
+    changed = load_training_set(data_args, folder, training_args, 1000, mix_tokenizer)
+
+    assert first.prepared is None and again.prepared is not None and again.sources == []
+    assert again.prepared.to_dict() == tokenized.to_dict()
+    assert again.facts("<BT>") == first.facts("<BT>") and again.has_tagged
+    assert changed.prepared is None and len(changed.sources) == len(first.sources)
 
 
 def test_tag_is_one_special_token_on_synthetic_sources_only(mixed_corpus, tmp_path):

@@ -189,6 +189,34 @@ def test_a_request_follows_one_bounded_sentence_and_says_so(ours, marian):
     assert "triangle" in pictures[1 + 2 * 3]
 
 
+def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
+    """The layout is fixed before drawing (no layout engine measures the labels), so check what one would: everything
+    drawn (each panel with its tick labels, axis labels and title; the legend; the figure's title) lies inside its
+    figure, and no panel's labels run into another panel's heatmap."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    marian_view = inside.inside_view(
+        marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20)
+    )
+    long = inside.inside_view(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
+    for view in [*views, marian_view, long]:
+        figures = [inside.plot_positions(view)]
+        figures += [inside.plot_attention_heads(view, kind, 0, head) for kind in inside.KINDS for head in (None, 0)]
+        for figure in figures:
+            renderer = FigureCanvasAgg(figure).get_renderer()
+            figure.draw(renderer)
+            drawn = [axes.get_tightbbox(renderer) for axes in figure.axes]
+            drawn += [artist.get_window_extent(renderer) for artist in [*figure.texts, *figure.legends]]
+            inside_figure = figure.bbox.padded(1)
+            for box in drawn:
+                assert inside_figure.containsx(box.x0) and inside_figure.containsx(box.x1), (view["model"], box)
+                assert inside_figure.containsy(box.y0) and inside_figure.containsy(box.y1), (view["model"], box)
+            heatmaps = [axes for axes in figure.axes if axes.images and axes.get_label() != "<colorbar>"]
+            for axes in heatmaps:
+                labelled = axes.get_tightbbox(renderer)
+                assert not any(labelled.overlaps(other.get_window_extent()) for other in heatmaps if other is not axes)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("", "Type an English sentence"), ("\ud800", "lone surrogate"), (12, "must be a string")],

@@ -48,10 +48,12 @@ from .translators import BackgroundTranslator, Translator
 DECIMALS = 5  # of the weights and encodings returned: rows of attention still sum to 1 within 1e-3
 ALTERNATIVES = 3  # next pieces shown for each live beam
 KINDS = ("encoder_self", "decoder_self", "cross")
-# The work of an inside view against the engine's estimate of the same decoding: transformers' beam search (which
-# runs every beam to the end, where ours lets a finished sentence leave), the recording, and one teacher-forced pass
-# with the attention weights. Measured on the shipped model at about 1.3x; counted as 2x.
-WORK_FACTOR = 2.0
+# The work of an inside view against the engine's estimate of the same decoding, which the scheduler counts for a
+# translation: transformers' beam search (every beam runs to the end, where ours lets a finished sentence leave), the
+# recording, and one teacher-forced pass with the attention weights. `python -m benchmarks.inside_view` measures it
+# on the shipped model: about 1.3x the engine's own time for the sentence (at most 1.5x), and about half the
+# estimate, an upper bound; counted as 1.5x the estimate, so an inside view is never counted below a translation.
+WORK_FACTOR = 1.5
 
 # One line per picture: what the paper says it is, in a visitor's words.
 CAPTIONS = {
@@ -433,30 +435,68 @@ def format_pieces(view: dict) -> str:
     )
 
 
+# The pictures are laid out in inches before anything is drawn: matplotlib's layout engines measure every label of a
+# figure to place it, which took most of a picture's time (3-5 s for the tab's first pictures on one core).
+CELL = 0.17  # inches per token row or column: room for one 7-point label
+FONT = 7  # points, of the token labels
+MAX_WIDTH = 20.0  # inches of heatmap cells in one figure; more tokens get smaller cells (and labels)
+
+
+def label_inches(labels: list[str], fontsize: float) -> float:
+    """Room for the longest label, in inches: DejaVu Sans (matplotlib's font) averages about 0.6 em a character, and
+    0.7 leaves room for wide ones, so no label is measured."""
+    return 0.7 * fontsize / 72 * max((len(label) for label in labels), default=1)
+
+
+def title_inches(title: str) -> float:
+    """The width of a figure that holds its 10-point title on one line (about 0.6 em a character in running text),
+    with a margin on either side."""
+    return 0.2 + 0.6 * 10 / 72 * len(title)
+
+
+def cell_and_font(columns: int, rows: int) -> tuple[float, float]:
+    """(inches per cell, label points) for a grid of `columns` x `rows` cells: CELL, smaller past MAX_WIDTH."""
+    cell = min(CELL, MAX_WIDTH / max(columns, 1), MAX_WIDTH / max(rows, 1))
+    return cell, min(FONT, max(4.0, 0.8 * 72 * cell))
+
+
+def inches_to_figure(figure: Figure, left: float, bottom: float, width: float, height: float) -> list[float]:
+    """A box given in inches from the figure's lower left corner, as the fractions `add_axes` takes."""
+    figure_width, figure_height = figure.get_size_inches()
+    return [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height]
+
+
 def plot_positions(view: dict) -> Figure | None:
-    """The positional encoding over source positions x dimensions, and beneath it, per position, the length of the
-    scaled embedding and of the encoding that are added."""
+    """The positional encoding over source positions x dimensions and, on the same rows, the length of the scaled
+    embedding and of the encoding added at each position."""
     table = np.asarray(view.get("positional_encoding") or [])
     if not table.size:
         return None
-    labels = view["source_tokens"]
-    height = min(3.0 + 0.22 * len(labels), 9.0)
-    figure = Figure(figsize=(7.5, height + 2.2), dpi=100, layout="constrained")
-    top, bottom = figure.subplots(2, 1, height_ratios=[height, 2.2])
-    image = top.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-    top.set_yticks(range(len(labels)), [f"{n} {label}" for n, label in enumerate(labels)], fontsize=8)
-    top.set_xlabel(f"dimension (0 … {table.shape[1] - 1})")
-    top.set_ylabel("source position")
-    top.set_title(f"{view['model']}: positional encoding added at each position", fontsize=10)
-    figure.colorbar(image, ax=top, fraction=0.05, pad=0.02)
+    labels = [f"{n} {label}" for n, label in enumerate(view["source_tokens"])]
+    cell, font = cell_and_font(1, len(labels))
+    left, heat, bars, top, bottom = 0.4 + label_inches(labels, font), 5.0, 2.0, 0.75, 0.55
+    rows = cell * len(labels)
+    title = f"{view['model']}: positional encoding added at each position"
+    width = max(left + heat + 1.0 + bars + 0.35, title_inches(title))  # room for the last number under the bars
+    figure = Figure(figsize=(width, top + max(rows, 1.0) + bottom), dpi=100)
+    base = bottom + max(rows, 1.0) - rows  # a short sentence's rows sit under the title
+    axes = figure.add_axes(inches_to_figure(figure, left, base, heat, rows))
+    image = axes.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
+    axes.set_yticks(range(len(labels)), labels, fontsize=font)
+    axes.set_xlabel(f"dimension (0 … {table.shape[1] - 1})", fontsize=8)
+    axes.set_ylabel("source position", fontsize=8)
+    axes.tick_params(axis="x", labelsize=7)
+    figure.colorbar(image, cax=figure.add_axes(inches_to_figure(figure, left + heat + 0.1, base, 0.12, rows)))
+    lengths = figure.add_axes(inches_to_figure(figure, left + heat + 1.0, base, bars, rows), sharey=axes)
     positions = np.arange(len(labels))
-    bottom.bar(
-        positions - 0.2, view["embedding_norms"], width=0.4, label=f"embedding × √d_model ({view['embed_scale']:.1f})"
-    )
-    bottom.bar(positions + 0.2, view["positional_norms"], width=0.4, label="positional encoding")
-    bottom.set_xticks(positions, labels, rotation=90, fontsize=8)
-    bottom.set_ylabel("length (L2)")
-    bottom.legend(fontsize=8, loc="upper right")
+    scale = view["embed_scale"]
+    lengths.barh(positions - 0.2, view["embedding_norms"], height=0.4, label=f"embedding × √d_model ({scale:.1f})")
+    lengths.barh(positions + 0.2, view["positional_norms"], height=0.4, label="positional encoding")
+    lengths.tick_params(axis="y", labelleft=False)
+    lengths.tick_params(axis="x", labelsize=7)
+    lengths.set_xlabel("length (L2)", fontsize=8)
+    figure.legend(loc="upper right", fontsize=7, ncols=1, frameon=False)
+    figure.text(0.1 / width, 1 - 0.12 / figure.get_size_inches()[1], title, fontsize=10, va="top")
     return figure
 
 
@@ -480,8 +520,9 @@ def attention_axes(view: dict, kind: str) -> tuple[list[str], list[str], str, st
 
 
 def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure | None:
-    """One head's weights, or every head of the layer side by side: viridis from 0, queries along the bottom and the
-    pieces they read down the side (the Translate tab's heatmap)."""
+    """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
+    queries along the bottom and the pieces they read down the side (the Translate tab's heatmap); the side's labels
+    once per row of heads."""
     if view.get("message"):
         return None
     layer, head, layers, heads = chosen_layer_and_head(view, kind, layer, head)
@@ -490,24 +531,37 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
     matrices = [np.asarray(view["attention"][kind][layer][number]).T for number in shown]  # (keys, queries)
     columns = min(len(shown), 4)
     rows = math.ceil(len(shown) / columns)
-    size = 0.22 * max(len(queries), len(keys))
-    width = min(2.5 + columns * (1.2 + size), 16.0)
-    height = min(1.5 + rows * (1.2 + size), 16.0)
-    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    axes_grid = np.atleast_1d(figure.subplots(rows, columns, squeeze=False).ravel())
-    top = max(float(matrix.max()) for matrix in matrices)
-    for axes, number, matrix in zip(axes_grid, shown, matrices, strict=False):
-        image = axes.imshow(matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=top)
-        axes.set_xticks(range(len(queries)), queries, rotation=90, fontsize=7 if len(shown) > 1 else 8)
-        axes.set_yticks(range(len(keys)), keys, fontsize=7 if len(shown) > 1 else 8)
-        axes.set_title(f"head {number + 1}", fontsize=9)
-        axes.set_xlabel(xlabel, fontsize=8)
-        axes.set_ylabel(ylabel, fontsize=8)
-    for axes in axes_grid[len(shown) :]:
-        axes.set_visible(False)
+    cell, font = cell_and_font(columns * len(queries), rows * len(keys))
+    panel_width, panel_height, gap = cell * len(queries), cell * len(keys), 0.15
+    left = 0.4 + label_inches(keys, font)
+    under = 0.45 + label_inches(queries, font)  # each row's query labels and axis label
+    above = 0.25  # each panel's "head n"
+    panels = left + columns * panel_width + (columns - 1) * gap
+    height = 0.35 + rows * (above + panel_height + under)
     which = f"head {head + 1} of {heads}" if head is not None else f"all {heads} heads"
-    figure.suptitle(f"{view['model']}: {KIND_TITLES[kind]}, layer {layer + 1} of {layers}, {which}", fontsize=10)
-    figure.colorbar(image, ax=list(axes_grid[: len(shown)]), fraction=0.05, pad=0.02)
+    title = f"{view['model']}: {KIND_TITLES[kind]}, layer {layer + 1} of {layers}, {which}"
+    width = max(panels + 0.85, title_inches(title))  # the colour bar and its numbers right of the panels
+    figure = Figure(figsize=(width, height), dpi=100)
+    top = max(float(matrix.max()) for matrix in matrices)
+    for index, (number, matrix) in enumerate(zip(shown, matrices, strict=True)):
+        row, column = divmod(index, columns)
+        bottom = height - 0.35 - (row + 1) * (above + panel_height + under) + under
+        axes = figure.add_axes(
+            inches_to_figure(figure, left + column * (panel_width + gap), bottom, panel_width, panel_height)
+        )
+        image = axes.imshow(matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
+        axes.set_xticks(range(len(queries)), queries, rotation=90, fontsize=font)
+        axes.set_xlabel(xlabel, fontsize=8)
+        axes.set_title(f"head {number + 1}", fontsize=9, pad=3)
+        if column == 0:
+            axes.set_yticks(range(len(keys)), keys, fontsize=font)
+            axes.set_ylabel(ylabel, fontsize=8)
+        else:
+            axes.set_yticks([])
+        if index == 0:
+            bar = inches_to_figure(figure, panels + 0.1, bottom, 0.12, panel_height)
+    figure.colorbar(image, cax=figure.add_axes(bar))
+    figure.text(0.1 / width, 1 - 0.08 / height, title, fontsize=10, va="top")
     return figure
 
 

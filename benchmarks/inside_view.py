@@ -1,0 +1,110 @@
+"""What a visitor waits for on the Inside the Transformer tab, and the work it costs against the engine's estimate.
+
+The tab's two callbacks in turn, as the page calls them after "Look inside" (app.py: `inside`, then `draw_inside`),
+on the shipped model loaded as the app loads it (eager attention, the app's limits and scheduler), no comparison model:
+- compute: `inside_request`, the search traced through `generate()`, the teacher-forced pass with attention weights;
+- draw: `draw_inside` for the page's first choice (cross-attention, layer 1, all heads), each picture encoded as
+  Gradio sends it (`gr.Plot` encodes a figure when the update is made);
+- the view as JSON (what the hidden `gr.JSON` and the session state carry), and `draw_attention` alone (what a change
+  of kind, layer or head costs: decoder self-attention of one head, then every head of the last layer).
+The sentence is the README's 20-word one; medians of `--rounds` after one warm-up.
+
+Then the work factor (`inside.WORK_FACTOR`): on `--sentences` random test_2016_flickr sentences, the CPU seconds of
+`inside_request` divided by the engine's estimate it is admitted with (`Plan.cpu_seconds`, which the scheduler counts).
+
+    OMP_NUM_THREADS=1 taskset -c 1 python -m benchmarks.inside_view --threads 1 [--quick]
+"""
+
+import json
+import time
+
+from benchmarks import harness
+from transformer_en_de.app import inside
+from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.app.translation import budget_plan
+from transformer_en_de.app.translators import load_our_translator
+from transformer_en_de.engine import translate
+
+SENTENCE = "Two young women in colourful dresses are dancing on a wooden stage in front of a small crowd at night."
+
+
+def options(parser):
+    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds of the 20-word sentence")
+    parser.add_argument("--sentences", type=int, default=40, help="test sentences for the work factor")
+
+
+def timed(run) -> tuple[float, float, object]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = run()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def main() -> None:
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    rounds, count = (3, 8) if args.quick else (args.rounds, args.sentences)
+    print(harness.describe_machine(args.threads))
+    ours = load_our_translator(args.model, backend="torch")
+    ours.model.set_attn_implementation("eager")  # as the app does: SDPA returns no attention weights
+    limits = Limits()
+
+    def request(sentence: str) -> dict:
+        return inside.inside_request(
+            sentence, "beam search", ours.model.generation_config.num_beams, limits.max_new_tokens, ours=ours,
+            comparisons=[], scheduler=FairScheduler(), limits=limits,
+        )  # fmt: skip
+
+    steps = {
+        "compute (inside_request)": lambda: request(SENTENCE),
+        "draw the first choice (draw_inside)": lambda: inside.draw_inside(view, "cross", 1, 0, 1),
+        "the view as JSON": lambda: json.dumps(view),
+        "change: decoder self, layer 1, head 1": lambda: inside.draw_attention(view, "decoder_self", 1, 1, 1),
+        "change: encoder self, last layer, all heads": lambda: inside.draw_attention(view, "encoder_self", 99, 0, 1),
+    }
+    view = request(SENTENCE)
+    print(f"sentence: {len(SENTENCE.split())} words, {len(view['source_ids'])} source pieces, "
+          f"{len(view['target_ids'])} target pieces, {view['num_beams']} beams: {view['translation']}")  # fmt: skip
+    timings = {name: harness.Timings() for name in steps}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, run in steps.items():
+            wall, cpu, result = timed(run)
+            view = result if name.startswith("compute") else view
+            timings[name].wall.append(wall)
+            timings[name].cpu.append(cpu)
+    rows = [[name, harness.spread(t.wall[1:]), harness.spread(t.cpu[1:])] for name, t in timings.items()]
+    names = list(steps)
+    waited = [sum(timings[name].wall[i] for name in names[:3]) for i in range(1, rounds + 1)]
+    rows.append(["**a visitor waits (compute + draw + JSON)**", harness.spread(waited), ""])
+    print(f"\nThe 20-word sentence, {rounds} rounds (median [quartiles]):\n")
+    harness.print_table(["step", "wall s", "CPU s"], rows)
+
+    english, _ = harness.sample_sentences("test_2016_flickr", count)
+    against_engine, against_estimate = [], []
+    for sentence in english:
+        plan, settings = budget_plan(
+            ours, [sentence], ours.model.generation_config.num_beams, limits.max_new_tokens, limits.text,
+            scheduler=FairScheduler(), limits=limits, address=None,
+        )  # fmt: skip
+        _, engine, _ = timed(lambda s=sentence, d=settings: translate(ours.model, ours.tokenizer, [s], d))
+        _, seen, _ = timed(lambda sentence=sentence: request(sentence))
+        against_engine.append(seen / engine)
+        against_estimate.append(seen / plan.cpu_seconds)
+    print(f"\nWork of an inside request, {count} random test_2016_flickr sentences (CPU seconds of inside_request):")
+    harness.print_table(
+        ["divided by", "median", "90th percentile", "max"],
+        [[what, *(f"{value:.2f}" for value in quantiles(ratios))] for what, ratios in [
+            ("the engine's own translation of the sentence (torch backend)", against_engine),
+            ("the engine's estimate the request is admitted with (Plan.cpu_seconds)", against_estimate),
+        ]],
+    )  # fmt: skip
+    print(f"inside.WORK_FACTOR = {inside.WORK_FACTOR:g} (counted against the estimate)")
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    return harness.median(values), ordered[int(0.9 * (len(ordered) - 1))], ordered[-1]
+
+
+if __name__ == "__main__":
+    main()

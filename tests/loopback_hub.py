@@ -443,8 +443,8 @@ def _reply(
     for name, value in (headers or {}).items():
         request.send_header(name, value)
     request.end_headers()
-    if not head:
-        request.wfile.write(data)
+    if not head and request.command != "HEAD":  # a HEAD answer has no body, whatever its status (else the next
+        request.wfile.write(data)  # answer on the kept-alive connection starts with it: "illegal status line")
 
 
 def folder_files(folder: str | Path) -> dict[str, bytes]:

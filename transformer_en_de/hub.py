@@ -599,6 +599,7 @@ def load_listed_model(model_id: str, device: str | torch.device = "cpu", *, allo
             try:
                 configs = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
                                                  local_files_only=local_only))
+                check_code_origin(configs, name, hub_repo=True)  # before anything else of the repo is looked at
                 revision, safetensors, weights = _hub_weights(name, model_id, configs.name, local_only, allow_pickle)
                 if revision != configs.name:  # the conversion pull request's commit: its configs are the ones run
                     configs = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),

@@ -22,7 +22,8 @@ attackers stop. The attacks:
 - held heartbeats: 1,000 `GET /gradio_api/heartbeat/<id>` from 127.0.0.2, never read;
 - odd reads: streams of unknown sessions and file downloads with several ranges, 4 threads;
 - file job (run second, before the upload flood spends the address's upload quota): a visitor's 2,000-line file
-  job (beam 4, read) runs while the visitor translates.
+  job (beam 4, read) runs while the visitor translates, until the job has come back (its last part scores every
+  line's confidence).
 It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an exception) and
 what the attackers got; then the server's resident memory and its upload folder's size before and after.
 
@@ -223,9 +224,12 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
 
     stored = http.post(f"{url}gradio_api/upload", files={"files": ("r.txt", b"0123456789" * 10, "text/plain")}).json()
 
+    odd = iter(range(10**9))
+
     def odd_read():
-        if next(turn) % 2:
-            return one_line(http.get(f"{url}gradio_api/queue/data", params={"session_hash": f"nobody-{next(turn)}"}))
+        number = next(odd)
+        if number % 2:
+            return one_line(http.get(f"{url}gradio_api/queue/data", params={"session_hash": f"nobody-{number}"}))
         answer = http.get(f"{url}gradio_api/file={stored[0]}", headers={"Range": "bytes=0-0,5-9"})
         return f"ranges HTTP {answer.status_code}"
 
@@ -240,6 +244,7 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
             except Exception as error:  # the benchmark goes on to the next attack
                 return f"the file job failed ({type(error).__name__})"
 
+        stop.running = lambda: not job.done()  # the visitor keeps asking until the job's last line is scored
         return stop
 
     def slow_connections():
@@ -382,12 +387,18 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
             stop = start()
             time.sleep(0.5)
             latencies, failures = visit(ordinary, sentences[1 : args.ordinary + 1], args.pause)
+            running, deadline = getattr(stop, "running", lambda: False), time.monotonic() + 600
+            while running() and time.monotonic() < deadline:  # an attack that ends by itself: visit until it does
+                more, more_failures = visit(ordinary, sentences[1:2], args.pause)
+                latencies, failures = latencies + more, failures + more_failures
             rows.append((name, latencies, failures, stop()))
             memory[f"after {name}"] = (rss_mib(server.pid), folder_mb(uploads))
     finally:
         server.terminate()
         server.wait(timeout=30)
     text = log.read_text()
+    for part in text.split("Traceback")[1:]:  # what failed, to find it
+        print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
     return dict(rows=rows, memory=memory, tracebacks=text.count("Traceback"), descriptors=text.count("Too many open"),
                 log_bytes=len(text.encode()))  # fmt: skip
 

@@ -1,6 +1,7 @@
 """The real app server (`python app.py`, offline, three tiny models) called through gradio_client: every named
 endpoint, bad input answered in one line, the upload cap, one request per visitor, a closed client cancels."""
 
+import contextlib
 import csv
 import json
 import os
@@ -803,36 +804,48 @@ def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descrip
     assert "Too many open files" not in text and "Traceback" not in text
 
 
+@contextlib.contextmanager
+def app_process(model_dir, tmp_path, **env):
+    """`python app.py` (our model alone, PyTorch) on a free loopback port with `env` added; yields (port, log)."""
+    port, log = free_port(), tmp_path / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--comparison-models"]
+    command += ["--port", str(port), "--backend", "torch"]
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("SPACE_ID", "TRANSFORMER_MT_TRUST_FORWARDED_FOR")}  # fmt: skip
+    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"), **env)
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/", process, log)
+        yield port, log
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
 def test_a_thousand_unread_heartbeats_of_one_address_do_not_lock_out_a_visitor(model_dirs, tmp_path):
     # Heartbeat responses never end: 1,000 of them held open would each be a request in progress, which the
     # connection cap (1,000) never closes. The attacker is another loopback address (127.0.0.2) than the visitor.
-    port, log = free_port(), tmp_path / "app.log"
-    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
-    command += ["--port", str(port), "--backend", "torch"]
-    with open(log, "w") as output:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"))
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
-    url, held = f"http://127.0.0.1:{port}/", []
-    try:
-        wait_until_up(url, process, log)
-        for number in range(1_000):
-            connection = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
-            connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            held.append(connection)  # never read
+    held = []
+    with app_process(model_dirs[0], tmp_path) as (port, log):
+        try:
+            for number in range(1_000):
+                connection = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+                connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                held.append(connection)  # never read
 
-        status, stream = raw_call(url, "translate", {"data": ["A dog runs.", "greedy", 1, 10, ""]})
+            visitor = {"data": ["A dog runs.", "greedy", 1, 10, ""]}
+            status, stream = raw_call(f"http://127.0.0.1:{port}/", "translate", visitor)
 
-        assert status == 200 and completed(stream)[0]
-        refused = 0
-        for connection in held[-100:]:  # the ones past the address's share were answered at once, in one line
-            connection.settimeout(30)
-            refused += connection.recv(4096).startswith(b"HTTP/1.1 429")
-        assert refused == 100
-    finally:
-        for connection in held:
-            connection.close()
-        process.terminate()
-        process.wait(timeout=20)
+            assert status == 200 and completed(stream)[0]
+            refused = 0
+            for connection in held[-100:]:  # the ones past the address's share were answered at once, in one line
+                connection.settimeout(30)
+                refused += connection.recv(4096).startswith(b"HTTP/1.1 429")
+            assert refused == 100
+        finally:
+            for connection in held:
+                connection.close()
     text = log.read_text()
     assert "Traceback" not in text and len(text) < 20_000
 
@@ -854,23 +867,12 @@ def upload_from(port: int, peer: str, forwarded_for: str | None, number: int) ->
 def test_visitors_behind_one_proxy_peer_have_their_own_quota_on_a_space(model_dirs, tmp_path, on_a_space):
     # The Space's proxy connects from one address (here 127.0.0.2, not loopback's usual 127.0.0.1) and appends each
     # visitor's address to X-Forwarded-For; what a visitor sent itself comes before it and is not taken for theirs.
-    port, log = free_port(), tmp_path / "app.log"
-    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
-    command += ["--port", str(port), "--backend", "torch"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"))
-    env.pop("TRANSFORMER_MT_TRUST_FORWARDED_FOR", None)
-    env.pop("SPACE_ID", None)
-    env.update({"SPACE_ID": "someone/transformer-en-de"} if on_a_space else {})
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
     quota = Limits().uploads_per_address
-    try:
-        wait_until_up(f"http://127.0.0.1:{port}/", process, log)
+    with app_process(model_dirs[0], tmp_path, **({"SPACE_ID": "someone/transformer-en-de"} if on_a_space else {})) as (
+        port, _,
+    ):  # fmt: skip
         first = [upload_from(port, "127.0.0.2", f"198.51.100.{n}, 203.0.113.7", n) for n in range(quota + 1)]
         second = upload_from(port, "127.0.0.2", "203.0.113.8", quota + 1)
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
     assert first[:quota] == [200] * quota and first[quota] == 429  # forged first hops do not make new visitors
     assert second == (200 if on_a_space else 429)  # off a Space, one peer is one address
 

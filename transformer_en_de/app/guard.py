@@ -449,6 +449,8 @@ async def contained(app, scope, receive, send) -> None:
 
     try:
         await app(scope, receive, tracked)
+    except asyncio.CancelledError:
+        return  # the server is stopping and cancels the streams still open: nothing to answer, nothing to log
     except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
         where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
         print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)

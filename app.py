@@ -45,7 +45,6 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 import uvicorn  # noqa: E402
-from gradio.utils import get_upload_folder  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
@@ -60,6 +59,7 @@ from transformer_en_de.app.inside import (  # noqa: E402
     draw_inside,
     inside_request,
 )
+from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
@@ -300,7 +300,7 @@ class TranslationApp:
             result = translate_file(
                 uploaded_path(source_file, self.limits.max_file_bytes),
                 uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
-                output_dir=get_upload_folder(), progress=progress, **self.context(request), arrived=arrived,
+                output_dir=upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
 

@@ -35,7 +35,16 @@ from types import MappingProxyType
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from modeling.length_bound import SourceLengthBound, decoding_bound, force_eos, new_token_limits
+from modeling.length_bound import (
+    SourceLengthBound,
+    batch_new_tokens,
+    decoding_bound,
+    decoding_cap,
+    force_eos,
+    new_token_limits,
+    reached_limit,
+    tokens_before_eos,
+)
 
 from .casing import normalise_case
 
@@ -139,8 +148,7 @@ def max_source_tokens(model, tokenizer) -> int:
 
 def max_target_tokens(model) -> int:
     """New tokens the decoder can write: its positions, less the start token (unbounded if it has none)."""
-    positions = getattr(model.config, "max_position_embeddings", None)
-    return positions - 1 if positions else 1_000_000
+    return decoding_cap(getattr(model.config, "max_position_embeddings", None))
 
 
 def generation_config_for(model, settings: DecodingSettings):
@@ -159,20 +167,27 @@ def generation_config_for(model, settings: DecodingSettings):
         config.top_k = config.top_p = config.temperature = None  # sampling-only settings; transformers warns
     if config.num_beams == 1:  # greedy or sampling: beam-only settings do nothing, and transformers warns
         config.length_penalty, config.early_stopping = 1.0, False
-    saved_cap = getattr(model.generation_config, "max_new_tokens", None)
-    cap = settings.max_new_tokens or saved_cap or max_target_tokens(model)
-    config.max_new_tokens = min(cap, max_target_tokens(model))
+    config.max_new_tokens = model_bound(model, settings)[2]
     # The bound is applied by the engine itself (the same processor for every model): not by our generate() too.
     config.max_new_tokens_ratio = None
     return config
 
 
+def model_bound(model, settings: DecodingSettings) -> tuple[float, int, int]:
+    """(ratio, offset, cap) of the per-sentence bound for `model` (`length_bound.decoding_bound`)."""
+    return decoding_bound(
+        model.generation_config,
+        settings.max_new_tokens_ratio,
+        settings.max_new_tokens_offset,
+        settings.max_new_tokens,
+        getattr(model.config, "max_position_embeddings", None),
+    )
+
+
 def _resolve(model, settings: DecodingSettings) -> tuple[dict, object]:
     """(the decoding as a record, the generation config that does it): the settings, else the model's saved ones."""
     config = generation_config_for(model, settings)
-    ratio, offset = decoding_bound(
-        model.generation_config, settings.max_new_tokens_ratio, settings.max_new_tokens_offset
-    )  # the settings', else the model's saved ones, else the defaults
+    ratio, offset, _ = model_bound(model, settings)  # the settings', else the model's saved ones, else the defaults
     record = {
         "num_beams": config.num_beams,
         "length_penalty": config.length_penalty,
@@ -367,7 +382,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     if deadline is not None:
         processors.append(Deadline(deadline, eos_id))
     config = copy.copy(config)  # shallow: only the cap differs per batch
-    config.max_new_tokens = max(batch_limits)  # the batch ends with its longest allowed sentence
+    config.max_new_tokens = batch_new_tokens(batch_limits)
     output = model.generate(
         input_ids=sources.to(model.device),
         attention_mask=mask.to(model.device),
@@ -391,7 +406,7 @@ def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: l
         else 1.0,  # transformers' default too
         # CTranslate2 bounds a batch, not a sentence: the batch's longest limit, less the </s> the bound would force
         # (`_ctranslate2_generated` cuts each sentence at its own).
-        "max_decoding_length": max(max(batch_limits) - 1, 1),
+        "max_decoding_length": max(tokens_before_eos(batch_new_tokens(batch_limits)), 1),
         "min_decoding_length": 0,
         "max_input_length": 0,  # the plan has cut the sources already
         "return_end_token": True,
@@ -418,7 +433,7 @@ def _ctranslate2_generated(ids: list[int], limit: int, start_id: int, eos_id: in
     `SourceLengthBound` cuts: at most `limit - 1` tokens, then `</s>`."""
     ended = bool(ids) and ids[-1] == eos_id
     content = ids[:-1] if ended else ids
-    return [start_id, *content[: max(limit - 1, 0)], eos_id]
+    return [start_id, *content[: tokens_before_eos(limit)], eos_id]
 
 
 def _ctranslate2_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], backend):
@@ -487,7 +502,7 @@ def translate(
                     source_ids=list(plan.source_ids[index]),
                     generated_ids=ids,
                     source_truncated=truncated[index],
-                    hit_length_bound=not cut and len(ids) - 1 >= plan.limits[index],
+                    hit_length_bound=not cut and reached_limit(len(ids) - 1, plan.limits[index]),
                     case_normalised=plan.recased[index],
                     cut=cut,
                 )

@@ -334,10 +334,6 @@ def counts(function) -> bool:
     return function is not None and function.concurrency_id == COUNTED_GROUP
 
 
-def shown_in_api(function) -> bool:
-    return bool(function.api_name) and getattr(function, "api_visibility", "public") == "public"
-
-
 def event_function(demo, api_name: str | None, fn_index=None):
     """The page's event called by its API name, or without one by its index; None if it has no such event."""
     for number, function in page_events(demo).items():

@@ -90,11 +90,8 @@ def run_system(
     tokenized=None,
 ) -> SystemOutput:
     """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
-    the batch in progress ends and what was translated is kept.
-
-    Taking turns happens inside `generate()`: every decoder step of a model the app loaded calls
-    `scheduler.checkpoint()` (`FairScheduler.take_turns_at_each_decoder_step`), which may wait while another request
-    runs, or raise Cancelled (the page closed, nobody reads the results) or end the batch (the time limit)."""
+    the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at each decoder
+    step (`FairScheduler.take_turns_at_each_decoder_step`): this request may wait there, or stop (Cancelled)."""
     backend = getattr(translator, "backend", None)
     output = SystemOutput(
         name=translator.name,

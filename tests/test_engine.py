@@ -301,9 +301,9 @@ def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wi
     assert run.texts == translate(wide_model, tiny_tokenizer, kept, settings).texts
     with pytest.raises(ValueError, match="not these sentences"):
         translate(wide_model, tiny_tokenizer, SOURCES[1:], settings, tokenized=tokenized)
+    as_typed = tokenize(wide_model, tiny_tokenizer, ["A DOG RUNS."], DecodingSettings(normalise_case=False))
     with pytest.raises(ValueError, match="not these sentences"):  # tokenized with another casing
-        translate(wide_model, tiny_tokenizer, ["A DOG RUNS."], settings, tokenized=tokenize(
-            wide_model, tiny_tokenizer, ["A DOG RUNS."], DecodingSettings(normalise_case=False)))
+        translate(wide_model, tiny_tokenizer, ["A DOG RUNS."], settings, tokenized=as_typed)
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):

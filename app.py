@@ -45,7 +45,6 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 import uvicorn  # noqa: E402
-from gradio.utils import get_upload_folder  # noqa: E402
 
 from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
@@ -60,6 +59,7 @@ from transformer_en_de.app.inside import (  # noqa: E402
     draw_inside,
     inside_request,
 )
+from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
@@ -242,7 +242,7 @@ class TranslationApp:
             heavy_jobs_per_address=limits.heavy_jobs_per_address,
             ordinary_seconds=limits.ordinary_cpu_seconds,
         )
-        engine = dict(on_load=self.take_turns, backend=backend, int8=int8)
+        engine = dict(on_load=self.prepare_model, backend=backend, int8=int8)
         self.ours = load_our_translator(resolve_model(model_id), **engine)
         ids = parse_model_list(comparison_model_ids)
         self.comparisons = [
@@ -255,10 +255,10 @@ class TranslationApp:
         # and answers in one line, where Gradio's own check would log a traceback for each.
         self.compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs, preprocess=False)
 
-    def take_turns(self, model) -> None:
-        # Every decoder step is a point where the running request may hand the CPU to a waiting one. The decoder, not
-        # the whole model: generation loops may call it directly (ours does, in its compact beam search).
-        model.get_decoder().register_forward_pre_hook(lambda module, args: self.scheduler.checkpoint())
+    def prepare_model(self, model) -> None:
+        # Every decoder step becomes a point where the running request may hand the CPU to a waiting one or stop
+        # (cancelled): requests take turns inside generate(), not only between batches.
+        self.scheduler.take_turns_at_each_decoder_step(model)
         model.set_attn_implementation("eager")  # the heatmaps need attention weights, which SDPA does not return
 
     def context(self, request: gr.Request) -> dict:
@@ -280,6 +280,8 @@ class TranslationApp:
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
+        # Decoding takes turns on the CPU inside generate(): at each decoder step this request may wait for another
+        # one, or end (Cancelled: the page closed) - `FairScheduler.take_turns_at_each_decoder_step`, set at loading.
         with self.gate.serving(request.session_hash) as arrived:
             result = translate_text(
                 text, decoding, num_beams, max_new_tokens, reference, **self.context(request), arrived=arrived
@@ -300,7 +302,7 @@ class TranslationApp:
             result = translate_file(
                 uploaded_path(source_file, self.limits.max_file_bytes),
                 uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
-                output_dir=get_upload_folder(), progress=progress, **self.context(request), arrived=arrived,
+                output_dir=upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
 

@@ -125,6 +125,133 @@ def one_line(response) -> str:
     return f"HTTP {response.status_code}, {'one line' if ok else 'NOT one line'}"
 
 
+def one_shot(*targets):
+    """Each target once, in its own thread (a fixed burst, not a loop)."""
+    outcomes = Counter()
+
+    def run(target):
+        try:
+            outcomes[target()] += 1
+        except Exception as error:
+            outcomes[type(error).__name__] += 1
+
+    threads = [threading.Thread(target=run, args=(target,), daemon=True) for target in targets]
+    for thread in threads:
+        thread.start()
+
+    def stop():
+        for thread in threads:
+            thread.join(timeout=300)
+        return ", ".join(f"{count} {label}" for label, count in outcomes.most_common())
+
+    return stop
+
+
+def looped(once):
+    """`once` called in a loop by the attackers until stopped."""
+    attack = Attack(once).start()
+    return attack.stop
+
+
+def held_heartbeats(url: str):
+    """1,000 heartbeat streams of one address, opened and never read."""
+    opened = []
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    for number in range(1_000):
+        try:
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+            connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            opened.append(connection)
+        except OSError:
+            break
+
+    def stop():
+        refused = 0
+        for connection in opened:
+            try:
+                connection.settimeout(0.01)
+                refused += connection.recv(12).startswith(b"HTTP/1.1 429")
+            except OSError:
+                pass
+            connection.close()
+        return f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once"
+
+    return stop
+
+
+def file_job(url: str, source: Path):
+    """A visitor's file job through gradio_client, read at the end."""
+    from gradio_client import Client, handle_file
+
+    job = Client(url, verbose=False).submit(handle_file(source), None, "beam search", 4, 128,
+                                            api_name="/translate_file")  # fmt: skip
+
+    def stop():
+        try:
+            return "the file job came back" if job.result(timeout=600)[0] else "the file job came back empty"
+        except Exception as error:  # the benchmark goes on to the next attack
+            return f"the file job failed ({type(error).__name__})"
+
+    stop.running = lambda: not job.done()  # the visitor keeps asking until the job's last line is scored
+    return stop
+
+
+def file_visitor(url: str, source: Path):
+    from gradio_client import Client, handle_file
+
+    visitor = Client(url, verbose=False)
+    return visitor.submit(handle_file(source), None, "greedy", 1, 64, api_name="/translate_file")
+
+
+def eviction(url: str, source: Path, new_session):
+    """New sessions in a loop while a visitor's file job runs: the visitor's session must not be pushed out."""
+    job = file_visitor(url, source)
+    stop = looped(new_session)
+
+    def stop_and_check():
+        outcome = stop()
+        try:
+            path, summary, _ = job.result(timeout=300)
+            kept = "the visitor's file job came back" + ("" if path else f" without a file: {summary[:80]}")
+        except Exception as error:
+            kept = f"the visitor's file job was lost ({type(error).__name__})"
+        return f"{outcome}; {kept}"
+
+    return stop_and_check
+
+
+def slow_connections(url: str, count: int) -> list:
+    opened = []
+    for _ in range(count):
+        try:
+            connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5)
+            connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            opened.append(connection)
+        except OSError:
+            break
+    return opened
+
+
+def slow(url: str, count: int):
+    """Connections that never finish their request's headers."""
+    opened = slow_connections(url, count)
+
+    def stop():
+        alive = 0
+        for connection in opened:
+            try:
+                connection.settimeout(0.001)
+                alive += connection.recv(1) != b""
+            except TimeoutError:
+                alive += 1
+            except OSError:
+                pass
+            connection.close()
+        return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
+
+    return stop
+
+
 def attacks(http, url: str, scratch: Path, args) -> dict:
     """name → (start, stop): start the attack, stop it and return what the attackers got."""
 
@@ -198,30 +325,6 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         answer = post(http, url, route, json.dumps(body(value) | {"fn_index": fn_index}).encode())
         return "read" if answer.status_code == 200 else one_line(answer)
 
-    def held_heartbeats():
-        opened = []
-        port = int(url.rsplit(":", 1)[1].strip("/"))
-        for number in range(1_000):
-            try:
-                connection = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
-                connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                opened.append(connection)
-            except OSError:
-                break
-
-        def stop():
-            refused = 0
-            for connection in opened:
-                try:
-                    connection.settimeout(0.01)
-                    refused += connection.recv(12).startswith(b"HTTP/1.1 429")
-                except OSError:
-                    pass
-                connection.close()
-            return f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once"
-
-        return stop
-
     stored = http.post(f"{url}gradio_api/upload", files={"files": ("r.txt", b"0123456789" * 10, "text/plain")}).json()
 
     odd = iter(range(10**9))
@@ -233,108 +336,19 @@ def attacks(http, url: str, scratch: Path, args) -> dict:
         answer = http.get(f"{url}gradio_api/file={stored[0]}", headers={"Range": "bytes=0-0,5-9"})
         return f"ranges HTTP {answer.status_code}"
 
-    def file_job():
-        from gradio_client import Client, handle_file
-
-        job = Client(url, verbose=False).submit(handle_file(source), None, "beam search", 4, 128,
-                                                api_name="/translate_file")  # fmt: skip
-        def stop():
-            try:
-                return "the file job came back" if job.result(timeout=600)[0] else "the file job came back empty"
-            except Exception as error:  # the benchmark goes on to the next attack
-                return f"the file job failed ({type(error).__name__})"
-
-        stop.running = lambda: not job.done()  # the visitor keeps asking until the job's last line is scored
-        return stop
-
-    def slow_connections():
-        opened = []
-        for _ in range(args.slow):
-            try:
-                connection = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5)
-                connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                opened.append(connection)
-            except OSError:
-                break
-        return opened
-
-    def file_visitor():
-        from gradio_client import Client, handle_file
-
-        visitor = Client(url, verbose=False)
-        return visitor.submit(handle_file(source), None, "greedy", 1, 64, api_name="/translate_file")
-
-    def one_shot(*targets):
-        """Each target once, in its own thread (a fixed burst, not a loop)."""
-        outcomes = Counter()
-
-        def run(target):
-            try:
-                outcomes[target()] += 1
-            except Exception as error:
-                outcomes[type(error).__name__] += 1
-
-        threads = [threading.Thread(target=run, args=(target,), daemon=True) for target in targets]
-        for thread in threads:
-            thread.start()
-
-        def stop():
-            for thread in threads:
-                thread.join(timeout=300)
-            return ", ".join(f"{count} {label}" for label, count in outcomes.most_common())
-
-        return stop
-
-    def looped(once):
-        attack = Attack(once).start()
-        return attack.stop
-
-    def eviction():
-        job = file_visitor()
-        stop = looped(cheap_new_session)
-
-        def stop_and_check():
-            outcome = stop()
-            try:
-                path, summary, _ = job.result(timeout=300)
-                kept = "the visitor's file job came back" + ("" if path else f" without a file: {summary[:80]}")
-            except Exception as error:
-                kept = f"the visitor's file job was lost ({type(error).__name__})"
-            return f"{outcome}; {kept}"
-
-        return stop_and_check
-
-    def slow():
-        opened = slow_connections()
-
-        def stop():
-            alive = 0
-            for connection in opened:
-                try:
-                    connection.settimeout(0.001)
-                    alive += connection.recv(1) != b""
-                except TimeoutError:
-                    alive += 1
-                except OSError:
-                    pass
-                connection.close()
-            return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
-
-        return stop
-
     return {
         "none": lambda: lambda: "no attackers",
-        "file job": file_job,  # before the upload flood, which spends this address's upload quota
+        "file job": lambda: file_job(url, source),  # before the upload flood, which spends this address's upload quota
         "queue flood": lambda: looped(queue_flood),
-        "session eviction": eviction,
+        "session eviction": lambda: eviction(url, source, cheap_new_session),
         "starvation stream": lambda: looped(tiny_stream),
         "busy clients": lambda: looped(busy_client),
         "upload flood": lambda: looped(upload),
-        "slow connections": slow,
+        "slow connections": lambda: slow(url, args.slow),
         "bad calls": lambda: looped(bad_call),
         "heavy": lambda: one_shot(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference),
         "server files": lambda: looped(server_file),
-        "held heartbeats": held_heartbeats,
+        "held heartbeats": lambda: held_heartbeats(url),
         "odd reads": lambda: looped(odd_read),
     }
 

@@ -61,6 +61,10 @@ def test_every_system_translates_like_the_engine(ours, marian, t5, decoding, bea
 
     assert result.message == "" and len(result.sentences) == 3
     settings = DecodingSettings(num_beams=beams, max_new_tokens=12, batch_size=LIMITS.batch_size)
+    # One decoding plan: every system decodes from the request's one DecodingSettings, its beams in each config.
+    asked = result.outputs[0].run.plan.settings
+    assert asked == settings and all(output.run.plan.settings is asked for output in result.outputs)
+    assert [output.run.plan.generation_config.num_beams for output in result.outputs] == [beams] * 3
     for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
         expected = translate(translator.model, translator.tokenizer, result.sentences, settings).texts
         assert output.run.texts == expected

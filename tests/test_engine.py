@@ -17,8 +17,8 @@ from modeling.length_bound import SourceLengthBound, new_token_limits
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import engine
-from transformer_en_de.app.limits import Budget, Limits, plan_request
-from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
+from transformer_en_de.app.limits import Budget, Limits, plan_work
+from transformer_en_de.engine import DecodingSettings, plan_decoding, tokenize, translate
 from transformer_en_de.precision import int8_dynamic
 
 SOURCES = [english for english, _ in PAIRS] + [
@@ -274,28 +274,36 @@ def test_no_deadline_changes_nothing(wide_model, tiny_tokenizer):
 
 def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wide_model, tiny_tokenizer, monkeypatch):
     calls = []
-    tokenize = type(tiny_tokenizer).__call__
-    monkeypatch.setattr(type(tiny_tokenizer), "__call__", lambda *a, **k: calls.append(1) or tokenize(*a, **k))
-    plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, DecodingSettings(batch_size=4))
+    tokenize_call = type(tiny_tokenizer).__call__
+    monkeypatch.setattr(type(tiny_tokenizer), "__call__", lambda *a, **k: calls.append(1) or tokenize_call(*a, **k))
+    asked = DecodingSettings(batch_size=4)
+    tokenized = tokenize(wide_model, tiny_tokenizer, SOURCES, asked)
     assert len(calls) == 1  # every sentence tokenized once, in one call
+    plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, asked, tokenized=tokenized)
+    assert len(calls) == 1
     assert (plan.num_beams, plan.decoding["length_penalty"], plan.backend) == (4, 0.6, "PyTorch")
+    assert plan.num_beams == plan.generation_config.num_beams == plan.decoding["num_beams"]  # the config decides
     lengths = torch.tensor([len(ids) for ids in plan.source_ids])
     assert plan.decoding["max_new_tokens"] == 63  # the tiny model's 64 positions, less the start token
     assert list(plan.limits) == new_token_limits(lengths, 1.5, 10, 63).tolist()
     assert 63 in plan.limits and plan.truncated == [False] * len(SOURCES)
 
-    # A budget too small for 4 beams: the plan narrowed to fewer beams, then to the first sentences.
-    budget = plan_request(plan, Budget(cpu_seconds=0.1, seconds=10.0), Limits())
-    assert budget.cut and budget.decoding.num_beams == budget.num_beams == 1
-    assert len(budget.decoding) == budget.num_sentences < len(SOURCES)
-    assert budget.decoding.limits == plan.limits[: budget.num_sentences]
-    kept = list(budget.decoding.sentences)
-    calls.clear()
-    run = translate(wide_model, tiny_tokenizer, kept, plan=budget.decoding)
-    assert calls == [] and run.plan is budget.decoding  # run as planned: nothing tokenized again
-    assert run.texts == translate(wide_model, tiny_tokenizer, kept, DecodingSettings(num_beams=1, batch_size=4)).texts
-    with pytest.raises(ValueError, match="not the plan of these sentences"):
-        translate(wide_model, tiny_tokenizer, SOURCES, plan=budget.decoding)
+    # A budget too small for 4 beams: fewer beams, then only the first sentences; the settings narrowed once.
+    budget = plan_work(list(plan.limits), plan.num_beams, Budget(cpu_seconds=0.1, seconds=10.0), batch_size=4,
+                       cost=Limits().step_cost)  # fmt: skip
+    assert budget.cut and budget.num_beams == 1 and budget.num_sentences < len(SOURCES)
+    settings = DecodingSettings(num_beams=budget.num_beams, batch_size=4)
+    kept = SOURCES[: budget.num_sentences]
+    run = translate(wide_model, tiny_tokenizer, kept, settings, tokenized=tokenized)
+    assert len(calls) == 1  # decoded from the first tokenization
+    assert run.plan.settings is settings and run.plan.num_beams == 1 and run.plan.decoding["length_penalty"] == 1.0
+    assert run.plan.limits == plan.limits[: budget.num_sentences]
+    assert run.texts == translate(wide_model, tiny_tokenizer, kept, settings).texts
+    with pytest.raises(ValueError, match="not these sentences"):
+        translate(wide_model, tiny_tokenizer, SOURCES[1:], settings, tokenized=tokenized)
+    as_typed = tokenize(wide_model, tiny_tokenizer, ["A DOG RUNS."], DecodingSettings(normalise_case=False))
+    with pytest.raises(ValueError, match="not these sentences"):  # tokenized with another casing
+        translate(wide_model, tiny_tokenizer, ["A DOG RUNS."], settings, tokenized=as_typed)
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):

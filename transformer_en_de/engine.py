@@ -4,9 +4,10 @@ Every path that translates goes through `translate`: the app (each panel), compa
 average_checkpoints.py, the corpus translator and the benchmarks. So they cannot disagree, and the comparison with
 pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
 
-- One plan per request (`plan_decoding` -> `DecodingPlan`, made once): the settings resolved against the model's
-  saved ones, each sentence as the model reads it (tokenized once), its limit of new tokens, the backend. The app's
-  budget, its notices and the scores read the plan; `translate` runs it.
+- One `DecodingSettings` per request decides how every system decodes; for each model `plan_decoding` makes it a
+  `DecodingPlan` once: the settings resolved against the model's saved ones into its generation config, each sentence
+  as the model reads it (tokenized once: `tokenize`, reusable), its limit of new tokens, the backend. `translate` runs
+  the plan; notices and scores read it.
 - Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
 - Two backends decode a plan: the model itself (PyTorch, `backend=None`) or CTranslate2 (`backend=` a
@@ -29,13 +30,22 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from modeling.length_bound import SourceLengthBound, decoding_bound, force_eos, new_token_limits
+from modeling.length_bound import (
+    SourceLengthBound,
+    batch_new_tokens,
+    decoding_bound,
+    decoding_cap,
+    force_eos,
+    new_token_limits,
+    reached_limit,
+    tokens_before_eos,
+)
 
 from .casing import normalise_case
 
@@ -139,8 +149,7 @@ def max_source_tokens(model, tokenizer) -> int:
 
 def max_target_tokens(model) -> int:
     """New tokens the decoder can write: its positions, less the start token (unbounded if it has none)."""
-    positions = getattr(model.config, "max_position_embeddings", None)
-    return positions - 1 if positions else 1_000_000
+    return decoding_cap(getattr(model.config, "max_position_embeddings", None))
 
 
 def generation_config_for(model, settings: DecodingSettings):
@@ -159,105 +168,100 @@ def generation_config_for(model, settings: DecodingSettings):
         config.top_k = config.top_p = config.temperature = None  # sampling-only settings; transformers warns
     if config.num_beams == 1:  # greedy or sampling: beam-only settings do nothing, and transformers warns
         config.length_penalty, config.early_stopping = 1.0, False
-    saved_cap = getattr(model.generation_config, "max_new_tokens", None)
-    cap = settings.max_new_tokens or saved_cap or max_target_tokens(model)
-    config.max_new_tokens = min(cap, max_target_tokens(model))
+    config.max_new_tokens = model_bound(model, settings)[2]
     # The bound is applied by the engine itself (the same processor for every model): not by our generate() too.
     config.max_new_tokens_ratio = None
     return config
 
 
-def _resolve(model, settings: DecodingSettings) -> tuple[dict, object]:
-    """(the decoding as a record, the generation config that does it): the settings, else the model's saved ones."""
-    config = generation_config_for(model, settings)
-    ratio, offset = decoding_bound(
-        model.generation_config, settings.max_new_tokens_ratio, settings.max_new_tokens_offset
-    )  # the settings', else the model's saved ones, else the defaults
-    record = {
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
-        "do_sample": config.do_sample,
-        "top_k": config.top_k,
-        "top_p": config.top_p,
-        "temperature": config.temperature,
-        "max_new_tokens": config.max_new_tokens,
-        "max_new_tokens_ratio": ratio,
-        "max_new_tokens_offset": offset,
-        "normalise_case": settings.normalise_case,
-        "batch_size": settings.batch_size,
-    }
-    return record, config
+def model_bound(model, settings: DecodingSettings) -> tuple[float, int, int]:
+    """(ratio, offset, cap) of the per-sentence bound for `model` (`length_bound.decoding_bound`)."""
+    return decoding_bound(
+        model.generation_config,
+        settings.max_new_tokens_ratio,
+        settings.max_new_tokens_offset,
+        settings.max_new_tokens,
+        getattr(model.config, "max_position_embeddings", None),
+    )
+
+
+def decoding_record(config, settings: DecodingSettings, bound: tuple[float, int, int]) -> MappingProxyType:
+    """The decoding as a read-only record (what a score and a notice report), read from the generation config that
+    does it, and the bound (`model_bound`)."""
+    ratio, offset, _ = bound
+    return MappingProxyType(
+        {
+            "num_beams": config.num_beams,
+            "length_penalty": config.length_penalty,
+            "do_sample": config.do_sample,
+            "top_k": config.top_k,
+            "top_p": config.top_p,
+            "temperature": config.temperature,
+            "max_new_tokens": config.max_new_tokens,
+            "max_new_tokens_ratio": ratio,
+            "max_new_tokens_offset": offset,
+            "normalise_case": settings.normalise_case,
+            "batch_size": settings.batch_size,
+        }
+    )
 
 
 def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
     """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records):
     `DecodingPlan.decoding` without the sentences."""
-    return _resolve(model, settings)[0]
+    return dict(decoding_record(generation_config_for(model, settings), settings, model_bound(model, settings)))
 
 
 @dataclass(frozen=True)
-class DecodingPlan:
-    """One request, planned once: the resolved decoding, each sentence as the model reads it and its limit of new
-    tokens, and the backend that will decode it. The app's budget, its notices and the scores read this; `translate`
-    runs it. `narrowed` gives the plan with fewer beams or only the first sentences, without tokenizing again."""
+class Tokenized:
+    """Sentences as one model reads them, tokenized once: what a budget measures before the request's settings are
+    final, and what the engine then decodes without tokenizing again (`plan_decoding(..., tokenized=...)`)."""
 
-    settings: DecodingSettings  # as asked
-    decoding: MappingProxyType  # as resolved (`resolved_settings`): num_beams, length_penalty, ..., batch_size
     sentences: tuple[str, ...]  # as given
     sources: tuple[str, ...]  # as the model reads them: its task prefix, the casing applied
     recased: tuple[bool, ...]  # typed in capitals and read in sentence case
     source_ids: tuple[tuple[int, ...], ...]  # what the model reads (cut at `source_limit`), </s> included
     source_lengths: tuple[int, ...]  # tokens before the cut
     source_limit: int  # tokens the model reads
-    limits: tuple[int, ...]  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
-    backend: str  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
-    generation_config: object = field(repr=False, compare=False)  # the model's, with the decoding applied
 
     def __len__(self) -> int:
         return len(self.sentences)
 
     @property
-    def num_beams(self) -> int:
-        return self.decoding["num_beams"]
-
-    @property
     def truncated(self) -> list[bool]:
         return [length > self.source_limit for length in self.source_lengths]
 
+
+@dataclass(frozen=True)
+class DecodingPlan(Tokenized):
+    """One system's part of a request: its sentences as the model reads them (`Tokenized`), each sentence's limit of
+    new tokens, the generation config made from the request's `DecodingSettings` (the one place num_beams and the
+    rest become what `generate()` reads), and the backend that decodes. `translate` runs it; notices and scores read
+    it (`decoding`, a record of the config)."""
+
+    settings: DecodingSettings = DecodingSettings()  # as asked
+    limits: tuple[int, ...] = ()  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
+    backend: str = "PyTorch"  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
+    bound: tuple[float, int, int] = (0.0, 0, 0)  # (ratio, offset, cap): `model_bound`
+    generation_config: object = field(default=None, repr=False, compare=False)  # the model's, the settings applied
+
+    @property
+    def decoding(self) -> MappingProxyType:
+        """As resolved (`resolved_settings`): num_beams, length_penalty, ..., batch_size."""
+        return decoding_record(self.generation_config, self.settings, self.bound)
+
+    @property
+    def num_beams(self) -> int:
+        return self.generation_config.num_beams
+
     def bound_text(self) -> str:
         """The bound in words, for a notice: "1.5 × its source tokens + 10, at most 255"."""
-        return (
-            f"{self.decoding['max_new_tokens_ratio']:g} × its source tokens + {self.decoding['max_new_tokens_offset']}"
-            f", at most {self.decoding['max_new_tokens']}"
-        )
-
-    def narrowed(self, num_beams: int | None = None, count: int | None = None) -> "DecodingPlan":
-        """This plan with `num_beams` beams and/or only its first `count` sentences (what a budget keeps)."""
-        plan = self
-        if num_beams is not None and num_beams != self.num_beams:
-            settings = replace(self.settings, num_beams=num_beams)
-            config = copy.deepcopy(self.generation_config)
-            config.num_beams = num_beams
-            if num_beams == 1:
-                config.length_penalty, config.early_stopping = 1.0, False
-            decoding = dict(self.decoding, num_beams=num_beams, length_penalty=config.length_penalty)
-            plan = replace(plan, settings=settings, decoding=MappingProxyType(decoding), generation_config=config)
-        if count is not None and count < len(self):
-            plan = replace(
-                plan,
-                **{name: getattr(plan, name)[:count] for name in _PER_SENTENCE},
-            )
-        return plan
+        ratio, offset, cap = self.bound
+        return f"{ratio:g} × its source tokens + {offset}, at most {cap}"
 
 
-_PER_SENTENCE = ("sentences", "sources", "recased", "source_ids", "source_lengths", "limits")
-
-
-def plan_decoding(
-    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, backend=None
-) -> DecodingPlan:
-    """The plan of translating `sentences` with `model` (see `DecodingPlan`): each sentence tokenized once."""
-    decoding, config = _resolve(model, settings)
+def tokenize(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> Tokenized:
+    """`sentences` as `model` reads them (see `Tokenized`), in one call of the tokenizer."""
     sources, recased = model_sources(model, sentences, settings)
     limit = max_source_tokens(model, tokenizer)
     ids = encode(tokenizer, sources)["input_ids"] if sources else []
@@ -267,24 +271,46 @@ def plan_decoding(
         cut = encode(tokenizer, [sources[index] for index in long], truncation=True, max_length=limit)["input_ids"]
         for index, row in zip(long, cut, strict=True):
             ids[index] = row
-    limits = new_token_limits(
-        torch.tensor([min(length, limit) for length in lengths], dtype=torch.long),
-        decoding["max_new_tokens_ratio"],
-        decoding["max_new_tokens_offset"],
-        decoding["max_new_tokens"],
-    ).tolist() if sentences else []  # fmt: skip
-    return DecodingPlan(
-        settings=settings,
-        decoding=MappingProxyType(decoding),
+    return Tokenized(
         sentences=tuple(sentences),
         sources=tuple(sources),
         recased=tuple(recased),
         source_ids=tuple(tuple(row) for row in ids),
         source_lengths=tuple(lengths),
         source_limit=limit,
+    )
+
+
+def plan_decoding(
+    model,
+    tokenizer,
+    sentences: list[str],
+    settings: DecodingSettings = DecodingSettings(),
+    *,
+    backend=None,
+    tokenized: Tokenized | None = None,
+) -> DecodingPlan:
+    """The plan of translating `sentences` with `model` (see `DecodingPlan`). `tokenized`: these sentences (or more,
+    these first) tokenized earlier for this model with the same casing: read, not tokenized again."""
+    if tokenized is None:
+        tokenized = tokenize(model, tokenizer, sentences, settings)
+    elif list(tokenized.sentences[: len(sentences)]) != list(sentences) or tokenized.sources[: len(sentences)] != tuple(
+        model_sources(model, sentences, settings)[0]
+    ):
+        raise ValueError("plan_decoding: the sentences tokenized are not these sentences as this model reads them.")
+    count = len(sentences)
+    read = {name.name: getattr(tokenized, name.name) for name in fields(Tokenized)}
+    read = {name: value[:count] if isinstance(value, tuple) else value for name, value in read.items()}
+    bound = model_bound(model, settings)
+    lengths = [min(length, tokenized.source_limit) for length in read["source_lengths"]]
+    limits = new_token_limits(torch.tensor(lengths, dtype=torch.long), *bound).tolist() if lengths else []
+    return DecodingPlan(
+        **read,
+        settings=settings,
         limits=tuple(int(value) for value in limits),
         backend=backend_name(backend),
-        generation_config=config,
+        bound=bound,
+        generation_config=generation_config_for(model, settings),
     )
 
 
@@ -293,9 +319,11 @@ def backend_name(backend) -> str:
     return "PyTorch" if backend is None else backend.name
 
 
-def token_limits(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> list[int]:
+def token_limits(
+    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, tokenized=None
+) -> list[int]:
     """Each sentence's limit of new tokens as `translate` applies it (`DecodingPlan.limits`)."""
-    return list(plan_decoding(model, tokenizer, sentences, settings).limits)
+    return list(plan_decoding(model, tokenizer, sentences, settings, tokenized=tokenized).limits)
 
 
 class Deadline(LogitsProcessor):
@@ -367,7 +395,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     if deadline is not None:
         processors.append(Deadline(deadline, eos_id))
     config = copy.copy(config)  # shallow: only the cap differs per batch
-    config.max_new_tokens = max(batch_limits)  # the batch ends with its longest allowed sentence
+    config.max_new_tokens = batch_new_tokens(batch_limits)
     output = model.generate(
         input_ids=sources.to(model.device),
         attention_mask=mask.to(model.device),
@@ -391,7 +419,7 @@ def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: l
         else 1.0,  # transformers' default too
         # CTranslate2 bounds a batch, not a sentence: the batch's longest limit, less the </s> the bound would force
         # (`_ctranslate2_generated` cuts each sentence at its own).
-        "max_decoding_length": max(max(batch_limits) - 1, 1),
+        "max_decoding_length": max(tokens_before_eos(batch_new_tokens(batch_limits)), 1),
         "min_decoding_length": 0,
         "max_input_length": 0,  # the plan has cut the sources already
         "return_end_token": True,
@@ -418,7 +446,7 @@ def _ctranslate2_generated(ids: list[int], limit: int, start_id: int, eos_id: in
     `SourceLengthBound` cuts: at most `limit - 1` tokens, then `</s>`."""
     ended = bool(ids) and ids[-1] == eos_id
     content = ids[:-1] if ended else ids
-    return [start_id, *content[: max(limit - 1, 0)], eos_id]
+    return [start_id, *content[: tokens_before_eos(limit)], eos_id]
 
 
 def _ctranslate2_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], backend):
@@ -446,19 +474,16 @@ def translate(
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
     backend=None,
-    plan: DecodingPlan | None = None,
+    tokenized: Tokenized | None = None,
 ) -> TranslationRun:
     """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring).
 
     `backend`: None decodes with `model` itself; a `backends.CTranslate2Backend` (of this model) decodes with
     CTranslate2, planned, bounded and reported the same way (its deadline is checked between batches only).
-    `plan`: a `DecodingPlan` of these sentences made already (`plan_decoding`, perhaps `narrowed`): used as it is.
+    `tokenized`: these sentences (or more, these first) tokenized already for this model (`tokenize`): not again.
     """
     started = time.perf_counter()
-    if plan is None:
-        plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend)
-    elif list(plan.sentences) != list(sentences):
-        raise ValueError("translate: the plan given is not the plan of these sentences.")
+    plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend, tokenized=tokenized)
     if not plan.sentences:
         return TranslationRun([], 0.0, plan=plan)
     results: list[Translation | None] = [None] * len(plan)
@@ -487,7 +512,7 @@ def translate(
                     source_ids=list(plan.source_ids[index]),
                     generated_ids=ids,
                     source_truncated=truncated[index],
-                    hit_length_bound=not cut and len(ids) - 1 >= plan.limits[index],
+                    hit_length_bound=not cut and reached_limit(len(ids) - 1, plan.limits[index]),
                     case_normalised=plan.recased[index],
                     cut=cut,
                 )
@@ -622,6 +647,8 @@ __all__ = [
     "max_source_tokens",
     "model_sources",
     "plan_decoding",
+    "tokenize",
+    "Tokenized",
     "resolved_settings",
     "sentence_numbers",
     "token_limits",

@@ -8,7 +8,7 @@ loaders, each for text files (`--data_dir`) and for a `datasets` dataset (`--dat
   split cleaned lazily, in memory or streamed (`DatasetTrainingSet`);
 - `load_split`: a validation or test split as (sources, targets), every pair as it is, in file order.
 
-`data_args` below is train.py's `DataArguments` (the fields it reads are named where they are used).
+`DataArguments` and `TokenizerArguments` are train.py's data and tokenizer flags (`data_args` below).
 """
 
 import hashlib
@@ -25,6 +25,91 @@ from datasets import Dataset
 from tokenizer import load_tokenizer, train_tokenizer
 
 from . import data
+
+
+@dataclass
+class DataArguments:
+    data_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder with {split}.{lang} text files. Default: download Multi30k into a local cache."},
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A `datasets` dataset instead of text files: a Hub id (e.g. wmt14), a local folder of data files "
+            "(train.jsonl, validation.parquet, ...) or of save_to_disk. Rows {'translation': {lang: text}} or a column "
+            "per language."
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's configuration (de-en)."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream the training split of --dataset_name (tokenized on the fly, never held in memory); needs "
+            "--max_steps. Evaluation and checkpoints then default to every --save_steps steps."
+        },
+    )
+    source_lang: str = field(default="en", metadata={"help": "Source language suffix (de with --target_lang en)."})
+    target_lang: str = field(default="de", metadata={"help": "Target language suffix."})
+    train_split: str = field(default="train", metadata={"help": "The training split's name."})
+    validation_split: str | None = field(
+        default=None, metadata={"help": "Default: val (text files), validation (--dataset_name)."}
+    )
+    test_split: str | None = field(
+        default=None,
+        metadata={"help": "Scored once at the end; '' to skip. Default: test_2016_flickr (files), test (datasets)."},
+    )
+    max_source_length: int = field(default=128, metadata={"help": "Longer sources are truncated (tokens)."})
+    max_target_length: int = field(default=128, metadata={"help": "Longer targets are truncated (tokens)."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N pairs of each training corpus."}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    max_test_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    train_weight: float = field(
+        default=1.0, metadata={"help": "Times the main training split is seen per epoch (e.g. 2 with --extra_train)."}
+    )
+    extra_train: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "More training corpora, each PREFIX[:WEIGHT][:tagged]: the files PREFIX.{source_lang} and "
+            "PREFIX.{target_lang}, seen WEIGHT times per epoch (0.5: a random half), 'tagged' for synthetic sources "
+            "(back-translations), which get --tag_token in front."
+        },
+    )
+    tag_token: str = field(
+        default="<BT>", metadata={"help": "Reserved token in front of tagged sources (a special token, never split)."}
+    )
+    case_augmentation: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of training pairs added again with the source all upper-case or all lower-case and the "
+            "target as written, so that all-caps or lower-case input translates like normal text. E.g. 0.3."
+        },
+    )
+
+    def __post_init__(self):
+        # The split names of the two sources: Multi30k's files, and the Hub's convention.
+        if self.validation_split is None:
+            self.validation_split = "validation" if self.dataset_name else "val"
+        if self.test_split is None:
+            self.test_split = "test" if self.dataset_name else "test_2016_flickr"
+
+
+@dataclass
+class TokenizerArguments:
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "An existing tokenizer folder; default: train one on the training corpora."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "BPE vocabulary size when training a tokenizer."})
+    bpe_min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
+    tokenizer_train_samples: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "Train the BPE on at most this many training pairs: the first ones of a stream, a seeded random "
+            "sample otherwise."
+        },
+    )
 
 
 @dataclass

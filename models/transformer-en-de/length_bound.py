@@ -4,6 +4,11 @@ A translation is about as long as its source; one that runs far past it is loopi
 repeated until the cap). A cap for the whole batch lets one such sentence keep every other sentence of its batch
 decoding; this bound ends each hypothesis on its own, inside the batch, by forcing `</s>` once it reaches its limit.
 
+Every piece of the bound's arithmetic is here, for our `generate()`, the translation engine (every model, PyTorch or
+CTranslate2) and the app's estimate of a request's work: the limit of each sentence (`new_token_limits`), the cap
+(`decoding_cap`, `decoding_bound`), where a batch ends (`batch_new_tokens`) and when a sentence reached its limit
+(`tokens_before_eos`, `reached_limit`).
+
 This file imports only torch and transformers, so it travels with the model code to the Hub.
 """
 
@@ -26,13 +31,27 @@ def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
     return (input_ids != pad_token_id).sum(dim=-1)
 
 
-def decoding_bound(generation_config, ratio: float | None = None, offset: int | None = None) -> tuple[float, int]:
-    """(ratio, offset) when every model is bounded (the translation engine): those given, else the ones the generation
-    config saves, else the defaults (a model that saves none, such as a pretrained one, gets the defaults)."""
+def decoding_cap(positions: int | None) -> int:
+    """New tokens a decoder with `positions` positions can write: the start token takes one (unbounded without)."""
+    return positions - 1 if positions else 1_000_000
+
+
+def decoding_bound(
+    generation_config,
+    ratio: float | None = None,
+    offset: int | None = None,
+    max_new_tokens: int | None = None,
+    positions: int | None = None,
+) -> tuple[float, int, int]:
+    """(ratio, offset, cap) when every model is bounded (the translation engine): those given, else the ones the
+    generation config saves, else the defaults (a model that saves none, such as a pretrained one, gets the defaults);
+    the cap never past what the decoder's `positions` leave room for."""
     saved_ratio, saved_offset = saved_bound(generation_config)
     ratio = ratio or saved_ratio or DEFAULT_RATIO
     offset = next(value for value in (offset, saved_offset, DEFAULT_OFFSET) if value is not None)
-    return ratio, offset
+    room = decoding_cap(positions)
+    cap = max_new_tokens or getattr(generation_config, "max_new_tokens", None) or room
+    return ratio, offset, min(cap, room)
 
 
 # What a caller of generate() may say about length: any of these replaces the saved bound (the bound is a default).
@@ -76,7 +95,7 @@ def generate_length_settings(generation_config, kwargs: dict, input_ids, pad_tok
     if minimum is not None:
         limits = limits.clamp(min=int(minimum) + 1)  # min_new_tokens come before the </s> the bound forces
     # The batch ends with its longest allowed sentence, or at the cap: the cap cuts, it forces no </s>.
-    longest = int(limits.max())
+    longest = batch_new_tokens(limits.tolist())
     kwargs["max_new_tokens"] = longest if cap is None else min(longest, int(cap))
     return SourceLengthBound(limits, eos_token_id)
 
@@ -94,6 +113,21 @@ def new_token_limits(lengths: torch.Tensor, ratio: float, offset: int, cap: int 
     limits = torch.tensor([math.ceil(ratio * int(length)) + int(offset) for length in lengths.tolist()])
     limits = limits.clamp(min=1)
     return limits if cap is None else limits.clamp(max=max(int(cap), 1))
+
+
+def batch_new_tokens(limits: list[int]) -> int:
+    """Where a batch ends: with its longest allowed sentence (the others are given `</s>` at their own limits)."""
+    return max(int(limit) for limit in limits)
+
+
+def tokens_before_eos(limit: int) -> int:
+    """Tokens a sentence may write before the `</s>` its limit forces (the `</s>` counts in the limit)."""
+    return max(int(limit) - 1, 0)
+
+
+def reached_limit(new_tokens: int, limit: int) -> bool:
+    """Whether a sentence that wrote `new_tokens` (its `</s>` included) stopped at its limit."""
+    return new_tokens >= limit
 
 
 def force_eos(scores: torch.FloatTensor, rows: torch.Tensor | None, eos_token_id: int) -> torch.FloatTensor:

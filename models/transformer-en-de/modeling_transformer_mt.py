@@ -49,7 +49,7 @@ except ImportError:  # transformers 5.0 and 5.1: the same decorator, before it m
 
 from .beam_search import compact_beam_search, grows_with_the_search, model_cache, row_wise, search_runs_here
 from .configuration_transformer_mt import TransformerMTConfig
-from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, generate_length_settings
+from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, decoding_cap, generate_length_settings
 
 # Earlier transformers 5 releases name the cache `past_key_values` (in arguments and outputs); later ones name it
 # `cache` and pass it so from generate(). The model takes either (`deprecate_kwarg`) and answers in the output field
@@ -686,7 +686,7 @@ def set_translation_defaults(generation_config, config: TransformerMTConfig) -> 
     # The cap is max_new_tokens, not max_length: a default max_length clashes (with a warning) with every
     # caller's max_new_tokens. The decoder start token takes position 0: start + new tokens fill the table.
     generation_config.max_length = None
-    generation_config.max_new_tokens = config.max_position_embeddings - 1
+    generation_config.max_new_tokens = decoding_cap(config.max_position_embeddings)
     generation_config.max_new_tokens_ratio = DEFAULT_RATIO
     generation_config.max_new_tokens_offset = DEFAULT_OFFSET
     generation_config.decoder_start_token_id = config.decoder_start_token_id

@@ -6,6 +6,7 @@
 - `guard`: the HTTP front: bodies bounded, calls checked (one line each), raw calls held until read, sessions admitted.
 - `uploads`: uploads within a quota per address and overall, deleted after their time.
 - `server`: the page mounted in our FastAPI app and served by uvicorn with bounded connections.
+- `internals`: every undocumented part of gradio and uvicorn the app relies on, named, with an upgrade test.
 - `translators`: a loaded model (and what decodes it), our model's loading, comparison models loaded in the background.
 - `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.
 - `out_of_depth`: whether our model is out of its depth on a sentence.

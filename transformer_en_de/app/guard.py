@@ -26,6 +26,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
+from .internals import example_count, page_events, takes_api_value
 from .limits import Limits
 from .uploads import file_values_problem
 
@@ -333,13 +334,9 @@ def counts(function) -> bool:
     return function is not None and function.concurrency_id == COUNTED_GROUP
 
 
-def shown_in_api(function) -> bool:
-    return bool(function.api_name) and getattr(function, "api_visibility", "public") == "public"
-
-
 def event_function(demo, api_name: str | None, fn_index=None):
     """The page's event called by its API name, or without one by its index; None if it has no such event."""
-    for number, function in demo.fns.items():
+    for number, function in page_events(demo).items():
         if (api_name is not None and function.api_name == api_name) or (
             api_name is None and isinstance(fn_index, int) and number == fn_index
         ):
@@ -369,7 +366,7 @@ def check_named_values(demo, api_name: str, payload: dict) -> str:
 def check_values(function, values: list) -> str:
     """A one-line message if `values` do not fit the event's inputs (their number, a file value, an example index)."""
     inputs = list(function.inputs)
-    shown = [block for block in inputs if not getattr(block, "skip_api", False)]
+    shown = [block for block in inputs if takes_api_value(block)]
     if len(values) not in (len(inputs), len(shown)):
         names = ", ".join(getattr(block, "label", None) or type(block).__name__ for block in shown)
         return (
@@ -379,7 +376,7 @@ def check_values(function, values: list) -> str:
     blocks = inputs if len(values) == len(inputs) else shown
     for block, value in zip(blocks, values, strict=True):
         if isinstance(block, gr.Dataset) and value is not None:
-            count = len(block.raw_samples)
+            count = example_count(block)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
                 return (
                     f"/{function.api_name} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."

@@ -383,13 +383,12 @@ def inside_request(
             since=arrived,
         ) as job:
             views = []
-            for number, system in enumerate(systems):
+            for system in systems:
                 translator, why_not = available(system)
                 if translator is None:
                     views.append({"model": system.name, "message": why_not})
                     continue
-                planned = plan.decoding if number == 0 else None  # made with our model's tokenizer
-                views.append(inside_view(translator, sentence, settings, plan=planned, deadline=job.hard_deadline))
+                views.append(inside_view(translator, sentence, settings, deadline=job.hard_deadline))
     except Busy as error:
         return {"message": str(error), "notices": []}
     except Cancelled:

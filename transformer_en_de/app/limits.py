@@ -9,9 +9,9 @@ budget is translated with fewer beams, and if greedy search is still too much, o
 are; the plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch
 in progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
 
-`plan_request` reads the engine's plan of the request (`engine.plan_decoding`, made once) and returns it narrowed
-to what the budget allows (`Plan.decoding`), which the engine then runs as it is: nothing is tokenized or resolved
-twice.
+`plan_work` reads the limits of our model's sentences (`engine.token_limits`) and decides the beams and sentences that
+fit; the app narrows the request's one `DecodingSettings` to those beams (`translation.budget_plan`), and every system
+decodes from it.
 """
 
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.engine import DecodingPlan, DecodingSettings, resolved_settings
+from transformer_en_de.engine import DecodingSettings, Tokenized, resolved_settings
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Plan:
     cpu_seconds: float  # the estimate for that
     notice: str = ""
     cut: bool = False
-    decoding: DecodingPlan | None = None  # the engine's plan narrowed to this (`plan_request`): what to translate
+    tokenized: Tokenized | None = None  # our model's sentences, tokenized for the estimate: decoded without again
 
 
 def least_seconds(model, count: int, settings: DecodingSettings, limits: Limits) -> float:
@@ -173,13 +173,3 @@ def plan_work(
         f"Split the rest into smaller requests."
     )
     return Plan(1, kept, estimate(limits[:kept], 1), notice, cut=True)
-
-
-def plan_request(decoding: DecodingPlan, budget: Budget, limits: Limits, unit: str = "sentence") -> Plan:
-    """`plan_work` on the engine's plan of a request (its limits per sentence, its beams), with that plan narrowed
-    to what fits the budget in `Plan.decoding`: pass it to `engine.translate(..., plan=plan.decoding)`."""
-    plan = plan_work(
-        list(decoding.limits), decoding.num_beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost
-    )
-    plan.decoding = decoding.narrowed(num_beams=plan.num_beams, count=plan.num_sentences)
-    return plan

@@ -2,8 +2,8 @@
 
 Generation on a CPU is one long computation per request; run side by side, requests slow each other down, and run
 one after another, a one-sentence request waits behind a long one. So requests take turns: one computes at a time,
-and at every decoder step (a forward pre-hook on each model's decoder) and between engine batches (`should_stop`) the
-running request hands the CPU to a waiting one that comes first.
+and at every decoder step (`take_turns_at_each_decoder_step`: a forward pre-hook on each model's decoder) and between
+engine batches (`should_stop`) the running request hands the CPU to a waiting one that comes first.
 
 What comes first rests on what was sent, never on who sent it: a client chooses its session (a raw API call without
 one gets a fresh session each time) and on one machine every client may share one address. Each request arrives with
@@ -183,6 +183,12 @@ class FairScheduler:
                 f"{advice} your address already has a long request running, so it was not started. Wait for it to "
                 "finish, or send fewer sentences or fewer beams."
             )
+
+    def take_turns_at_each_decoder_step(self, model) -> None:
+        """Make every decoder step of `model` a turn point (`checkpoint`): there, inside `generate()`, the request may
+        wait while another one runs, or stop with Cancelled. A forward pre-hook on the decoder, not the whole model:
+        generation loops may call the decoder directly (ours does, in its compact beam search)."""
+        model.get_decoder().register_forward_pre_hook(lambda module, args: self.checkpoint())
 
     def checkpoint(self) -> None:
         """Called by the request's own thread at every decoder step: hand over the CPU if due; Cancelled if gone."""

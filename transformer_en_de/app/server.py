@@ -18,7 +18,8 @@ import time
 import gradio as gr
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .internals import H11Protocol, current_request, keep_sessions, request_in_progress
 
 # Connections accepted in one go before any is closed (asyncio accepts up to the listen backlog per wake-up).
 BACKLOG = 64
@@ -82,17 +83,17 @@ def bounded_protocol(max_connections: int, header_seconds: float, closures: Clos
         @property
         def waiting_for_request(self) -> bool:
             """No request read yet on this connection, or the last one answered: nothing in progress to cut."""
-            return self.cycle is None or self.cycle.response_complete
+            return not request_in_progress(self)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self.header_deadline()  # the next request on this connection has its own
 
         def header_deadline(self) -> None:
-            cycle = self.cycle
+            cycle = current_request(self)
 
             def check():  # still no new request read since the deadline was set
-                if self.cycle is cycle and self.waiting_for_request and not self.transport.is_closing():
+                if current_request(self) is cycle and self.waiting_for_request and not self.transport.is_closing():
                     closures.add("headers too slow")
                     self.transport.abort()
 
@@ -106,7 +107,7 @@ def build_server(demo: gr.Blocks, *, front, limits, css: str, host: str, port: i
     in line, and the server bounded."""
     app = FastAPI()
     app.add_middleware(front[0], **front[1])
-    demo.state_session_capacity = limits.sessions_kept  # what launch() sets: sessions kept in memory, bounded
+    keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
     app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
     closures = Closures()
     config = uvicorn.Config(

@@ -1,26 +1,30 @@
 """The one request pipeline (text and files): sentences through every system, by the one engine, within the request's
 budget and turns; and the text tab's panels.
 
-Every system (ours first, then the comparison models in the operator's order) translates the same sentences with
-the same plan (beams, sentences kept), so the panels compare like with like. A sentence too long for the model (no
+Every system (ours first, then the comparison models in the operator's order) translates the same sentences from the
+same `DecodingSettings` (made once in `budget_plan`, narrowed to the request's budget once), so the panels compare like
+with like. The path of `num_beams`: the page's int, checked (`check_decoding`) -> `budget_plan` (`DecodingSettings`)
+-> `run_systems` -> `run_system` -> `engine.translate` -> `engine.generation_config_for` (the `GenerationConfig` each
+model's `generate()` reads) -> `generate()` -> beam search. A sentence too long for the model (no
 full stop in many words) is translated in parts; a request that reaches its time limit keeps what it has translated.
 Our model's sentences are checked for being out of its depth (`out_of_depth.check_depth`).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from transformer_en_de.engine import (
     DecodingSettings,
     TranslationRun,
     confidences,
-    plan_decoding,
     resolved_settings,
     sentence_numbers,
+    token_limits,
+    tokenize,
     translate,
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Budget, Limits, Plan, least_seconds, plan_request
+from .limits import Budget, Limits, Plan, least_seconds, plan_work
 from .out_of_depth import DepthCheck, check_depth
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
@@ -83,10 +87,11 @@ def run_system(
     progress=None,
     *,
     deadline: float | None = None,
-    plan=None,
+    tokenized=None,
 ) -> SystemOutput:
     """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
-    the batch in progress ends and what was translated is kept."""
+    the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at each decoder
+    step (`FairScheduler.take_turns_at_each_decoder_step`): this request may wait there, or stop (Cancelled)."""
     backend = getattr(translator, "backend", None)
     output = SystemOutput(
         name=translator.name,
@@ -102,7 +107,7 @@ def run_system(
         should_stop=scheduler.should_stop,
         deadline=deadline,
         backend=backend,
-        plan=plan,
+        tokenized=tokenized,
     )
     output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
     if run.stopped_early:
@@ -143,14 +148,17 @@ def budget_plan(
     address: str | None,
     unit: str = "sentence",
 ) -> tuple[Plan, DecodingSettings]:
-    """The plan (beams, sentences kept; our model's engine plan in `Plan.decoding`) that fits `budget`, and the
-    settings every system translates with; Busy (Full) at once, before any tokenizing, when a request this long could
-    not be admitted now."""
-    settings = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits), address)
-    decoding = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
-    plan = plan_request(decoding, budget, limits, unit)
-    return plan, DecodingSettings(num_beams=plan.num_beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    """The request's one decoding plan: the `DecodingSettings` every system decodes with, narrowed once to what fits
+    `budget` (fewer beams, then only the first sentences: `limits.plan_work` on our model's limits), and the budget's
+    `Plan` (sentences kept, estimate, notice; our model's sentences tokenized once, in `Plan.tokenized`). Busy (Full)
+    at once, before any tokenizing, when a request this long could not be admitted now."""
+    asked = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits), address)
+    tokenized = tokenize(ours.model, ours.tokenizer, sentences, asked)
+    steps = token_limits(ours.model, ours.tokenizer, sentences, asked, tokenized=tokenized)
+    plan = plan_work(steps, beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
+    plan.tokenized = tokenized
+    return plan, replace(asked, num_beams=plan.num_beams)
 
 
 def run_systems(
@@ -169,9 +177,9 @@ def run_systems(
     on_batch=None,
 ) -> list[SystemOutput]:
     """Every system's output (a message for one not loaded) inside one scheduler job of `work` estimated CPU seconds
-    per loaded system, whose time limit counts from `arrived` (when the request came, if known); ours decodes
-    `plan.decoding` as planned, the others `settings`; `on_batch(number, done, total)` reports progress. Raises Busy
-    or Cancelled."""
+    per loaded system, whose time limit counts from `arrived` (when the request came, if known); every system decodes
+    from `settings` (ours reads `plan.tokenized` instead of tokenizing again); `on_batch(number, done, total)` reports
+    progress. Raises Busy or Cancelled."""
     ready = sum(available(system)[0] is not None for system in systems)
     outputs = []
     with scheduler.job(
@@ -188,12 +196,10 @@ def run_systems(
                 outputs.append(SystemOutput(name=system.name, message=why_not))
                 continue
             progress = None if on_batch is None else (lambda done, total, number=number: on_batch(number, done, total))
-            planned = plan.decoding if number == 0 else None  # made for our model's tokenizer
-            outputs.append(
-                run_system(
-                    translator, sentences, settings, scheduler, progress, deadline=job.hard_deadline, plan=planned
-                )
-            )
+            tokenized = plan.tokenized if number == 0 else None  # our model's tokenizer's
+            deadline = job.hard_deadline
+            outputs.append(run_system(translator, sentences, settings, scheduler, progress, deadline=deadline,
+                                      tokenized=tokenized))  # fmt: skip
     return outputs
 
 

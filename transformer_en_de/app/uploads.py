@@ -15,8 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from gradio.utils import get_upload_folder, is_in_or_equal
-
+from .internals import upload_folder
 from .limits import Limits
 
 # A multipart body holds the file and a few hundred bytes of framing; a body past the file cap and this is refused.
@@ -29,7 +28,7 @@ def stored_upload(path, max_bytes: int) -> str | None:
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
     real = os.path.realpath(path)
-    if not is_in_or_equal(real, os.path.realpath(get_upload_folder())):
+    if not Path(real).is_relative_to(os.path.realpath(upload_folder())):
         return None
     try:
         found = os.stat(real)
@@ -151,7 +150,7 @@ class UploadQuota:
             paths = json.loads(answer)
         except ValueError:
             return
-        folder = get_upload_folder()
+        folder = os.path.realpath(upload_folder())
         for path in paths if isinstance(paths, list) else []:
-            if isinstance(path, str) and is_in_or_equal(path, folder) and Path(path).is_file():
+            if isinstance(path, str) and Path(os.path.realpath(path)).is_relative_to(folder) and Path(path).is_file():
                 self._kept[path] = (address, Path(path).stat().st_size, time.monotonic())

@@ -1,0 +1,137 @@
+"""The parts of gradio and uvicorn the app relies on that neither documents (`transformer_en_de/app/internals.py`),
+checked on the installed releases: an upgrade that changes one fails here, by name, before a hostile client finds it.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import gradio as gr
+import gradio.utils
+import pytest
+from fastapi import FastAPI
+
+from transformer_en_de.app import internals
+
+UPGRADE = "changed in this gradio/uvicorn release: update transformer_en_de/app/internals.py"
+
+
+@pytest.fixture(scope="module")
+def page():
+    with gr.Blocks() as demo:
+        text, kept, file = gr.Textbox(label="Text"), gr.State(), gr.File(label="File")
+        examples = gr.Dataset(components=[text], samples=[["A dog."], ["A cat."], ["A bird."]])
+        button = gr.Button()
+        button.click(lambda a, b, c: a, [text, kept, file], [text], api_name="go", concurrency_id="work")
+        examples.click(lambda index: index, [examples], [text], api_name="example")
+    return demo, (text, kept, file, examples)
+
+
+def test_page_events_are_indexed_as_the_page_calls_them_with_their_inputs_and_group(page):
+    demo, (text, kept, file, examples) = page
+    events = internals.page_events(demo)
+    assert isinstance(events, dict), f"Blocks.fns {UPGRADE}"
+    by_name = {event.api_name: (index, event) for index, event in events.items()}
+    assert set(by_name) == {"go", "example"}, f"BlockFunction.api_name {UPGRADE}"
+    index, go = by_name["go"]
+    assert list(go.inputs) == [text, kept, file], f"BlockFunction.inputs {UPGRADE}"
+    assert go.concurrency_id == "work", f"BlockFunction.concurrency_id {UPGRADE}"
+    assert go.api_visibility == "public", f"BlockFunction.api_visibility {UPGRADE}"
+    # The page's own calls name the event by the index its config gives it.
+    config_ids = {dependency["api_name"]: dependency["id"] for dependency in demo.get_config_file()["dependencies"]}
+    assert config_ids["go"] == index, f"Blocks.fns keys (the fn_index a page sends) {UPGRADE}"
+
+
+def test_a_state_takes_no_api_value_and_a_dataset_counts_its_examples(page):
+    demo, (text, kept, file, examples) = page
+    assert [internals.takes_api_value(block) for block in (text, kept, file)] == [True, False, True], (
+        f"Component.skip_api {UPGRADE}"
+    )
+    # The public API description leaves the State out too: the two agree on which values a client sends.
+    parameters = demo.get_api_info()["named_endpoints"]["/go"]["parameters"]
+    assert len(parameters) == 2, f"get_api_info() and Component.skip_api disagree: {UPGRADE}"
+    assert internals.example_count(examples) == 3, f"Dataset.raw_samples {UPGRADE}"
+
+
+def test_kept_sessions_reach_gradios_state_holder(page):
+    demo, _ = page
+    internals.keep_sessions(demo, 7)
+    gr.mount_gradio_app(FastAPI(), demo, path="")
+    assert demo.state_holder.capacity == 7, f"Blocks.state_session_capacity {UPGRADE}"
+
+
+def test_upload_folder_is_gradios(tmp_path):
+    assert internals.upload_folder() == gradio.utils.get_upload_folder(), f"the upload folder {UPGRADE}"
+    # Gradio reads GRADIO_TEMP_DIR when it stores a file; so do we.
+    code = "import gradio.utils, sys; from transformer_en_de.app import internals; " \
+        "print(internals.upload_folder() == gradio.utils.get_upload_folder() == sys.argv[1])"  # fmt: skip
+    env = dict(os.environ, GRADIO_TEMP_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "True", f"GRADIO_TEMP_DIR {UPGRADE}: {done.stderr[-500:]}"
+
+
+def test_h11_protocol_tells_a_request_in_progress_from_an_idle_connection():
+    """A real uvicorn protocol on a fake transport: idle before a request, busy while it is answered, idle after; a new
+    request replaces the current one; `on_response_complete` is called when an answer is sent."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    completed = []
+
+    class Watched(internals.H11Protocol):
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            completed.append(internals.request_in_progress(self))
+
+    class Transport(asyncio.Transport):
+        def __init__(self):
+            super().__init__()
+            self.written, self.closing = b"", False
+
+        def get_extra_info(self, name, default=None):
+            return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 80)}.get(name, default)
+
+        def write(self, data):
+            self.written += data
+
+        def is_closing(self):
+            return self.closing
+
+        def close(self):
+            self.closing = True
+
+        def pause_reading(self):
+            pass
+
+        def resume_reading(self):
+            pass
+
+        def set_write_buffer_limits(self, high=None, low=None):
+            pass
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def run():
+        config = Config(app, log_level="warning")
+        config.load()
+        protocol = Watched(config=config, server_state=ServerState(), app_state={})
+        transport = Transport()
+        protocol.connection_made(transport)
+        assert internals.current_request(protocol) is None, f"H11Protocol.cycle {UPGRADE}"
+        assert not internals.request_in_progress(protocol), f"H11Protocol.cycle {UPGRADE}"
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = internals.current_request(protocol)
+        assert first is not None and internals.request_in_progress(protocol), f"H11Protocol.cycle {UPGRADE}"
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert b"200" in transport.written.split(b"\r\n")[0]
+        assert not internals.request_in_progress(protocol), f"RequestResponseCycle.response_complete {UPGRADE}"
+        assert completed == [False], f"H11Protocol.on_response_complete {UPGRADE}"
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert internals.current_request(protocol) not in (None, first), f"H11Protocol.cycle {UPGRADE}"
+        protocol.connection_lost(None)
+
+    asyncio.run(run())

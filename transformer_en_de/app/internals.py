@@ -1,0 +1,60 @@
+"""Every part of gradio and uvicorn the app relies on that neither documents, named in one place.
+
+Each is here because nothing public does the same job (checked on gradio 6.31, uvicorn 0.54):
+
+- gradio `Blocks.fns` (fn_index → the event: `api_name`, `inputs`, `concurrency_id`): the HTTP front checks a raw
+  call against the event it will run before the call reaches the queue; `get_api_info()` (public) lists the named
+  endpoints, but not the index the page's own calls send, nor an event's concurrency group.
+- gradio `Component.skip_api` (a `gr.State` takes no value from an API client) and `Dataset.raw_samples` (the
+  examples an index may point at).
+- gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
+  such setting, and without it Gradio keeps 10,000 sessions' state in memory.
+- uvicorn `H11Protocol` and its `cycle` (the request in progress, `response_complete`) and `on_response_complete()`:
+  uvicorn has no deadline for a request's headers and no cap that closes the oldest idle connection
+  (`limit_concurrency` answers 503 but keeps every connection open).
+
+And one documented behaviour the app mirrors: uploads are stored under `$GRADIO_TEMP_DIR`, else `<tmp>/gradio`
+(Gradio's "File access" guide); the check that a file value is an upload compares with it.
+
+tests/test_internals.py checks each of them on the installed releases and fails with the name of what changed.
+"""
+
+import os
+import tempfile
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+def upload_folder() -> str:
+    """Where Gradio stores uploads and the files callbacks return."""
+    return os.environ.get("GRADIO_TEMP_DIR") or os.path.realpath(os.path.join(tempfile.gettempdir(), "gradio"))
+
+
+def page_events(demo) -> dict:
+    """fn_index → the page's event (`api_name`, `inputs`, `concurrency_id`, `api_visibility`)."""
+    return demo.fns
+
+
+def takes_api_value(block) -> bool:
+    """Whether an API call sends a value for this input (a `gr.State` takes none)."""
+    return not getattr(block, "skip_api", False)
+
+
+def example_count(dataset) -> int:
+    """How many examples a `gr.Dataset` holds (an index a call sends must be below it)."""
+    return len(dataset.raw_samples)
+
+
+def keep_sessions(demo, sessions: int) -> None:
+    """Keep the state of the `sessions` latest sessions in memory, as `launch(state_session_capacity=...)` would."""
+    demo.state_session_capacity = sessions
+
+
+def request_in_progress(protocol: H11Protocol) -> bool:
+    """Whether a request was read on this connection and is not answered yet."""
+    return protocol.cycle is not None and not protocol.cycle.response_complete
+
+
+def current_request(protocol: H11Protocol):
+    """The request read last on this connection (None before the first): a new one replaces it."""
+    return protocol.cycle

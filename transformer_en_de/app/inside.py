@@ -531,7 +531,10 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
     columns = min(len(shown), 4)
     rows = math.ceil(len(shown) / columns)
     cell, font = cell_and_font(columns * len(queries), rows * len(keys))
-    panel_width, panel_height, gap = cell * len(queries), cell * len(keys), 0.15
+    panel_width, panel_height = cell * len(queries), cell * len(keys)
+    # A narrow panel (a short translation) has an axis label wider than itself: the gap takes what spills over, so
+    # that neighbouring labels neither meet each other nor run into the next heatmap.
+    gap = max(0.15, label_inches([xlabel], 8) - panel_width + 0.1)
     left = 0.4 + label_inches(keys, font)
     under = 0.45 + label_inches(queries, font)  # each row's query labels and axis label
     above = 0.25  # each panel's "head n"

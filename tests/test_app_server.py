@@ -57,34 +57,10 @@ def model_dirs(app_model_dir, tmp_path_factory):
 def server(model_dirs, tmp_path_factory):
     """`python app.py` on a free loopback port; yields (url, its log file, Gradio's cache folder)."""
     ours, marian, t5 = model_dirs
-    cache = tmp_path_factory.mktemp("gradio-cache")
-    log = tmp_path_factory.mktemp("log") / "app.log"
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(cache))
-    command = [
-        sys.executable,
-        str(ROOT / "app.py"),
-        "--model",
-        str(ours),
-        "--comparison-models",
-        str(marian),
-        str(t5),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--backend",  # PyTorch: requests are cut at a decoder step (CTranslate2 only between batches)
-        "torch",
-    ]
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_up(url, process, log)
-        yield url, log, cache
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    folder = tmp_path_factory.mktemp("server")
+    # PyTorch: requests are cut at a decoder step (CTranslate2 only between batches)
+    with app_process(ours, folder, comparisons=(marian, t5)) as (port, log):
+        yield f"http://127.0.0.1:{port}/", log, folder / "cache"
 
 
 @pytest.fixture(scope="module")
@@ -769,52 +745,40 @@ def test_a_call_that_waited_for_a_free_callback_keeps_to_its_time_limit(model_di
 
 def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descriptor_limit(model_dirs, tmp_path):
     # The server may open 400 files; 600 connections that never finish their headers would take them all.
-    port = free_port()
-    log = tmp_path / "app.log"
-    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dirs[0]), "--comparison-models"]
-    command += ["--port", str(port)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    with open(log, "w") as output:
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)),
-        )
-    url = f"http://127.0.0.1:{port}/"
     slow = []
-    try:
-        wait_until_up(url, process, log)
-        for _ in range(600):
-            connection = socket.create_connection(("127.0.0.1", port))
-            connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the headers never end
-            slow.append(connection)
+    with app_process(model_dirs[0], tmp_path, backend="auto", max_files=400) as (port, log):
+        try:
+            for _ in range(600):
+                connection = socket.create_connection(("127.0.0.1", port))
+                connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+                slow.append(connection)
 
-        status, stream = raw_call(url, "translate", {"data": ["A dog runs.", "greedy", 1, 10, ""]})
+            visitor = {"data": ["A dog runs.", "greedy", 1, 10, ""]}
+            status, stream = raw_call(f"http://127.0.0.1:{port}/", "translate", visitor)
 
-        assert status == 200 and completed(stream)[0]
-    finally:
-        for connection in slow:
-            connection.close()
-        process.terminate()
-        process.wait(timeout=20)
+            assert status == 200 and completed(stream)[0]
+        finally:
+            for connection in slow:
+                connection.close()
     text = log.read_text()
     assert "Too many open files" not in text and "Traceback" not in text
 
 
 @contextlib.contextmanager
-def app_process(model_dir, tmp_path, **env):
-    """`python app.py` (our model alone, PyTorch) on a free loopback port with `env` added; yields (port, log)."""
-    port, log = free_port(), tmp_path / "app.log"
-    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--comparison-models"]
-    command += ["--port", str(port), "--backend", "torch"]
+def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files=None, **env):
+    """`python app.py` with our model and `comparisons` (none by default) on a free loopback port, its log and Gradio's
+    cache in `folder`, `env` added to the environment (and nothing of a Space's or a proxy's unless given), at most
+    `max_files` descriptors; yields (port, log)."""
+    port, log = free_port(), folder / "app.log"
+    command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir)]
+    command += ["--comparison-models", *map(str, comparisons), "--port", str(port), "--backend", backend]
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("SPACE_ID", "TRANSFORMER_MT_TRUST_FORWARDED_FOR")}  # fmt: skip
-    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(tmp_path / "cache"), **env)
+    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(folder / "cache"), **env)
+    limit = None if max_files is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, max_files)))
     with open(log, "w") as output:
-        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True,
+                                   preexec_fn=limit)  # fmt: skip
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", process, log)
         yield port, log

@@ -2,15 +2,11 @@
 of a real server against `/translate`, and the tab in a real Chromium."""
 
 import math
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 import torch
 from conftest import ROOT
-from test_app_server import free_port, wait_until_up
 from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import inside, translators
@@ -241,28 +237,10 @@ def test_a_second_request_of_a_session_is_refused_while_one_runs(ours):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`python app.py` with the shipped model alone, on a free loopback port."""
-    log = tmp_path_factory.mktemp("log") / "app.log"
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    command = [
-        sys.executable,
-        str(ROOT / "app.py"),
-        "--comparison-models",
-        "",
-        "--port",
-        str(port),
-        "--backend",
-        "torch",
-    ]
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_up(url, process, log)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    from test_app_server import app_process
+
+    with app_process(SHIPPED, tmp_path_factory.mktemp("server")) as (port, _):
+        yield f"http://127.0.0.1:{port}/"
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ can crowd out another visitor's.
 """
 
 import asyncio
+import functools
 import json
 import re
 import threading
@@ -268,6 +269,12 @@ class RequestGuard:
         with self.gate.readers.reading(session or event):
             return await contained(self.app, get, receive, send)
 
+    @functools.cached_property
+    def endpoints(self) -> dict:
+        """The page's public API endpoints as `/gradio_api/info` documents them ("/translate" → its parameters, ...):
+        built once, at the first call that needs them (the page's events do not change while it is served)."""
+        return self.demo.get_api_info()["named_endpoints"]
+
     def _too_large(self, size: str) -> str:
         return (
             f"The request body has {size} bytes; the limit here is {self.max_body_bytes:,} (texts are translated up to "
@@ -304,13 +311,14 @@ class RequestGuard:
         function = event_function(self.demo, call["api"]) if by_path else event_function(self.demo, None, fn_index)
         if function is None:
             asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
-            names = ", ".join(f"/{name}" for name in api_names(self.demo))
+            names = ", ".join(sorted(self.endpoints))
             return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}
         if by_path and fn_index is not None and event_function(self.demo, None, fn_index) is not function:
             other = f"fn_index {fn_index!s:.20}"
             return 422, f"This call names /{call['api']} in its path and another event ({other}): omit fn_index.", {}
         if call and call["v2"]:  # v2: the endpoint's parameters by name, at the top level of the body
-            return 422 if (problem := check_named_values(self.demo, call["api"], payload)) else 0, problem, payload
+            problem = check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
+            return 422 if problem else 0, problem, payload
         if not isinstance(payload.get("data"), list):
             return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
         return 422 if (problem := check_values(function, payload["data"])) else 0, problem, payload
@@ -344,15 +352,10 @@ def event_function(demo, api_name: str | None, fn_index=None):
     return None
 
 
-def api_names(demo) -> list[str]:
-    """The page's public API endpoints, as `/gradio_api/info` lists them."""
-    return sorted(name.lstrip("/") for name in demo.get_api_info()["named_endpoints"])
-
-
-def check_named_values(demo, api_name: str, payload: dict) -> str:
-    """A one-line message if a v2 call's body (the endpoint's parameters by name, as `/gradio_api/info` documents them)
-    names a parameter the endpoint does not have or leaves out one without a default."""
-    parameters = demo.get_api_info()["named_endpoints"].get(f"/{api_name}", {}).get("parameters", [])
+def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
+    """A one-line message if a v2 call's body (the endpoint's parameters by name, as `/gradio_api/info` documents them
+    in `endpoint`) names a parameter the endpoint does not have or leaves out one without a default."""
+    parameters = endpoint.get("parameters", [])
     names = [parameter["parameter_name"] for parameter in parameters]
     unknown = [name for name in payload if name not in names and name not in ("session_hash", "oauth_token")]
     needed = [parameter["parameter_name"] for parameter in parameters if not parameter.get("parameter_has_default")]

@@ -1,8 +1,9 @@
 """Gradio app: our Transformer beside pretrained models (MarianMT by default), English → German.
 
-Decoding controls, sentence BLEU/chrF against an optional reference, cross-attention heatmaps, whole files with
-corpus scores, and the corpus-level comparison. Runs locally (`python app.py`) and as a Hugging Face Space. This file
-holds loading, layout and wiring; what the callbacks do lives in `transformer_en_de/app/`.
+Decoding controls, sentence BLEU/chrF against an optional reference, whole files with corpus scores, what happens
+inside each model (pieces, positional encoding, attention, the beam search), and the corpus-level comparison. Runs
+locally (`python app.py`) and as a Hugging Face Space. This file holds loading, layout and wiring; what the callbacks
+do lives in `transformer_en_de/app/`.
 
 Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de). The
 comparison models come from `--comparison_models` / COMPARISON_MODELS (ids or folders, comma-separated in the
@@ -46,7 +47,6 @@ matplotlib.use("Agg")  # no display on a server; must precede any pyplot import 
 
 import uvicorn  # noqa: E402
 
-from transformer_en_de.app.attention import cross_attention_map, plot_attention  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
@@ -61,13 +61,11 @@ from transformer_en_de.app.inside import (  # noqa: E402
 )
 from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
-from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
+from transformer_en_de.app.scheduler import FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
     NO_PRETRAINED,
-    attention_state,
-    available,
     format_details,
     format_notice,
     translate_text,
@@ -259,7 +257,7 @@ class TranslationApp:
         # Every decoder step becomes a point where the running request may hand the CPU to a waiting one or stop
         # (cancelled): requests take turns inside generate(), not only between batches.
         self.scheduler.take_turns_at_each_decoder_step(model)
-        model.set_attn_implementation("eager")  # the heatmaps need attention weights, which SDPA does not return
+        model.set_attn_implementation("eager")  # the Inside tab needs attention weights, which SDPA does not return
 
     def context(self, request: gr.Request) -> dict:
         """What every translation needs besides its inputs: the systems, the turns, the limits, who is asking."""
@@ -287,7 +285,7 @@ class TranslationApp:
                 text, decoding, num_beams, max_new_tokens, reference, **self.context(request), arrived=arrived
             )
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
-        return (*panels, format_notice(result), attention_state(result))
+        return (*panels, format_notice(result))
 
     def translate_file(
         self, source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request,
@@ -305,39 +303,6 @@ class TranslationApp:
                 output_dir=upload_folder(), progress=progress, **self.context(request), arrived=arrived,
             )  # fmt: skip
         return result.path, result.summary, result.preview
-
-    def draw_heatmaps(self, state, sentence_index, layer_index, request: gr.Request):
-        with self.gate.serving(request.session_hash):
-            return self.heatmap_figures(state, sentence_index, layer_index, request.session_hash)
-
-    def heatmap_figures(self, state, sentence_index, layer_index, session: str | None) -> list:
-        figures = [None] * len(self.systems)
-        if not state:
-            return figures
-        try:  # the page sends whole numbers; anything else draws the first sentence, all layers
-            index = min(max(int(sentence_index or 0), 0), len(state["sentences"]) - 1)
-            layer = None if not layer_index else int(layer_index) - 1
-        except (TypeError, ValueError, OverflowError):
-            index, layer = 0, None
-        try:
-            with self.scheduler.job(session, self.limits.text.seconds, exclusive=False):
-                for number, (system, ids) in enumerate(zip(self.systems, state["systems"], strict=True)):
-                    translator, _ = available(system)
-                    if translator is None or ids is None or ids["source"][index] is None:
-                        continue
-                    attention = cross_attention_map(
-                        translator.model, translator.tokenizer, ids["source"][index], ids["generated"][index], layer
-                    )
-                    figures[number] = plot_attention(attention, translator.name)
-        except (Busy, Cancelled):
-            pass
-        return figures
-
-    def refresh_heatmaps(self, state, layer_index, request: gr.Request):
-        sentences = state["sentences"] if state else []
-        choices = [(f"{n + 1}. {s[:60]}", n) for n, s in enumerate(sentences)]
-        sentence = gr.Dropdown(choices=choices, value=0 if choices else None)
-        return (sentence, *self.draw_heatmaps(state, 0, layer_index, request))
 
     def comparison(self):
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
@@ -363,7 +328,7 @@ class TranslationApp:
         shown = [gr.update(visible=not model.failed) for model in self.comparisons]
         statuses = [model.status() for model in self.comparisons]
         done = all(model.done for model in self.comparisons)
-        return (*statuses, *shown, *shown, self.intro(), gr.Timer(active=not done))
+        return (*statuses, *shown, self.intro(), gr.Timer(active=not done))
 
     # ---------------------------------------------------------------- Inside the Transformer: its callbacks (issue 35)
 
@@ -453,7 +418,7 @@ def decoding_controls(app: TranslationApp) -> list:
 
 
 def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> gr.Textbox:
-    """Text in, a panel per model, the examples, then the cross-attention heatmaps; returns the English text box."""
+    """Text in, a panel per model, the examples; returns the English text box."""
     with gr.Row():  # side by side on a wide screen, one above the other on a phone
         text = gr.Textbox(
             label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english",
@@ -472,16 +437,13 @@ def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> gr
         cache_examples=False,
         elem_id="examples",
     )
-    attention = gr.State()
-    sentence, layer, plots = heatmaps(app, attention)
-    button.click(
-        app.translate, [text, *controls, reference], [*panels, notice, attention], api_name="translate", **app.compute
-    ).then(app.refresh_heatmaps, [attention, layer], [sentence, *plots], api_visibility="private", **app.compute)
+    gr.Markdown("How each model reads the sentence and chooses its words: the *Inside the Transformer* tab.")
+    button.click(app.translate, [text, *controls, reference], [*panels, notice], api_name="translate", **app.compute)
     timer = gr.Timer(1.0, active=bool(app.comparisons))
     timer.tick(
         app.poll_models,
         None,
-        [*statuses, *columns, *plots[1:], intro, timer],
+        [*statuses, *columns, intro, timer],
         api_visibility="private",
         queue=False,
         show_progress="hidden",
@@ -508,31 +470,6 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                     ]
                 columns += [column] if number else []
     return panels, statuses, columns
-
-
-def heatmaps(app: TranslationApp, attention: gr.State) -> tuple:
-    """The sentence and layer to draw, and a cross-attention heatmap per model, redrawn when either changes."""
-    gr.Markdown("### Cross-attention\nHow strongly each generated token attends to each source token.")
-    layers = ["mean over layers and heads"] + [f"layer {n + 1}" for n in range(app.ours.num_layers)]
-    with gr.Row():
-        sentence = gr.Dropdown(choices=[], type="value", label="Sentence", min_width=240)
-        layer = gr.Dropdown(
-            choices=[(label, index) for index, label in enumerate(layers)], value=0, label="Layer", min_width=240
-        )
-    with gr.Row():
-        plots = [
-            gr.Plot(
-                label=f"{system.name} cross-attention",
-                show_label=False,
-                elem_id=f"heatmap-{number}",
-                min_width=300,
-                visible=not getattr(system, "failed", False),
-            )
-            for number, system in enumerate(app.systems)
-        ]
-    for control in (sentence, layer):
-        control.input(app.draw_heatmaps, [attention, sentence, layer], plots, api_visibility="private", **app.compute)
-    return sentence, layer, plots
 
 
 # ------------------------------------------------------------ Inside the Transformer: the tab and /inside (issue 35)

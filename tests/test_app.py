@@ -1,5 +1,6 @@
 """The app's modules with tiny local models of three architectures (ours, MarianMT, T5): translation through the
-engine, budgets, turns on the CPU, bad input, files, heatmaps, comparison models offline, the corpus table."""
+engine, budgets, turns on the CPU, bad input, files, each model's inside view, comparison models offline, the corpus
+table."""
 
 import csv
 import functools
@@ -18,8 +19,16 @@ from tiny_models import T5_PREFIX, build_tiny_t5
 from transformers import GenerationConfig
 
 from transformer_en_de import engine, evaluation
-from transformer_en_de.app import corpus_report, files, limits, out_of_depth, text_checks, translation, translators
-from transformer_en_de.app.attention import cross_attention_map, plot_attention, token_labels
+from transformer_en_de.app import (
+    corpus_report,
+    files,
+    inside,
+    limits,
+    out_of_depth,
+    text_checks,
+    translation,
+    translators,
+)
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.engine import DecodingSettings, translate
@@ -256,9 +265,9 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
 
     assert result.message == "" and len(result.sentences) == 5
     for output, translator in zip(result.outputs, (ours, marian), strict=True):
-        first = output.run.translations[0]
-        attention = cross_attention_map(translator.model, translator.tokenizer, first.source_ids, first.generated_ids)
-        plot_attention(attention, translator.name).savefig(io.BytesIO(), format="png")  # labels render
+        assert output.translation
+        view = inside.inside_view(translator, result.sentences[0], DecodingSettings(num_beams=2, max_new_tokens=8))
+        inside.plot_attention_heads(view, "cross", 0, None).savefig(io.BytesIO(), format="png")  # labels render
 
 
 # ------------------------------------------------------------------------------------------------ turns on the CPU
@@ -625,32 +634,29 @@ def test_file_lines_split_on_newline_only(ours, tmp_path):
     assert files.read_upload(source, "English file") == ["A dog runs.\u2028still line one", "The cat sleeps."]
 
 
-# ------------------------------------------------------------------------------------------------ heatmaps
+# ------------------------------------------------------------------------------------------------ inside views
 
 
-@pytest.mark.parametrize("layer", [None, 0, 99])
-def test_cross_attention_map_is_source_by_generated(ours, marian, t5, layer):
-    result = text(SENTENCE, "greedy", 1, 7, ours=ours, comparisons=[marian, t5])
+@pytest.mark.parametrize("decoding, beams", [("greedy", 1), ("beam search", 3)])
+def test_every_architecture_shows_its_cross_attention_over_its_own_translation(ours, marian, t5, decoding, beams):
+    result = text(SENTENCE, decoding, beams, 7, ours=ours, comparisons=[marian, t5])
+    settings = DecodingSettings(num_beams=beams, max_new_tokens=7)
 
     for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
+        view = inside.inside_view(translator, SENTENCE, settings)
         first = output.run.translations[0]
-        attention = cross_attention_map(
-            translator.model, translator.tokenizer, first.source_ids, first.generated_ids, layer
-        )
-        generated = len(first.generated_ids) - 1  # the decoder start token is read, never generated
-        assert attention.weights.shape == (len(first.source_ids), generated)
-        assert torch.allclose(torch.from_numpy(attention.weights.sum(axis=0)), torch.ones(generated), atol=1e-5)
-        layers = translator.num_layers
-        expected = f"mean of {layers} layers" if layer is None else f"layer {min(layer, layers - 1) + 1} of {layers}"
-        assert attention.description.startswith(expected)
-        axes = plot_attention(attention, translator.name).axes[0]
-        shown = [token for token in attention.source_tokens if token not in attention.special_tokens]
-        assert [label.get_text() for label in axes.get_yticklabels()] == shown  # </s> is not shown
+        assert view["source_ids"] == first.source_ids and view["translation"] == output.translation
+        cross = torch.tensor(view["attention"]["cross"])  # (layers, heads, generated, source)
+        generated = len(view["target_ids"])  # the decoder reads the start token and all but the last piece
+        assert cross.shape[0] == translator.num_layers and cross.shape[2:] == (generated, len(first.source_ids))
+        assert torch.allclose(cross.sum(-1), torch.ones(cross.shape[:-1]), atol=1e-3)
+        axes = inside.plot_attention_heads(view, "cross", 0, 0).axes[0]
+        assert [label.get_text() for label in axes.get_yticklabels()] == view["source_tokens"]
         assert isinstance(axes.figure, Figure)
 
 
 def test_token_labels_are_readable(ours):
-    labels = token_labels(ours.tokenizer, ours.tokenizer("A dog runs.")["input_ids"])
+    labels = inside.token_labels(ours.tokenizer, ours.tokenizer("A dog runs.")["input_ids"])
 
     assert "".join(labels[:-1]).replace("▁", " ") == "A dog runs." and labels[-1] == "</s>"
 

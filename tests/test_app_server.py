@@ -303,8 +303,8 @@ def test_text_or_reference_of_the_wrong_type_is_a_message(server, field, value, 
     status, stream = raw_call(server[0], "translate", {"data": data})
 
     answer = completed(stream)
-    assert status == 200 and f"The {field} must be a string of text, not {kind}" in answer[-2]
-    assert answer[-2].count("\n") == 0 and no_traceback_since(server[1], before)
+    assert status == 200 and f"The {field} must be a string of text, not {kind}" in answer[-1]
+    assert answer[-1].count("\n") == 0 and no_traceback_since(server[1], before)
 
 
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "1e400", "NaN"])
@@ -318,7 +318,7 @@ def test_infinite_slider_values_are_a_message(server, slider, literal):
 
     answer = completed(stream)
     name = "Beams" if slider == 2 else "Maximum new tokens"
-    assert status == 200 and f"{name} must be a whole number" in answer[-2] and answer[0] == ""
+    assert status == 200 and f"{name} must be a whole number" in answer[-1] and answer[0] == ""
     assert no_traceback_since(server[1], before)
 
 
@@ -399,7 +399,7 @@ def test_a_file_payload_of_the_wrong_shape_or_place_is_a_message(server, payload
 def test_injected_markdown_comes_back_as_text(server, client, tmp_path):
     link = "[click here](http://evil.example/x) ![x](http://evil.example/i.png) <img src=x onerror=alert(1)>"
     status, stream = raw_call(server[0], "translate", {"data": ["A dog runs.", link, 2, 10, ""]})
-    notice = completed(stream)[-2]
+    notice = completed(stream)[-1]
     assert "Decoding must be one of" in notice and "evil.example" not in notice
 
     upload = tmp_path / "[click here](http:evil.example).txt"
@@ -427,7 +427,7 @@ def test_a_long_reference_is_not_scored_and_says_so(server):
     status, stream = raw_call(server[0], "translate", {"data": ["A dog runs.", "greedy", 1, 10, reference]})
 
     answer = completed(stream)
-    assert "references of up to 10,000 characters and 200 lines are scored here" in answer[-2]
+    assert "references of up to 10,000 characters and 200 lines are scored here" in answer[-1]
     assert answer[0] != "" and "Sentence BLEU" not in answer[1]
 
 

@@ -251,7 +251,7 @@ def test_translators_load_with_a_backend(backend, int8, name, wide_dir):
     translator = translators.load_translator(str(wide_dir), "ours", backend=backend, int8=int8)
     assert translator.backend_name == name
     assert (translator.backend is None) == (backend == "torch")
-    assert translator.model.config.d_model == 32  # the torch model is there for the heatmaps either way
+    assert translator.model.config.d_model == 32  # the torch model is there for the Inside tab either way
     greedy = DecodingSettings(num_beams=1)
     run = translate(translator.model, translator.tokenizer, SOURCES, greedy, backend=translator.backend)
     if translator.backend is not None:

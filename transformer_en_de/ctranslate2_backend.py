@@ -108,7 +108,7 @@ def convert_loaded(model, tokenizer, folder: str | Path, quantization: str | Non
     """Save a Transformers model of an architecture CTranslate2 knows (MarianMT, T5, BART, ...) as a CTranslate2
     model in `folder`, converting `model` itself: it is saved to a scratch folder that CTranslate2's converter reads.
     Given a Hub id, the converter would download the model again, at `main` and perhaps from a pickle, not the commit
-    and weights the app loaded and draws its heatmaps from."""
+    and weights the app loaded and draws the Inside tab from."""
     import tempfile
 
     from ctranslate2.converters import TransformersConverter

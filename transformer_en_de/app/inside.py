@@ -20,6 +20,7 @@ strings), the weights rounded to `DECIMALS` places.
 
 import copy
 import math
+import warnings
 
 import gradio as gr
 import numpy as np
@@ -30,7 +31,6 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from modeling.length_bound import SourceLengthBound
 from transformer_en_de.engine import Deadline, DecodingPlan, DecodingSettings, plan_decoding
 
-from .attention import token_labels
 from .limits import Limits
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
@@ -54,6 +54,8 @@ KINDS = ("encoder_self", "decoder_self", "cross")
 # on the shipped model: about 1.3x the engine's own time for the sentence (at most 1.5x), and about half the
 # estimate, an upper bound; counted as 1.5x the estimate, so an inside view is never counted below a translation.
 WORK_FACTOR = 1.5
+# Emoji and rare scripts are missing from matplotlib's default font; their labels show as boxes, which is enough.
+warnings.filterwarnings("ignore", message=r"Glyph .* missing from font")
 
 # One line per picture: what the paper says it is, in a visitor's words.
 CAPTIONS = {
@@ -226,6 +228,18 @@ def beam_steps(recorder: StepRecorder, hypotheses: list[list[int]], tokenizer, l
         steps.append({"step": number + 1, "beams": beams, "finished": ended})
     return steps, finished
 
+
+
+def token_labels(tokenizer, ids: list[int]) -> list[str]:
+    """Readable piece labels: word-initial pieces start with ▁ (SentencePiece's convention) for every tokenizer."""
+    labels = []
+    for token in tokenizer.convert_ids_to_tokens(ids):
+        if token.startswith("▁") or token in tokenizer.all_special_tokens:
+            labels.append(token)
+            continue
+        text = tokenizer.convert_tokens_to_string([token])  # byte-level pieces → text (" dog")
+        labels.append("▁" + text[1:] if text.startswith(" ") else (text or token))
+    return labels
 
 def attention_weights(model, source_ids: list[int], generated_ids: list[int]) -> dict:
     """Every attention weight of one teacher-forced pass over the chosen translation, by kind, each
@@ -508,8 +522,7 @@ def chosen_layer_and_head(view: dict, kind: str, layer: int, head: int | None) -
 
 
 def attention_axes(view: dict, kind: str) -> tuple[list[str], list[str], str, str]:
-    """(query labels, key labels, x label, y label): queries along the bottom, the pieces they read down the side, as
-    on the Translate tab's cross-attention heatmap."""
+    """(query labels, key labels, x label, y label): queries along the bottom, the pieces they read down the side."""
     source, decoder = view["source_tokens"], view["decoder_tokens"]
     if kind == "encoder_self":
         return source, source, "source tokens (reading)", "source tokens (read)"

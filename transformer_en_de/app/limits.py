@@ -80,7 +80,7 @@ class Limits:
     # a second (200 at once), fewer than 2,000 arrive while a request runs to its longest time (120 s + a queue wait).
     new_sessions_per_second: float = 10.0
     new_sessions_burst: int = 200
-    calls_per_session: int = 3  # calls queued or running per session (a page sends one at a time, then its heatmaps)
+    calls_per_session: int = 3  # calls queued or running per session (a page sends one at a time, then its pictures)
     held_calls: int = 512  # raw API calls posted and not yet read, kept (the oldest dropped) until read
     held_bytes: int = 32_000_000  # and their bodies' bytes in all
     held_seconds: float = 60.0  # a raw call not read within this is dropped

@@ -117,7 +117,6 @@ class FairScheduler:
         session: str | None,
         seconds: float,
         *,
-        exclusive: bool = True,
         heavy: bool = False,
         work: float = 0.0,
         address: str | None = None,
@@ -126,9 +125,9 @@ class FairScheduler:
         """Run a request's computation inside this block, taking turns; raises Busy (Full) or Cancelled.
 
         `heavy` requests are bounded in number (`heavy_jobs`, and `heavy_jobs_per_address` for a trusted `address`);
-        `work` is the estimate that orders ordinary ones. `exclusive` requests count against the session's one running
-        request (heatmap redraws do not). `since` (time.monotonic()): when the request arrived, if it waited before
-        its callback ran (in Gradio's queue); its `seconds` count from then, and the wait counts towards its aging.
+        `work` is the estimate that orders ordinary ones. A session has one request running at a time. `since`
+        (time.monotonic()): when the request arrived, if it waited before its callback ran (in Gradio's queue); its
+        `seconds` count from then, and the wait counts towards its aging.
         """
         session = session or f"anonymous-{threading.get_ident()}"
         now = time.monotonic()
@@ -136,7 +135,7 @@ class FairScheduler:
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, work, address, exclusive, waited=now - start, started=start)
+        job = Job(session, deadline, hard_deadline, lane, work, address, True, waited=now - start, started=start)
         with self._condition:
             self._admit(job)
             self._jobs.append(job)

@@ -336,26 +336,9 @@ def format_notice(result: TextResult) -> str:
     return "\n\n".join(f"⚠️ {line}" for line in ([result.message] if result.message else []) + result.notices)
 
 
-def attention_state(result: TextResult) -> dict | None:
-    """What the heatmaps need later, kept in the session: ids only (small and serialisable), one entry per system."""
-    if not result.sentences:
-        return None
-    ids = [
-        None
-        if output.run is None
-        else {
-            "source": [t.source_ids if t else None for t in output.run.translations],
-            "generated": [t.generated_ids if t else None for t in output.run.translations],
-        }
-        for output in result.outputs
-    ]
-    return {"sentences": result.sentences[: max((len(i["source"]) for i in ids if i), default=0)], "systems": ids}
-
-
 __all__ = [
     "SystemOutput",
     "TextResult",
-    "attention_state",
     "format_details",
     "format_notice",
     "run_system",

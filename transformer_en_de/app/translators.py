@@ -7,7 +7,7 @@ environment. So a comparison model whose repo has no safetensors on its commit l
 pull request, or else its pickle weights through torch's `weights_only` unpickler, and its status line says which.
 
 Each can decode with PyTorch or CTranslate2 (`backend`: "torch", "ctranslate2", or "auto" for CTranslate2 where it
-is installed); the PyTorch model is loaded either way (the attention heatmaps are drawn from it) and the engine is
+is installed); the PyTorch model is loaded either way (the Inside tab's attention comes from it) and the engine is
 handed `Translator.backend` (None for PyTorch).
 """
 

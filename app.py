@@ -5,24 +5,11 @@ inside each model (pieces, positional encoding, attention, the beam search), and
 locally (`python app.py`) and as a Hugging Face Space. This file holds loading, layout and wiring; what the callbacks
 do lives in `transformer_en_de/app/`.
 
-Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de). The
-comparison models come from `--comparison_models` / COMPARISON_MODELS (ids or folders, comma-separated in the
-variable; default Helsinki-NLP/opus-mt-en-de; "" for none). They load in background threads: the page is up before
-they are, and a model that cannot be loaded (offline) says why in its panel while the others keep serving.
-
-Requests are admitted by the work they carry, not by who sends them (`transformer_en_de/app/scheduler.py`): each has a
-budget of work (estimated CPU seconds) and time (`limits.py`); ordinary requests have a lane of their own, served
-first; only a few heavy ones run at once and more are refused at once. Every field and body is bounded before any work
-(`guard.py`), what a visitor sent is shown as text, work nobody reads any more (a closed page, a raw API client gone)
-is cancelled. A request that reaches its time limit keeps what it has translated and says so; a long sentence without a
-full stop is translated in parts, and text typed in capitals is read in sentence case (by the engine, for every
-model). TRANSFORMER_MT_TRUST_FORWARDED_FOR=1 / --trust_forwarded_for (behind a proxy that appends the client's address;
-on by default on a Space) tells visitors apart by that address: one heavy request, an upload quota and a few open
-streams per visitor. No raw client can turn the server against a visitor
-(`guard.py`, `uploads.py`): a raw API call runs only once its results are read, new sessions are admitted at a bounded
-rate, a session has a few calls in flight at most, uploads have a quota per address and overall and a lifetime, and a
-call the page has no event for is answered in one line. `--backend torch|ctranslate2|auto` and `--int8` choose what
-decodes (each panel says which).
+Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de), the
+comparison models from `--comparison_models` / COMPARISON_MODELS (ids or folders; "" for none), loaded in background
+threads: the page is up before they are, and one that cannot be loaded says why in one line. `--backend` and `--int8`
+choose what decodes; `--trust_forwarded_for` (on by default on a Space) tells visitors behind a proxy apart. How
+requests share the CPU and what the HTTP front refuses: docs/app.md and `transformer_en_de/app/__init__.py`.
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)

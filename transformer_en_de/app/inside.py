@@ -533,7 +533,7 @@ def attention_axes(view: dict, kind: str) -> tuple[list[str], list[str], str, st
 
 def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure | None:
     """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
-    queries along the bottom and the pieces they read down the side (the Translate tab's heatmap); the side's labels
+    queries along the bottom and the pieces they read down the side; the side's labels
     once per row of heads."""
     if view.get("message"):
         return None

@@ -145,3 +145,30 @@ def test_every_reader_of_text_files_reads_an_old_mac_file_as_its_lines(tmp_path,
     assert translate_corpus.main(["--model", str(tiny_model_dir), "--input", str(source), "--output", str(output),
                                   "--source_lang", "en", "--target_lang", "de", "--num_beams", "1"]) == 0
     assert output.with_name("translated.en").read_text(encoding="utf-8") == "".join(line + "\n" for line in THREE)
+
+
+@pytest.mark.parametrize(
+    "source, translation, loop",
+    [
+        ("A woman in a coat outside a house while it snows", "Eine Frau vor einem Haus, während es schneit.", False),
+        ("Woman in coat outside a house", "Eine Frau vor einem Haus während Schnee Schnee Schnee fällt.", True),
+        # a phrase again, not one word three times in a row
+        ("A dog, a dog and a dog.", "Ein Hund, ein Hund, ein Hund.", False),
+        ("Hello, how are you?", "Hallo, du, du, DU?", True),  # punctuation and case do not hide the loop
+        ("Go.", "Ein Mann geht eine Straße entlang.", True),  # over 3x the source's characters
+    ],
+)
+def test_a_looping_translation_is_recognised(source, translation, loop):
+    assert data.is_loop(source, translation) is loop
+
+
+def test_drop_loops_keeps_the_other_pairs_aligned(tmp_path):
+    prefix = tmp_path / "synthetic"
+    sources = ["A dog runs.", "It snows.", "Two men work."]
+    targets = ["Ein Hund rennt.", "Schnee Schnee Schnee Schnee.", "Zwei Männer arbeiten."]
+    (tmp_path / "synthetic.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "synthetic.de").write_text("\n".join(targets) + "\n", encoding="utf-8")
+
+    assert data.drop_loops(str(prefix)) == (2, 3)
+    assert (tmp_path / "synthetic-clean.en").read_text(encoding="utf-8").splitlines() == [sources[0], sources[2]]
+    assert (tmp_path / "synthetic-clean.de").read_text(encoding="utf-8").splitlines() == [targets[0], targets[2]]

@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import DATA_DIR, ROOT
 
+from transformer_en_de.data import is_loop
 from transformer_en_de.evaluation import read_eval_results
 
 TINY = ("--d_model 32 --d_ff 64 --num_attention_heads 2 --encoder_layers 1 --decoder_layers 1 --warmup_steps 10 "
@@ -84,3 +86,33 @@ def test_a_failed_stage_says_where_to_look(small_data, tiny_model_dir, tmp_path)
 def test_unknown_stage_is_refused():
     result = run_recipe("pupils")
     assert result.returncode == 2 and "usage:" in result.stderr
+
+
+@pytest.mark.slow
+def test_second_round_translates_drops_loops_and_fine_tunes_the_teacher(small_data, app_model_dir, tmp_path):
+    data, mono = small_data
+    distill, runs = tmp_path / "distill", tmp_path / "runs"
+    distill.mkdir()
+    (distill / "teacher-t11.en").write_text(mono.read_text())  # the sources every teacher translated
+    core = str(min(os.sched_getaffinity(0)))
+    environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), DISTILL=str(distill),
+                       RUNS=str(runs), EXTRA_FLAGS="--max_steps 2 --save_steps 2 --max_tokens 400 "
+                       "--max_source_length 48 --max_target_length 48")  # fmt: skip
+    started = subprocess.run(["bash", str(ROOT / "recipes" / "student_round2.sh"), str(app_model_dir), "r2", core],
+                             cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    pid = int((runs / "r2.pid").read_text())
+    deadline = time.monotonic() + 600
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # training runs in the background
+        time.sleep(1)
+    log = (runs / "r2.log").read_text()
+
+    translations = runs / "round2" / app_model_dir.name
+    sources = (translations.parent / f"{translations.name}.en").read_text().splitlines()
+    assert sources == mono.read_text().splitlines()  # every source translated, in order
+    clean = [translations.parent / f"{translations.name}-clean.{lang}" for lang in ("en", "de")]
+    kept = [path.read_text().splitlines() for path in clean]
+    pairs = list(zip(sources, (translations.parent / f"{translations.name}.de").read_text().splitlines(), strict=True))
+    assert list(zip(*kept, strict=True)) == [pair for pair in pairs if not is_loop(*pair)]
+    assert f"--model_name_or_path {app_model_dir}" in log and "[train] " in log
+    assert (runs / "r2" / "checkpoint-2" / "model.safetensors").is_file(), log[-2000:]

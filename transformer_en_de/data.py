@@ -131,6 +131,26 @@ def clean_pairs(sources: list[str], targets: list[str]) -> tuple[list[str], list
     return kept_sources, kept_targets, dropped
 
 
+_REPEATED_WORD = re.compile(r"\b(\w+)(?:\W+\1\b){2}", re.IGNORECASE)
+
+
+def is_loop(source: str, translation: str, most: float = 3.0) -> bool:
+    """Whether a synthetic translation looks like a decoding loop ("Schnee Schnee Schnee ..."): a word three times in a
+    row, or more than `most` times its source's characters. Such a pair teaches the loop, so it is left out."""
+    return bool(_REPEATED_WORD.search(translation)) or len(translation) > most * max(len(source), 1)
+
+
+def drop_loops(prefix: str, source_lang: str = "en", target_lang: str = "de") -> tuple[int, int]:
+    """Write `{prefix}-clean.{lang}`: the pairs of `{prefix}.{lang}` whose translation is no loop; (kept, read)."""
+    sides = [Path(f"{prefix}.{lang}").read_text(encoding="utf-8").splitlines() for lang in (source_lang, target_lang)]
+    pairs = list(zip(*sides, strict=True))
+    kept = [pair for pair in pairs if not is_loop(*pair)]
+    for lang, side in ((source_lang, 0), (target_lang, 1)):
+        with open(f"{prefix}-clean.{lang}", "w", encoding="utf-8") as handle:
+            handle.writelines(pair[side] + "\n" for pair in kept)
+    return len(kept), len(pairs)
+
+
 # ------------------------------------------------------------------------------------------------ training mixtures
 
 

@@ -44,7 +44,7 @@ def main() -> None:
     ):
         run = translate(model, tokenizer, sentences)
         figures = confidences(model, run.translations)
-        checks = check_depth(sentences, figures)
+        checks = check_depth(sentences, figures, run.texts)
         scores = [score for score in figures if score is not None]
         rows.append([
             name,

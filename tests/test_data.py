@@ -152,9 +152,11 @@ def test_every_reader_of_text_files_reads_an_old_mac_file_as_its_lines(tmp_path,
     [
         ("A woman in a coat outside a house while it snows", "Eine Frau vor einem Haus, während es schneit.", False),
         ("Woman in coat outside a house", "Eine Frau vor einem Haus während Schnee Schnee Schnee fällt.", True),
-        # a phrase again, not one word three times in a row
-        ("A dog, a dog and a dog.", "Ein Hund, ein Hund, ein Hund.", False),
+        ("A dog and a dog.", "Ein Hund und ein Hund.", False),  # a phrase twice is no loop
+        ("Two dogs play in the snow on a cold day.", "Zwei Hunde, die Hunde, die Hunde, die Hunde spielen.", True),
+        ("A man and a woman.", "Ein Mann und eine Frau und eine Frau.", False),
         ("Hello, how are you?", "Hallo, du, du, DU?", True),  # punctuation and case do not hide the loop
+        ("I am tired and I want to go home.", "Ich bin müde, wenn Sie wenn Sie wenn Sie", True),
         ("Go.", "Ein Mann geht eine Straße entlang.", True),  # over 3x the source's characters
     ],
 )

@@ -63,6 +63,20 @@ def test_card_lists_the_average_candidates_and_marks_the_chosen_one(tmp_path, ti
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
     assert "| last 2 ✓ | checkpoint-20, checkpoint-30 | 31.0 | 56.0 |" in card.text
     assert "| last 1 | checkpoint-30 | 30.0 | 55.0 |" in card.text
+    assert "then averaging\nthe weights of checkpoints checkpoint-20, checkpoint-30" in card.text
+
+
+def test_card_says_when_one_checkpoint_beat_every_average(tmp_path, tiny_tokenizer):
+    candidates = [
+        {"name": "last 1", "checkpoints": ["checkpoint-30"], "validation": {"bleu": 31.5, "chrf": 55.0}},
+        {"name": "last 2", "checkpoints": ["checkpoint-20", "checkpoint-30"],
+         "validation": {"bleu": 31.0, "chrf": 56.0}},
+    ]
+    write_results(tmp_path, average_candidates=candidates, chosen_average="last 1",
+                  averaged_checkpoints=["checkpoint-30"])
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+    assert "keeping checkpoint-30 alone: it scored higher on validation BLEU than the averages" in card.text
+    assert "averaging\nthe weights" not in card.text
 
 
 def test_card_without_eval_results_is_a_clear_error(tmp_path, tiny_tokenizer):

@@ -131,13 +131,13 @@ def clean_pairs(sources: list[str], targets: list[str]) -> tuple[list[str], list
     return kept_sources, kept_targets, dropped
 
 
-_REPEATED_WORD = re.compile(r"\b(\w+)(?:\W+\1\b){2}", re.IGNORECASE)
+_REPEATED_PHRASE = re.compile(r"\b(\w+(?:\W+\w+){0,2})(?:\W+\1\b){2}", re.IGNORECASE)
 
 
 def is_loop(source: str, translation: str, most: float = 3.0) -> bool:
-    """Whether a synthetic translation looks like a decoding loop ("Schnee Schnee Schnee ..."): a word three times in a
-    row, or more than `most` times its source's characters. Such a pair teaches the loop, so it is left out."""
-    return bool(_REPEATED_WORD.search(translation)) or len(translation) > most * max(len(source), 1)
+    """Whether a translation looks like a decoding loop ("Schnee Schnee Schnee ...", "wenn Sie wenn Sie wenn Sie"): a
+    word or a phrase of up to three words three times in a row, or more than `most` times its source's characters."""
+    return bool(_REPEATED_PHRASE.search(translation)) or len(translation) > most * max(len(source), 1)
 
 
 def drop_loops(prefix: str, source_lang: str = "en", target_lang: str = "de") -> tuple[int, int]:

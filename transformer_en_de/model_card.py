@@ -75,8 +75,9 @@ This needs `transformers>=5.10.4,<6` (5.10.4, 5.15.1, 5.17.0, 5.20.2, 5.23.0 and
 ## Training
 
 Trained with the project's `train.py` (Seq2SeqTrainer; Adam β=(0.9, 0.98), ε=1e-9, linear warm-up then inverse
-square root decay, label smoothing {{ config.label_smoothing }}, gradient clipping, bf16 autocast){% if averaged %}, then averaging
-the weights of checkpoints {{ averaged | join(", ") }} (the paper averages its last checkpoints; chosen on validation BLEU){% else %}, keeping the
+square root decay, label smoothing {{ config.label_smoothing }}, gradient clipping, bf16 autocast){% if averaged and averaged | length > 1 %}, then averaging
+the weights of checkpoints {{ averaged | join(", ") }} (the paper averages its last checkpoints; chosen on validation BLEU){% elif averaged %}, then
+keeping {{ averaged[0] }} alone: it scored higher on validation BLEU than the averages of the last checkpoints{% else %}, keeping the
 checkpoint with the best validation BLEU{% endif %}.{% if case_augmentation %} Case augmentation: {{ case_augmentation }} of the
 training pairs were added again with the English source in upper case or lower case and the German target as written,
 so that all-caps or lower-case input translates like normal text.{% endif %}

@@ -7,9 +7,11 @@ mean log-probability per word, and a source less likely than nearly every captio
 
     score = confidence × exp(DISCOUNT × min(0, log-probability per word − CAPTION_FLOOR))
 
-A sentence is flagged when its score is below `LOW_SCORE`. The constants were chosen on the odd lines of
-`benchmarks/everyday_sentences.txt` (everyday sentences written for this) and on Multi30k validation, with the shipped
-model; `python -m benchmarks.confidence` prints the flag rates there and on the held-out even lines.
+A sentence is flagged when its score is below `LOW_SCORE`, or when its translation loops (a word or a phrase three
+times in a row, or over three times the source's length: `data.is_loop`), however sure of it the model is. The
+constants were chosen on the odd lines of `benchmarks/everyday_sentences.txt` (everyday sentences written for this)
+and on Multi30k validation; `python -m benchmarks.confidence` prints the flag rates there and on the held-out even
+lines, for the shipped model or any other.
 
 The bigram counts ship in `caption_bigrams.json.gz`, built from Multi30k's train.en by
 `python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`.
@@ -25,14 +27,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_en_de.data import DataError, read_lines
+from transformer_en_de.data import DataError, is_loop, read_lines
 
 STATISTICS = Path(__file__).with_name("caption_bigrams.json.gz")
 
 # CAPTION_FLOOR is about validation's 10th percentile of log-probability per word: 9 captions in 10 keep their
-# confidence as it is. With these, on the shipped model (`python -m benchmarks.confidence --threads 1`): everyday
-# sentences 97% flagged (chosen on) and 100% (held out), validation 6.8% (4.6% at the earlier length penalty 0.6); the
-# confidence alone below 0.64 flags 71-84% and 4.8%.
+# confidence as it is. Chosen with an earlier model; on the shipped one (`python -m benchmarks.confidence --threads
+# 1`): everyday sentences 97.4% flagged (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below
+# 0.64 flags 63-66% and 1.5%.
 CAPTION_FLOOR = -5.7
 DISCOUNT = 0.15
 LOW_SCORE = 0.64
@@ -123,6 +125,9 @@ def familiarity(source: str) -> float:
     return math.exp(DISCOUNT * shortfall)
 
 
+LOOP_REASON = "The translation repeats itself: the model has lost its way."
+
+
 def _reason(source: str, familiar: float) -> str:
     if familiar == 1.0:
         return "The model is unsure of its own translation."
@@ -134,19 +139,26 @@ def _reason(source: str, familiar: float) -> str:
 
 
 def check_depth(
-    sources: list[str], confidences: list[float | None], *, low_score: float = LOW_SCORE
+    sources: list[str],
+    confidences: list[float | None],
+    translations: list[str] | None = None,
+    *,
+    low_score: float = LOW_SCORE,
 ) -> list[DepthCheck]:
-    """One check per source sentence and its translation's confidence. A sentence with no confidence (not translated)
-    has no translation to warn about: not flagged, score nan (show no figure)."""
-    if len(sources) != len(confidences):
+    """One check per source sentence, its translation's confidence and (when given) the translation. A sentence with no
+    confidence (not translated) has no translation to warn about: not flagged, score nan (show no figure)."""
+    if len(sources) != len(confidences) or (translations is not None and len(translations) != len(sources)):
         raise ValueError(f"{len(sources)} sources but {len(confidences)} confidences: one each is needed")
     checks: list[DepthCheck] = []
-    for source, confidence in zip(sources, confidences, strict=True):
+    for number, (source, confidence) in enumerate(zip(sources, confidences, strict=True)):
         if confidence is None:
             checks.append(DepthCheck(False, float("nan"), ""))
             continue
         familiar = familiarity(source)
         score = confidence * familiar
+        if translations is not None and translations[number] and is_loop(source, translations[number]):
+            checks.append(DepthCheck(True, score, LOOP_REASON))
+            continue
         flagged = score < low_score
         checks.append(DepthCheck(flagged, score, _reason(source, familiar) if flagged else ""))
     return checks

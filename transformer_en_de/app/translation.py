@@ -132,7 +132,8 @@ def run_system(
     )
     if translator.name == OURS_NAME:
         known = output.confidences + [None] * (len(sentences) - len(output.confidences))
-        output.depth = check_depth(sentences, known)
+        texts = run.texts + [""] * (len(sentences) - len(run.texts))
+        output.depth = check_depth(sentences, known, texts)
     return output
 
 

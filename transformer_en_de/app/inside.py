@@ -229,7 +229,6 @@ def beam_steps(recorder: StepRecorder, hypotheses: list[list[int]], tokenizer, l
     return steps, finished
 
 
-
 def token_labels(tokenizer, ids: list[int]) -> list[str]:
     """Readable piece labels: word-initial pieces start with ▁ (SentencePiece's convention) for every tokenizer."""
     labels = []
@@ -240,6 +239,7 @@ def token_labels(tokenizer, ids: list[int]) -> list[str]:
         text = tokenizer.convert_tokens_to_string([token])  # byte-level pieces → text (" dog")
         labels.append("▁" + text[1:] if text.startswith(" ") else (text or token))
     return labels
+
 
 def attention_weights(model, source_ids: list[int], generated_ids: list[int]) -> dict:
     """Every attention weight of one teacher-forced pass over the chosen translation, by kind, each
@@ -533,8 +533,7 @@ def attention_axes(view: dict, kind: str) -> tuple[list[str], list[str], str, st
 
 def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure | None:
     """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
-    queries along the bottom and the pieces they read down the side; the side's labels
-    once per row of heads."""
+    queries along the bottom and the pieces they read down the side; the side's labels once per row of heads."""
     if view.get("message"):
         return None
     layer, head, layers, heads = chosen_layer_and_head(view, kind, layer, head)

@@ -147,16 +147,21 @@ def check_depth(
 ) -> list[DepthCheck]:
     """One check per source sentence, its translation's confidence and (when given) the translation. A sentence with no
     confidence (not translated) has no translation to warn about: not flagged, score nan (show no figure)."""
-    if len(sources) != len(confidences) or (translations is not None and len(translations) != len(sources)):
-        raise ValueError(f"{len(sources)} sources but {len(confidences)} confidences: one each is needed")
+    if translations is None:
+        translations = [""] * len(sources)  # nothing to check for a loop
+    if not len(sources) == len(confidences) == len(translations):
+        raise ValueError(
+            f"{len(sources)} sources but {len(confidences)} confidences and {len(translations)} translations: one each "
+            "is needed"
+        )
     checks: list[DepthCheck] = []
-    for number, (source, confidence) in enumerate(zip(sources, confidences, strict=True)):
+    for source, confidence, translation in zip(sources, confidences, translations, strict=True):
         if confidence is None:
             checks.append(DepthCheck(False, float("nan"), ""))
             continue
         familiar = familiarity(source)
         score = confidence * familiar
-        if translations is not None and translations[number] and is_loop(source, translations[number]):
+        if translation and is_loop(source, translation):
             checks.append(DepthCheck(True, score, LOOP_REASON))
             continue
         flagged = score < low_score

@@ -135,7 +135,7 @@ class FairScheduler:
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, work, address, True, waited=now - start, started=start)
+        job = Job(session, deadline, hard_deadline, lane, work, address, waited=now - start, started=start)
         with self._condition:
             self._admit(job)
             self._jobs.append(job)

@@ -24,6 +24,7 @@ from transformers import GenerationConfig  # noqa: E402
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration  # noqa: E402
 from modeling.modeling_transformer_mt import set_translation_defaults  # noqa: E402
 from tokenizer import config_token_fields, train_tokenizer  # noqa: E402
+from transformer_en_de.inside import inside_view  # noqa: E402
 
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 
@@ -90,3 +91,8 @@ def app_model_dir(tiny_model_dir, tmp_path_factory):
     generation.bad_words_ids = [[generation.bos_token_id], [generation.pad_token_id]]
     generation.save_pretrained(folder)
     return folder
+
+
+def view_inside(translator, sentence: str, settings) -> dict:
+    """`inside_view` of a model loaded as the app loads it (`translators.Translator`), under its name on the page."""
+    return inside_view(translator.model, translator.tokenizer, sentence, settings, name=translator.name)

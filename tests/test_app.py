@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import view_inside
 from matplotlib.figure import Figure
 from test_engine import StepClock
 from tiny_marian import build_tiny_marian
@@ -32,6 +33,7 @@ from transformer_en_de.app import (
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.inside import token_labels
 
 SENTENCE = "A dog runs in the park."
 LIMITS = limits.Limits()
@@ -266,7 +268,7 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
     assert result.message == "" and len(result.sentences) == 5
     for output, translator in zip(result.outputs, (ours, marian), strict=True):
         assert output.translation
-        view = inside.inside_view(translator, result.sentences[0], DecodingSettings(num_beams=2, max_new_tokens=8))
+        view = view_inside(translator, result.sentences[0], DecodingSettings(num_beams=2, max_new_tokens=8))
         inside.plot_attention_heads(view, "cross", 0, None).savefig(io.BytesIO(), format="png")  # labels render
 
 
@@ -643,7 +645,7 @@ def test_every_architecture_shows_its_cross_attention_over_its_own_translation(o
     settings = DecodingSettings(num_beams=beams, max_new_tokens=7)
 
     for output, translator in zip(result.outputs, (ours, marian, t5), strict=True):
-        view = inside.inside_view(translator, SENTENCE, settings)
+        view = view_inside(translator, SENTENCE, settings)
         first = output.run.translations[0]
         assert view["source_ids"] == first.source_ids and view["translation"] == output.translation
         cross = torch.tensor(view["attention"]["cross"])  # (layers, heads, generated, source)
@@ -656,7 +658,7 @@ def test_every_architecture_shows_its_cross_attention_over_its_own_translation(o
 
 
 def test_token_labels_are_readable(ours):
-    labels = inside.token_labels(ours.tokenizer, ours.tokenizer("A dog runs.")["input_ids"])
+    labels = token_labels(ours.tokenizer, ours.tokenizer("A dog runs.")["input_ids"])
 
     assert "".join(labels[:-1]).replace("▁", " ") == "A dog runs." and labels[-1] == "</s>"
 

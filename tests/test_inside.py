@@ -6,13 +6,14 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, view_inside
 from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import inside, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
+from transformer_en_de.inside import KINDS, until_eos
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 SENTENCES = [
@@ -39,11 +40,11 @@ def marian(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def views(ours):
-    return [inside.inside_view(ours, sentence, DecodingSettings(num_beams=4)) for sentence in SENTENCES]
+    return [view_inside(ours, sentence, DecodingSettings(num_beams=4)) for sentence in SENTENCES]
 
 
 def attention_tensors(view: dict) -> dict[str, torch.Tensor]:
-    return {kind: torch.tensor(view["attention"][kind]) for kind in inside.KINDS}  # (layers, heads, query, key)
+    return {kind: torch.tensor(view["attention"][kind]) for kind in KINDS}  # (layers, heads, query, key)
 
 
 def test_attention_has_every_layer_and_head_and_rows_sum_to_one(views, ours):
@@ -97,7 +98,7 @@ def test_embedding_and_encoding_lengths_are_those_of_the_parts_added(views, ours
 def test_the_traced_search_chooses_what_generate_and_the_engine_choose(ours, num_beams):
     settings = DecodingSettings(num_beams=num_beams, max_new_tokens=255, batch_size=8)
     for sentence in SENTENCES:
-        view = inside.inside_view(ours, sentence, settings)
+        view = view_inside(ours, sentence, settings)
         run = translate(ours.model, ours.tokenizer, [sentence], settings)
         plan = plan_decoding(ours.model, ours.tokenizer, [sentence], settings)
         config = plan.generation_config
@@ -110,7 +111,7 @@ def test_the_traced_search_chooses_what_generate_and_the_engine_choose(ours, num
             max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
             max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
         )[0].tolist()
-        assert [generated[0], *view["target_ids"]] == inside.until_eos(generated, config.eos_token_id)
+        assert [generated[0], *view["target_ids"]] == until_eos(generated, config.eos_token_id)
         assert view["target_ids"] == run.translations[0].generated_ids[1:]
         assert view["translation"] == run.texts[0]
         assert view["finished"][0]["ids"] == [generated[0], *view["target_ids"]]
@@ -122,7 +123,7 @@ def test_beam_scores_are_the_searchs_own(ours):
     settings = DecodingSettings(num_beams=4)
     reordered = False
     for sentence in SENTENCES:
-        view = inside.inside_view(ours, sentence, settings)
+        view = view_inside(ours, sentence, settings)
         plan = plan_decoding(ours.model, ours.tokenizer, [sentence], settings)
         config = plan.generation_config
         config.max_new_tokens = plan.limits[0]
@@ -152,7 +153,7 @@ def test_beam_scores_are_the_searchs_own(ours):
 
 
 def test_a_comparison_model_shows_its_own_tensors(marian):
-    view = inside.inside_view(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
+    view = view_inside(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
     run = translate(
         marian.model, marian.tokenizer, ["A dog runs in the park."], DecodingSettings(num_beams=2, max_new_tokens=20)
     )
@@ -168,6 +169,24 @@ def test_a_comparison_model_shows_its_own_tensors(marian):
             angle = pos / 10000 ** (2 * i / d_model)
             assert row[i] == pytest.approx(math.sin(angle), abs=1e-4)
             assert row[d_model // 2 + i] == pytest.approx(math.cos(angle), abs=1e-4)
+
+
+def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
+    """No app object: the model and tokenizer as a notebook loads them, the module docstring's three lines; the view's
+    translation is what the model's own generate() writes with its saved settings."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from transformer_en_de.inside import inside_view
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(SHIPPED, trust_remote_code=True).eval()
+    model.set_attn_implementation("eager")
+    sentence = "Two dogs are playing in the snow."
+    view = inside_view(model, tokenizer, sentence)
+    written = model.generate(**tokenizer(sentence, return_tensors="pt"))[0]
+    assert view["model"] == type(model).__name__
+    assert view["translation"] == tokenizer.decode(written, skip_special_tokens=True).strip()
+    assert len(view["attention"]["cross"]) == model.config.decoder_layers
 
 
 def test_a_request_follows_one_bounded_sentence_and_says_so(ours, marian):
@@ -191,13 +210,11 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     figure, and no panel's labels run into another panel's heatmap."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    marian_view = inside.inside_view(
-        marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20)
-    )
-    long = inside.inside_view(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
+    marian_view = view_inside(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
+    long = view_inside(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
     for view in [*views, marian_view, long]:
         figures = [inside.plot_positions(view)]
-        figures += [inside.plot_attention_heads(view, kind, 0, head) for kind in inside.KINDS for head in (None, 0)]
+        figures += [inside.plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
         for figure in figures:
             renderer = FigureCanvasAgg(figure).get_renderer()
             figure.draw(renderer)

@@ -11,6 +11,6 @@
 - `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.
 - `out_of_depth`: whether our model is out of its depth on a sentence.
 - `files`: uploaded files in, a TSV of translations (and our model's confidence) out.
-- `inside`: what the paper's parts do with one sentence (the Inside tab and `/inside`), and its pictures.
+- `inside`: the Inside tab and `/inside`: a visitor's request (`transformer_en_de.inside` computes) and its pictures.
 - `corpus_report`: the corpus-level table from eval_results.json and compare.py's JSON.
 """

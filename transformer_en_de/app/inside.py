@@ -1,53 +1,27 @@
-"""Inside the Transformer: what the paper's parts do with one sentence, for the page's tab and the `/inside` endpoint.
+"""The Inside the Transformer tab and the `/inside` endpoint: a visitor's request, bounded like a translation, and the
+pictures of what it returns.
 
-For one sentence and one model (ours, and each comparison model that returns its attention weights):
-- the BPE pieces the model reads and writes, with their ids (section 3.4: one shared vocabulary and embedding);
-- the positional encoding added to each source position, and how large the scaled embedding and the encoding each
-  are there (sections 3.4 and 3.5);
-- the attention weights of every kind, layer and head: encoder self-attention, masked decoder self-attention and
-  cross-attention (sections 3.2.1-3.2.3), from one teacher-forced pass over the chosen translation;
-- the beam search step by step (section 6.1 decodes with beam search and a length penalty), recorded from the model's
-  own `generate()` with the engine's plan: a logits processor placed after every other one sees, at each step, the
-  live beams and the log-probabilities the search ranks. `generate()` returns the finished hypotheses in the order of
-  its length-penalised score, the first of which is the translation (the Translate tab's: the same plan, the same
-  search; tests/test_inside.py checks the ids).
-
-`inside_request` bounds a visitor's request like a translation (one sentence, cut to the sentence length the app
-translates, inside a scheduler job with the request's budget and deadline); `inside_view` is the computation for one
-model; the `plot_*` and `format_*` functions draw what it returns. Everything returned is plain JSON (lists, numbers,
-strings), the weights rounded to `DECIMALS` places.
+`inside_request` follows the text's first sentence (cut to the sentence length the app translates) through our model
+and each comparison model that returns its attention weights, inside a scheduler job with the request's budget and
+deadline; the numbers come from `transformer_en_de.inside.inside_view`, the same for a learner in a notebook. The
+`plot_*` and `format_*` functions draw them, each picture with its line from the paper (`CAPTIONS`).
 """
 
-import copy
 import math
 import warnings
 
 import gradio as gr
 import numpy as np
-import torch
 from matplotlib.figure import Figure
-from transformers import LogitsProcessor, LogitsProcessorList
 
-from modeling.length_bound import SourceLengthBound
-from transformer_en_de.engine import Deadline, DecodingPlan, DecodingSettings, plan_decoding
+from transformer_en_de.inside import KINDS, inside_view
 
 from .limits import Limits
 from .scheduler import Busy, Cancelled, FairScheduler
-from .text_checks import (
-    InputError,
-    as_text,
-    check_decoding,
-    check_text,
-    clip_text,
-    split_long_sentence,
-    split_sentences,
-)
+from .text_checks import InputError, as_text, check_decoding, read_text, split_long_sentence, split_sentences
 from .translation import available, budget_plan
 from .translators import BackgroundTranslator, Translator
 
-DECIMALS = 5  # of the weights and encodings returned: rows of attention still sum to 1 within 1e-3
-ALTERNATIVES = 3  # next pieces shown for each live beam
-KINDS = ("encoder_self", "decoder_self", "cross")
 # The work of an inside view against the engine's estimate of the same decoding, which the scheduler counts for a
 # translation: transformers' beam search (every beam runs to the end, where ours lets a finished sentence leave), the
 # recording, and one teacher-forced pass with the attention weights. `python -m benchmarks.inside_view` measures it
@@ -83,252 +57,6 @@ KIND_TITLES = {
 }
 
 
-# ------------------------------------------------------------------------------------------------ the computation
-
-
-class StepRecorder(LogitsProcessor):
-    """Records what the search ranks at each step, changing nothing: the live beams (one row each) and the top of
-    their next-piece log-probabilities after every processor before it (the length bound, the deadline).
-
-    Only the top `keep` of each row are kept (a vocabulary-wide row per beam per step would be megabytes): every
-    continuation the search keeps is among its row's top `2 * num_beams`, which `keep` must cover. Beam search hands
-    its processors log-probabilities, which it sums as they are; greedy search hands them logits (`normalise`: they
-    are turned into log-probabilities here, for the page only: greedy takes the largest either way)."""
-
-    def __init__(self, keep: int, normalise: bool = False):
-        self.keep, self.normalise = keep, normalise
-        self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (sequences, log-probs, piece ids)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        shown = scores.float().log_softmax(dim=-1) if self.normalise else scores.float()
-        values, ids = shown.topk(min(self.keep, scores.shape[-1]), dim=-1)  # (rows, keep)
-        self.steps.append((input_ids.detach().cpu().clone(), values.cpu(), ids.cpu()))
-        return scores
-
-
-def traced_search(model, plan: DecodingPlan, *, deadline: float | None = None, alternatives: int = ALTERNATIVES):
-    """Decode the plan's one sentence with `generate()` as the engine does (its generation config, its length bound),
-    recording each step. Returns (finished hypotheses in generate()'s order, each as ids from the start token to
-    `</s>`; the recorder; whether the deadline cut the search)."""
-    config = copy.copy(plan.generation_config)  # shallow: only the fields below differ
-    eos_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
-    limit = plan.limits[0]
-    config.max_new_tokens = limit
-    config.return_dict_in_generate = True
-    config.num_return_sequences = config.num_beams  # every finished hypothesis the search kept, best first
-    recorder = StepRecorder(keep=max(alternatives, 2 * config.num_beams), normalise=config.num_beams == 1)
-    processors = LogitsProcessorList([SourceLengthBound(torch.tensor([limit]), eos_id)])
-    if deadline is not None:
-        processors.append(Deadline(deadline, eos_id))
-    processors.append(recorder)  # last: it sees the scores the search ranks
-    source = torch.tensor([list(plan.source_ids[0])], device=model.device)
-    model.eval()
-    with torch.inference_mode():
-        output = model.generate(
-            input_ids=source,
-            attention_mask=torch.ones_like(source),
-            generation_config=config,
-            logits_processor=processors,
-        )
-    hypotheses = [until_eos(row, eos_id) for row in output.sequences.tolist()]
-    cut = deadline is not None and processors[1].stopped_at is not None
-    return hypotheses, recorder, cut
-
-
-def until_eos(ids: list[int], eos_id: int) -> list[int]:
-    """The start token and the pieces up to and including the first `</s>` (generate() pads shorter rows)."""
-    for position in range(1, len(ids)):
-        if ids[position] == eos_id:
-            return ids[: position + 1]
-    return ids
-
-
-def running_scores(recorder: StepRecorder) -> list[dict[tuple, tuple[int, float]]]:
-    """For each step, each live beam's sequence -> (its row, its score): the sum of the log-probabilities the search
-    gave its pieces, read from the recorded steps (the row of its prefix at the step before, and that row's
-    log-probability of its last piece). At the first step every row holds the prompt; the search counts only the
-    first (the others start at -1e9), so only it is kept."""
-    steps: list[dict[tuple, tuple[int, float]]] = []
-    for number, (sequences, _, _) in enumerate(recorder.steps):
-        live: dict[tuple, tuple[int, float]] = {}
-        for row, sequence in enumerate(sequences.tolist()):
-            key = tuple(sequence)
-            if key in live:
-                continue
-            if number == 0:
-                live[key] = (row, 0.0)
-                continue
-            score = piece_score(recorder, steps[-1], number - 1, key)
-            if score is not None:
-                live[key] = (row, score)
-        steps.append(live)
-    return steps
-
-
-def piece_score(recorder: StepRecorder, before: dict, step: int, sequence: tuple) -> float | None:
-    """The score of `sequence`: its prefix's score at `step` plus that row's log-probability of its last piece."""
-    if sequence[:-1] not in before:
-        return None
-    row, score = before[sequence[:-1]]
-    _, values, ids = recorder.steps[step]
-    found = (ids[row] == sequence[-1]).nonzero()
-    return score + float(values[row, found[0, 0]]) if len(found) else None
-
-
-def beam_steps(recorder: StepRecorder, hypotheses: list[list[int]], tokenizer, length_penalty: float, alternatives):
-    """The search step by step (live beams with their text, score and best next pieces; hypotheses finished at that
-    step) and the finished hypotheses with their scores before and after the length penalty."""
-    scores = running_scores(recorder)
-    finished = []
-    for order, ids in enumerate(hypotheses):
-        new = len(ids) - 1
-        step = min(new, len(scores)) - 1
-        log_probability = piece_score(recorder, scores[step], step, tuple(ids)) if step >= 0 else None
-        finished.append(
-            {
-                "text": tokenizer.decode(ids, skip_special_tokens=True).strip(),
-                "pieces": token_labels(tokenizer, ids[1:]),
-                "ids": ids,
-                "step": new,
-                "log_probability": log_probability,
-                # generate()'s own ranking (`sequences` comes sorted by it): log-probability / new pieces ** α
-                "length_normalised": None if log_probability is None else log_probability / new**length_penalty,
-                "rank": order + 1,
-            }
-        )
-    by_log_probability = sorted(
-        range(len(finished)), key=lambda index: -(finished[index]["log_probability"] or -math.inf)
-    )
-    for rank, index in enumerate(by_log_probability, start=1):
-        finished[index]["rank_without_penalty"] = rank
-    steps = []
-    for number, live in enumerate(scores):
-        sequences, values, ids = recorder.steps[number]
-        beams = []
-        for sequence, (row, score) in sorted(live.items(), key=lambda item: -item[1][1]):
-            shown = [
-                {"piece": label, "id": piece, "probability": math.exp(value)}
-                for label, piece, value in zip(
-                    token_labels(tokenizer, ids[row, :alternatives].tolist()),
-                    ids[row, :alternatives].tolist(),
-                    values[row, :alternatives].tolist(),
-                    strict=True,
-                )
-                if value > -math.inf
-            ]
-            beams.append(
-                {
-                    "text": tokenizer.decode(sequence, skip_special_tokens=True).strip(),
-                    "pieces": token_labels(tokenizer, list(sequence[1:])),
-                    "score": score,
-                    "next": shown,
-                }
-            )
-        ended = [item["rank"] for item in finished if item["step"] == number + 1]
-        steps.append({"step": number + 1, "beams": beams, "finished": ended})
-    return steps, finished
-
-
-def token_labels(tokenizer, ids: list[int]) -> list[str]:
-    """Readable piece labels: word-initial pieces start with ▁ (SentencePiece's convention) for every tokenizer."""
-    labels = []
-    for token in tokenizer.convert_ids_to_tokens(ids):
-        if token.startswith("▁") or token in tokenizer.all_special_tokens:
-            labels.append(token)
-            continue
-        text = tokenizer.convert_tokens_to_string([token])  # byte-level pieces → text (" dog")
-        labels.append("▁" + text[1:] if text.startswith(" ") else (text or token))
-    return labels
-
-
-def attention_weights(model, source_ids: list[int], generated_ids: list[int]) -> dict:
-    """Every attention weight of one teacher-forced pass over the chosen translation, by kind, each
-    [layers][heads][query][key]: the decoder reads generated_ids[:-1] (the start token and the pieces before `</s>`)."""
-    source = torch.tensor([source_ids], device=model.device)
-    with torch.inference_mode():
-        output = model(
-            input_ids=source,
-            attention_mask=torch.ones_like(source),
-            decoder_input_ids=torch.tensor([generated_ids[:-1]], device=model.device),
-            output_attentions=True,
-            use_cache=False,
-        )
-    tensors = {
-        "encoder_self": output.encoder_attentions,
-        "decoder_self": output.decoder_attentions,
-        "cross": output.cross_attentions,
-    }
-    return {
-        kind: torch.stack(layers)[:, 0].float().round(decimals=DECIMALS).tolist()  # (layers, heads, query, key)
-        for kind, layers in tensors.items()
-    }
-
-
-def positional_encoding(model, source_ids: list[int]) -> dict:
-    """The positional encodings added at the source positions, [positions][d_model], and per position the length of
-    the scaled token embedding and of the encoding; empty where the model keeps no sinusoidal table (T5's relative
-    positions)."""
-    encoder = model.get_encoder()
-    positions = getattr(encoder, "embed_positions", None)
-    # Ours keeps the paper's table as `table`; MarianMT's sinusoidal embedding as `weight` (sines, then cosines).
-    table = getattr(positions, "table", None)
-    if table is None:
-        table = getattr(positions, "weight", None)
-    if table is None or not hasattr(encoder, "embed_tokens"):
-        return {"positional_encoding": [], "embedding_norms": [], "positional_norms": [], "embed_scale": None}
-    scale = float(getattr(encoder, "embed_scale", 1.0))
-    with torch.inference_mode():
-        encoding = table[: len(source_ids)].float()  # (S, d_model)
-        embedded = encoder.embed_tokens(torch.tensor(source_ids, device=table.device)).float() * scale  # (S, d_model)
-    return {
-        "positional_encoding": encoding.round(decimals=DECIMALS).tolist(),
-        "embedding_norms": embedded.norm(dim=-1).tolist(),
-        "positional_norms": encoding.norm(dim=-1).tolist(),
-        "embed_scale": scale,
-    }
-
-
-def inside_view(
-    translator: Translator,
-    sentence: str,
-    settings: DecodingSettings = DecodingSettings(),
-    *,
-    plan: DecodingPlan | None = None,
-    deadline: float | None = None,
-    alternatives: int = ALTERNATIVES,
-) -> dict:
-    """Everything the tab shows for one sentence and one model (see the module docstring), as plain JSON: pieces and
-    ids, positional encoding, attention, the beam search and the translation it chose."""
-    model, tokenizer = translator.model, translator.tokenizer
-    if plan is None:
-        plan = plan_decoding(model, tokenizer, [sentence], settings)
-    hypotheses, recorder, cut = traced_search(model, plan, deadline=deadline, alternatives=alternatives)
-    chosen = hypotheses[0]
-    source_ids = list(plan.source_ids[0])
-    # Beam search divides by pieces^α (transformers' default α is 1.0 where a config leaves it unset); greedy does not.
-    penalty = plan.generation_config.length_penalty
-    length_penalty = (1.0 if penalty is None else penalty) if plan.num_beams > 1 else 0.0
-    steps, finished = beam_steps(recorder, hypotheses, tokenizer, length_penalty, alternatives)
-    config = model.config
-    return {
-        "model": translator.name,
-        "source_tokens": token_labels(tokenizer, source_ids),
-        "source_ids": source_ids,
-        "target_tokens": token_labels(tokenizer, chosen[1:]),
-        "target_ids": chosen[1:],
-        "decoder_tokens": token_labels(tokenizer, chosen[:-1]),  # what the decoder reads: the queries of its attention
-        **positional_encoding(model, source_ids),
-        "attention": attention_weights(model, source_ids, chosen),
-        "num_beams": plan.num_beams,
-        "length_penalty": length_penalty,
-        "beam_steps": steps,
-        "finished": finished,
-        "translation": tokenizer.decode(chosen, skip_special_tokens=True).strip(),
-        "cut": cut,  # the request's deadline ended the search: the translation is what it had by then
-        "d_model": getattr(config, "d_model", None),
-    }
-
-
 # ------------------------------------------------------------------------------------------------ the request
 
 
@@ -336,9 +64,7 @@ def one_sentence(text, limits: Limits) -> tuple[str, list[str]]:
     """The sentence the view follows (the first of the text, at most `limits.max_sentence_words` words: a longer one
     is translated in parts on the Translate tab, and the view follows its first part) and the notices saying so."""
     notices = []
-    if isinstance(text, str):
-        text, clipped = clip_text(text.strip(), limits.max_input_chars)
-    text = check_text("" if text is None else text).strip()
+    text, _ = read_text(text, limits.max_input_chars)
     sentences, _ = split_sentences(text)
     if not sentences:
         return "", []
@@ -402,7 +128,10 @@ def inside_request(
                 if translator is None:
                     views.append({"model": system.name, "message": why_not})
                     continue
-                views.append(inside_view(translator, sentence, settings, deadline=job.hard_deadline))
+                views.append(
+                    inside_view(translator.model, translator.tokenizer, sentence, settings, name=translator.name,
+                                deadline=job.hard_deadline)
+                )  # fmt: skip
     except Busy as error:
         return {"message": str(error), "notices": []}
     except Cancelled:
@@ -653,20 +382,15 @@ def shown(figure: Figure | None) -> gr.Plot:
 
 
 __all__ = [
+    "CAPTIONS",
+    "KIND_TITLES",
     "draw_attention",
     "draw_inside",
-    "CAPTIONS",
-    "KINDS",
-    "StepRecorder",
-    "attention_weights",
     "format_beam_search",
     "format_notices",
     "format_pieces",
     "inside_request",
-    "inside_view",
     "plot_attention_heads",
     "plot_positions",
-    "positional_encoding",
     "systems_of",
-    "traced_search",
 ]

@@ -62,7 +62,6 @@ class Job:
     lane: int = ORDINARY
     work: float = 0.0  # estimated CPU seconds
     address: str | None = None  # a trusted client address, for the per-address limit on heavy requests
-    exclusive: bool = True  # counts as the session's one running request
     served: float = 0.0
     cancelled: bool = False
     turn_started: float | None = None
@@ -137,7 +136,13 @@ class FairScheduler:
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
         job = Job(session, deadline, hard_deadline, lane, work, address, waited=now - start, started=start)
         with self._condition:
-            self._admit(job)
+            if any(other.session == job.session for other in self._jobs):
+                raise Busy(
+                    "Your previous request is still running; this one was not started. Wait for the first to finish "
+                    "(or reload the page to cancel it)."
+                )
+            if heavy:
+                self._admit_heavy(work, address)
             self._jobs.append(job)
         self._local.job = job
         try:
@@ -158,25 +163,18 @@ class FairScheduler:
         if work <= self.ordinary_seconds:
             return
         with self._condition:
-            self._admit(Job("(probe)", 0.0, 0.0, HEAVY, work, address, exclusive=False))
+            self._admit_heavy(work, address)
 
-    def _admit(self, job: Job) -> None:
-        """Busy or Full unless the job may start (lock held)."""
-        if job.exclusive and any(other.exclusive and other.session == job.session for other in self._jobs):
-            raise Busy(
-                "Your previous request is still running; this one was not started. Wait for the first to finish "
-                "(or reload the page to cancel it)."
-            )
-        if job.lane != HEAVY:
-            return
+    def _admit_heavy(self, work: float, address: str | None) -> None:
+        """Full unless a heavy request of `work` CPU seconds from `address` may start (lock held)."""
         heavy = [other for other in self._jobs if other.lane == HEAVY]
-        advice = f"This request needs about {job.work:.0f} s of CPU time, more than an ordinary one, and"
+        advice = f"This request needs about {work:.0f} s of CPU time, more than an ordinary one, and"
         if len(heavy) >= self.heavy_jobs:
             raise Full(
                 f"{advice} the server is already running as many long requests as it can ({self.heavy_jobs}), so it "
                 "was not started. Try again in a minute, or send fewer sentences or fewer beams."
             )
-        mine = [other for other in heavy if job.address is not None and other.address == job.address]
+        mine = [other for other in heavy if address is not None and other.address == address]
         if len(mine) >= self.heavy_jobs_per_address:
             raise Full(
                 f"{advice} your address already has a long request running, so it was not started. Wait for it to "
@@ -242,7 +240,7 @@ class FairScheduler:
     def describe(self) -> str:
         """One line for the status endpoint: requests running and waiting for the CPU."""
         with self._condition:
-            running = sum(job.exclusive for job in self._jobs)
+            running = len(self._jobs)
             heavy = sum(job.lane == HEAVY for job in self._jobs)
             waiting = len(self._waiting)
         return (

@@ -159,13 +159,16 @@ def join_sentences(sentences: list[str], separators: list[str]) -> str:
     return "".join(sentence + separator for sentence, separator in zip(sentences, separators, strict=True)).strip()
 
 
-def clip_text(text: str, max_chars: int) -> tuple[str, str]:
-    """`text` cut to `max_chars` at a space where one is near, and the notice saying so ("" when not cut)."""
-    if len(text) <= max_chars:
-        return text, ""
+def read_text(text, max_chars: int) -> tuple[str, str]:
+    """A visitor's text cut to `max_chars` at a space where one is near, checked (`check_text`) and stripped; and the
+    notice saying it was cut ("" when not). InputError for a value that is not text (None reads as "")."""
+    text = "" if text is None else text
+    if not isinstance(text, str) or len(text.strip()) <= max_chars:
+        return check_text(text).strip(), ""
+    text = text.strip()
     cut = text.rfind(" ", 0, max_chars)
     notice = (
         f"The text has {len(text):,} characters; only the first {max_chars:,} were translated. "
         "Use the File tab for longer texts."
     )
-    return text[: cut if cut > max_chars // 2 else max_chars], notice
+    return check_text(text[: cut if cut > max_chars // 2 else max_chars]).strip(), notice

@@ -31,8 +31,8 @@ from .text_checks import (
     InputError,
     check_decoding,
     check_text,
-    clip_text,
     join_sentences,
+    read_text,
     split_long_sentences,
     split_sentences,
 )
@@ -267,10 +267,8 @@ def translate_text(
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        if isinstance(text, str):
-            text, clipped = clip_text(text.strip(), limits.max_input_chars)
-            result.notices += [clipped] if clipped else []
-        text = check_text("" if text is None else text).strip()
+        text, clipped = read_text(text, limits.max_input_chars)
+        result.notices += [clipped] if clipped else []
         reference, too_long = check_reference(reference, limits)
         result.notices += [too_long] if too_long else []
     except InputError as error:

@@ -62,6 +62,16 @@ def text(value, *args, ours, comparisons, session="visitor", **kwargs):
     )
 
 
+def test_a_translation_cut_at_its_length_limit_says_the_limit(ours):
+    result = text("A man in a blue jacket is repairing a bicycle.", "greedy", 1, 2, ours=ours, comparisons=[])
+    first = result.outputs[0].run.translations[0]
+
+    assert first.hit_length_bound and first.new_tokens == 2
+    ratio, offset, _ = result.outputs[0].run.plan.bound
+    limit = f"stopped at its length limit ({ratio:g} × its source tokens + {offset}, at most 2)"
+    assert any(limit in notice for notice in result.outputs[0].notices), result.outputs[0].notices
+
+
 # ------------------------------------------------------------------------------------------------ the engine, for all
 
 

@@ -16,7 +16,6 @@ from transformer_en_de.engine import (
     DecodingSettings,
     TranslationRun,
     confidences,
-    resolved_settings,
     sentence_numbers,
     token_limits,
     tokenize,
@@ -118,10 +117,8 @@ def run_system(
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
-        bound = resolved_settings(translator.model, settings)
         output.notices.append(
-            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({bound['max_new_tokens_ratio']:g} × "
-            f"its source tokens + {bound['max_new_tokens_offset']}, at most {settings.max_new_tokens}) before it "
+            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound_text()}) before it "
             "ended: the translation is cut."
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:

@@ -53,6 +53,7 @@ from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
     NO_PRETRAINED,
+    RequestContext,
     format_details,
     format_notice,
     translate_text,
@@ -246,15 +247,11 @@ class TranslationApp:
         self.scheduler.take_turns_at_each_decoder_step(model)
         model.set_attn_implementation("eager")  # the Inside tab needs attention weights, which SDPA does not return
 
-    def context(self, request: gr.Request) -> dict:
-        """What every translation needs besides its inputs: the systems, the turns, the limits, who is asking."""
-        return dict(
-            ours=self.ours,
-            comparisons=self.comparisons,
-            scheduler=self.scheduler,
-            limits=self.limits,
-            session=request.session_hash,
-            address=client_address(request, self.trust_forwarded_for),
+    def context(self, request: gr.Request, arrived: float | None) -> RequestContext:
+        """What every request needs besides its inputs: the systems, the turns, the limits, who asks and since when."""
+        address = client_address(request, self.trust_forwarded_for)
+        return RequestContext(
+            self.ours, self.comparisons, self.scheduler, self.limits, request.session_hash, address, arrived
         )
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
@@ -269,7 +266,7 @@ class TranslationApp:
         # one, or end (Cancelled: the page closed) - `FairScheduler.take_turns_at_each_decoder_step`, set at loading.
         with self.gate.serving(request.session_hash) as arrived:
             result = translate_text(
-                text, decoding, num_beams, max_new_tokens, reference, **self.context(request), arrived=arrived
+                text, decoding, num_beams, max_new_tokens, reference, context=self.context(request, arrived)
             )
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result))
@@ -287,7 +284,7 @@ class TranslationApp:
             result = translate_file(
                 uploaded_path(source_file, self.limits.max_file_bytes),
                 uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
-                output_dir=upload_folder(), progress=progress, **self.context(request), arrived=arrived,
+                output_dir=upload_folder(), progress=progress, context=self.context(request, arrived),
             )  # fmt: skip
         return result.path, result.summary, result.preview
 
@@ -328,7 +325,7 @@ class TranslationApp:
         gives it for that sentence), notices, comparisons (the same per comparison model); or only message and notices.
         """
         with self.gate.serving(request.session_hash) as arrived:
-            view = inside_request(text, decoding, num_beams, max_new_tokens, **self.context(request), arrived=arrived)
+            view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
         return view, view  # the endpoint's answer, and the session's copy the pictures are drawn from
 
     def draw_inside(self, view, kind, layer, head, request: gr.Request):

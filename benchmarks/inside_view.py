@@ -21,8 +21,7 @@ import time
 from benchmarks import harness
 from transformer_en_de.app import inside
 from transformer_en_de.app.limits import Limits
-from transformer_en_de.app.scheduler import FairScheduler
-from transformer_en_de.app.translation import budget_plan
+from transformer_en_de.app.translation import RequestContext, budget_plan
 from transformer_en_de.app.translators import load_our_translator
 from transformer_en_de.engine import translate
 
@@ -51,8 +50,8 @@ def main() -> None:
 
     def request(sentence: str) -> dict:
         return inside.inside_request(
-            sentence, "beam search", ours.model.generation_config.num_beams, limits.max_new_tokens, ours=ours,
-            comparisons=[], scheduler=FairScheduler(), limits=limits,
+            sentence, "beam search", ours.model.generation_config.num_beams, limits.max_new_tokens,
+            context=RequestContext(ours, limits=limits),
         )  # fmt: skip
 
     steps = {
@@ -83,8 +82,8 @@ def main() -> None:
     against_engine, against_estimate = [], []
     for sentence in english:
         plan, settings = budget_plan(
-            ours, [sentence], ours.model.generation_config.num_beams, limits.max_new_tokens, limits.text,
-            scheduler=FairScheduler(), limits=limits, address=None,
+            RequestContext(ours, limits=limits), [sentence], ours.model.generation_config.num_beams,
+            limits.max_new_tokens, limits.text,
         )  # fmt: skip
         _, engine, _ = timed(lambda s=sentence, d=settings: translate(ours.model, ours.tokenizer, [s], d))
         _, seen, _ = timed(lambda sentence=sentence: request(sentence))

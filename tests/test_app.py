@@ -56,9 +56,10 @@ def t5(tmp_path_factory):
     return translators.load_translator(str(folder), "tiny-t5", on_load=lambda m: m.set_attn_implementation("eager"))
 
 
-def text(value, *args, ours, comparisons, session="visitor", **kwargs):
+def text(value, *args, ours, comparisons, session="visitor", **context):
+    """`translate_text` for a visitor's session; `context`: the rest of its `RequestContext` (limits, arrived, ...)."""
     return translation.translate_text(
-        value, *args, ours=ours, comparisons=comparisons, scheduler=FairScheduler(), session=session, **kwargs
+        value, *args, context=translation.RequestContext(ours, comparisons, session=session, **context)
     )
 
 
@@ -356,9 +357,8 @@ def test_a_long_file_is_refused_before_any_work_when_the_long_requests_are_all_i
     source = write(tmp_path / "long.en", "A dog runs in the park.\n" * 1_000 + "A bell \x07 rings.\n")
 
     asked = time.monotonic()
-    result = files.translate_file(
-        source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler, output_dir=tmp_path
-    )
+    result = translate_file(source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler,
+                            output_dir=tmp_path)  # fmt: skip
 
     # Refused on its length alone: the broken last line was never looked at, nothing was tokenized.
     assert "as many long requests as it can" in result.summary and time.monotonic() - asked < 1.0
@@ -523,18 +523,10 @@ def write(path, content):
     return path
 
 
-def translate_file(source, reference=None, *args, ours, comparisons, output_dir, **kwargs):
-    return files.translate_file(
-        source,
-        reference,
-        *args,
-        ours=ours,
-        comparisons=comparisons,
-        scheduler=FairScheduler(),
-        output_dir=output_dir,
-        session="visitor",
-        **kwargs,
-    )
+def translate_file(source, reference=None, *args, ours, comparisons, output_dir, progress=None, **context):
+    """`files.translate_file` for a visitor's session; `context` as in `text`."""
+    context = translation.RequestContext(ours, comparisons, session="visitor", **context)
+    return files.translate_file(source, reference, *args, context=context, output_dir=output_dir, progress=progress)
 
 
 def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):

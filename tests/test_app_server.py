@@ -23,7 +23,6 @@ from tiny_models import build_tiny_t5
 from transformer_en_de import evaluation
 from transformer_en_de.app import corpus_report, translation, translators
 from transformer_en_de.app.limits import Budget, Limits
-from transformer_en_de.app.scheduler import FairScheduler
 
 pytestmark = pytest.mark.slow
 
@@ -103,9 +102,8 @@ def test_translate_endpoint_answers_every_model(client, translators_here, model_
 
     answer = client.predict(SENTENCES, "beam search", 2, 10, reference, api_name="/translate")
 
-    expected = translation.translate_text(
-        SENTENCES, "beam search", 2, 10, reference, ours=ours, comparisons=[marian, t5], scheduler=FairScheduler()
-    )
+    context = translation.RequestContext(ours, [marian, t5])
+    expected = translation.translate_text(SENTENCES, "beam search", 2, 10, reference, context=context)
     assert len(answer) == 2 * 3 + 1 and answer[-1] == ""
     for number, output in enumerate(expected.outputs):
         assert answer[2 * number] == output.translation

@@ -11,9 +11,8 @@ from tiny_marian import build_tiny_marian
 import compare
 from modeling import TransformerMTForConditionalGeneration
 from transformer_en_de.app.files import translate_file
-from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
-from transformer_en_de.app.translation import run_system
+from transformer_en_de.app.translation import RequestContext, run_system
 from transformer_en_de.app.translators import load_translator
 from transformer_en_de.data import normalise_text
 from transformer_en_de.engine import DecodingSettings, translate
@@ -65,7 +64,7 @@ def test_every_path_gives_the_engines_translations(model_dir, lines, tmp_path):
     source_file.write_text("\n".join(sources) + "\n", encoding="utf-8")
     result = translate_file(
         str(source_file), None, "beam search", NUM_BEAMS, MAX_NEW_TOKENS,
-        ours=translator, comparisons=[], scheduler=FairScheduler(), output_dir=tmp_path / "app", limits=Limits(),
+        context=RequestContext(translator), output_dir=tmp_path / "app",
     )  # fmt: skip
     with open(result.path, encoding="utf-8", newline="") as handle:
         paths["app, file panel"] = [row[-1] for row in csv.reader(handle, delimiter="\t")][1:]

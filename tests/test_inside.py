@@ -12,6 +12,7 @@ from tiny_marian import build_tiny_marian
 from transformer_en_de.app import inside, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
 from transformer_en_de.inside import KINDS, until_eos
 
@@ -192,9 +193,7 @@ def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
 def test_a_request_follows_one_bounded_sentence_and_says_so(ours, marian):
     limits = Limits()
     long = " ".join(["A dog runs in the park"] * 10) + ". The cat sleeps."
-    view = inside.inside_request(
-        long, "beam search", 4, 255, ours=ours, comparisons=[marian], scheduler=FairScheduler(), limits=limits
-    )
+    view = inside.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, [marian], limits=limits))
     assert len(view["sentence"].split()) <= limits.max_sentence_words
     assert any("first of the 2" in notice for notice in view["notices"])
     assert any("in parts" in notice for notice in view["notices"])
@@ -235,16 +234,15 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     [("", "Type an English sentence"), ("\ud800", "lone surrogate"), (12, "must be a string")],
 )
 def test_bad_input_is_a_message(ours, text, expected):
-    view = inside.inside_request(text, "beam search", 4, 255, ours=ours, comparisons=[], scheduler=FairScheduler())
+    view = inside.inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
     assert expected in view["message"] and "source_tokens" not in view
 
 
 def test_a_second_request_of_a_session_is_refused_while_one_runs(ours):
     scheduler = FairScheduler()
     with scheduler.job("visitor", 10.0):
-        view = inside.inside_request(
-            "A dog runs.", "beam search", 4, 255, ours=ours, comparisons=[], scheduler=scheduler, session="visitor"
-        )
+        context = RequestContext(ours, scheduler=scheduler, session="visitor")
+        view = inside.inside_request("A dog runs.", "beam search", 4, 255, context=context)
     assert "still running" in view["message"]
 
 

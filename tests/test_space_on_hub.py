@@ -23,7 +23,6 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS
 from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import translation, translators
-from transformer_en_de.app.scheduler import FairScheduler
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +47,8 @@ def expected(app_model_dir, marian_dir):
     """Each model's greedy translation of the sentence, loaded here from its folder with PyTorch."""
     ours = translators.load_our_translator(str(app_model_dir))
     marian = translators.load_translator(str(marian_dir), "opus-mt-en-de")
-    result = translation.translate_text(SENTENCE, "greedy", 1, 20, "", ours=ours, comparisons=[marian],
-                                        scheduler=FairScheduler())
+    context = translation.RequestContext(ours, [marian])
+    result = translation.translate_text(SENTENCE, "greedy", 1, 20, "", context=context)
     return [output.translation for output in result.outputs]
 
 

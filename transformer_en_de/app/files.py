@@ -17,10 +17,9 @@ from transformer_en_de.evaluation import corpus_scores
 
 from .limits import Limits, least_seconds
 from .out_of_depth import DepthCheck
-from .scheduler import Busy, Cancelled, FairScheduler
+from .scheduler import Busy, Cancelled
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import NO_PRETRAINED, TRUST_PRETRAINED, budget_plan, run_systems
-from .translators import BackgroundTranslator, Translator
+from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, budget_plan, run_systems
 
 FILE_TYPES = [".txt", ".en", ".de"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
@@ -70,16 +69,16 @@ def check_lines(lines: list[str], what: str, name: str) -> list[str]:
     return lines
 
 
-def read_files(
-    source_file, reference_file, tokens: int, ours: Translator, scheduler: FairScheduler, limits: Limits, address
-) -> tuple[list[str], list[str] | None]:
+def read_files(source_file, reference_file, tokens: int, context: RequestContext) -> tuple[list[str], list[str] | None]:
     """The English file's lines and the reference file's (None without one); InputError for files that cannot be
     translated or do not pair up, Busy (Full) for a file too long while the long requests are all in flight."""
+    limits = context.limits
     lines = read_upload(source_file, "English file", limits, check=False)
     # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
     # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
     filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-    scheduler.check_room(least_seconds(ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits), address)
+    least = least_seconds(context.ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
+    context.scheduler.check_room(least, context.address)
     check_lines(lines, "English file", as_text(Path(source_file).name))
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
     if references is not None and len(references) != len(lines):
@@ -97,24 +96,19 @@ def translate_file(
     num_beams: int,
     max_new_tokens: int,
     *,
-    ours: Translator,
-    comparisons: list[Translator | BackgroundTranslator],
-    scheduler: FairScheduler,
+    context: RequestContext,
     output_dir: str | Path,
-    limits: Limits = Limits(),
-    session: str | None = None,
-    address: str | None = None,
-    arrived: float | None = None,
     progress=None,
     preview_lines: int = 10,
 ) -> FileResult:
     """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given;
     our model's confidence per line, and the lines out of its depth flagged."""
+    limits = context.limits
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
         )
-        lines, references = read_files(source_file, reference_file, tokens, ours, scheduler, limits, address)
+        lines, references = read_files(source_file, reference_file, tokens, context)
     except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")
     notices = []
@@ -127,10 +121,7 @@ def translate_file(
     except OSError as error:
         return FileResult(None, f"⚠️ The server cannot store the translations right now ({error.strerror}); try later.")
     with handle:
-        result = translate_lines(
-            lines, references, beams, tokens, notices, ours=ours, comparisons=comparisons, scheduler=scheduler,
-            limits=limits, session=session, address=address, arrived=arrived, progress=progress,
-        )  # fmt: skip
+        result = translate_lines(lines, references, beams, tokens, notices, context, progress)
         if result is None or isinstance(result, str):
             Path(handle.name).unlink(missing_ok=True)
             return FileResult(None, f"⚠️ {result}" if result else "")
@@ -145,11 +136,10 @@ def translate_file(
     return FileResult(handle.name, summary, scores, preview(lines, columns, preview_lines))
 
 
-def translate_lines(lines, references, beams, tokens, notices, *, ours, comparisons, scheduler, limits, session,
-                    address, arrived, progress):  # fmt: skip
+def translate_lines(lines, references, beams, tokens, notices, context: RequestContext, progress):
     """(columns, summary rows, notices) of every system's translations of `lines` (blank lines stay blank, so the
     lines keep pairing up with the input and references); or the one-line reason nothing was translated."""
-    systems = [ours, *comparisons]
+    systems, limits = context.systems, context.limits
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
     scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
@@ -159,16 +149,10 @@ def translate_lines(lines, references, beams, tokens, notices, *, ours, comparis
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
     try:
-        plan, settings = budget_plan(
-            ours, sentences, beams, tokens, limits.file, scheduler=scheduler, limits=limits, address=address,
-            unit="line",
-        )  # fmt: skip
+        plan, settings = budget_plan(context, sentences, beams, tokens, limits.file, unit="line")
         notices += [plan.notice] if plan.notice else []
         kept = sentences[: plan.num_sentences]
-        outputs = run_systems(
-            systems, kept, plan, settings, plan.cpu_seconds + scoring, limits.file, scheduler=scheduler, limits=limits,
-            session=session, address=address, arrived=arrived, on_batch=on_batch,
-        )  # fmt: skip
+        outputs = run_systems(context, kept, plan, settings, plan.cpu_seconds + scoring, limits.file, on_batch)
     except Busy as error:
         return str(error)
     except Cancelled:

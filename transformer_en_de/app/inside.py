@@ -17,10 +17,9 @@ from matplotlib.figure import Figure
 from transformer_en_de.inside import KINDS, inside_view
 
 from .limits import Limits
-from .scheduler import Busy, Cancelled, FairScheduler
+from .scheduler import Busy, Cancelled
 from .text_checks import InputError, as_text, check_decoding, read_text, split_long_sentence, split_sentences
-from .translation import available, budget_plan
-from .translators import BackgroundTranslator, Translator
+from .translation import RequestContext, available, budget_plan, request_job
 
 # The work of an inside view against the engine's estimate of the same decoding, which the scheduler counts for a
 # translation: transformers' beam search (every beam runs to the end, where ours lets a finished sentence leave), the
@@ -85,18 +84,13 @@ def inside_request(
     num_beams,
     max_new_tokens,
     *,
-    ours: Translator,
-    comparisons: list[Translator | BackgroundTranslator],
-    scheduler: FairScheduler,
-    limits: Limits = Limits(),
-    session: str | None = None,
-    address: str | None = None,
-    arrived: float | None = None,
+    context: RequestContext,
 ) -> dict:
     """The inside view of the text's sentence for our model (its keys at the top level) and each comparison model
     (`comparisons`, one dict each, a `message` for one not loaded), with the request's `notices`; or only a
     `message` saying why there is none. Bounded like a translation: the same checks, plan and budget, one scheduler
     job of the estimated work, the search ended at the request's time limit."""
+    limits = context.limits
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
@@ -106,24 +100,12 @@ def inside_request(
         return {"message": str(error), "notices": []}
     if not sentence:
         return {"message": "Type an English sentence to look inside the Transformer.", "notices": []}
-    systems = [ours, *comparisons]
-    ready = sum(available(system)[0] is not None for system in systems)
     try:
-        plan, settings = budget_plan(
-            ours, [sentence], beams, tokens, limits.text, scheduler=scheduler, limits=limits, address=address
-        )
+        plan, settings = budget_plan(context, [sentence], beams, tokens, limits.text)
         notices += [plan.notice] if plan.notice else []
-        work = WORK_FACTOR * plan.cpu_seconds * ready
-        with scheduler.job(
-            session,
-            limits.text.seconds,
-            heavy=work > limits.ordinary_cpu_seconds,
-            work=work,
-            address=address,
-            since=arrived,
-        ) as job:
+        with request_job(context, WORK_FACTOR * plan.cpu_seconds, limits.text) as job:
             views = []
-            for system in systems:
+            for system in context.systems:
                 translator, why_not = available(system)
                 if translator is None:
                     views.append({"model": system.name, "message": why_not})

@@ -46,6 +46,24 @@ NO_PRETRAINED = "No pretrained model is on this page to compare with."
 
 
 @dataclass
+class RequestContext:
+    """What serves one visitor's request, and who sent it: the systems (ours first), the turns on the CPU, the limits,
+    the session, the trusted address (None: not told apart) and when the request entered Gradio's queue (None: now)."""
+
+    ours: Translator
+    comparisons: list[Translator | BackgroundTranslator] = field(default_factory=list)
+    scheduler: FairScheduler = field(default_factory=FairScheduler)
+    limits: Limits = Limits()
+    session: str | None = None
+    address: str | None = None
+    arrived: float | None = None
+
+    @property
+    def systems(self) -> list:
+        return [self.ours, *self.comparisons]
+
+
+@dataclass
 class SystemOutput:
     """What one panel shows: the translation and its figures, or a message saying why there is none."""
 
@@ -135,23 +153,15 @@ def run_system(
 
 
 def budget_plan(
-    ours: Translator,
-    sentences: list[str],
-    beams: int,
-    tokens: int,
-    budget: Budget,
-    *,
-    scheduler: FairScheduler,
-    limits: Limits,
-    address: str | None,
-    unit: str = "sentence",
+    context: RequestContext, sentences: list[str], beams: int, tokens: int, budget: Budget, unit: str = "sentence"
 ) -> tuple[Plan, DecodingSettings]:
     """The request's one decoding plan: the `DecodingSettings` every system decodes with, narrowed once to what fits
     `budget` (fewer beams, then only the first sentences: `limits.plan_work` on our model's limits), and the budget's
     `Plan` (sentences kept, estimate, notice; our model's sentences tokenized once, in `Plan.tokenized`). Busy (Full)
     at once, before any tokenizing, when a request this long could not be admitted now."""
+    ours, limits = context.ours, context.limits
     asked = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits), address)
+    context.scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits), context.address)
     tokenized = tokenize(ours.model, ours.tokenizer, sentences, asked)
     steps = token_limits(ours.model, ours.tokenizer, sentences, asked, tokenized=tokenized)
     plan = plan_work(steps, beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
@@ -160,35 +170,20 @@ def budget_plan(
 
 
 def run_systems(
-    systems: list,
+    context: RequestContext,
     sentences: list[str],
     plan: Plan,
     settings: DecodingSettings,
     work: float,
     budget: Budget,
-    *,
-    scheduler: FairScheduler,
-    limits: Limits,
-    session: str | None,
-    address: str | None,
-    arrived: float | None = None,
     on_batch=None,
 ) -> list[SystemOutput]:
     """Every system's output (a message for one not loaded) inside one scheduler job of `work` estimated CPU seconds
-    per loaded system, whose time limit counts from `arrived` (when the request came, if known); every system decodes
-    from `settings` (ours reads `plan.tokenized` instead of tokenizing again); `on_batch(number, done, total)` reports
-    progress. Raises Busy or Cancelled."""
-    ready = sum(available(system)[0] is not None for system in systems)
+    per loaded system (`request_job`); every system decodes from `settings` (ours reads `plan.tokenized` instead of
+    tokenizing again); `on_batch(number, done, total)` reports progress. Raises Busy or Cancelled."""
     outputs = []
-    with scheduler.job(
-        session,
-        budget.seconds,
-        heavy=ready * work > limits.ordinary_cpu_seconds,
-        work=ready * work,
-        address=address,
-        since=arrived,
-    ) as job:
-        for number, system in enumerate(systems):
+    with request_job(context, work, budget) as job:
+        for number, system in enumerate(context.systems):
             translator, why_not = available(system)
             if translator is None:
                 outputs.append(SystemOutput(name=system.name, message=why_not))
@@ -196,9 +191,23 @@ def run_systems(
             progress = None if on_batch is None else (lambda done, total, number=number: on_batch(number, done, total))
             tokenized = plan.tokenized if number == 0 else None  # our model's tokenizer's
             deadline = job.hard_deadline
-            outputs.append(run_system(translator, sentences, settings, scheduler, progress, deadline=deadline,
+            outputs.append(run_system(translator, sentences, settings, context.scheduler, progress, deadline=deadline,
                                       tokenized=tokenized))  # fmt: skip
     return outputs
+
+
+def request_job(context: RequestContext, work: float, budget: Budget):
+    """The request's scheduler job: `work` estimated CPU seconds per loaded system (heavy past the ordinary lane's
+    limit), its time limit `budget.seconds` counted from when the request arrived."""
+    ready = sum(available(system)[0] is not None for system in context.systems)
+    return context.scheduler.job(
+        context.session,
+        budget.seconds,
+        heavy=ready * work > context.limits.ordinary_cpu_seconds,
+        work=ready * work,
+        address=context.address,
+        since=context.arrived,
+    )
 
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
@@ -245,21 +254,15 @@ def translate_text(
     max_new_tokens: int,
     reference: str | None = "",
     *,
-    ours: Translator,
-    comparisons: list[Translator | BackgroundTranslator],
-    scheduler: FairScheduler,
-    limits: Limits = Limits(),
-    session: str | None = None,
-    address: str | None = None,
-    arrived: float | None = None,
+    context: RequestContext,
 ) -> TextResult:
     """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given.
 
     Every field is bounded before any work (the text cut to `limits.max_input_chars`, a reference past its limits not
     scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
     """
-    systems = [ours, *comparisons]
-    result = TextResult([], [SystemOutput(name=system.name) for system in systems])
+    limits, scheduler = context.limits, context.scheduler
+    result = TextResult([], [SystemOutput(name=system.name) for system in context.systems])
     try:
         beams, tokens = check_decoding(
             decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
@@ -278,16 +281,11 @@ def translate_text(
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     try:
-        plan, settings = budget_plan(
-            ours, sentences, beams, tokens, limits.text, scheduler=scheduler, limits=limits, address=address
-        )
+        plan, settings = budget_plan(context, sentences, beams, tokens, limits.text)
         result.notices += [plan.notice] if plan.notice else []
         kept = sentences[: plan.num_sentences]
         work = plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char
-        outputs = run_systems(
-            systems, kept, plan, settings, work, limits.text, scheduler=scheduler, limits=limits, session=session,
-            address=address, arrived=arrived,
-        )  # fmt: skip
+        outputs = run_systems(context, kept, plan, settings, work, limits.text)
     except Busy as error:  # refused before any work: the long requests are all in flight, or the visitor's is
         result.message, result.notices, result.sentences = str(error), [], []
         return result
@@ -333,6 +331,7 @@ def format_notice(result: TextResult) -> str:
 
 
 __all__ = [
+    "RequestContext",
     "SystemOutput",
     "TextResult",
     "format_details",

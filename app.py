@@ -390,9 +390,7 @@ def build_app(
 def decoding_controls(app: TranslationApp) -> list:
     """Decoding, beams and maximum new tokens, shared by both tabs; they start at what our model decodes with."""
     limits = app.limits
-    decoding, beams, tokens = decoding_defaults(
-        app.ours.model, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
-    )
+    decoding, beams, tokens = decoding_defaults(app.ours.model, limits)
     with gr.Row():
         return [
             gr.Radio(list(DECODINGS), value=decoding, label="Decoding", min_width=240),

@@ -255,15 +255,16 @@ def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tok
 
 
 def test_the_controls_start_at_what_the_model_decodes_with(ours):
-    saved = ours.model.generation_config
-    defaults = text_checks.decoding_defaults(ours.model, max_beams=8, max_tokens=LIMITS.max_new_tokens)
-    assert defaults == ("beam search", saved.num_beams, min(saved.max_new_tokens, LIMITS.max_new_tokens))
-    assert text_checks.decoding_defaults(ours.model, max_beams=2, max_tokens=20) == ("beam search", 2, 20)
+    saved, defaults = ours.model.generation_config, text_checks.decoding_defaults
+    assert defaults(ours.model, LIMITS) == (
+        "beam search", saved.num_beams, min(saved.max_new_tokens, LIMITS.max_new_tokens)
+    )  # fmt: skip
+    assert defaults(ours.model, limits.Limits(max_beams=2, max_new_tokens=20)) == ("beam search", 2, 20)
     bare = SimpleNamespace(generation_config=GenerationConfig())  # sets neither: the fallbacks
     fallbacks = ("beam search", text_checks.FALLBACK_BEAMS, text_checks.FALLBACK_MAX_NEW_TOKENS)
-    assert text_checks.decoding_defaults(bare, max_beams=8, max_tokens=255) == fallbacks
+    assert defaults(bare, limits.Limits(max_beams=8, max_new_tokens=255)) == fallbacks
     greedy = SimpleNamespace(generation_config=GenerationConfig(num_beams=1, max_new_tokens=40))
-    assert text_checks.decoding_defaults(greedy, max_beams=8, max_tokens=255) == ("greedy", 1, 40)
+    assert defaults(greedy, limits.Limits(max_beams=8, max_new_tokens=255)) == ("greedy", 1, 40)
 
 
 def test_emoji_and_other_scripts_translate_and_plot(ours, marian):

@@ -105,9 +105,7 @@ def translate_file(
     our model's confidence per line, and the lines out of its depth flagged."""
     limits = context.limits
     try:
-        beams, tokens = check_decoding(
-            decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
-        )
+        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
         lines, references = read_files(source_file, reference_file, tokens, context)
     except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")

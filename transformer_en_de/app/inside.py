@@ -92,9 +92,7 @@ def inside_request(
     job of the estimated work, the search ended at the request's time limit."""
     limits = context.limits
     try:
-        beams, tokens = check_decoding(
-            decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
-        )
+        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
         sentence, notices = one_sentence(text, limits)
     except InputError as error:
         return {"message": str(error), "notices": []}

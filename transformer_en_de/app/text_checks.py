@@ -63,21 +63,23 @@ def _visible(character: str) -> bool:
     return not character.isspace() and unicodedata.category(character) not in ("Cf", "Zs", "Zl", "Zp")
 
 
-def decoding_defaults(model, *, max_beams: int, max_tokens: int) -> tuple[str, int, int]:
+def decoding_defaults(model, limits) -> tuple[str, int, int]:
     """(decoding, beams, max new tokens) the controls start with: what the model's generation config decodes with (a
-    saved model's `generation_config.json`), within the controls' ranges; the fallbacks where it sets no value."""
+    saved model's `generation_config.json`), within the controls' ranges (`limits`: `max_beams`, `max_new_tokens`);
+    the fallbacks where it sets no value."""
     config = model.generation_config
-    beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, max_beams)
-    tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, max_tokens)
+    beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, limits.max_beams)
+    tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, limits.max_new_tokens)
     return ("beam search" if beams > 1 else "greedy"), beams, tokens
 
 
-def check_decoding(decoding, num_beams, max_new_tokens, *, max_beams: int, max_tokens: int) -> tuple[int, int]:
-    """(beams, max new tokens) from the controls; InputError names the control and its range."""
+def check_decoding(decoding, num_beams, max_new_tokens, limits) -> tuple[int, int]:
+    """(beams, max new tokens) from the controls, within `limits` (`max_beams`, `max_new_tokens`); InputError names
+    the control and its range."""
     if not isinstance(decoding, str) or decoding not in DECODINGS:
         raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}.")
-    beams = _whole_number("Beams", num_beams, 1, max_beams)
-    tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, max_tokens)
+    beams = _whole_number("Beams", num_beams, 1, limits.max_beams)
+    tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, limits.max_new_tokens)
     return (1 if decoding == "greedy" else beams), tokens
 
 

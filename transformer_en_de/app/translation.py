@@ -264,9 +264,7 @@ def translate_text(
     limits, scheduler = context.limits, context.scheduler
     result = TextResult([], [SystemOutput(name=system.name) for system in context.systems])
     try:
-        beams, tokens = check_decoding(
-            decoding, num_beams, max_new_tokens, max_beams=limits.max_beams, max_tokens=limits.max_new_tokens
-        )
+        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
         text, clipped = read_text(text, limits.max_input_chars)
         result.notices += [clipped] if clipped else []
         reference, too_long = check_reference(reference, limits)

@@ -116,3 +116,30 @@ def test_second_round_translates_drops_loops_and_fine_tunes_the_teacher(small_da
     assert list(zip(*kept, strict=True)) == [pair for pair in pairs if not is_loop(*pair)]
     assert f"--model_name_or_path {app_model_dir}" in log and "[train] " in log
     assert (runs / "r2" / "checkpoint-2" / "model.safetensors").is_file(), log[-2000:]
+
+
+@pytest.mark.slow
+def test_cooldown_fine_tunes_with_the_rate_falling_linearly_to_zero(small_data, app_model_dir, tmp_path):
+    data, _ = small_data
+    runs, core = tmp_path / "runs", str(min(os.sched_getaffinity(0)))
+    environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), RUNS=str(runs),
+                       TRANSLATIONS=str(data / "val"), STEPS="4", SAVE_STEPS="2", LEARNING_RATE="1e-3",
+                       EXTRA_FLAGS="--logging_steps 1 --max_tokens 400 --max_source_length 48 --max_target_length 48")
+    recipe = ["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool", core]  # fmt: skip
+
+    missing = subprocess.run(recipe, cwd=ROOT, env=dict(environment, TRANSLATIONS=str(tmp_path / "none")),
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 1 and "student_round2.sh" in missing.stderr and not runs.exists()
+    started = subprocess.run(recipe, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    pid = int((runs / "cool.pid").read_text())
+    deadline = time.monotonic() + 600
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # training runs in the background
+        time.sleep(1)
+    log = (runs / "cool.log").read_text()
+
+    assert f"--model_name_or_path {app_model_dir}" in log and "--lr_scheduler_type linear" in log
+    state = json.loads((runs / "cool" / "checkpoint-4" / "trainer_state.json").read_text())
+    rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+    # The rate each step trained with: LEARNING_RATE at the first (no warm-up), a quarter less at each next one.
+    assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4]), rates

@@ -595,6 +595,28 @@ def test_an_unknown_sessions_stream_and_a_multi_range_download_are_one_line(serv
     assert len(log.read_text()) - len(before) < 2_000 and "Traceback" not in log.read_text()[len(before) :]
 
 
+@pytest.mark.parametrize(
+    "part, expected",
+    [
+        # A text field where a file goes: Gradio's upload route fails on it; the guard answers in one line.
+        (b'Content-Disposition: form-data; name="files"\r\n\r\nA dog runs.', "each with a file name"),
+        # A part with no name at all: Starlette's form parser refuses it in one line of its own.
+        (b"Content-Type: text/plain\r\n\r\nA dog runs.", '"name" must be provided'),
+    ],
+)
+def test_an_upload_that_is_no_file_is_refused_in_one_line(server, part, expected):
+    url, log, _ = server
+    before = log.read_text()
+    upload = urllib.request.Request(
+        f"{url}gradio_api/upload", data=b"--B\r\n" + part + b"\r\n--B--\r\n",
+        headers={"Content-Type": "multipart/form-data; boundary=B"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refusal:
+        urllib.request.urlopen(upload, timeout=30)
+    answer = refusal.value.read().decode()
+    assert refusal.value.code == 400 and expected in answer and "\n" not in answer
+    assert "Traceback" not in log.read_text()[len(before) :]
+
 # ------------------------------------------------------------------------------------------------ attacks, small scale
 
 

@@ -437,13 +437,19 @@ class RecordedAnswer:
         return b"".join(self.parts)
 
 
-async def contained(app, scope, receive, send) -> None:
+async def contained(app, scope, receive, send, malformed: str = "") -> None:
     """Run the wrapped app; a failure inside it (an unknown session's stream, a malformed upload) is one log line and,
-    when nothing was answered yet, one line to the client (500), not a traceback in the log."""
-    started = False
+    when nothing was answered yet, one line to the client, not a traceback in the log: `malformed` (400) where the
+    caller knows that a failure other than the server's own (OSError) comes from what the client sent, else 500.
+    An error answer (5xx) is held until the app returns: an app that fails sends its plain "Internal Server Error"
+    first (Starlette's), and it is replaced by the one line."""
+    started, held = False, []
 
     async def tracked(message) -> None:
         nonlocal started
+        if held or (message["type"] == "http.response.start" and message["status"] >= 500):
+            held.append(message)
+            return
         started = started or message["type"] == "http.response.start"
         await send(message)
 
@@ -454,8 +460,13 @@ async def contained(app, scope, receive, send) -> None:
     except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
         where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
         print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)
-        if not started:
+        if not started and malformed and not isinstance(error, OSError):
+            await refuse(send, 400, malformed)
+        elif not started:
             await refuse(send, 500, "The server could not answer this request.")
+        return
+    for message in held:  # an error the app answered without failing goes to the client as it was
+        await send(message)
 
 
 async def call_inner(app, scope, body: bytes) -> tuple[int, object]:

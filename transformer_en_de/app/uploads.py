@@ -20,6 +20,10 @@ from .limits import Limits
 
 # A multipart body holds the file and a few hundred bytes of framing; a body past the file cap and this is refused.
 FRAMING_BYTES = 16_000
+MALFORMED = (
+    'This upload could not be read: send multipart/form-data whose parts named "files" are files, each with a file '
+    "name."
+)
 
 
 def stored_upload(path, max_bytes: int) -> str | None:
@@ -135,7 +139,7 @@ class UploadQuota:
             self._reserved[address] = self._reserved.get(address, 0) + size
         answer = RecordedAnswer(forward=send)
         try:
-            await contained(app, scope, receive, answer)
+            await contained(app, scope, receive, answer, MALFORMED)
         finally:
             with self._lock:
                 self._reserved[address] -= size

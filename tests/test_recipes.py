@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR, ROOT
@@ -22,6 +23,20 @@ def run_recipe(*args, **env):
     environment = dict(os.environ, PYTHON=sys.executable, THREADS="1", HF_HUB_OFFLINE="1", **env)
     return subprocess.run(["bash", str(ROOT / "recipes" / "distill_gpu.sh"), *map(str, args)], cwd=ROOT,
                           env=environment, capture_output=True, text=True, timeout=600)
+
+
+def run_in_background(recipe: str, model, name: str, environment: dict) -> str:
+    """Start `recipes/<recipe>` (it trains in the background, pinned to one core of this process's), wait until the
+    training it started ends, and return its log."""
+    runs, core = Path(environment["RUNS"]), str(min(os.sched_getaffinity(0)))
+    started = subprocess.run(["bash", str(ROOT / "recipes" / recipe), str(model), name, core], cwd=ROOT,
+                             env=environment, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    pid = int((runs / f"{name}.pid").read_text())
+    deadline = time.monotonic() + 600
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(1)
+    return (runs / f"{name}.log").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +109,10 @@ def test_second_round_translates_drops_loops_and_fine_tunes_the_teacher(small_da
     distill, runs = tmp_path / "distill", tmp_path / "runs"
     distill.mkdir()
     (distill / "teacher-t11.en").write_text(mono.read_text())  # the sources every teacher translated
-    core = str(min(os.sched_getaffinity(0)))
     environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), DISTILL=str(distill),
                        RUNS=str(runs), EXTRA_FLAGS="--max_steps 2 --save_steps 2 --max_tokens 400 "
                        "--max_source_length 48 --max_target_length 48")  # fmt: skip
-    started = subprocess.run(["bash", str(ROOT / "recipes" / "student_round2.sh"), str(app_model_dir), "r2", core],
-                             cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    pid = int((runs / "r2.pid").read_text())
-    deadline = time.monotonic() + 600
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # training runs in the background
-        time.sleep(1)
-    log = (runs / "r2.log").read_text()
+    log = run_in_background("student_round2.sh", app_model_dir, "r2", environment)
 
     translations = runs / "round2" / app_model_dir.name
     sources = (translations.parent / f"{translations.name}.en").read_text().splitlines()
@@ -121,22 +128,16 @@ def test_second_round_translates_drops_loops_and_fine_tunes_the_teacher(small_da
 @pytest.mark.slow
 def test_cooldown_fine_tunes_with_the_rate_falling_linearly_to_zero(small_data, app_model_dir, tmp_path):
     data, _ = small_data
-    runs, core = tmp_path / "runs", str(min(os.sched_getaffinity(0)))
+    runs = tmp_path / "runs"
     environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), RUNS=str(runs),
                        TRANSLATIONS=str(data / "val"), STEPS="4", SAVE_STEPS="2", LEARNING_RATE="1e-3",
                        EXTRA_FLAGS="--logging_steps 1 --max_tokens 400 --max_source_length 48 --max_target_length 48")
-    recipe = ["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool", core]  # fmt: skip
 
-    missing = subprocess.run(recipe, cwd=ROOT, env=dict(environment, TRANSLATIONS=str(tmp_path / "none")),
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    missing = subprocess.run(["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool"], cwd=ROOT,
+                             env=dict(environment, TRANSLATIONS=str(tmp_path / "none")), capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "student_round2.sh" in missing.stderr and not runs.exists()
-    started = subprocess.run(recipe, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
-    assert started.returncode == 0, started.stderr
-    pid = int((runs / "cool.pid").read_text())
-    deadline = time.monotonic() + 600
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:  # training runs in the background
-        time.sleep(1)
-    log = (runs / "cool.log").read_text()
+    log = run_in_background("cooldown.sh", app_model_dir, "cool", environment)
 
     assert f"--model_name_or_path {app_model_dir}" in log and "--lr_scheduler_type linear" in log
     state = json.loads((runs / "cool" / "checkpoint-4" / "trainer_state.json").read_text())

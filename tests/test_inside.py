@@ -13,8 +13,8 @@ from transformer_en_de.app import inside, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
-from transformer_en_de.engine import DecodingSettings, plan_decoding, translate
-from transformer_en_de.inside import KINDS, until_eos
+from transformer_en_de.engine import DecodingSettings, plan_decoding, strip_generated, translate
+from transformer_en_de.inside import KINDS
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 SENTENCES = [
@@ -112,7 +112,9 @@ def test_the_traced_search_chooses_what_generate_and_the_engine_choose(ours, num
             max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
             max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
         )[0].tolist()
-        assert [generated[0], *view["target_ids"]] == until_eos(generated, config.eos_token_id)
+        assert [generated[0], *view["target_ids"]] == strip_generated(
+            generated, config.pad_token_id, config.eos_token_id
+        )
         assert view["target_ids"] == run.translations[0].generated_ids[1:]
         assert view["translation"] == run.texts[0]
         assert view["finished"][0]["ids"] == [generated[0], *view["target_ids"]]

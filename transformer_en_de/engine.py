@@ -353,7 +353,7 @@ class Deadline(LogitsProcessor):
         return force_eos(scores, None, self.eos_token_id)
 
 
-def _strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
+def strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
     """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
     kept = [sequence[0]]
     for token in sequence[1:]:
@@ -371,7 +371,8 @@ def encode(tokenizer, texts: list[str], **kwargs):
     return tokenizer(texts, split_special_tokens=True, **kwargs)
 
 
-def _eos_id(config) -> int:
+def eos_id_of(config) -> int:
+    """The end-of-sentence id a generation config stops at (the first, where it lists several)."""
     eos_id = config.eos_token_id
     return eos_id[0] if isinstance(eos_id, list) else eos_id
 
@@ -389,7 +390,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     rows = [list(plan.source_ids[index]) for index in indices]
     sources, mask = _padded(rows, _pad_id(model, tokenizer), left=tokenizer.padding_side == "left")
     config = plan.generation_config
-    eos_id = _eos_id(config)
+    eos_id = eos_id_of(config)
     batch_limits = [plan.limits[index] for index in indices]
     processors = LogitsProcessorList([SourceLengthBound(torch.tensor(batch_limits), eos_id)])
     if deadline is not None:
@@ -405,7 +406,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end with
     # the </s> it forced, one token after it.
     stopped_at = processors[-1].stopped_at if deadline is not None else None
-    return [_strip_generated(row, config.pad_token_id, eos_id) for row in output.tolist()], stopped_at
+    return [strip_generated(row, config.pad_token_id, eos_id) for row in output.tolist()], stopped_at
 
 
 def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: list[int]) -> dict:
@@ -459,7 +460,7 @@ def _ctranslate2_batch(model, tokenizer, plan: DecodingPlan, indices: list[int],
     if start_id is None:
         start_id = model.config.decoder_start_token_id
     return [
-        _ctranslate2_generated(tokenizer.convert_tokens_to_ids(tokens), limit, start_id, _eos_id(config))
+        _ctranslate2_generated(tokenizer.convert_tokens_to_ids(tokens), limit, start_id, eos_id_of(config))
         for tokens, limit in zip(hypotheses, batch_limits, strict=True)
     ], None
 
@@ -489,7 +490,7 @@ def translate(
     results: list[Translation | None] = [None] * len(plan)
     order = sorted(range(len(plan)), key=lambda index: plan.source_lengths[index], reverse=True)
     batch_size = plan.decoding["batch_size"]
-    eos_id = _eos_id(plan.generation_config)
+    eos_id = eos_id_of(plan.generation_config)
     truncated = plan.truncated
     stopped = False
     model.eval()
@@ -564,7 +565,7 @@ def confidences(
 
     done = [index for index, item in enumerate(translations) if item is not None and chosen(item) > 0]
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    eos = _eos_id(model.generation_config)
+    eos = eos_id_of(model.generation_config)
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(done), batch_size):
@@ -641,6 +642,7 @@ __all__ = [
     "DecodingPlan",
     "DecodingSettings",
     "confidences",
+    "eos_id_of",
     "Translation",
     "TranslationRun",
     "generation_config_for",
@@ -651,6 +653,7 @@ __all__ = [
     "Tokenized",
     "resolved_settings",
     "sentence_numbers",
+    "strip_generated",
     "token_limits",
     "translate",
 ]

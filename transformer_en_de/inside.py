@@ -26,7 +26,14 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from modeling.length_bound import SourceLengthBound
-from transformer_en_de.engine import Deadline, DecodingPlan, DecodingSettings, plan_decoding
+from transformer_en_de.engine import (
+    Deadline,
+    DecodingPlan,
+    DecodingSettings,
+    eos_id_of,
+    plan_decoding,
+    strip_generated,
+)
 
 DECIMALS = 5  # of the weights and encodings returned: rows of attention still sum to 1 within 1e-3
 ALTERNATIVES = 3  # next pieces shown for each live beam
@@ -58,7 +65,7 @@ def traced_search(model, plan: DecodingPlan, *, deadline: float | None = None, a
     recording each step. Returns (finished hypotheses in generate()'s order, each as ids from the start token to
     `</s>`; the recorder; whether the deadline cut the search)."""
     config = copy.copy(plan.generation_config)  # shallow: only the fields below differ
-    eos_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    eos_id = eos_id_of(config)
     limit = plan.limits[0]
     config.max_new_tokens = limit
     config.return_dict_in_generate = True
@@ -77,17 +84,10 @@ def traced_search(model, plan: DecodingPlan, *, deadline: float | None = None, a
             generation_config=config,
             logits_processor=processors,
         )
-    hypotheses = [until_eos(row, eos_id) for row in output.sequences.tolist()]
+    # generate() pads the rows that finished early: each is cut after its </s>, as the engine cuts its own
+    hypotheses = [strip_generated(row, config.pad_token_id, eos_id) for row in output.sequences.tolist()]
     cut = deadline is not None and processors[1].stopped_at is not None
     return hypotheses, recorder, cut
-
-
-def until_eos(ids: list[int], eos_id: int) -> list[int]:
-    """The start token and the pieces up to and including the first `</s>` (generate() pads shorter rows)."""
-    for position in range(1, len(ids)):
-        if ids[position] == eos_id:
-            return ids[: position + 1]
-    return ids
 
 
 def running_scores(recorder: StepRecorder) -> list[dict[tuple, tuple[int, float]]]:

@@ -3,6 +3,7 @@
 #   make install     install what train.py, compare.py and the other scripts need (the train and app extras)
 #   make tiny-run    install, then a one-minute training run into runs/tiny (a try of train.py, not a good model)
 #   make test        install everything and run the test suite
+#   make lock        take in the newest releases the project's ranges allow, write space_requirements.lock anew
 # PyTorch, where .venv has none: with no GPU (no nvidia-smi), its CPU build from PyTorch's CPU index (the CUDA build
 # from PyPI is about 5 GB more), or from the default index where that index cannot be reached (it says so); with a GPU,
 # the default index. TORCH picks the version: e.g. TORCH=torch==2.13.0.
@@ -14,7 +15,7 @@ PORT ?= 7860
 DATA_DIR ?= ../shared/data/multi30k
 BIN := $(VENV)/bin
 
-.PHONY: torch install dev test demo tiny-run lint browser
+.PHONY: torch install dev test demo tiny-run lint browser lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +37,25 @@ torch: $(BIN)/python
 		$(BIN)/pip install --quiet "$(TORCH)"; \
 	fi
 
-install: torch
-	$(BIN)/pip install --quiet ".[train,app]"
+# Every install is held to the versions the tests ran with (space_requirements.lock, which the Space installs too),
+# so that a release on the registry changes nothing here until `make lock` takes it in. torch is left out: the
+# `torch` step chose it (the lock has the CPU build; a GPU machine keeps its own).
+CONSTRAINTS := $(VENV)/constraints.txt
+$(CONSTRAINTS): space_requirements.lock | $(BIN)/python
+	grep -v '^torch==' $< > $@
 
-dev: torch
-	$(BIN)/pip install --quiet ".[dev]"
+install: torch $(CONSTRAINTS)
+	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) ".[train,app]"
+
+dev: torch $(CONSTRAINTS)
+	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) ".[dev]"
+
+# The newest releases within pyproject.toml's ranges (torch stays as installed), then the lock written from them;
+# run `make test` after it and commit the lock with what it changed.
+lock: torch
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-as-installed.txt
+	$(BIN)/pip install --quiet --upgrade --upgrade-strategy eager --constraint $(VENV)/torch-as-installed.txt ".[dev]"
+	$(BIN)/python deploy_space.py --write_lock
 
 # Chromium for the browser test (Debian package; Playwright drives it, no browser download).
 browser:
@@ -49,8 +64,8 @@ browser:
 test: dev browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
-demo: torch
-	$(BIN)/pip install --quiet ".[app]"
+demo: torch $(CONSTRAINTS)
+	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) ".[app]"
 	$(BIN)/python app.py --port $(PORT)
 
 # 2,000 pairs, one epoch, a small model: about 25 s of one CPU core once installed (`/usr/bin/time taskset -c 1

@@ -173,7 +173,7 @@ def test_the_space_installs_the_versions_the_tests_run_with():
         assert canonicalize_name(Requirement(text).name) in pinned, text
     assert {"filelock", "sympy", "safehttpx", "httpx"} <= set(pinned)  # what they need in turn (torch's, gradio's)
     assert deploy_space.read_lock() == deploy_space.read_lock_text(deploy_space.lock_text(
-        deploy_space.app_requirements()))  # the lock is this environment: `deploy_space.py --write_lock` after a change
+        deploy_space.app_requirements()))  # the lock is this environment: `make lock` takes newer releases
 
 
 def test_a_lock_that_does_not_fit_pyproject_or_pins_cuda_torch_is_refused():

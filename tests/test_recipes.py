@@ -137,9 +137,15 @@ def test_cooldown_fine_tunes_with_the_rate_falling_linearly_to_zero(small_data, 
                              env=dict(environment, TRANSLATIONS=str(tmp_path / "none")), capture_output=True,
                              text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "student_round2.sh" in missing.stderr and not runs.exists()
-    log = run_in_background("cooldown.sh", app_model_dir, "cool", environment)
+    mix = f"{data / 'val'} {tmp_path / 'none'}:0.5:tagged"  # a first-round mix lists several corpora
+    missing = subprocess.run(["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool"], cwd=ROOT,
+                             env=dict(environment, MIX=mix), capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and f"no {tmp_path / 'none'}.de" in missing.stderr and not runs.exists()
+    mix = f"{data / 'val'} {data / 'val'}:0.5:tagged"
+    log = run_in_background("cooldown.sh", app_model_dir, "cool", dict(environment, MIX=mix))
 
     assert f"--model_name_or_path {app_model_dir}" in log and "--lr_scheduler_type linear" in log
+    assert f"--extra_train {mix} " in log and log.count(f"[data] {data / 'val'}: kept") == 2  # both read
     state = json.loads((runs / "cool" / "checkpoint-4" / "trainer_state.json").read_text())
     rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
     # The rate each step trained with: LEARNING_RATE at the first (no warm-up), a quarter less at each next one.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The last phase of a CPU run: fine-tune a model folder (a student, or an average of its checkpoints) on task 1 twice
 # and a mix of synthetic pairs (by default the second-round student's own translations of the teacher sources,
-# `student_round2.sh`; MIX takes the first round's, as `student_cpu.sh` lists them) with the learning rate falling linearly from LEARNING_RATE to zero over STEPS steps, and no warm-up. An inverse-square-root
-# run levels off with its rate still high; this lets it settle. Resumable: run the same command again and training goes
-# on from its last checkpoint.
+# `student_round2.sh`; MIX takes the first round's, as `student_cpu.sh` lists them) with the learning rate falling
+# linearly from LEARNING_RATE to zero over STEPS steps, and no warm-up. An inverse-square-root run levels off with its
+# rate still high; this lets it settle. Resumable: run the same command again and training goes on from its last
+# checkpoint.
 # Measured: it lowered val by 0.4 from the second-round student's best average on its mix (RESULTS.md, round 8)
 # and from the first student's best average on the teachers' (round 9).
 #
@@ -24,7 +25,8 @@ RUNS=${RUNS:-runs}
 MIX=${MIX:-${TRANSLATIONS:-$RUNS/round2/s5-avg-6500-clean}}
 export OMP_NUM_THREADS=1
 for corpus in $MIX; do  # PREFIX[:WEIGHT][:tagged], as train.py --extra_train reads it
-    [ -f "${corpus%%:*}.de" ] || { echo "no ${corpus%%:*}.de: run recipes/student_round2.sh first" >&2; exit 1; }
+    [ -f "${corpus%%:*}.de" ] ||
+        { echo "no ${corpus%%:*}.de (the default mix is written by recipes/student_round2.sh)" >&2; exit 1; }
 done
 mkdir -p "$RUNS"
 

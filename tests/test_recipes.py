@@ -133,13 +133,14 @@ def test_cooldown_fine_tunes_with_the_rate_falling_linearly_to_zero(small_data, 
                        TRANSLATIONS=str(data / "val"), STEPS="4", SAVE_STEPS="2", LEARNING_RATE="1e-3",
                        EXTRA_FLAGS="--logging_steps 1 --max_tokens 400 --max_source_length 48 --max_target_length 48")
 
-    missing = subprocess.run(["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool"], cwd=ROOT,
-                             env=dict(environment, TRANSLATIONS=str(tmp_path / "none")), capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+    recipe = ["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool"]
+
+    missing = subprocess.run(recipe, cwd=ROOT, env=dict(environment, TRANSLATIONS=str(tmp_path / "none")),
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "student_round2.sh" in missing.stderr and not runs.exists()
     mix = f"{data / 'val'} {tmp_path / 'none'}:0.5:tagged"  # a first-round mix lists several corpora
-    missing = subprocess.run(["bash", str(ROOT / "recipes" / "cooldown.sh"), str(app_model_dir), "cool"], cwd=ROOT,
-                             env=dict(environment, MIX=mix), capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(recipe, cwd=ROOT, env=dict(environment, MIX=mix), capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
     assert missing.returncode == 1 and f"no {tmp_path / 'none'}.de" in missing.stderr and not runs.exists()
     mix = f"{data / 'val'} {data / 'val'}:0.5:tagged"
     log = run_in_background("cooldown.sh", app_model_dir, "cool", dict(environment, MIX=mix))

@@ -8,8 +8,9 @@ do lives in `transformer_en_de/app/`.
 Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de), the
 comparison models from `--comparison_models` / COMPARISON_MODELS (ids or folders; "" for none), loaded in background
 threads: the page is up before they are, and one that cannot be loaded says why in one line. `--backend` and `--int8`
-choose what decodes; `--trust_forwarded_for` (on by default on a Space) tells visitors behind a proxy apart. How
-requests share the CPU and what the HTTP front refuses: docs/app.md and `transformer_en_de/app/__init__.py`.
+choose what decodes; `--forwarded_allow_ips` names the proxy whose X-Forwarded-For tells visitors apart (on a Space, the
+private networks its proxy connects from). How requests share the CPU and what the HTTP front refuses: docs/app.md and
+`transformer_en_de/app/__init__.py`.
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)
@@ -33,22 +34,24 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
 
 import uvicorn  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
-from transformer_en_de.app.guard import Gate, RequestGuard, client_address, scope_address, stop_unread_work  # noqa: E402
+from transformer_en_de.app.guard import Gate, RequestGuard  # noqa: E402
 from transformer_en_de.app.inside import (  # noqa: E402
     CAPTIONS,
     KIND_TITLES,
     KINDS,
+    ViewStore,
     draw_attention,
     draw_inside,
     inside_request,
 )
 from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
-from transformer_en_de.app.scheduler import FairScheduler  # noqa: E402
+from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
@@ -74,6 +77,10 @@ DEFAULT_COMPARISON_MODELS = "Helsinki-NLP/opus-mt-en-de"
 COMPARISON_PATH = APP_DIR / "results" / "comparison_test_2016_flickr.json"
 # Gradio's cache (uploads and our TSVs): every 10 minutes, files older than an hour are deleted.
 DELETE_CACHE = (600, 3600)
+# On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
+SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
+WORK = "work"  # the concurrency group of every event that spends CPU: the admission point (scheduler.py)
+PLOT = gr.Plot(render=False)  # renders a picture as the page's plots do, inside the request's turn
 
 # Sentences and references written for this app (not taken from Multi30k).
 EXAMPLES = [
@@ -158,24 +165,23 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
     parser.add_argument(
-        "--trust_forwarded_for",
-        "--trust-forwarded-for",
-        action="store_true",
-        default=trust_forwarded_for_by_default(os.environ),
-        help="behind a proxy that appends the client's address to X-Forwarded-For (a Space's): tell visitors apart "
-        "by its last hop for the limits per address (env TRANSFORMER_MT_TRUST_FORWARDED_FOR=1; on by default on a "
-        "Hugging Face Space, where SPACE_ID is set; =0 turns it off)",
+        "--forwarded_allow_ips",
+        "--forwarded-allow-ips",
+        default=forwarded_allow_ips_by_default(os.environ),
+        help="the proxies in front of the app (addresses or networks, comma-separated) whose X-Forwarded-For names "
+        "the visitor; from any other peer the header is ignored (env FORWARDED_ALLOW_IPS, as uvicorn reads it; on a "
+        f"Hugging Face Space, where SPACE_ID is set, default {SPACE_PROXY_NETWORKS}, the private networks its proxy "
+        "connects from; elsewhere none)",
     )
     return parser.parse_args(argv)
 
 
-def trust_forwarded_for_by_default(environ) -> bool:
-    """On a Hugging Face Space (the runtime sets SPACE_ID) every request reaches the app through the Hub's proxy, which
-    appends the address it was connected from to X-Forwarded-For: the last hop is the visitor's and cannot be forged
-    from outside (a visitor's own header only adds hops before it), while the connection's peer is the proxy, one
-    address for everyone. Elsewhere nothing says a proxy is in front, so the header is not trusted unless asked."""
-    setting = environ.get("TRANSFORMER_MT_TRUST_FORWARDED_FOR")
-    return setting == "1" if setting is not None else bool(environ.get("SPACE_ID"))
+def forwarded_allow_ips_by_default(environ) -> str:
+    """The operator's FORWARDED_ALLOW_IPS; else on a Space (the runtime sets SPACE_ID) the private networks the Hub's
+    proxy connects from, whose last X-Forwarded-For hop is the visitor's; elsewhere nothing is trusted."""
+    if "FORWARDED_ALLOW_IPS" in environ:
+        return environ["FORWARDED_ALLOW_IPS"]
+    return SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else ""
 
 
 def uploaded_path(payload, max_bytes: int) -> str | None:
@@ -184,18 +190,15 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
     return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
-def build_app_server(app: "TranslationApp", host: str | None = None, port: int | None = None) -> uvicorn.Server:
-    """The server for the page: the HTTP front (`RequestGuard`) first in line, the upload cap enforced while an upload
-    streams in, sessions kept in memory bounded, connections bounded (`server.py`). The host and port default to
-    Gradio's (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as a Space sets them)."""
+def build_app_server(
+    app: "TranslationApp", host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
+) -> uvicorn.Server:
+    """The server for the page: the HTTP front (`RequestGuard`) first in line, uploads within their quota, sessions
+    kept in memory bounded, connections bounded, X-Forwarded-For trusted from `forwarded_allow_ips` only
+    (`server.py`). The host and port default to Gradio's (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as a Space sets
+    them)."""
     limits = app.limits
-    front = dict(
-        max_body_bytes=limits.max_body_bytes,
-        demo=app.demo,
-        gate=app.gate,
-        uploads=app.uploads,
-        address=lambda scope: scope_address(scope, app.trust_forwarded_for),
-    )
+    front = dict(max_body_bytes=limits.max_body_bytes, demo=app.demo, gate=app.gate, uploads=app.uploads)
     return build_server(
         app.demo,
         front=(RequestGuard, front),
@@ -203,6 +206,7 @@ def build_app_server(app: "TranslationApp", host: str | None = None, port: int |
         css=page_css(app.systems),
         host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        forwarded_allow_ips=forwarded_allow_ips,
     )
 
 
@@ -216,17 +220,19 @@ class TranslationApp:
         comparison_model_ids: list[str] | None,
         *,
         limits: Limits,
-        trust_forwarded_for: bool,
         comparison_path: Path,
         backend: str = "auto",
         int8: bool = False,
     ):
-        self.limits, self.trust_forwarded_for, self.comparison_path = limits, trust_forwarded_for, comparison_path
+        self.limits, self.comparison_path = limits, comparison_path
         self.gate, self.uploads = Gate(limits), UploadQuota(limits)
+        # The one order every piece of work takes turns in; a call nobody reads is dropped before it runs.
         self.scheduler = FairScheduler(
             heavy_jobs=limits.heavy_jobs,
-            heavy_jobs_per_address=limits.heavy_jobs_per_address,
             ordinary_seconds=limits.ordinary_cpu_seconds,
+            is_read=self.gate.readers.is_read,
+            stream_wait_seconds=limits.stream_wait_seconds,
+            unread_grace_seconds=limits.unread_grace_seconds,
         )
         engine = dict(on_load=self.prepare_model, backend=backend, int8=int8)
         self.ours = load_our_translator(resolve_model(model_id), **engine)
@@ -235,11 +241,15 @@ class TranslationApp:
             BackgroundTranslator(i, name, **engine) for i, name in zip(ids, comparison_names(ids), strict=True)
         ]
         self.systems = [self.ours, *self.comparisons]
+        self.views = ViewStore()  # the Inside tab's views, of which sessions keep only the ids
         self.demo: gr.Blocks | None = None  # the page, once built
-        # Translations share one concurrency group: admitted requests then take turns on the CPU (scheduler.py).
-        # Their inputs reach the callbacks as sent (preprocess=False): the app checks a value out of a control's range
-        # and answers in one line, where Gradio's own check would log a traceback for each.
-        self.compute = dict(concurrency_id="translation", concurrency_limit=limits.concurrent_jobs, preprocess=False)
+        # Every event that spends CPU is in one concurrency group of Gradio's queue, the admission point: Gradio bounds
+        # how many are in their callbacks and how many wait (`Limits.concurrent_jobs`, `queue_size`), and in the
+        # callbacks they take turns in the scheduler's one order. Inputs reach the callbacks as sent
+        # (preprocess=False): the app checks a value out of a control's range and answers in one line, where
+        # Gradio's own check would log a traceback for each.
+        self.work = dict(concurrency_id=WORK, concurrency_limit=limits.concurrent_jobs)
+        self.compute = dict(self.work, preprocess=False)
 
     def prepare_model(self, model) -> None:
         # Every decoder step becomes a point where the running request may hand the CPU to a waiting one or stop
@@ -249,10 +259,18 @@ class TranslationApp:
 
     def context(self, request: gr.Request, arrived: float | None) -> RequestContext:
         """What every request needs besides its inputs: the systems, the turns, the limits, who asks and since when."""
-        address = client_address(request, self.trust_forwarded_for)
-        return RequestContext(
-            self.ours, self.comparisons, self.scheduler, self.limits, request.session_hash, address, arrived
-        )
+        return RequestContext(self.ours, self.comparisons, self.scheduler, self.limits, request.session_hash, arrived)
+
+    def in_turn(self, request: gr.Request, work, outputs: int):
+        """`work()` (a picture, the corpus table) in the scheduler's order like a translation, its pictures rendered
+        there too (Gradio would encode them after the callback, outside any order). A call that cannot run now (the
+        visitor's previous one still runs, or nobody reads it) changes nothing on the page and logs nothing."""
+        with self.gate.serving(request.session_hash) as arrived:
+            try:
+                with self.scheduler.job(request.session_hash, self.limits.text.seconds, since=arrived):
+                    return tuple(PLOT.postprocess(value) if isinstance(value, Figure) else value for value in work())
+            except (Busy, Cancelled):
+                return tuple(gr.skip() for _ in range(outputs))
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
         """Translate English text with our model and every comparison model.
@@ -288,9 +306,12 @@ class TranslationApp:
             )  # fmt: skip
         return result.path, result.summary, result.preview
 
-    def comparison(self):
+    def comparison(self, request: gr.Request):
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
         test set (eval_results.json and compare.py's JSON)."""
+        return self.in_turn(request, self.corpus_results, outputs=2)
+
+    def corpus_results(self) -> tuple[str, str]:
         folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
         summary, rows = corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
         return summary, markdown_table(rows)
@@ -326,21 +347,22 @@ class TranslationApp:
         """
         with self.gate.serving(request.session_hash) as arrived:
             view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
-        return view, view  # the endpoint's answer, and the session's copy the pictures are drawn from
-
-    def draw_inside(self, view, kind, layer, head, request: gr.Request):
-        """Every picture of the Inside tab, from the session's copy of the view (no model runs)."""
-        with self.gate.serving(request.session_hash):
-            return draw_inside(view, kind, layer, head, len(self.systems))
-
-    def draw_inside_attention(self, view, kind, layer, head, request: gr.Request):
-        """The Inside tab's attention pictures again, for another kind, layer or head."""
-        with self.gate.serving(request.session_hash):
-            return draw_attention(view, kind, layer, head, len(self.systems))
+        return view, self.views.put(view)  # the endpoint's answer; the id of the copy the pictures are drawn from
 
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
+
+    def draw_inside(self, view_id, kind, layer, head, request: gr.Request):
+        """Every picture of the Inside tab, from the server's copy of the view (no model runs); the endpoint's answer
+        emptied, so that Gradio's copy of it in the session goes."""
+        pictures = lambda: [*draw_inside(self.views.get(view_id), kind, layer, head, len(self.systems)), None]  # noqa: E731
+        return self.in_turn(request, pictures, outputs=3 + 4 * len(self.systems))
+
+    def draw_inside_attention(self, view_id, kind, layer, head, request: gr.Request):
+        """The Inside tab's attention pictures again, for another kind, layer or head."""
+        pictures = lambda: draw_attention(self.views.get(view_id), kind, layer, head, len(self.systems))  # noqa: E731
+        return self.in_turn(request, pictures, outputs=1 + len(self.systems))
 
 
 # ------------------------------------------------------------------------------------------------------------ the page
@@ -351,15 +373,13 @@ def build_app(
     comparison_model_ids: list[str] | None = None,
     *,
     limits: Limits = Limits(),
-    trust_forwarded_for: bool = False,
     comparison_path: Path = COMPARISON_PATH,
     backend: str = "auto",
     int8: bool = False,
 ) -> TranslationApp:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`)."""
     app = TranslationApp(
-        model_id, comparison_model_ids, limits=limits, trust_forwarded_for=trust_forwarded_for,
-        comparison_path=comparison_path, backend=backend, int8=int8,
+        model_id, comparison_model_ids, limits=limits, comparison_path=comparison_path, backend=backend, int8=int8,
     )  # fmt: skip
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         intro = gr.Markdown(app.intro())
@@ -375,15 +395,17 @@ def build_app(
                 notes = gr.Markdown(label="Notes")
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
         status = gr.Markdown(visible=False)
-        # Reading files and statuses skips the queue: it must never wait behind translations.
-        demo.load(app.comparison, None, [notes, table], api_name="comparison", queue=False)
+        # The corpus table is work like any other; the status line only reads counters and skips the queue.
+        demo.load(app.comparison, None, [notes, table], api_name="comparison", **app.work)
         demo.load(app.status, None, status, api_name="status", queue=False)
-        demo.unload(app.cancel_visitor)  # a closed page cancels its request (at its next decoder step)
-    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed. No
-    # max_size: what waits is bounded at the HTTP front (guard.py), per session and by new sessions admitted.
-    demo.queue(max_size=None, api_open=False)
+        # A page that closes (its heartbeat ends) cancels its request; a client that keeps no page open is stopped
+        # when nobody reads its results (scheduler.py). A client calling this event itself makes new sessions no
+        # faster than its address may (guard.py), and cancels nothing of anyone else's.
+        demo.unload(app.cancel_visitor)
+    # api_open=False: the REST routes that would run a translation outside the queue (/run, /api) are closed.
+    # max_size: beyond the callbacks running, at most this many calls wait; a further one is refused at once.
+    demo.queue(max_size=limits.queue_size, api_open=False)
     app.demo = demo
-    stop_unread_work(app.scheduler, app.gate.readers, grace=limits.unread_grace_seconds)
     return app
 
 
@@ -493,15 +515,16 @@ def inside_tab(app: TranslationApp, controls: list, text: gr.Textbox) -> None:
     gr.Markdown(f"### Beam search, step by step\n{CAPTIONS['beams']}")
     with gr.Row(equal_height=False):
         beams = [gr.Markdown(elem_id=f"inside-beams-{n}", min_width=300) for n in columns]
-    # The endpoint's answer (not shown: the pictures are), and the session's copy the pictures are drawn from.
-    numbers, view = gr.JSON(label="Inside view", visible=False), gr.State()
+    # The endpoint's answer (not shown: the pictures are; emptied once they are drawn), and the id of the server's copy
+    # the pictures are drawn from (app.views: bounded, expiring).
+    numbers, view_id = gr.JSON(label="Inside view", visible=False), gr.State()
     pictures = [notice, *pieces, *positions, *attention, caption, *beams]
-    chosen = [view, kind, layer, head]
-    button.click(app.inside, [text, *controls], [numbers, view], api_name="inside", **app.compute).then(
-        app.draw_inside, chosen, pictures, api_visibility="private", **app.compute
+    chosen = [view_id, kind, layer, head]
+    button.click(app.inside, [text, *controls], [numbers, view_id], api_name="inside", **app.compute).then(
+        app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", **app.work
     )
     for control in (kind, layer, head):
-        control.input(app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.compute)
+        control.input(app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.work)
 
 
 def system_sizes(system) -> tuple[int, int]:
@@ -559,7 +582,6 @@ try:
     APP = build_app(
         OPTIONS.model,
         OPTIONS.comparison_models,
-        trust_forwarded_for=OPTIONS.trust_forwarded_for,
         backend=OPTIONS.backend,
         int8=OPTIONS.int8,
     )
@@ -568,4 +590,4 @@ except ModelUnavailableError as error:
 demo = APP.demo
 
 if __name__ == "__main__":
-    build_app_server(APP, OPTIONS.host, OPTIONS.port).run()
+    build_app_server(APP, OPTIONS.host, OPTIONS.port, OPTIONS.forwarded_allow_ips).run()

@@ -9,6 +9,10 @@ on the shipped model loaded as the app loads it (eager attention, the app's limi
   of kind, layer or head costs: decoder self-attention of one head, then every head of the last layer).
 The sentence is the README's 20-word one; medians of `--rounds` after one warm-up.
 
+Then the worst case the bounds allow (`inside.MAX_PIECES`, `inside.MAX_VIEW_BYTES`): rare-letter "words" read as 62
+pieces, at the most beams, against the 29 such words that were 48 MB of JSON before the bounds: the answer's bytes,
+what the page's `ViewStore` keeps of it, and what keeping and reading it adds to a redraw.
+
 Then the work factor (`inside.WORK_FACTOR`): on `--sentences` random test_2016_flickr sentences, the CPU seconds of
 `inside_request` divided by the engine's estimate it is admitted with (`Plan.cpu_seconds`, which the scheduler counts).
 
@@ -26,6 +30,9 @@ from transformer_en_de.app.translators import load_our_translator
 from transformer_en_de.engine import translate
 
 SENTENCE = "Two young women in colourful dresses are dancing on a wooden stage in front of a small crowd at night."
+# Letters our BPE rarely joins (tests/test_inside_bounds.py): the most pieces under the bound, and far past it.
+AT_THE_BOUND = "hzjz yygwvz qwwhqy vhzkq qgf wgv qfvyyf kvgv yjqwfgzxg jzkfwfgv jhyfw"
+PAST_THE_BOUND = " ".join(["zzzzjqzzq zzzvxwqkqj zzzqjjxqqjq"] * 9 + ["zzzjkvjqkq zzxzqzjjzqxz"])  # 29 words
 
 
 def options(parser):
@@ -48,9 +55,9 @@ def main() -> None:
     ours.model.set_attn_implementation("eager")  # as the app does: SDPA returns no attention weights
     limits = Limits()
 
-    def request(sentence: str) -> dict:
+    def request(sentence: str, beams: int | None = None) -> dict:
         return inside.inside_request(
-            sentence, "beam search", ours.model.generation_config.num_beams, limits.max_new_tokens,
+            sentence, "beam search", beams or ours.model.generation_config.num_beams, limits.max_new_tokens,
             context=RequestContext(ours, limits=limits),
         )  # fmt: skip
 
@@ -78,6 +85,8 @@ def main() -> None:
     print(f"\nThe 20-word sentence, {rounds} rounds (median [quartiles]):\n")
     harness.print_table(["step", "wall s", "CPU s"], rows)
 
+    worst_case(request, limits, rounds)
+
     english, _ = harness.sample_sentences("test_2016_flickr", count)
     against_engine, against_estimate = [], []
     for sentence in english:
@@ -98,6 +107,23 @@ def main() -> None:
         ]],
     )  # fmt: skip
     print(f"inside.WORK_FACTOR = {inside.WORK_FACTOR:g} (counted against the estimate)")
+
+
+def worst_case(request, limits: Limits, rounds: int) -> None:
+    """The answer at the bounds, its bytes and the store's, and the store's part of a redraw (median of `rounds`)."""
+    _, _, refused = timed(lambda: request(PAST_THE_BOUND, limits.max_beams))
+    print(f"\n29 rare-letter words: {len(json.dumps(refused)):,} bytes: {refused.get('message', 'shown')}")
+    view = request(AT_THE_BOUND, limits.max_beams)
+    store = inside.ViewStore()
+    put = [timed(lambda: store.put(view)) for _ in range(rounds)]
+    view_id = put[-1][2]
+    got = [timed(lambda: store.get(view_id)) for _ in range(rounds)]
+    kept = len(store.views[view_id][0])
+    print(f"At the bound ({len(view['source_ids'])} pieces in, {len(view['target_ids'])} out, {view['num_beams']} "
+          f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {inside.MAX_VIEW_BYTES:,}); the store keeps "
+          f"{kept:,} bytes ({inside.VIEWS_KEPT} views, {inside.VIEW_STORE_BYTES:,} bytes at most); keeping it "
+          f"{harness.median([wall for wall, _, _ in put]):.3f} s, reading it back for a redraw "
+          f"{harness.median([wall for wall, _, _ in got]):.3f} s")  # fmt: skip
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:

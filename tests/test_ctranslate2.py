@@ -279,3 +279,18 @@ def test_comparison_model_lists_and_why_one_is_missing(tmp_path):
     )
     assert missing.error.startswith("opus (opus-mt) is not on this page: failed to load: ")
     assert str(tmp_path) not in missing.error and "\n" not in missing.error
+
+
+def test_why_a_model_is_missing_names_no_server_path():
+    cache = "/root/.cache/transformer_en_de/ctranslate2/opus-mt-en-de/ctranslate2-float32-0123/model.bin"
+    full = RuntimeError(f"could not be loaded: [Errno 28] No space left on device: '{cache}'")
+    line = translators.why_not_loaded("MarianMT", "Helsinki-NLP/opus-mt-en-de", full)
+    assert line == (
+        "MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: failed to load: [Errno 28] No space left on "
+        "device: 'model.bin'"
+    )
+    missing = FileNotFoundError(2, "No such file or directory", "/srv/app/.venv/lib/python3.11/site-packages/t5.py")
+    assert "/" not in translators.why_not_loaded("t5-small", "t5-small", missing)
+    assert translators.without_paths("a </s> in en/de, at https://huggingface.co/x/y") == (
+        "a </s> in en/de, at https://huggingface.co/x/y"
+    )

@@ -14,7 +14,7 @@ from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.engine import DecodingSettings, plan_decoding, strip_generated, translate
-from transformer_en_de.inside import KINDS
+from transformer_en_de.inside import DECIMALS, KINDS
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 SENTENCES = [
@@ -48,6 +48,9 @@ def attention_tensors(view: dict) -> dict[str, torch.Tensor]:
     return {kind: torch.tensor(view["attention"][kind]) for kind in KINDS}  # (layers, heads, query, key)
 
 
+ROUNDED = 0.5 * 10**-DECIMALS + 1e-6  # how far a rounded encoding may be from its value
+
+
 def test_attention_has_every_layer_and_head_and_rows_sum_to_one(views, ours):
     config = ours.model.config
     for view in views:
@@ -79,8 +82,8 @@ def test_positional_encoding_is_the_papers_formula(views, ours):
         for pos, row in enumerate(table):
             for i in range(d_model // 2):
                 angle = pos / 10000 ** (2 * i / d_model)
-                assert row[2 * i] == pytest.approx(math.sin(angle), abs=1e-4)
-                assert row[2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-4)
+                assert row[2 * i] == pytest.approx(math.sin(angle), abs=ROUNDED)
+                assert row[2 * i + 1] == pytest.approx(math.cos(angle), abs=ROUNDED)
 
 
 def test_embedding_and_encoding_lengths_are_those_of_the_parts_added(views, ours):
@@ -170,8 +173,8 @@ def test_a_comparison_model_shows_its_own_tensors(marian):
     for pos, row in enumerate(view["positional_encoding"]):
         for i in range(d_model // 2):
             angle = pos / 10000 ** (2 * i / d_model)
-            assert row[i] == pytest.approx(math.sin(angle), abs=1e-4)
-            assert row[d_model // 2 + i] == pytest.approx(math.cos(angle), abs=1e-4)
+            assert row[i] == pytest.approx(math.sin(angle), abs=ROUNDED)
+            assert row[d_model // 2 + i] == pytest.approx(math.cos(angle), abs=ROUNDED)
 
 
 def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
@@ -192,13 +195,19 @@ def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
     assert len(view["attention"]["cross"]) == model.config.decoder_layers
 
 
-def test_a_request_follows_one_bounded_sentence_and_says_so(ours, marian):
+def test_a_request_follows_one_bounded_sentence_and_says_so(ours):
     limits = Limits()
     long = " ".join(["A dog runs in the park"] * 10) + ". The cat sleeps."
-    view = inside.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, [marian], limits=limits))
+    view = inside.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, limits=limits))
     assert len(view["sentence"].split()) <= limits.max_sentence_words
     assert any("first of the 2" in notice for notice in view["notices"])
     assert any("in parts" in notice for notice in view["notices"])
+
+
+def test_a_request_shows_every_model_and_draws_each(ours, marian):
+    text = "A dog runs in the park. The cat sleeps."
+    view = inside.inside_request(text, "beam search", 4, 255, context=RequestContext(ours, [marian]))
+    assert view["sentence"] == "A dog runs in the park."
     assert [item["model"] for item in inside.systems_of(view)] == [ours.name, marian.name]
     pictures = inside.draw_inside(view, "decoder_self", 1, 0, 2)
     assert len(pictures) == 1 + 2 * 4 + 1  # notices; pieces, positions, attention, beams per model; caption

@@ -10,7 +10,8 @@ runs a converted copy of the weights:
   published to the Hub as it is, and the shipped one is tracked by git. The fingerprint is the weights'
   (`fingerprint_model`), so a folder whose weights changed converts again, and the stale conversion is removed;
 - by default in a process of its own (`ctranslate2_worker.py`): CTranslate2 and PyTorch in one process slow each
-  other down (each its own OpenMP runtime; `python -m benchmarks.engine_backends` measures it).
+  other down (each its own OpenMP runtime; `python -m benchmarks.engine_backends` measures it). A worker that dies
+  is started again (its request sent again), a few times at most; then the backend gives up (`gave_up`).
 
 Optional: `pip install ctranslate2` (the `app` extra); nothing imports it until a CTranslate2 backend is asked for.
 """
@@ -20,10 +21,12 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -33,6 +36,10 @@ CONVERSION_VERSION = "1"
 CACHE_VARIABLE = "TRANSFORMER_MT_CTRANSLATE2_CACHE"
 WORKER = Path(__file__).with_name("ctranslate2_worker.py")
 BACKENDS = ("torch", "ctranslate2", "auto")
+# A worker process that dies is started again, at most RESTARTS times in RESTART_WINDOW seconds: a worker that keeps
+# dying (a request that crashes it, memory that runs out) must not cost every later request a restart and a failure.
+RESTARTS = 3
+RESTART_WINDOW = 600.0
 
 
 class BackendError(RuntimeError):
@@ -140,16 +147,64 @@ def _convert_transformers(model, tokenizer, folder: Path, quantization: str | No
         raise BackendError(f"CTranslate2 cannot convert {architecture}: {' '.join(str(error).split())}") from error
 
 
+class _WorkerDied(Exception):
+    """The worker process ended before it answered."""
+
+
+def _exchange(worker: subprocess.Popen, request):
+    """Send `request` to a worker process (None: send nothing) and read its answer; _WorkerDied if it has ended."""
+    try:
+        if request is not None:
+            pickle.dump(request, worker.stdin)
+            worker.stdin.flush()
+        return pickle.load(worker.stdout)
+    except (EOFError, OSError, pickle.UnpicklingError) as error:
+        raise _WorkerDied from error
+
+
+def _end(worker: subprocess.Popen) -> int:
+    """End a worker process for sure (one whose answer was cut off may still run), close its pipes; its exit code."""
+    worker.kill()
+    for pipe in (worker.stdin, worker.stdout):
+        try:
+            pipe.close()
+        except OSError:  # bytes still buffered for a pipe nobody reads
+            pass
+    return worker.wait()
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
 class CTranslate2Backend:
     """A converted model, decoding batches of tokens for the engine (`engine.translate(..., backend=...)`).
 
     `process=True` (the default) runs CTranslate2 in a worker process (`ctranslate2_worker.py`), so that it never
     shares a process, and an OpenMP runtime, with PyTorch; `process=False` loads it here (the benchmark's other way).
     `threads`: CTranslate2's intra-op threads (default: as many as PyTorch uses here).
+
+    A worker process that dies (killed, out of memory) is started again and the request it was running is sent once
+    more, so a caller loses nothing; each death is one line on `log` (default stderr). One death more than `restarts`
+    within `restart_window` seconds, or a worker that cannot be started again, and the backend gives up for good:
+    one line, then BackendError on every call and `gave_up` True (the app then decodes with `fallback`, named in
+    that line: `translators.Translator.backend`).
     """
 
     def __init__(
-        self, folder: str | Path, tokenizer, *, int8: bool = False, threads: int | None = None, process: bool = True
+        self,
+        folder: str | Path,
+        tokenizer,
+        *,
+        int8: bool = False,
+        threads: int | None = None,
+        process: bool = True,
+        restarts: int = RESTARTS,
+        restart_window: float = RESTART_WINDOW,
+        fallback: str = "",
+        log=None,
     ):
         self.folder = Path(folder)
         self.tokens = tokenizer.convert_ids_to_tokens  # ids -> the tokens CTranslate2 reads (its vocabulary's)
@@ -157,7 +212,8 @@ class CTranslate2Backend:
         self.name = f"CTranslate2 {'int8' if int8 else 'float32'}"
         self.threads = threads or torch.get_num_threads()
         self.process = process
-        compute_type = "int8" if int8 else "float32"
+        self.restarts, self.restart_window, self.fallback, self.log = restarts, restart_window, fallback, log
+        self._compute_type = "int8" if int8 else "float32"
         vocabulary = next(
             (self.folder / name for name in ("shared_vocabulary.json", "target_vocabulary.json")
              if (self.folder / name).is_file()),
@@ -167,32 +223,94 @@ class CTranslate2Backend:
         self._lock = threading.Lock()  # one request at a time through the pipe (the app translates from threads)
         self._worker: subprocess.Popen | None = None
         self._translator = None
+        self._deaths: list[float] = []  # when the worker died, within the last `restart_window` seconds
+        self._seed: int | None = None  # set again in a worker started in place of a dead one
+        self._gave_up = ""  # why, once the backend has given up
+        self._closed = False
         if process:
-            self._worker = subprocess.Popen(
-                [sys.executable, str(WORKER), str(self.folder), compute_type, str(self.threads)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-            )
-            self._call(None)  # its "ready", or why it could not load the model
+            self._worker = self._start()  # BackendError in one line if the model cannot be loaded
         else:
             import ctranslate2
 
             self._translator = ctranslate2.Translator(
-                str(self.folder), device="cpu", compute_type=compute_type, intra_threads=self.threads, inter_threads=1
-            )
+                str(self.folder), device="cpu", compute_type=self._compute_type, intra_threads=self.threads,
+                inter_threads=1,
+            )  # fmt: skip
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id (None when CTranslate2 runs in this process)."""
+        return None if self._worker is None else self._worker.pid
+
+    @property
+    def gave_up(self) -> bool:
+        """True once the worker has died too often (or could not be started again): no worker is started any more."""
+        return bool(self._gave_up)
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.log or sys.stderr, flush=True)
+
+    def _start(self) -> subprocess.Popen:
+        """A worker process with the model loaded; BackendError (one line) if it cannot load it."""
+        worker = subprocess.Popen(
+            [sys.executable, str(WORKER), str(self.folder), self._compute_type, str(self.threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        try:
+            ok, result = _exchange(worker, None)  # its "ready", or why it could not load the model
+            if ok and self._seed is not None:
+                ok, result = _exchange(worker, ("seed", self._seed))  # sampling goes on as seeded
+        except _WorkerDied:
+            ok, result = False, f"the worker process ended before it was ready ({_how_it_ended(worker.wait())})."
+        if not ok:
+            _end(worker)
+            raise BackendError(f"{self.name}: {result}")
+        return worker
+
+    def _replace_worker(self) -> None:
+        """The worker has died: start another one and say so in one line. Past `restarts` restarts within
+        `restart_window` seconds, or when no worker can be started, give up for good (one line, BackendError)."""
+        if self._closed:
+            raise BackendError(f"the {self.name} backend is closed.")
+        if self._gave_up:
+            raise BackendError(self._gave_up)  # said in the log once already
+        how = _how_it_ended(_end(self._worker))
+        now = time.monotonic()
+        self._deaths = [when for when in self._deaths if now - when < self.restart_window] + [now]
+        window = f"{self.restart_window / 60:g} minutes"
+        instead = f"; {self.fallback} decodes from now on" if self.fallback else ""
+        if len(self._deaths) > self.restarts:
+            self._give_up(f"the {self.name} worker process died {len(self._deaths)} times in {window} (last: {how}); "
+                          f"it is not started again{instead}.")  # fmt: skip
+        try:
+            self._worker = self._start()
+        except BackendError as error:
+            # Why goes to the log only: it may name the model's folder, and the raised message may reach a visitor.
+            self._give_up(f"the {self.name} worker process died ({how}) and could not be started again{instead}.",
+                          detail=str(error))  # fmt: skip
+        self._say(f"the {self.name} worker process died ({how}); a new one was started (restart "
+                  f"{len(self._deaths)} of at most {self.restarts} in {window}).")  # fmt: skip
+
+    def _give_up(self, why: str, detail: str = "") -> None:
+        self._gave_up = why
+        self._say(f"{why} {detail}" if detail else why)
+        raise BackendError(why)
 
     def _call(self, request):
-        """Send one request to the worker (None: only read its first answer) and return its result."""
+        """Send one request to the worker and return its result. A worker that dies during the request is replaced
+        (`_replace_worker`) and the request sent once more: the caller loses it only if the new worker dies too."""
         with self._lock:
-            if self._worker is None or self._worker.poll() is not None:
-                raise BackendError(f"the {self.name} worker process is not running.")
-            try:
-                if request is not None:
-                    pickle.dump(request, self._worker.stdin)
-                    self._worker.stdin.flush()
-                ok, result = pickle.load(self._worker.stdout)
-            except (EOFError, BrokenPipeError, pickle.UnpicklingError) as error:
-                raise BackendError(f"the {self.name} worker process ended ({type(error).__name__}).") from error
+            for attempt in range(2):
+                if self._worker.poll() is not None:
+                    self._replace_worker()  # it died between requests (or the backend is closed, or has given up)
+                try:
+                    ok, result = _exchange(self._worker, request)
+                    break
+                except _WorkerDied:
+                    self._replace_worker()
+                    if attempt:
+                        raise BackendError(f"the {self.name} worker process died twice on one request.") from None
         if not ok:
             raise BackendError(f"{self.name}: {result}")
         return result
@@ -212,6 +330,7 @@ class CTranslate2Backend:
     def set_seed(self, seed: int) -> None:
         """CTranslate2's sampling seed (the engine's sampling is then reproducible, like `torch.manual_seed`)."""
         if self._translator is None:
+            self._seed = seed
             self._call(("seed", seed))
         else:
             import ctranslate2
@@ -229,6 +348,7 @@ class CTranslate2Backend:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
     def close(self) -> None:
+        self._closed = True  # no worker is started again
         if self._worker is not None and self._worker.poll() is None:
             try:
                 with self._lock:
@@ -256,12 +376,17 @@ def load_backend(
     process: bool = True,
     cache: Path | None = None,
     log=None,
+    fallback: str = "",
 ) -> CTranslate2Backend:
-    """The CTranslate2 backend of `model` (loaded from `model_id`): converted once (cached), then loaded."""
+    """The CTranslate2 backend of `model` (loaded from `model_id`): converted once (cached), then loaded. `log`: where
+    the conversion and the worker's deaths are said (default: nothing, and stderr); `fallback`: what decodes if the
+    worker gives up, for that line (`CTranslate2Backend`)."""
     if not ctranslate2_available():
         raise BackendError("the CTranslate2 backend needs the ctranslate2 package: pip install ctranslate2.")
     folder = convert_cached(model_id, model, tokenizer, int8=int8, cache=cache, log=log)
-    return CTranslate2Backend(folder, tokenizer, int8=int8, threads=threads, process=process)
+    return CTranslate2Backend(
+        folder, tokenizer, int8=int8, threads=threads, process=process, fallback=fallback, log=log
+    )
 
 
 __all__ = [

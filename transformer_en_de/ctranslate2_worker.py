@@ -8,10 +8,12 @@ as a module of the package, so that not even the package's imports come with it.
 Protocol: requests are pickled onto stdin, one answer pickled onto stdout per request: ("translate", sources,
 options) -> hypotheses (each the tokens of the best hypothesis); ("score", sources, targets) -> log-probabilities per
 token; ("seed", n) -> None. An answer is (True, result) or (False, "one line of error"). EOF or None ends it.
+The parent starts another worker if this one dies (`backends.CTranslate2Backend`).
 """
 
 import os
 import pickle
+import signal
 import sys
 
 
@@ -59,4 +61,7 @@ def serve(folder: str, compute_type: str, threads: int) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Ctrl-C in the server's terminal reaches the whole process group: the server decides when this process ends
+    # (it closes stdin), and a KeyboardInterrupt here would only add a traceback to the log.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))

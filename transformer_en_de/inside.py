@@ -16,7 +16,8 @@ For one sentence and one model (ours, MarianMT, T5, any transformers seq2seq mod
   live beams and the log-probabilities the search ranks. `generate()` returns the finished hypotheses in the order of
   its length-penalised score, the first of which is the translation (the app's: the same plan, the same search;
   tests/test_inside.py checks the ids).
-The weights and encodings are rounded to `DECIMALS` places.
+The weights and encodings are rounded to `DECIMALS` places, and a view is bounded by pieces (`MAX_PIECES` read and
+written): its size grows with their square, times layers and heads.
 """
 
 import copy
@@ -35,7 +36,13 @@ from transformer_en_de.engine import (
     strip_generated,
 )
 
-DECIMALS = 5  # of the weights and encodings returned: rows of attention still sum to 1 within 1e-3
+# Of the weights and encodings returned: a colour map has 256 steps, so 3 places draw the same picture as 7, and JSON
+# of 3 places is at most 7 bytes a number ("0.123, "), not 20. Each row of weights still sums to 1 (`rounded_rows`).
+DECIMALS = 3
+# Pieces a view follows, read and written: the attention it returns grows with their square, times layers and heads.
+# Multi30k captions are 15 pieces (median) and at most 50 English and 58 German in all its splits (our tokenizer,
+# </s> included), so 64 shows every caption whole; the 29 rare-letter "words" that made views of 17-48 MB were 218-300.
+MAX_PIECES = 64
 ALTERNATIVES = 3  # next pieces shown for each live beam
 KINDS = ("encoder_self", "decoder_self", "cross")
 
@@ -60,13 +67,21 @@ class StepRecorder(LogitsProcessor):
         return scores
 
 
-def traced_search(model, plan: DecodingPlan, *, deadline: float | None = None, alternatives: int = ALTERNATIVES):
-    """Decode the plan's one sentence with `generate()` as the engine does (its generation config, its length bound),
-    recording each step. Returns (finished hypotheses in generate()'s order, each as ids from the start token to
-    `</s>`; the recorder; whether the deadline cut the search)."""
+def traced_search(
+    model,
+    plan: DecodingPlan,
+    *,
+    deadline: float | None = None,
+    alternatives: int = ALTERNATIVES,
+    max_pieces: int | None = MAX_PIECES,
+):
+    """Decode the plan's one sentence with `generate()` as the engine does (its generation config, its length bound,
+    here at most `max_pieces` new pieces), recording each step. Returns (finished hypotheses in generate()'s order,
+    each as ids from the start token to `</s>`; the recorder; whether the deadline cut the search; whether the
+    translation reached `max_pieces` short of the plan's own limit)."""
     config = copy.copy(plan.generation_config)  # shallow: only the fields below differ
     eos_id = eos_id_of(config)
-    limit = plan.limits[0]
+    limit = plan.limits[0] if max_pieces is None else min(plan.limits[0], max_pieces)  # </s> forced there
     config.max_new_tokens = limit
     config.return_dict_in_generate = True
     config.num_return_sequences = config.num_beams  # every finished hypothesis the search kept, best first
@@ -87,7 +102,7 @@ def traced_search(model, plan: DecodingPlan, *, deadline: float | None = None, a
     # generate() pads the rows that finished early: each is cut after its </s>, as the engine cuts its own
     hypotheses = [strip_generated(row, config.pad_token_id, eos_id) for row in output.sequences.tolist()]
     cut = deadline is not None and processors[1].stopped_at is not None
-    return hypotheses, recorder, cut
+    return hypotheses, recorder, cut, limit < plan.limits[0] and len(hypotheses[0]) - 1 >= limit
 
 
 def running_scores(recorder: StepRecorder) -> list[dict[tuple, tuple[int, float]]]:
@@ -205,10 +220,25 @@ def attention_weights(model, source_ids: list[int], generated_ids: list[int]) ->
         "decoder_self": output.decoder_attentions,
         "cross": output.cross_attentions,
     }
-    return {
-        kind: torch.stack(layers)[:, 0].float().round(decimals=DECIMALS).tolist()  # (layers, heads, query, key)
-        for kind, layers in tensors.items()
-    }
+    return {kind: rounded_rows(torch.stack(layers)[:, 0]) for kind, layers in tensors.items()}  # (L, heads, query, key)
+
+
+def rounded_rows(weights: torch.Tensor) -> list:
+    """Rows of attention weights (softmaxes) to `DECIMALS` places that still sum to 1, as the page says they do: each
+    weight rounded down, then the units a row is short of 1 added to its weights that lost most (the largest
+    remainder method). Every weight stays within one unit of its value; a masked weight (0) stays 0."""
+    unit = 10**DECIMALS
+    scaled = weights.double() * unit
+    down = scaled.floor()
+    short = (unit - down.sum(dim=-1, keepdim=True)).round().clamp(0, weights.shape[-1])  # (..., 1)
+    rank = (scaled - down).argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)  # 0: the largest remainder
+    return ((down + (rank < short).double()) / unit).tolist()
+
+
+def rounded(tensor: torch.Tensor) -> list:
+    """The tensor as nested lists of numbers with `DECIMALS` places. Rounded in float64: a float32 rounded to 0.123 is
+    0.12300000339746475 as a Python float, which JSON writes in full."""
+    return tensor.double().round(decimals=DECIMALS).tolist()
 
 
 def positional_encoding(model, source_ids: list[int]) -> dict:
@@ -228,7 +258,7 @@ def positional_encoding(model, source_ids: list[int]) -> dict:
         encoding = table[: len(source_ids)].float()  # (S, d_model)
         embedded = encoder.embed_tokens(torch.tensor(source_ids, device=table.device)).float() * scale  # (S, d_model)
     return {
-        "positional_encoding": encoding.round(decimals=DECIMALS).tolist(),
+        "positional_encoding": rounded(encoding),
         "embedding_norms": embedded.norm(dim=-1).tolist(),
         "positional_norms": encoding.norm(dim=-1).tolist(),
         "embed_scale": scale,
@@ -245,13 +275,21 @@ def inside_view(
     plan: DecodingPlan | None = None,
     deadline: float | None = None,
     alternatives: int = ALTERNATIVES,
+    max_pieces: int | None = MAX_PIECES,
 ) -> dict:
     """What `model` does with one sentence (see the module docstring), as plain JSON under the model's `name`: pieces
     and ids, positional encoding, attention, the beam search and the translation it chose. The model must return its
-    attention weights (`model.set_attn_implementation("eager")`: SDPA returns none)."""
+    attention weights (`model.set_attn_implementation("eager")`: SDPA returns none). A sentence of more than
+    `max_pieces` pieces is refused (ValueError, before the model runs) and the translation ends at `max_pieces`
+    (`reached_bound`); None lifts the bound, for a notebook's own long sentence."""
     if plan is None:
         plan = plan_decoding(model, tokenizer, [sentence], settings)
-    hypotheses, recorder, cut = traced_search(model, plan, deadline=deadline, alternatives=alternatives)
+    problem = too_many_pieces(plan, max_pieces, name or type(model).__name__)
+    if problem:
+        raise ValueError(problem)
+    hypotheses, recorder, cut, reached_bound = traced_search(
+        model, plan, deadline=deadline, alternatives=alternatives, max_pieces=max_pieces
+    )
     chosen = hypotheses[0]
     source_ids = list(plan.source_ids[0])
     # Beam search divides by pieces^α (transformers' default α is 1.0 where a config leaves it unset); greedy does not.
@@ -274,5 +312,17 @@ def inside_view(
         "finished": finished,
         "translation": tokenizer.decode(chosen, skip_special_tokens=True).strip(),
         "cut": cut,  # the request's deadline ended the search: the translation is what it had by then
+        "reached_bound": reached_bound,  # the translation ended at max_pieces, short of the model's own limit
         "d_model": getattr(config, "d_model", None),
     }
+
+
+def too_many_pieces(plan: DecodingPlan, max_pieces: int | None, name: str) -> str:
+    """The line refusing the plan's sentence when `name` reads it in more than `max_pieces` pieces, else ""."""
+    pieces = plan.source_lengths[0]  # before the model's own cut at its positions
+    if max_pieces is None or pieces <= max_pieces:
+        return ""
+    return (
+        f"{name} reads this sentence as {pieces} pieces; the inside view follows sentences of at most {max_pieces} "
+        "(a caption is 15 to 30): look inside a shorter one."
+    )

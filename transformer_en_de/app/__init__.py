@@ -2,10 +2,12 @@
 
 - `text_checks`: input validation (text, decoding settings) and sentence splitting.
 - `limits`: every limit of the app, and the plan that keeps a request within its budget of work.
-- `scheduler`: turns on the CPU, shared between requests by the work they carry; aging, cancellation and deadlines.
+- `scheduler`: the admission point's one order: turns on the CPU, fair by visitor, ordinary before heavy; unread calls
+  dropped, cancellation and deadlines.
 - `guard`: the HTTP front: bodies bounded, calls checked (one line each), raw calls held until read, sessions admitted.
-- `uploads`: uploads within a quota per address and overall, deleted after their time.
-- `server`: the page mounted in our FastAPI app and served by uvicorn with bounded connections.
+- `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
+- `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
+- `server`: the page mounted in our FastAPI app and served by uvicorn: its proxy rule, bounded connections.
 - `internals`: every undocumented part of gradio and uvicorn the app relies on, named, with an upgrade test.
 - `translators`: a loaded model (and what decodes it), our model's loading, comparison models loaded in the background.
 - `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.

@@ -2,11 +2,18 @@
 
 Files are split into lines as the rest of the project reads corpora (`transformer_en_de.data.split_lines`: LF, CRLF
 and a lone CR alike), so a file's lines pair up with a reference file's exactly as in compare.py. The TSV is written
-into the folder the app gives (Gradio's cache), where Gradio serves it from and `delete_cache` removes it.
+into the folder the app gives (Gradio's cache), where Gradio serves it from and `delete_cache` removes it: whole or
+not at all (written beside its place, moved there at the end), and only once every line is translated, so a job that
+fails, or a server stopped mid-job, leaves no empty or partial TSV. A visitor is told what went wrong in one plain
+line, never an error's own text (it may name a server path); the server's log gets the detail once.
 """
 
 import csv
+import errno
+import os
 import re
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +30,9 @@ from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, budget
 
 FILE_TYPES = [".txt", ".en", ".de"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
+NO_ROOM = "The server has no room to write the translations now; try again later."
+CANNOT_STORE = "The server cannot store the translations right now; try again later."
+FAILED = "The server could not translate this file; try again later."
 
 
 @dataclass
@@ -40,12 +50,16 @@ def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
     name = as_text(path.name)  # the visitor's file name, shown as text
-    if not path.is_file():  # gone from the upload folder (it keeps files an hour), or a folder
-        raise InputError(f"The {what} is no longer on the server (uploads are kept for an hour); upload it again.")
-    size = path.stat().st_size
-    if size > limits.max_file_bytes:
-        raise InputError(f"The {what} ({name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
-    data = path.read_bytes()
+    try:
+        if not path.is_file():  # gone from the upload folder (it keeps files an hour), or a folder
+            raise InputError(f"The {what} is no longer on the server (uploads are kept for an hour); upload it again.")
+        size = path.stat().st_size
+        if size > limits.max_file_bytes:
+            raise InputError(f"The {what} ({name}) has {size:,} bytes; the limit here is {limits.max_file_bytes:,}.")
+        data = path.read_bytes()
+    except OSError as error:  # its text names the upload's path on the server: the log's, not the visitor's
+        log_failure(f"an uploaded {what} could not be read", error)
+        raise InputError(f"The {what} ({name}) could not be read on the server; upload it again.") from None
     if b"\x00" in data:
         raise InputError(f"The {what} ({name}) looks like a binary file; upload plain text, one sentence per line.")
     try:
@@ -78,7 +92,7 @@ def read_files(source_file, reference_file, tokens: int, context: RequestContext
     # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
     filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
     least = least_seconds(context.ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
-    context.scheduler.check_room(least, context.address)
+    context.scheduler.check_room(least)
     check_lines(lines, "English file", as_text(Path(source_file).name))
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
     if references is not None and len(references) != len(lines):
@@ -114,24 +128,37 @@ def translate_file(
         notices.append(f"The file has {len(lines):,} lines; only the first {limits.max_file_lines:,} were translated.")
         lines = lines[: limits.max_file_lines]
         references = references[: limits.max_file_lines] if references is not None else None
+    folder = Path(output_dir) / "translations"
     try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
-        handle = open_tsv(Path(output_dir), safe_stem(Path(source_file).stem))
+        check_disk(folder, tsv_bytes(lines, references, len(context.systems)))
     except OSError as error:
-        return FileResult(None, f"⚠️ The server cannot store the translations right now ({error.strerror}); try later.")
-    with handle:
+        return FileResult(None, f"⚠️ {storage_problem(error)}")
+    try:
         result = translate_lines(lines, references, beams, tokens, notices, context, progress)
-        if result is None or isinstance(result, str):
-            Path(handle.name).unlink(missing_ok=True)
-            return FileResult(None, f"⚠️ {result}" if result else "")
-        columns, rows, notices = result
-        try:
-            write_rows(handle, lines, columns, references)
-        except OSError as error:
-            Path(handle.name).unlink(missing_ok=True)
-            return FileResult(None, f"⚠️ The server could not store the translations ({error.strerror}); try later.")
+    except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
+        log_failure("a file job failed", error)
+        return FileResult(None, f"⚠️ {FAILED}")
+    if result is None or isinstance(result, str):
+        return FileResult(None, f"⚠️ {result}" if result else "")
+    columns, rows, notices = result
+    try:
+        path = write_tsv(folder, safe_stem(Path(source_file).stem), lines, columns, references)
+    except OSError as error:
+        return FileResult(None, f"⚠️ {storage_problem(error)}")
     scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
     summary = file_summary(rows, notices, references is not None)
-    return FileResult(handle.name, summary, scores, preview(lines, columns, preview_lines))
+    return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
+
+
+def log_failure(what: str, error: BaseException) -> None:
+    """One line in the server's log: what failed, and the error's own words (paths included: the operator's)."""
+    print(f"app.py: {what}: {type(error).__name__}: {' '.join(str(error).split())}", flush=True)
+
+
+def storage_problem(error: OSError) -> str:
+    """The visitor's line for a TSV that cannot be written (logged once with its detail): no path, no errno."""
+    log_failure("a file job's translations could not be stored", error)
+    return NO_ROOM if error.errno in (errno.ENOSPC, errno.EDQUOT) else CANNOT_STORE
 
 
 def translate_lines(lines, references, beams, tokens, notices, context: RequestContext, progress):
@@ -221,11 +248,37 @@ def safe_stem(stem: str) -> str:
     return re.sub(r"[^\w.-]+", "_", stem)[:60].strip("._") or "translations"
 
 
-def open_tsv(folder: Path, stem: str):
-    """A new TSV for writing, in a fresh subfolder (two visitors' files never clash); OSError if it cannot be."""
-    folder = folder / "translations" / uuid.uuid4().hex
+def tsv_bytes(lines: list[str], references: list[str] | None, systems: int) -> int:
+    """A generous size for the TSV: the English, each system's column and our confidence at twice its bytes, the
+    references."""
+    english = sum(len(line.encode()) + 64 for line in lines)  # 64: a line's number, tabs, a confidence's reason
+    return english * (2 * systems + 3) + sum(len(line.encode()) for line in references or [])
+
+
+def check_disk(folder: Path, needed: int) -> None:
+    """OSError unless `folder` takes new files and its disk has `needed` bytes free; nothing is left in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):  # made and gone at once: the folder takes files
+        pass
+    if shutil.disk_usage(folder).free < needed:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def write_tsv(folder: Path, stem: str, lines, columns: dict[str, list[str]], references) -> Path:
+    """The TSV in a fresh subfolder of `folder` (two visitors' files never clash), written whole or not at all: into a
+    hidden file beside it, moved into place at the end. On any failure (a full disk) nothing is left; OSError."""
+    folder = folder / uuid.uuid4().hex
     folder.mkdir(parents=True)
-    return open(folder / f"{stem}.de.tsv", "w", encoding="utf-8", newline="")
+    path = folder / f"{stem}.de.tsv"
+    partial = folder / f".{path.name}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8", newline="") as handle:
+            write_rows(handle, lines, columns, references)
+        os.replace(partial, path)
+    except BaseException:  # a full disk, or the server stopping: no half-written TSV, no empty folder
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return path
 
 
 def write_rows(handle, lines: list[str], columns: dict[str, list[str]], references: list[str] | None) -> None:

@@ -9,13 +9,15 @@ can crowd out another visitor's.
   reads fills a bounded store of its own (`held_calls`, `held_bytes`: the oldest dropped), never the queue the others
   wait in.
 - Sessions: Gradio keeps the messages of its 2,000 latest sessions, and every call without a known session makes one;
-  new sessions are admitted at `new_sessions_per_second` (`new_sessions_burst` at once), so a visitor's session is never
+  new sessions are admitted per address (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at
+  once: a backstop against one machine, never a pool one client drains for everyone), so a visitor's session is never
   pushed out while its request runs. A session has at most `calls_per_session` calls queued or running.
+- The address is the connection's, or the visitor's where uvicorn was told to trust the proxy in front of the app
+  (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
 - Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
-- `Readers` counts the event streams being read; `stop_unread_work` cancels running work nobody reads any more.
+- `Readers` counts the event streams being read: the scheduler drops or stops work nobody reads.
 """
 
-import asyncio
 import functools
 import json
 import re
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
+from .http_answers import answer, call_inner, contained, drain, read_body, refuse, replay
 from .internals import example_count, page_events, takes_api_value
 from .limits import Limits
 from .uploads import file_values_problem
@@ -37,12 +40,9 @@ _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
 _DEEP_LINK = "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads.
-_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file=.*)/?")
-COUNTED_GROUP = "translation"  # the concurrency group of the app's queued events
+_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*)/?")
+COUNTED_GROUP = "work"  # the concurrency group of the app's events that spend CPU (app.py)
 MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
-# A refused body is read and dropped up to this size, so that the client gets the message; past it, the connection
-# closes. Nothing of it is kept.
-DRAIN_BYTES = 64_000_000
 
 
 class Gate:
@@ -54,7 +54,7 @@ class Gate:
         self.readers = Readers()
         self._lock = threading.Lock()
         self._known: OrderedDict[str, None] = OrderedDict()  # sessions seen lately (the newest last)
-        self._tokens, self._refilled = float(limits.new_sessions_burst), time.monotonic()
+        self._new_sessions: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address → (tokens, as of when)
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self.held: OrderedDict[str, tuple[str, bytes, float]] = OrderedDict()  # id → (path, body, time)
         self._held_bytes = 0
@@ -77,19 +77,17 @@ class Gate:
                     if not self._streams[address]:
                         del self._streams[address]
 
-    def admit_session(self, session: str | None, counted: bool = True) -> str:
-        """Empty if a call of `session` may enter Gradio's queue, else the one-line reason; a `counted` call counts
-        against the session until its callback ends (`serving`)."""
+    def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
+        """Empty if a call of `session` from `address` may enter Gradio's queue, else the one-line reason; a `counted`
+        call counts against the session until its callback ends (`serving`)."""
         limits, now = self.limits, time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
-                self._tokens = min(
-                    limits.new_sessions_burst, self._tokens + (now - self._refilled) * limits.new_sessions_per_second
-                )
-                self._refilled = now
-                if self._tokens < 1:
-                    return "Too many new visitors at once; this call was not started. Try again in a few seconds."
-                self._tokens -= 1
+                if not self._new_session_from(address, now):
+                    return (
+                        "Too many new sessions from this address at once; this call was not started. Try again in a "
+                        "few seconds."
+                    )
             if session is None:
                 return ""
             self._known[session] = None
@@ -103,11 +101,24 @@ class Gate:
                 calls.popleft()
             if len(calls) >= limits.calls_per_session:
                 return (
-                    f"This session already has {len(calls)} calls waiting or running; this one was not started. "
-                    "Wait for them to finish."
+                    "This session's previous request is still running; this one was not started. Wait for it to finish "
+                    "(or reload the page to cancel it)."
                 )
             calls.append(now)
         return ""
+
+    def _new_session_from(self, address: str, now: float) -> bool:
+        """Take one of the address's new sessions: a bucket of `new_sessions_per_address_burst`, refilled at the
+        per-address rate; False if it is empty (lock held). The least recent addresses are forgotten first."""
+        limits = self.limits
+        rate, burst = limits.new_sessions_per_address_per_second, limits.new_sessions_per_address_burst
+        tokens, when = self._new_sessions.pop(address, (float(burst), now))
+        tokens = min(burst, tokens + (now - when) * rate)
+        admitted = tokens >= 1
+        self._new_sessions[address] = (tokens - admitted, now)
+        while len(self._new_sessions) > 4 * limits.sessions_kept:
+            self._new_sessions.popitem(last=False)
+        return admitted
 
     def knows(self, session: str) -> bool:
         """Whether a call of `session` came through here lately (only such a session has an event stream to read)."""
@@ -166,13 +177,17 @@ class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, held raw calls, admitted sessions, uploads
     within their quota, and a count of the event streams being read."""
 
-    def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None, address=None):
+    def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.demo = demo
         self.gate = gate
         self.uploads = uploads  # uploads.UploadQuota, or None for Gradio's own cap only
-        self.address = address or (lambda scope: (scope.get("client") or ("?",))[0])
+
+    @staticmethod
+    def address(scope) -> str:
+        """The client's address: the connection's, or the visitor's as uvicorn's proxy rule rewrote it (server.py)."""
+        return (scope.get("client") or ("unknown",))[0]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -198,16 +213,12 @@ class RequestGuard:
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
             return await refuse(send, 413, self._too_large(size), await drain(receive))
-        body, more = b"", True
-        while more:  # read here (bounded) so that the call can be checked, then replayed to Gradio
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_body_bytes:
-                drained = not more or await drain(receive)
-                return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), drained)
+        # Read here (bounded) so that the call can be checked, then replayed to Gradio.
+        body, too_large = await read_body(receive, self.max_body_bytes)
+        if too_large:
+            return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), True)
+        if body is None:
+            return
         status, problem, payload = self.check_call(path, body)
         if problem:
             return await refuse(send, status, problem)
@@ -216,7 +227,7 @@ class RequestGuard:
             return await answer(send, 200, {"event_id": call_id})
         if path.rstrip("/") == _JOIN:
             function = event_function(self.demo, None, payload.get("fn_index"))
-            refused = self.gate.admit_session(payload.get("session_hash"), counted=counts(function))
+            refused = self.gate.admit_session(payload.get("session_hash"), self.address(scope), counts(function))
             if refused:
                 return await refuse(send, 429, refused)
         return await contained(self.app, scope, replay(body, receive), send)
@@ -227,7 +238,8 @@ class RequestGuard:
         stream = _CALL_STREAM.fullmatch(path)
         if stream:
             return await self.read_held_call(scope, receive, send, stream)
-        if path.startswith("/gradio_api/file=") and b"," in dict(scope["headers"]).get(b"range", b""):
+        ranges = dict(scope["headers"]).get(b"range", b"")
+        if path.startswith(("/gradio_api/file=", "/gradio_api/file/")) and b"," in ranges:
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         key = self.gate.readers.key(path, scope.get("query_string", b""))
@@ -251,7 +263,7 @@ class RequestGuard:
         path, body = held
         payload = json.loads(body)
         session, function = payload.get("session_hash"), event_function(self.demo, stream["api"])
-        refused = self.gate.admit_session(session, counted=counts(function))
+        refused = self.gate.admit_session(session, self.address(scope), counts(function))
         if refused:
             return await refuse(send, 429, refused)
         post = dict(scope, method="POST", path=path, raw_path=path.encode(), query_string=b"")
@@ -403,112 +415,6 @@ def check_file_shapes(blocks, values) -> str:
     return ""
 
 
-def replay(body: bytes, receive):
-    """An ASGI `receive` that gives `body` (already read) once, then waits for the client's disconnect."""
-    sent = False
-
-    async def receive_again():
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive_again
-
-
-class RecordedAnswer:
-    """An ASGI `send` that keeps the status and body of the wrapped app's answer, passing each message on to `forward`
-    (the client's `send`) when there is one."""
-
-    def __init__(self, forward=None):
-        self.status, self.parts, self.forward = 500, [], forward
-
-    async def __call__(self, message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        elif message["type"] == "http.response.body":
-            self.parts.append(message.get("body", b""))
-        if self.forward is not None:
-            await self.forward(message)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self.parts)
-
-
-async def contained(app, scope, receive, send, malformed: str = "") -> None:
-    """Run the wrapped app; a failure inside it (an unknown session's stream, a malformed upload) is one log line and,
-    when nothing was answered yet, one line to the client, not a traceback in the log: `malformed` (400) where the
-    caller knows that a failure other than the server's own (OSError) comes from what the client sent, else 500.
-    An error answer (5xx) is held until the app returns: an app that fails sends its plain "Internal Server Error"
-    first (Starlette's), and it is replaced by the one line."""
-    started, held = False, []
-
-    async def tracked(message) -> None:
-        nonlocal started
-        if held or (message["type"] == "http.response.start" and message["status"] >= 500):
-            held.append(message)
-            return
-        started = started or message["type"] == "http.response.start"
-        await send(message)
-
-    try:
-        await app(scope, receive, tracked)
-    except asyncio.CancelledError:
-        return  # the server is stopping and cancels the streams still open: nothing to answer, nothing to log
-    except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
-        where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
-        print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)
-        if not started and malformed and not isinstance(error, OSError):
-            await refuse(send, 400, malformed)
-        elif not started:
-            await refuse(send, 500, "The server could not answer this request.")
-        return
-    for message in held:  # an error the app answered without failing goes to the client as it was
-        await send(message)
-
-
-async def call_inner(app, scope, body: bytes) -> tuple[int, object]:
-    """Call the wrapped app with a request of our own; (status, the JSON it answered, or None)."""
-
-    async def never_disconnects():
-        await asyncio.Event().wait()
-
-    answer = RecordedAnswer()
-    await app(scope, replay(body, never_disconnects), answer)
-    try:
-        return answer.status, json.loads(answer.body)
-    except ValueError:
-        return answer.status, None
-
-
-async def drain(receive, most: int = DRAIN_BYTES) -> bool:
-    """Read and drop the rest of a refused body (so that the client, still sending, reads the answer instead of a
-    broken pipe), up to `most` bytes; True if it was all read."""
-    seen, more = 0, True
-    while more and seen <= most:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        seen += len(message.get("body", b""))
-        more = message.get("more_body", False)
-    return not more
-
-
-async def answer(send, status: int, value, close: bool = False) -> None:
-    body = json.dumps(value).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def refuse(send, status: int, message: str, drained: bool = True) -> None:
-    await answer(send, status, {"error": message}, close=not drained)
-
-
 class Readers:
     """The event streams open now: a page's (`/queue/data?session_hash=...`) and a raw call's (by its session)."""
 
@@ -539,47 +445,3 @@ class Readers:
     def is_read(self, key: str | None) -> bool:
         with self._lock:
             return key is not None and self._open.get(key, 0) > 0
-
-
-def stop_unread_work(scheduler, readers: Readers, *, grace: float = 5.0, every: float = 0.5) -> threading.Thread:
-    """Cancel, at its next decoder step, the work of every session nobody has read for `grace` seconds."""
-    unread_since: dict[str, float] = {}
-
-    def watch():
-        while True:
-            time.sleep(every)
-            now, sessions = time.monotonic(), scheduler.sessions()
-            for session in set(unread_since) - sessions:
-                del unread_since[session]
-            for session in sessions:
-                if readers.is_read(session):
-                    unread_since.pop(session, None)
-                elif now - unread_since.setdefault(session, now) >= grace and scheduler.cancel(session):
-                    print("app.py: nobody reads a request's results any more; it was cancelled.", flush=True)
-
-    thread = threading.Thread(target=watch, name="stop unread work", daemon=True)
-    thread.start()
-    return thread
-
-
-def client_address(request, trust_forwarded_for: bool) -> str | None:
-    """The client's address for per-visitor limits: the last X-Forwarded-For hop (the one the operator's proxy
-    added) when the operator trusts it; otherwise None, as every client may share one address (loopback, a proxy)."""
-    if not trust_forwarded_for or request is None:
-        return None
-    host = getattr(getattr(request, "client", None), "host", None)
-    return last_hop(request.headers.get("x-forwarded-for") or "", host)
-
-
-def scope_address(scope, trust_forwarded_for: bool) -> str:
-    """The address a quota on what is stored (uploads) is kept by: the trusted last hop, else the connection's."""
-    host = (scope.get("client") or ("unknown",))[0]
-    if not trust_forwarded_for:
-        return host
-    forwarded = b",".join(value for key, value in scope.get("headers", []) if key.lower() == b"x-forwarded-for")
-    return last_hop(forwarded.decode("latin-1"), host)
-
-
-def last_hop(forwarded_for: str, host: str | None) -> str | None:
-    hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
-    return hops[-1] if hops else host

@@ -3,18 +3,28 @@ pictures of what it returns.
 
 `inside_request` follows the text's first sentence (cut to the sentence length the app translates) through our model
 and each comparison model that returns its attention weights, inside a scheduler job with the request's budget and
-deadline; the numbers come from `transformer_en_de.inside.inside_view`, the same for a learner in a notebook. The
+deadline; the numbers come from `transformer_en_de.inside.inside_view`, the same for a learner in a notebook. A view
+is bounded by construction: a sentence of more than `MAX_PIECES` pieces is refused before any model runs, the
+translation ends at `MAX_PIECES`, and the answer is at most `MAX_VIEW_BYTES` of JSON (a model whose view would pass it
+is shown as one line). The page redraws from a `ViewStore` on the server, its session keeping only the view's id. The
 `plot_*` and `format_*` functions draw them, each picture with its line from the paper (`CAPTIONS`).
 """
 
+import json
 import math
+import secrets
+import threading
+import time
 import warnings
+import zlib
+from collections import OrderedDict
 
 import gradio as gr
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_en_de.inside import KINDS, inside_view
+from transformer_en_de.engine import DecodingSettings, plan_decoding
+from transformer_en_de.inside import KINDS, MAX_PIECES, inside_view, too_many_pieces
 
 from .limits import Limits
 from .scheduler import Busy, Cancelled
@@ -27,6 +37,17 @@ from .translation import RequestContext, available, budget_plan, request_job
 # on the shipped model: about 1.3x the engine's own time for the sentence (at most 1.5x), and about half the
 # estimate, an upper bound; counted as 1.5x the estimate, so an inside view is never counted below a translation.
 WORK_FACTOR = 1.5
+# The most JSON an answer of /inside may be (`json.dumps`, which writes at least as many bytes as any encoder Gradio
+# uses). Our model's weights and encodings at the piece bound are at most 1.17 MB (3 layers of 4 heads: 147,456
+# weights at 7 bytes, 64 x 256 encodings at 8; tests/test_inside_bounds.py computes it), 1.3 MB with the search at 8
+# beams. Beside it MarianMT's 6 layers of 8 heads are at most 0.3 MB for a median caption (15 pieces) and 1 MB at 30
+# pieces (99% of captions are 33 or fewer); past about 35 a comparison model may be shown as one line instead.
+MAX_VIEW_BYTES = 2_000_000
+# The views the page redraws from (`ViewStore`): the latest 64, 32 MB of compressed JSON in all (JSON of weights
+# compresses about 5x: our model's 1.3 MB view to 0.24 MB), each kept 15 minutes after its last use.
+VIEWS_KEPT = 64
+VIEW_STORE_BYTES = 32_000_000
+VIEW_SECONDS = 900.0
 # Emoji and rare scripts are missing from matplotlib's default font; their labels show as boxes, which is enough.
 warnings.filterwarnings("ignore", message=r"Glyph .* missing from font")
 
@@ -89,7 +110,8 @@ def inside_request(
     """The inside view of the text's sentence for our model (its keys at the top level) and each comparison model
     (`comparisons`, one dict each, a `message` for one not loaded), with the request's `notices`; or only a
     `message` saying why there is none. Bounded like a translation: the same checks, plan and budget, one scheduler
-    job of the estimated work, the search ended at the request's time limit."""
+    job of the estimated work, the search ended at the request's time limit; and by size: a sentence any model reads
+    in more than `MAX_PIECES` pieces is refused before any model runs, the answer is at most `MAX_VIEW_BYTES`."""
     limits = context.limits
     try:
         beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
@@ -101,24 +123,70 @@ def inside_request(
     try:
         plan, settings = budget_plan(context, [sentence], beams, tokens, limits.text)
         notices += [plan.notice] if plan.notice else []
+        systems = model_plans(context, sentence, settings)
+        problems = [too_many_pieces(read, MAX_PIECES, translator.name) for _, translator, _, read in systems if read]
+        if any(problems):
+            return {"message": next(problem for problem in problems if problem), "notices": []}
         with request_job(context, WORK_FACTOR * plan.cpu_seconds, limits.text) as job:
-            views = []
-            for system in context.systems:
-                translator, why_not = available(system)
-                if translator is None:
-                    views.append({"model": system.name, "message": why_not})
-                    continue
-                views.append(
-                    inside_view(translator.model, translator.tokenizer, sentence, settings, name=translator.name,
-                                deadline=job.hard_deadline)
-                )  # fmt: skip
+            views = [
+                {"model": name, "message": why_not} if translator is None
+                else inside_view(translator.model, translator.tokenizer, sentence, name=translator.name,
+                                 plan=model_plan, deadline=job.hard_deadline, max_pieces=MAX_PIECES)
+                for name, translator, why_not, model_plan in systems
+            ]  # fmt: skip
     except Busy as error:
         return {"message": str(error), "notices": []}
     except Cancelled:
         return {"message": "Cancelled: the page that asked for this view was closed.", "notices": []}
     if any(view.get("cut") for view in views):
         notices.append("The request reached its time limit: the search shown ended there.")
-    return {"sentence": sentence, "notices": notices, **views[0], "comparisons": views[1:]}
+    if any(view.get("reached_bound") for view in views):
+        notices.append(f"The view follows at most {MAX_PIECES} pieces of translation: the search shown ended there.")
+    return within_bytes({"sentence": sentence, "notices": notices, "comparisons": []}, views)
+
+
+def model_plans(context: RequestContext, sentence: str, settings: DecodingSettings) -> list[tuple]:
+    """Per model on the page, (its name, its translator or None, the line saying why not, its plan: the pieces it
+    reads), tokenized before any model runs."""
+    systems = []
+    for system in context.systems:
+        translator, why_not = available(system)
+        plan = (
+            None if translator is None else plan_decoding(translator.model, translator.tokenizer, [sentence], settings)
+        )
+        systems.append((system.name, translator, why_not, plan))
+    return systems
+
+
+def json_bytes(value) -> int:
+    """Bytes of `value` as JSON."""
+    return len(json.dumps(value))
+
+
+def within_bytes(envelope: dict, views: list[dict]) -> dict:
+    """The answer (`envelope` with ours at its top level and the others as its `comparisons`) in at most
+    `MAX_VIEW_BYTES` of JSON: every model first counted as the line that would replace it (`too_big`), then each in
+    turn, ours first, shown whole where the rest leaves room. A dict's or list's JSON is its parts' with ", " between,
+    so the count is the answer's bytes, or a few more."""
+    sizes = [json_bytes(view) for view in views]
+    lines = [too_big(view, size) for view, size in zip(views, sizes, strict=True)]
+    used = json_bytes(envelope) + sum(json_bytes(line) + 2 for line in lines)
+    shown = []
+    for view, size, line in zip(views, sizes, lines, strict=True):
+        grown = size - json_bytes(line)
+        fits = "message" in view or used + grown <= MAX_VIEW_BYTES
+        used += grown if fits else 0
+        shown.append(view if fits else line)
+    return {**envelope, **shown[0], "comparisons": shown[1:]}
+
+
+def too_big(view: dict, size: int) -> dict:
+    """The line shown for a model whose view (`size` bytes of JSON) would take the answer past `MAX_VIEW_BYTES`."""
+    return {
+        "model": view["model"],
+        "message": f"{view['model']}: this sentence's numbers ({size / 1e6:.1f} MB) would take the answer past its "
+        f"bound of {MAX_VIEW_BYTES / 1e6:g} MB: look inside a shorter sentence to see them.",
+    }
 
 
 def systems_of(view: dict | None) -> list[dict]:
@@ -339,7 +407,8 @@ def draw_inside(view: dict | None, kind, layer, head, count: int) -> list:
 
 def draw_attention(view: dict | None, kind, layer, head, count: int) -> list:
     """Per model the attention picked by the page's controls, as sent (`kind`, `layer` from 1, `head` from 1 or 0 for
-    all: anything else draws cross-attention, layer 1, all heads), then its caption."""
+    all: anything else draws cross-attention, layer 1, all heads), then its caption; for a view with nothing to draw
+    (`EXPIRED`, a refused sentence) the caption is its line."""
     kind = kind if kind in KINDS else "cross"
     try:
         layer, head = int(layer) - 1, int(head) - 1 if int(head) > 0 else None
@@ -347,7 +416,7 @@ def draw_attention(view: dict | None, kind, layer, head, count: int) -> list:
         layer, head = 0, None
     views = padded(view, count)
     attention = [shown(plot_attention_heads(item, kind, layer, head) if item else None) for item in views]
-    caption = CAPTIONS[kind] + (f" {CAPTIONS['heads']}" if head is None else "") if views[0] else ""
+    caption = CAPTIONS[kind] + (f" {CAPTIONS['heads']}" if head is None else "") if views[0] else format_notices(view)
     return [*attention, caption]
 
 
@@ -361,9 +430,68 @@ def shown(figure: Figure | None) -> gr.Plot:
     return gr.Plot(value=figure, visible=figure is not None)
 
 
+# ------------------------------------------------------------------------------------------------ the page's views
+
+
+EXPIRED = {
+    "message": f"This view is no longer kept (the server keeps the latest {VIEWS_KEPT}, each {VIEW_SECONDS / 60:g} "
+    "minutes after its last use): press Look inside again.",
+    "notices": [],
+}
+
+
+class ViewStore:
+    """The views the page redraws from (another kind, layer or head needs no model run), on the server under random
+    ids: a session keeps only its id. At most `max_views` views and `max_bytes` of compressed JSON in all, the least
+    recently used dropped first, each dropped `seconds` after its last use; `get` of a dropped one is `EXPIRED`."""
+
+    def __init__(self, max_views: int = VIEWS_KEPT, max_bytes: int = VIEW_STORE_BYTES,
+                 seconds: float = VIEW_SECONDS, clock=time.monotonic):  # fmt: skip
+        self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
+        self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def put(self, view: dict) -> str:
+        """Keep `view` (at most `MAX_VIEW_BYTES` of JSON: `inside_request`'s answer); returns its id."""
+        data = zlib.compress(json.dumps(view).encode(), 1)
+        view_id = secrets.token_urlsafe(16)
+        with self.lock:
+            self.views[view_id] = (data, self.clock())
+            self.bytes += len(data)
+            self.drop_old()
+        return view_id
+
+    def get(self, view_id: str | None) -> dict | None:
+        """The view kept under `view_id` (its time starts again); None for none (nothing looked at yet), `EXPIRED`
+        for one no longer kept."""
+        if not view_id:
+            return None
+        with self.lock:
+            self.drop_old()
+            if view_id not in self.views:
+                return EXPIRED
+            data, _ = self.views.pop(view_id)
+            self.views[view_id] = (data, self.clock())  # the most recently used: last
+        return json.loads(zlib.decompress(data))
+
+    def drop_old(self) -> None:
+        """Drop the least recently used views while over a bound, then those unused for `seconds` (the lock held)."""
+        now = self.clock()
+        while self.views:
+            _, (data, used) = next(iter(self.views.items()))
+            if len(self.views) <= self.max_views and self.bytes <= self.max_bytes and now - used <= self.seconds:
+                return
+            self.views.popitem(last=False)
+            self.bytes -= len(data)
+
+
 __all__ = [
     "CAPTIONS",
+    "EXPIRED",
     "KIND_TITLES",
+    "MAX_VIEW_BYTES",
+    "ViewStore",
     "draw_attention",
     "draw_inside",
     "format_beam_search",

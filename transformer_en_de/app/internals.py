@@ -9,9 +9,9 @@ Each is here because nothing public does the same job (checked on gradio 6.31, u
   examples an index may point at).
 - gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
   such setting, and without it Gradio keeps 10,000 sessions' state in memory.
-- uvicorn `H11Protocol` and its `cycle` (the request in progress, `response_complete`) and `on_response_complete()`:
-  uvicorn has no deadline for a request's headers and no cap that closes the oldest idle connection
-  (`limit_concurrency` answers 503 but keeps every connection open).
+- uvicorn `H11Protocol`, its `conn` (the h11 connection: `their_state` says whether the client's request is in) and
+  `on_response_complete()`: uvicorn has no deadline for a whole request (headers and body) and no cap that closes the
+  connection of a client still sending (`limit_concurrency` answers 503 but keeps every connection open).
 
 And one documented behaviour the app mirrors: uploads are stored under `$GRADIO_TEMP_DIR`, else `<tmp>/gradio`
 (Gradio's "File access" guide); the check that a file value is an upload compares with it.
@@ -22,6 +22,7 @@ tests/test_internals.py checks each of them on the installed releases and fails 
 import os
 import tempfile
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
@@ -50,11 +51,7 @@ def keep_sessions(demo, sessions: int) -> None:
     demo.state_session_capacity = sessions
 
 
-def request_in_progress(protocol: H11Protocol) -> bool:
-    """Whether a request was read on this connection and is not answered yet."""
-    return protocol.cycle is not None and not protocol.cycle.response_complete
-
-
-def current_request(protocol: H11Protocol):
-    """The request read last on this connection (None before the first): a new one replaces it."""
-    return protocol.cycle
+def request_received(protocol: H11Protocol) -> bool:
+    """Whether the client's request on this connection is all in (headers and body) and not answered yet: the
+    server's turn. Otherwise the client is between requests or still sending one (its headers, or its body)."""
+    return protocol.conn.their_state not in (h11.IDLE, h11.SEND_BODY)

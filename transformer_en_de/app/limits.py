@@ -64,40 +64,50 @@ class Limits:
     step_cost: StepCost = StepCost()
     batch_size: int = 8  # sentences per engine batch
     # Admission by work (scheduler.py): a request estimated at no more than this many CPU seconds is ordinary (a few
-    # sentences at the page's defaults: one sentence at 4 beams is about 0.2 s) and has a lane of its own; only
-    # `heavy_jobs` heavier ones are in flight at once (`heavy_jobs_per_address` per trusted address), more are refused.
+    # sentences at the page's defaults: one sentence at 4 beams is about 0.2 s); only `heavy_jobs` heavier ones are in
+    # flight at once, more are refused at once.
     ordinary_cpu_seconds: float = 1.5
     heavy_jobs: int = 2
-    heavy_jobs_per_address: int = 1
     # Scoring a reference (sacreBLEU's BLEU and chrF): CPU seconds per character of reference and translation,
     # measured on one core (about 0.5 s for 200 kB); it counts against the request's budget like decoding.
     score_seconds_per_char: float = 2.5e-6
-    # A running request whose results nobody reads (a raw API call never fetched, a client gone) stops after this.
+    # The admission point (app.py): the work group's callbacks at once (in the scheduler's order; below Gradio's 40
+    # threads) and the calls that may wait beyond them in Gradio's queue (past that, refused at once in one line).
+    concurrent_jobs: int = 32
+    queue_size: int = 64
+    # A call whose results no stream reads within this long of its arrival is dropped before it runs; a running one
+    # nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
+    stream_wait_seconds: float = 2.0
     unread_grace_seconds: float = 5.0
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
-    concurrent_jobs: int = 16  # requests in the callbacks at once: the admitted ones take turns, the others are refused
-    # Admission at the HTTP front (guard.py). Gradio keeps the messages of its 2,000 latest sessions: at 10 new sessions
-    # a second (200 at once), fewer than 2,000 arrive while a request runs to its longest time (120 s + a queue wait).
-    new_sessions_per_second: float = 10.0
-    new_sessions_burst: int = 200
-    calls_per_session: int = 3  # calls queued or running per session (a page sends one at a time, then its pictures)
+    # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
+    # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
+    new_sessions_per_address_per_second: float = 2.0
+    new_sessions_per_address_burst: int = 100
+    # Calls queued or running per session: a page runs one at a time (the scheduler would refuse a second as Busy),
+    # and refusing it at the front costs nothing of the queue's.
+    calls_per_session: int = 1
     held_calls: int = 512  # raw API calls posted and not yet read, kept (the oldest dropped) until read
     held_bytes: int = 32_000_000  # and their bodies' bytes in all
     held_seconds: float = 60.0  # a raw call not read within this is dropped
-    # Uploads (uploads.py): files kept per address and in all, their total size, and for how long.
-    uploads_per_address: int = 20
-    uploads_total: int = 500
+    # Uploads (uploads.py): files an upload, bodies read at once and files and bytes kept per address (a share of the
+    # total), what the smallest file counts for, the free disk an upload leaves, and how long uploads are kept.
+    files_per_upload: int = 4
+    uploads_in_progress_per_address: int = 4
+    uploads_per_address: int = 100
+    upload_bytes_per_address: int = 50_000_000
     upload_total_bytes: int = 200_000_000
+    upload_block_bytes: int = 4_096
+    upload_disk_margin_bytes: int = 100_000_000
     upload_seconds: float = 900.0
-    # Connections (server.py): open at once (fewer where the descriptor limit is lower), seconds to finish a request's
-    # headers, seconds a kept-alive connection may idle, and the most bytes of headers.
+    # Connections (server.py): open at once, seconds to send a whole request (1 MB at 300 kbit/s), seconds a kept-alive
+    # connection may idle, bytes of headers.
     max_connections: int = 1_000
-    header_seconds: float = 10.0
+    request_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
     max_header_bytes: int = 16_384
-    # Responses that stay open (event streams, heartbeats, file downloads) per address at once (guard.py): a page holds
-    # two or three; a client that opens them and never reads cannot hold the connection cap, whose closing spares them.
-    streams_per_address: int = 16
+    # Responses that stay open (streams, heartbeats, downloads) per address (guard.py): a class of 30 holds about 60.
+    streams_per_address: int = 256
 
 
 @dataclass

@@ -1,41 +1,35 @@
-"""Admission and turns on the CPU for the visitors' requests: by the work a request carries, not by who sends it.
+"""The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor.
 
-Generation on a CPU is one long computation per request; run side by side, requests slow each other down, and run
-one after another, a one-sentence request waits behind a long one. So requests take turns: one computes at a time,
-and at every decoder step (`take_turns_at_each_decoder_step`: a forward pre-hook on each model's decoder) and between
-engine batches (`should_stop`) the running request hands the CPU to a waiting one that comes first.
+Every request is an event of Gradio's queue in one concurrency group (app.py): Gradio bounds how many are in their
+callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time
+and hands the CPU over at every decoder step (`take_turns_at_each_decoder_step`) and between engine batches
+(`should_stop`) to a waiting one that comes first: ordinary before heavy, then the one whose session (a visitor: a page
+or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds. So
+a visitor who translates now and then goes before a client that keeps the CPU busy, and a class behind one school
+address is served like many addresses. Nothing starves: a waiting session's usage only decays while the running ones'
+grows, a heavy request waiting `HEAVY_AGING` x `aging_seconds` at a stretch goes first, every request has its time.
+Only `heavy_jobs` heavy requests are in flight at once: another is refused at once with `Full`.
 
-What comes first rests on what was sent, never on who sent it: a client chooses its session (a raw API call without
-one gets a fresh session each time) and on one machine every client may share one address. Each request arrives with
-its estimated CPU seconds (`limits.plan_work`). Ordinary requests (a few sentences at the page's defaults) have a lane
-of their own, served before any heavy one, shortest remaining work first: one of them waits at most one decoder step of
-a heavy request. Heavy requests alternate slice by slice (least served first). No admitted request starves: an ordinary
-request that has waited `aging_seconds` in all is aged for good, and the aged ones go before every other request,
-alternating slice by slice (least served first), so a stream of shorter requests cannot keep one waiting; a heavy
-request waiting `HEAVY_AGING` times as long at a stretch gets a turn too. A turn lasts at least a slice. Only
-`heavy_jobs` heavy requests are in flight at once: beyond that a heavy request is refused at once with `Full` (a
-message in words). An address the operator trusts (the last X-Forwarded-For hop behind a proxy) may further hold
-`heavy_jobs_per_address`.
-
-The same checkpoints cancel: a request whose visitor left (the page's `unload` event, or a raw client gone) stops at its
-next decoder step. A request past 80% of its time starts no new engine batch (`should_stop`), and at its whole time
-the engine ends the batch in progress (`Job.hard_deadline`, passed as `engine.translate(deadline=...)`): either way it
-keeps what it has translated. The time counts from when the request entered Gradio's queue, where the HTTP front
-knows it (`guard.Gate.serving`): a wait for a free callback is part of it, and counts towards its aging. A session
-runs one request at a time (a page's second click is refused with `Busy`): a convenience for pages, not a limit anyone
-relies on. Nothing is kept per session once its request ends.
+A call nobody reads spends nothing: one whose session opened no stream (`is_read`) within `stream_wait_seconds` of its
+arrival is dropped before it runs, and a running one whose reader left is cancelled at its next step (`cancel`). Past
+80% of its time a request starts no new batch; at its whole time the engine ends the batch in progress
+(`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A
+session runs one request at a time (`Busy` for a second).
 """
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-AGING_SECONDS = 0.5  # an ordinary request waiting this long in all goes first from then on
-HEAVY_AGING = 10  # a heavy request waiting this many times as long at a stretch gets a turn
+AGING_SECONDS = 0.5
+HEAVY_AGING = 10  # a heavy request waiting this many times `aging_seconds` at a stretch gets a turn
 AGED, ORDINARY, HEAVY = -1, 0, 1  # the lanes: aged first, then every ordinary request before any heavy one
+USAGE_HALF_LIFE = 10.0  # seconds: how fast a session's CPU use is forgiven
+SESSIONS_REMEMBERED = 4_096  # sessions whose recent CPU use is kept (the least recent go first)
 
 
 class Busy(RuntimeError):
@@ -61,32 +55,30 @@ class Job:
     hard_deadline: float  # end the batch in progress (the engine's `deadline`), keeping what it has
     lane: int = ORDINARY
     work: float = 0.0  # estimated CPU seconds
-    address: str | None = None  # a trusted client address, for the per-address limit on heavy requests
     served: float = 0.0
+    charged: float = 0.0  # of `served`, what its session's usage already counts
     cancelled: bool = False
+    watched: bool = False  # whether its session's stream is watched (`FairScheduler.is_read`)
+    unread_since: float | None = None  # (time.monotonic()) since when nobody reads its results, if so
     turn_started: float | None = None
     turn_began: float = 0.0  # (time.monotonic()) when its present turn began
     waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
-    waited: float = 0.0
-    started: float = field(default_factory=time.monotonic)
 
     @property
     def past_deadline(self) -> bool:
         return time.monotonic() > self.deadline
 
-    def priority(self, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
-        """Lower comes first: aged jobs (least served first), then the lane, then the remaining work (ordinary) or the
-        work served so far (heavy)."""
+    def priority(self, usage: float, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
+        """Lower comes first: the lane (a heavy job waiting long at a stretch counts as aged), then its session's
+        recent CPU `usage` and what the job has been served."""
         waiting = time.monotonic() - self.waiting_since if self.waiting_since is not None else 0.0
-        if self.lane == ORDINARY and self.waited + waiting >= aging_seconds:
-            return (AGED, self.served)
         if self.lane == HEAVY and waiting >= HEAVY_AGING * aging_seconds:
             return (AGED, self.served)
-        return (self.lane, max(self.work - self.served, 0.0) if self.lane == ORDINARY else self.served)
+        return (self.lane, usage + self.served)
 
 
 class FairScheduler:
-    """Gives the CPU to one job at a time: aged first, then ordinary before heavy."""
+    """Gives the CPU to one job at a time: ordinary before heavy, the session that used least CPU lately first."""
 
     def __init__(
         self,
@@ -94,14 +86,19 @@ class FairScheduler:
         slice_seconds: float = SLICE_SECONDS,
         aging_seconds: float = AGING_SECONDS,
         heavy_jobs: int = 2,
-        heavy_jobs_per_address: int = 1,
         ordinary_seconds: float = 1.5,
+        is_read=None,
+        stream_wait_seconds: float = 0.5,
+        unread_grace_seconds: float = 5.0,
     ):
         self.slice_seconds = slice_seconds
         self.aging_seconds = aging_seconds
         self.heavy_jobs = heavy_jobs
-        self.heavy_jobs_per_address = heavy_jobs_per_address
         self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
+        # session -> whether its results are being read (guard.Readers.is_read); None: every call is read (scripts)
+        self.is_read = is_read
+        self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
+        self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
         self._condition = threading.Condition()
         self._holder: Job | None = None
         self._waiting: list[Job] = []
@@ -118,23 +115,23 @@ class FairScheduler:
         *,
         heavy: bool = False,
         work: float = 0.0,
-        address: str | None = None,
         since: float | None = None,
     ) -> Iterator[Job]:
         """Run a request's computation inside this block, taking turns; raises Busy (Full) or Cancelled.
 
-        `heavy` requests are bounded in number (`heavy_jobs`, and `heavy_jobs_per_address` for a trusted `address`);
-        `work` is the estimate that orders ordinary ones. A session has one request running at a time. `since`
-        (time.monotonic()): when the request arrived, if it waited before its callback ran (in Gradio's queue); its
-        `seconds` count from then, and the wait counts towards its aging.
+        `heavy` requests are bounded in number (`heavy_jobs`); `work` is their estimate in CPU seconds. A session has
+        one request running at a time. `since` (time.monotonic()): when the request arrived, if it waited before its
+        callback ran (in Gradio's queue); its `seconds` count from then.
         """
-        session = session or f"anonymous-{threading.get_ident()}"
         now = time.monotonic()
         start = now if since is None else min(since, now)
+        if session is not None and self.is_read is not None:
+            self._wait_for_reader(session, start + self.stream_wait_seconds)
+        session = session or f"anonymous-{threading.get_ident()}"
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, work, address, waited=now - start, started=start)
+        job = Job(session, deadline, hard_deadline, lane, work, watched=self.is_read is not None)
         with self._condition:
             if any(other.session == job.session for other in self._jobs):
                 raise Busy(
@@ -142,7 +139,7 @@ class FairScheduler:
                     "(or reload the page to cancel it)."
                 )
             if heavy:
-                self._admit_heavy(work, address)
+                self._admit_heavy(work)
             self._jobs.append(job)
         self._local.job = job
         try:
@@ -157,28 +154,28 @@ class FairScheduler:
                 self._jobs.remove(job)
                 self._hand_over()
 
-    def check_room(self, work: float, address: str | None = None) -> None:
+    def _wait_for_reader(self, session: str, until: float) -> None:
+        """Cancelled, before the request spends anything, unless someone opens `session`'s stream by `until`."""
+        while not self.is_read(session):
+            if time.monotonic() >= until:
+                raise Cancelled(f"nobody reads the results of session {session}")
+            time.sleep(0.02)
+
+    def check_room(self, work: float) -> None:
         """Full at once if a request of at least `work` CPU seconds would be heavy and could not be admitted now: a
         caller may ask before doing anything costly with a request (its `work` a lower bound of the estimate)."""
         if work <= self.ordinary_seconds:
             return
         with self._condition:
-            self._admit_heavy(work, address)
+            self._admit_heavy(work)
 
-    def _admit_heavy(self, work: float, address: str | None) -> None:
-        """Full unless a heavy request of `work` CPU seconds from `address` may start (lock held)."""
-        heavy = [other for other in self._jobs if other.lane == HEAVY]
-        advice = f"This request needs about {work:.0f} s of CPU time, more than an ordinary one, and"
-        if len(heavy) >= self.heavy_jobs:
+    def _admit_heavy(self, work: float) -> None:
+        """Full unless a heavy request of `work` CPU seconds may start (lock held)."""
+        if sum(other.lane == HEAVY for other in self._jobs) >= self.heavy_jobs:
             raise Full(
-                f"{advice} the server is already running as many long requests as it can ({self.heavy_jobs}), so it "
-                "was not started. Try again in a minute, or send fewer sentences or fewer beams."
-            )
-        mine = [other for other in heavy if address is not None and other.address == address]
-        if len(mine) >= self.heavy_jobs_per_address:
-            raise Full(
-                f"{advice} your address already has a long request running, so it was not started. Wait for it to "
-                "finish, or send fewer sentences or fewer beams."
+                f"This request needs about {work:.0f} s of CPU time, more than an ordinary one, and the server is "
+                f"already running as many long requests as it can ({self.heavy_jobs}), so it was not started. Try "
+                "again in a minute, or send fewer sentences or fewer beams."
             )
 
     def take_turns_at_each_decoder_step(self, model) -> None:
@@ -192,7 +189,7 @@ class FairScheduler:
         job = getattr(self._local, "job", None)
         if job is None:
             return  # not a request's computation (a test, a script)
-        if job.cancelled:
+        if self._gone(job):
             raise Cancelled(f"the visitor of session {job.session} left")
         with self._condition:
             now = time.monotonic()
@@ -210,15 +207,37 @@ class FairScheduler:
     def _comes_first(self, other: Job, running: Job) -> bool:
         """Whether a waiting job should take the CPU from the running one: a better lane, or more than a slice ahead
         in its own."""
-        (other_lane, other_key), (lane, key) = other.priority(self.aging_seconds), running.priority(self.aging_seconds)
+        (other_lane, other_key), (lane, key) = self._priority(other), self._priority(running)
         return other_lane < lane or (other_lane == lane and other_key + self.slice_seconds < key)
+
+    def _priority(self, job: Job) -> tuple[int, float]:
+        if job.session in self._usage:
+            return job.priority(self._recent_usage(job.session), self.aging_seconds)
+        # A session new here starts level with the least-served one in the scheduler, never ahead of every visitor
+        # already waiting (a client making fresh sessions in a loop gains nothing by it).
+        known = [self._recent_usage(other.session) for other in self._jobs if other.session in self._usage]
+        return job.priority(min(known, default=0.0), self.aging_seconds)
+
+    def _recent_usage(self, session: str, now: float | None = None) -> float:
+        """The session's CPU seconds, each halving every `USAGE_HALF_LIFE` seconds since it was spent (lock held)."""
+        seconds, when = self._usage.get(session, (0.0, 0.0))
+        now = time.monotonic() if now is None else now
+        return seconds * 0.5 ** ((now - when) / USAGE_HALF_LIFE)
+
+    def _charge(self, session: str, seconds: float) -> None:
+        """Add CPU seconds to what the session used lately (lock held); the least recent sessions are forgotten."""
+        now = time.monotonic()
+        self._usage[session] = (self._recent_usage(session, now) + seconds, now)
+        self._usage.move_to_end(session)
+        while len(self._usage) > SESSIONS_REMEMBERED:
+            self._usage.popitem(last=False)
 
     def should_stop(self) -> bool:
         """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
         job = getattr(self._local, "job", None)
         if job is None:
             return False  # not a request's computation (a test, a script)
-        if job.cancelled or job.past_deadline:
+        if self._gone(job) or job.past_deadline:
             return True  # between batches: stop cleanly, keeping what is translated
         self.checkpoint()
         return False
@@ -232,10 +251,18 @@ class FairScheduler:
             self._condition.notify_all()
         return bool(jobs)
 
-    def sessions(self) -> set[str]:
-        """The sessions whose requests are running or waiting for the CPU."""
-        with self._condition:
-            return {job.session for job in self._jobs}
+    def _gone(self, job: Job) -> bool:
+        """Whether the job must stop: cancelled, or nobody has read its results for `unread_grace_seconds` (the page
+        closed, the client went away); said once in the log."""
+        if job.cancelled or not job.watched or self.is_read(job.session):
+            job.unread_since = None
+            return job.cancelled
+        now = time.monotonic()
+        job.unread_since = job.unread_since or now
+        if now - job.unread_since >= self.unread_grace_seconds:
+            job.cancelled = True
+            print("app.py: nobody reads a request's results any more; it was cancelled.", flush=True)
+        return job.cancelled
 
     def describe(self) -> str:
         """One line for the status endpoint: requests running and waiting for the CPU."""
@@ -250,13 +277,12 @@ class FairScheduler:
     # ------------------------------------------------------------------------------------------------ turns
 
     def _take_turn(self, job: Job) -> None:
-        asked = time.monotonic()
         with self._condition:
             if job not in self._waiting and self._holder is not job:
                 self._waiting.append(job)
-            job.waiting_since = asked
+            job.waiting_since = time.monotonic()
             self._hand_over()
-            while self._holder is not job and not job.cancelled:
+            while self._holder is not job and not self._gone(job):
                 # Woken to look again when this job ages: the running job hands over at its next checkpoint.
                 self._condition.wait(timeout=self.aging_seconds)
                 self._hand_over()
@@ -265,19 +291,20 @@ class FairScheduler:
                 self._waiting.remove(job)
                 raise Cancelled(f"the visitor of session {job.session} left")
             job.turn_started = job.turn_began = time.monotonic()
-        job.waited += job.turn_started - asked
 
     def _end_turn(self, job: Job) -> None:
         """Add the time since the job's turn started to what it has been served (lock held)."""
         if job.turn_started is not None:
             job.served += time.monotonic() - job.turn_started
             job.turn_started = None
+        self._charge(job.session, job.served - job.charged)
+        job.charged = job.served
         if self._holder is job:
             self._holder = None
 
     def _hand_over(self) -> None:
         """Give a free CPU to the waiting job that comes first (lock held)."""
         if self._holder is None and self._waiting:
-            self._holder = min(self._waiting, key=lambda job: job.priority(self.aging_seconds))
+            self._holder = min(self._waiting, key=self._priority)
             self._waiting.remove(self._holder)
             self._condition.notify_all()

@@ -12,6 +12,7 @@ Our model's sentences are checked for being out of its depth (`out_of_depth.chec
 
 from dataclasses import dataclass, field, replace
 
+from transformer_en_de.backends import BackendError
 from transformer_en_de.engine import (
     DecodingSettings,
     TranslationRun,
@@ -48,14 +49,13 @@ NO_PRETRAINED = "No pretrained model is on this page to compare with."
 @dataclass
 class RequestContext:
     """What serves one visitor's request, and who sent it: the systems (ours first), the turns on the CPU, the limits,
-    the session, the trusted address (None: not told apart) and when the request entered Gradio's queue (None: now)."""
+    the session and when the request entered Gradio's queue (None: now)."""
 
     ours: Translator
     comparisons: list[Translator | BackgroundTranslator] = field(default_factory=list)
     scheduler: FairScheduler = field(default_factory=FairScheduler)
     limits: Limits = Limits()
     session: str | None = None
-    address: str | None = None
     arrived: float | None = None
 
     @property
@@ -161,7 +161,7 @@ def budget_plan(
     at once, before any tokenizing, when a request this long could not be admitted now."""
     ours, limits = context.ours, context.limits
     asked = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    context.scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits), context.address)
+    context.scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits))
     tokenized = tokenize(ours.model, ours.tokenizer, sentences, asked)
     steps = token_limits(ours.model, ours.tokenizer, sentences, asked, tokenized=tokenized)
     plan = plan_work(steps, beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
@@ -205,7 +205,6 @@ def request_job(context: RequestContext, work: float, budget: Budget):
         budget.seconds,
         heavy=ready * work > context.limits.ordinary_cpu_seconds,
         work=ready * work,
-        address=context.address,
         since=context.arrived,
     )
 
@@ -289,6 +288,9 @@ def translate_text(
         return result
     except Cancelled:
         result.message = "Cancelled: the page that asked for this translation was closed."
+        return result
+    except BackendError as error:  # what decodes failed for good (a worker that died again): one line, no traceback
+        result.message, result.notices, result.sentences = f"{error} Try again.", [], []
         return result
     for output in outputs:
         if output.run is None:

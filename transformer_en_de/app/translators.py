@@ -8,9 +8,11 @@ pull request, or else its pickle weights through torch's `weights_only` unpickle
 
 Each can decode with PyTorch or CTranslate2 (`backend`: "torch", "ctranslate2", or "auto" for CTranslate2 where it
 is installed); the PyTorch model is loaded either way (the Inside tab's attention comes from it) and the engine is
-handed `Translator.backend` (None for PyTorch).
+handed `Translator.backend` (None for PyTorch). A CTranslate2 worker process that dies is started again; one that
+keeps dying is given up, and the model itself decodes from then on (`Translator.backend` becomes None).
 """
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -36,10 +38,22 @@ class Translator:
     model_id: str  # the folder or Hub id it was loaded from (for the operator; the page shows `display_id`)
     model: object
     tokenizer: object
-    backend: object = None  # what the engine decodes with: None for the model itself, or a `CTranslate2Backend`
-    backend_name: str = "PyTorch"  # for the page: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
+    decoder: object = None  # None for the model itself, or a `CTranslate2Backend` (see `backend`)
+    decoder_name: str = "PyTorch"  # "PyTorch", "PyTorch int8", "CTranslate2 float32", "CTranslate2 int8"
     revision: str | None = None  # the Hub commit it was loaded at (None for a folder)
     weights: str = ""  # for the page, when the weights are not the safetensors of what was named (`LoadedModel`)
+
+    @property
+    def backend(self):
+        """What the engine decodes with now: the CTranslate2 backend, or None for the model itself, which takes over
+        for good once the backend's worker process has died too often (`CTranslate2Backend.gave_up`)."""
+        return None if self.decoder is None or self.decoder.gave_up else self.decoder
+
+    @property
+    def backend_name(self) -> str:
+        """For the page: what decodes now ("PyTorch (CTranslate2 stopped)" once CTranslate2 has given up)."""
+        stopped = self.decoder is not None and self.decoder.gave_up
+        return "PyTorch (CTranslate2 stopped)" if stopped else self.decoder_name
 
     @property
     def num_parameters(self) -> int:
@@ -87,7 +101,7 @@ def load_translator(
         model, tokenizer = loaded.model, loaded.tokenizer
         if chosen == "ctranslate2":  # converting saves and reads the model again (Transformers): not two at once
             try:
-                decoder = load_backend(model_id, model, tokenizer, int8=int8)
+                decoder = load_backend(model_id, model, tokenizer, int8=int8, fallback="PyTorch")
             except (BackendError, OSError, ValueError) as error:
                 raise RuntimeError(f"could not be loaded: {' '.join(str(error).split())}") from error
     if chosen == "torch" and int8:
@@ -142,6 +156,17 @@ def parse_model_list(value: str | list[str] | None) -> list[str]:
     return [] if [model_id.lower() for model_id in ids] in ([], ["none"]) else ids
 
 
+# An absolute path (a cache folder, a file in the virtual environment), unless it follows a word, ".", ":", "/", "~"
+# or "<": a Hub id (Helsinki-NLP/opus-mt-en-de), a URL and "</s>" stay as they are.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~<])~?/[^\s'\"]*")
+
+
+def without_paths(text: str) -> str:
+    """`text` with every absolute path cut to its last part (".../site-packages/x/y.py" -> "y.py"): what a visitor
+    may be shown of a server's error."""
+    return ABSOLUTE_PATH.sub(lambda match: match.group().rstrip("/").rsplit("/", 1)[-1] or "…", text)
+
+
 def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
     """One line saying by name why a comparison model is not on the page (for the operator's log)."""
     message = " ".join(str(error).split()) if isinstance(error, RuntimeError) else ""
@@ -153,7 +178,8 @@ def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
         cause = f"failed to load: {first if isinstance(error, RuntimeError) else f'{type(error).__name__}: {first}'}"
     shown = display_id(model_id)
     for path in {model_id, str(Path(model_id).expanduser().resolve())} if shown else ():
-        cause = cause.replace(path, shown)  # the log names no server paths either
+        cause = cause.replace(path, shown)
+    cause = without_paths(cause)  # the page, and the log, name no server paths (a cache, the virtual environment)
     if "opus-mt-" in model_id.lower():
         name = "MarianMT"  # what a visitor knows the OPUS-MT models as
     return f"{name} ({shown}) is not on this page: {cause}" if shown else f"{name} is not on this page: {cause}"

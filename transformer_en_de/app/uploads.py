@@ -1,29 +1,35 @@
-"""Uploads within a quota: how many files and bytes each address and the server as a whole keep, and for how long.
+"""Uploads that one client cannot spend for everyone, and the check that a file value in a call names an upload.
 
-Gradio stores any upload up to `max_file_size` from anyone and keeps it an hour; a client that uploads in a loop fills
-the disk, and then every visitor's work fails. Here an upload is refused in one line (429) before it is read when it
-would take its address past `uploads_per_address` files, or the server past `uploads_total` files or
-`upload_total_bytes`; each upload is deleted after `upload_seconds`, which frees its share of the quota.
+An upload's body (at most the file cap and its framing) is read into memory within the connection's deadline
+(`server.py`) and its file parts are counted before Gradio stores anything: at most `files_per_upload` files an upload
+and `uploads_in_progress_per_address` bodies being read at once per address; an address keeps at most
+`uploads_per_address` files and `upload_bytes_per_address` bytes (a file counts at least `upload_block_bytes`), a
+share of `upload_total_bytes`, so one address cannot fill the space the others upload into; the disk must keep room
+(else one line, nothing written). Each upload is deleted after `upload_seconds`, which frees its share.
 """
 
 import json
 import os
+import shutil
 import stat
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from .http_answers import RecordedAnswer, contained, drain, read_body, refuse, replay
 from .internals import upload_folder
 from .limits import Limits
 
-# A multipart body holds the file and a few hundred bytes of framing; a body past the file cap and this is refused.
+# A multipart body holds the file and a few hundred bytes of framing a part; a body past the file cap and this is
+# refused.
 FRAMING_BYTES = 16_000
 MALFORMED = (
     'This upload could not be read: send multipart/form-data whose parts named "files" are files, each with a file '
     "name."
 )
+NO_ROOM = "The server has no room for uploads now; try again later."
 
 
 def stored_upload(path, max_bytes: int) -> str | None:
@@ -81,34 +87,62 @@ def _file_value_problem(value: dict, max_bytes: int) -> str:
     return ""
 
 
+def file_parts(body: bytes, content_type: bytes) -> int | None:
+    """How many parts of a multipart body carry a file (a `filename` in their headers); None if it is not multipart
+    with a boundary. The delimiter cannot occur inside a part (RFC 2046), so splitting on it finds every part."""
+    kind, _, parameters = content_type.decode("latin-1").partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        return None
+    boundary = next(
+        (value.strip().strip('"') for name, _, value in (item.partition("=") for item in parameters.split(";"))
+         if name.strip().lower() == "boundary"),
+        "",
+    )  # fmt: skip
+    if not boundary:
+        return None
+    parts = (b"\r\n" + body).split(b"\r\n--" + boundary.encode("latin-1"))[1:]
+    return sum(b"filename=" in part.partition(b"\r\n\r\n")[0] for part in parts)
+
+
 class UploadQuota:
-    """Counts the uploads kept (by address) and deletes each after its time; called by the HTTP front for
-    `/gradio_api/upload`."""
+    """Counts the uploads kept and being read (by address) and deletes each after its time; called by the HTTP front
+    for `/gradio_api/upload`."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
         self._kept: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # path → (address, bytes, time)
-        self._reserved: dict[str, int] = {}  # address → bytes of uploads in progress
+        self._reading = Counter()  # address → bodies being read
+        self._reserved: dict[str, int] = {}  # address → bytes of uploads read and not yet stored
         self._lock = threading.Lock()
 
+    def cost(self, size: int) -> int:
+        """What a file of `size` bytes counts for: a disk spends a block on the smallest one."""
+        return max(size, self.limits.upload_block_bytes)
+
     def usage(self, address: str | None = None) -> tuple[int, int]:
-        """(files, bytes) kept and in progress, of `address` or (None) of the server."""
+        """(files, bytes) kept and reserved, of `address` or (None) of the server."""
         with self._lock:
             self.expire()
-            kept = [(size, who) for who, size, _ in self._kept.values() if address in (None, who)]
-            reserved = [size for who, size in self._reserved.items() if address in (None, who)]
-        return len(kept) + len(reserved), sum(size for size, _ in kept) + sum(reserved)
+            kept = [size for who, size, _ in self._kept.values() if address in (None, who)]
+            reserved = sum(size for who, size in self._reserved.items() if address in (None, who))
+        return len(kept), sum(kept) + reserved
 
-    def refusal(self, address: str, size: int) -> str:
-        """ "" if an upload of `size` bytes from `address` fits the quota; else why not, in one line."""
+    def refusal(self, address: str, files: int, size: int) -> str:
+        """ "" if `files` files in `size` bytes from `address` fit the quota; else why not, in one line."""
         limits = self.limits
-        files, stored = self.usage()
-        mine, _ = self.usage(address)
         later = f"uploads are kept {limits.upload_seconds / 60:g} minutes; try again later."
-        if mine >= limits.uploads_per_address:
-            return f"Your address has {mine} uploads on this server, the most it may keep; {later}"
-        if files >= limits.uploads_total or stored + size > limits.upload_total_bytes:
+        if files > limits.files_per_upload:
+            return f"An upload here holds at most {limits.files_per_upload} files; this one has {files:,}."
+        mine, my_bytes = self.usage(address)
+        if mine + files > limits.uploads_per_address or my_bytes + size > limits.upload_bytes_per_address:
+            return f"Your address has {mine} uploads ({my_bytes / 1e6:.1f} MB) here, the most it may keep; {later}"
+        _, stored = self.usage()
+        if stored + size > limits.upload_total_bytes:
             return f"The server's space for uploads is full; {later}"
+        folder = upload_folder()
+        os.makedirs(folder, exist_ok=True)
+        if shutil.disk_usage(folder).free < size + limits.upload_disk_margin_bytes:
+            return NO_ROOM
         return ""
 
     def expire(self) -> None:
@@ -122,24 +156,40 @@ class UploadQuota:
             Path(path).unlink(missing_ok=True)
 
     async def __call__(self, app, scope, receive, send, address: str):
-        # The HTTP front's helpers (it imports this module's class lazily too).
-        from .guard import RecordedAnswer, contained, drain, refuse
-
-        length = dict(scope["headers"]).get(b"content-length", b"")
+        limits = self.limits
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
         if not length.isdigit():
             return await refuse(send, 411, "An upload must say its size (a Content-Length header).", False)
-        size = int(length)
-        if size > self.limits.max_file_bytes + FRAMING_BYTES:
-            message = f"The upload has {size:,} bytes; the limit here is {self.limits.max_file_bytes:,}."
+        if int(length) > limits.max_file_bytes + FRAMING_BYTES:
+            message = f"The upload has {int(length):,} bytes; the limit here is {limits.max_file_bytes:,}."
             return await refuse(send, 413, message, await drain(receive))
-        refused = self.refusal(address, size)
+        with self._lock:
+            busy = self._reading[address] >= limits.uploads_in_progress_per_address
+            self._reading[address] += not busy
+        if busy:
+            message = f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
+            return await refuse(send, 429, message, await drain(receive))
+        try:
+            body, _ = await read_body(receive, int(length))
+        finally:
+            with self._lock:
+                self._reading[address] -= 1
+                self._reading += Counter()  # drops the addresses at zero
+        if body is None:
+            return  # the client went away (or its connection's deadline closed it): nothing was stored
+        files = file_parts(body, headers.get(b"content-type", b""))
+        if files is None:
+            return await refuse(send, 400, MALFORMED)
+        size = files * limits.upload_block_bytes + len(body)  # an upper bound of what storing it costs
+        refused = self.refusal(address, files, size)
         if refused:
-            return await refuse(send, 429, refused, await drain(receive))
+            return await refuse(send, 507 if refused == NO_ROOM else 429, refused)
         with self._lock:
             self._reserved[address] = self._reserved.get(address, 0) + size
         answer = RecordedAnswer(forward=send)
         try:
-            await contained(app, scope, receive, answer, MALFORMED)
+            await contained(app, scope, replay(body, receive), answer, MALFORMED)
         finally:
             with self._lock:
                 self._reserved[address] -= size
@@ -157,4 +207,4 @@ class UploadQuota:
         folder = os.path.realpath(upload_folder())
         for path in paths if isinstance(paths, list) else []:
             if isinstance(path, str) and Path(os.path.realpath(path)).is_relative_to(folder) and Path(path).is_file():
-                self._kept[path] = (address, Path(path).stat().st_size, time.monotonic())
+                self._kept[path] = (address, self.cost(Path(path).stat().st_size), time.monotonic())

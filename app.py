@@ -25,6 +25,7 @@ Named API endpoints (gradio_client), with one (translation, details) pair per co
 
 import argparse
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -36,6 +37,15 @@ matplotlib.use("Agg")  # no display on a server; must precede any pyplot import 
 import uvicorn  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from transformer_en_de.app.arena.arena import (  # noqa: E402
+    CONSENT,
+    Arena,
+    example_sentences,
+    leaderboard_markdown,
+    leaderboard_plot,
+)
+from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
+from transformer_en_de.app.arena.votes import CHOICES, VoteStore  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
 from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
@@ -162,6 +172,21 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         help="what decodes: PyTorch, CTranslate2, or auto (CTranslate2 where installed; env TRANSFORMER_MT_BACKEND)",
     )
     parser.add_argument("--int8", action="store_true", help="CTranslate2 with int8 weights")
+    parser.add_argument(
+        "--votes_db",
+        "--votes-db",
+        type=Path,
+        default=default_votes_db(),
+        help="the arena's SQLite database of votes (env VOTES_DB; default /data/votes.sqlite3 where a Space has "
+        "persistent storage, else data/votes.sqlite3 beside app.py)",
+    )
+    parser.add_argument(
+        "--votes_dataset",
+        "--votes-dataset",
+        default=os.environ.get("VOTES_DATASET") or None,
+        help="a Hub dataset repo (user/name) the votes are pushed to every 10 minutes with the token in HF_TOKEN "
+        "(env VOTES_DATASET); offline or without a token the votes stay local, and the log says so once",
+    )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
     parser.add_argument(
@@ -174,6 +199,16 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "connects from; elsewhere none)",
     )
     return parser.parse_args(argv)
+
+
+def default_votes_db() -> Path:
+    """Where the votes are kept: VOTES_DB; else a Space's persistent storage (/data) when it has one, else beside
+    app.py."""
+    if os.environ.get("VOTES_DB"):
+        return Path(os.environ["VOTES_DB"])
+    persistent = Path("/data")
+    folder = persistent if persistent.is_dir() and os.access(persistent, os.W_OK) else APP_DIR / "data"
+    return folder / "votes.sqlite3"
 
 
 def forwarded_allow_ips_by_default(environ) -> str:
@@ -223,6 +258,8 @@ class TranslationApp:
         comparison_path: Path,
         backend: str = "auto",
         int8: bool = False,
+        votes_db: Path | None = None,
+        votes_dataset: str | None = None,
     ):
         self.limits, self.comparison_path = limits, comparison_path
         self.gate, self.uploads = Gate(limits), UploadQuota(limits)
@@ -242,6 +279,12 @@ class TranslationApp:
         ]
         self.systems = [self.ours, *self.comparisons]
         self.views = ViewStore()  # the Inside tab's views, of which sessions keep only the ids
+        # The arena's votes: a real database, committed at each vote; published to the Hub when asked.
+        votes = VoteStore(votes_db or default_votes_db())
+        self.arena = Arena(votes)
+        self.publisher = VotePublisher(votes, votes_dataset, Path(votes.path).parent / "votes-dataset").start()
+        if votes_dataset:
+            print(f"app.py: {self.publisher.status}", flush=True)
         self.demo: gr.Blocks | None = None  # the page, once built
         # Every event that spends CPU is in one concurrency group of Gradio's queue, the admission point: Gradio bounds
         # how many are in their callbacks and how many wait (`Limits.concurrent_jobs`, `queue_size`), and in the
@@ -309,12 +352,16 @@ class TranslationApp:
     def comparison(self, request: gr.Request):
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
         test set (eval_results.json and compare.py's JSON)."""
-        return self.in_turn(request, self.corpus_results, outputs=2)
+        return self.in_turn(request, self.corpus_markdown, outputs=2)
 
-    def corpus_results(self) -> tuple[str, str]:
-        folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
-        summary, rows = corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
+    def corpus_markdown(self) -> tuple[str, str]:
+        summary, rows = self.corpus()
         return summary, markdown_table(rows)
+
+    def corpus(self) -> tuple[str, list[list[str]]]:
+        """The corpus notes and rows (eval_results.json and compare.py's JSON)."""
+        folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
+        return corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
 
     def status(self):
         """Each comparison model's loading state, what decodes, and the requests in progress, as Markdown lines."""
@@ -349,6 +396,40 @@ class TranslationApp:
             view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
         return view, self.views.put(view)  # the endpoint's answer; the id of the copy the pictures are drawn from
 
+    # ------------------------------------------------------------------- the arena: blind votes (transformer_en_de/app/
+
+    def battle(self, text, request: gr.Request):
+        """Two systems drawn at random translate the text; their names are hidden until the vote.
+
+        Args: text (str, English: one sentence or a few). Returns: battle_id (str; "" when there is no battle),
+        translation_a, translation_b (str; with no battle, translation_a says why in one line).
+        """
+        decoding = decoding_defaults(self.ours.model, self.limits)
+        with self.gate.serving(request.session_hash) as arrived:
+            return self.arena.battle(text, self.context(request, arrived), decoding)
+
+    def vote(self, battle_id, choice, request: gr.Request):
+        """Vote on a battle: choice is "A", "B", "tie" or "both bad".
+
+        Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
+        """
+        with self.gate.serving(request.session_hash) as arrived:
+            try:
+                with self.scheduler.job(request.session_hash, self.limits.text.seconds, since=arrived):
+                    return self.arena.vote(battle_id, choice, request.session_hash)
+            except (Busy, Cancelled) as error:
+                return "", "", str(error) if isinstance(error, Busy) else "Cancelled: nobody reads this."
+
+    def leaderboard(self, request: gr.Request):
+        """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
+        return self.in_turn(request, self.leaderboard_now, outputs=2)
+
+    def leaderboard_now(self) -> tuple:
+        _, rows = self.corpus()
+        bleu = {row[0]: float(row[3]) for row in rows if row[1] == "test 2016 flickr" and row[3] not in ("", "-")}
+        board, agreement = self.arena.leaderboard(bleu)
+        return leaderboard_markdown(board, agreement), leaderboard_plot(board)
+
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
@@ -376,10 +457,13 @@ def build_app(
     comparison_path: Path = COMPARISON_PATH,
     backend: str = "auto",
     int8: bool = False,
+    votes_db: Path | None = None,
+    votes_dataset: str | None = None,
 ) -> TranslationApp:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`)."""
     app = TranslationApp(
         model_id, comparison_model_ids, limits=limits, comparison_path=comparison_path, backend=backend, int8=int8,
+        votes_db=votes_db, votes_dataset=votes_dataset,
     )  # fmt: skip
     with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
         intro = gr.Markdown(app.intro())
@@ -391,6 +475,8 @@ def build_app(
                 file_tab(app, controls)
             with gr.Tab("Inside the Transformer"):
                 inside_tab(app, controls, text)
+            with gr.Tab("Arena"):
+                arena_tab(app)
             with gr.Tab("Corpus comparison"):
                 notes = gr.Markdown(label="Notes")
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
@@ -565,6 +651,41 @@ def file_tab(app: TranslationApp, controls: list) -> None:
     )
 
 
+def arena_tab(app: TranslationApp) -> None:
+    """Two anonymous translations of the same English, a vote, the names revealed; the leaderboard below."""
+    gr.Markdown(
+        "Two systems of this page, drawn at random, translate your English; their names stay hidden until you vote. "
+        f"Which German is better?{'' if len(app.systems) > 1 else ' (The arena needs two systems: only ours is here.)'}"
+        f"\n\n{CONSENT}"
+    )
+    text = gr.Textbox(label="English", lines=2, elem_id="arena-english", placeholder="One sentence or a few.")
+    with gr.Row():
+        caption = gr.Button("A random caption", size="sm")
+        everyday = gr.Button("A random everyday sentence", size="sm")
+        start = gr.Button("Translate blind", variant="primary", elem_id="arena-battle")
+    battle_id = gr.Textbox(visible=False, elem_id="arena-battle-id")  # the battle's id: what the vote names
+    with gr.Row(equal_height=True):
+        first = gr.Textbox(label="Translation A", lines=3, interactive=False, elem_id="arena-a", min_width=300)
+        second = gr.Textbox(label="Translation B", lines=3, interactive=False, elem_id="arena-b", min_width=300)
+    choice = gr.Radio(list(CHOICES), label="Which is better?", elem_id="arena-choice")
+    send = gr.Button("Vote", elem_id="arena-vote")
+    with gr.Row():
+        system_a = gr.Textbox(label="A was", interactive=False, elem_id="arena-system-a")
+        system_b = gr.Textbox(label="B was", interactive=False, elem_id="arena-system-b")
+    message = gr.Markdown(elem_id="arena-message", latex_delimiters=[])
+    gr.Markdown("### Leaderboard")
+    board = gr.Markdown(elem_id="arena-leaderboard", latex_delimiters=[])
+    plot = gr.Plot(show_label=False, elem_id="arena-plot")
+    refresh = gr.Button("Show the leaderboard", size="sm", elem_id="arena-refresh")
+    for button, kind in ((caption, "caption"), (everyday, "everyday")):
+        button.click(
+            lambda kind=kind: random.choice(example_sentences(kind)), None, text, queue=False, api_visibility="private"
+        )
+    start.click(app.battle, [text], [battle_id, first, second], api_name="battle", **app.compute)
+    send.click(app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", **app.compute)
+    refresh.click(app.leaderboard, None, [board, plot], api_name="leaderboard", **app.work)
+
+
 def page_css(systems: list) -> str:
     """The page's CSS, with the wide tables shown as one block per row on a phone."""
     return CSS + "".join(
@@ -584,6 +705,8 @@ try:
         OPTIONS.comparison_models,
         backend=OPTIONS.backend,
         int8=OPTIONS.int8,
+        votes_db=OPTIONS.votes_db,
+        votes_dataset=OPTIONS.votes_dataset,
     )
 except ModelUnavailableError as error:
     sys.exit(f"app.py: {error}")

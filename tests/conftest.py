@@ -10,6 +10,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMER_MT_CTRANSLATE2_CACHE", tempfile.mkdtemp(prefix="ctranslate2-cache-"))
 # So do the training mixes that train.py keeps tokenized for a resumed run.
 os.environ.setdefault("TRANSFORMER_MT_CACHE", tempfile.mkdtemp(prefix="prepared-mix-cache-"))
+# The arena's votes of every app a test starts: a folder of the run's own, never the checkout's data/.
+os.environ.setdefault("VOTES_DB", os.path.join(tempfile.mkdtemp(prefix="votes-"), "votes.sqlite3"))
 
 import shutil
 from pathlib import Path

@@ -14,5 +14,7 @@
 - `out_of_depth`: whether our model is out of its depth on a sentence.
 - `files`: uploaded files in, a TSV of translations (and our model's confidence) out.
 - `inside`: the Inside tab and `/inside`: a visitor's request (`transformer_en_de.inside` computes) and its pictures.
+- `arena/`: blind votes between the systems: battles and votes (`arena.py`), the vote database (`votes.py`), the rules a
+  vote passes (`battles.py`), the leaderboard (`ratings.py`), publishing to a Hub dataset (`publish.py`).
 - `corpus_report`: the corpus-level table from eval_results.json and compare.py's JSON.
 """

@@ -1,0 +1,153 @@
+"""The arena's battles and pace, on an injected clock: single use, expiry, the visitor's own, a failed system,
+bounded memory, one vote per few seconds per session (a class behind one address is served)."""
+
+import pytest
+
+from transformer_en_de.app.arena.battles import (
+    OTHER_VISITOR,
+    SYSTEM_FAILED,
+    UNKNOWN_BATTLE,
+    BattleBook,
+    BattleRefused,
+    VotePace,
+    VoteTooSoon,
+    cast_vote,
+)
+from transformer_en_de.app.arena.votes import VoteStore
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def issue(book: BattleBook, visitor: str = "visitor-1", **overrides) -> str:
+    battle = dict(visitor=visitor, system_a="ours", system_b="marian", source_text="A dog runs.",
+                  translation_a="Ein Hund rennt.", translation_b="Ein Hund läuft.", decoding_a={"num_beams": 4})
+    return book.issue(**battle | overrides)
+
+
+def test_claim_returns_the_battle_once(clock):
+    book = BattleBook(clock=clock)
+    battle_id = issue(book)
+
+    battle = book.claim(battle_id, "visitor-1")
+    assert (battle.system_a, battle.system_b, battle.translation_b) == ("ours", "marian", "Ein Hund läuft.")
+    assert battle.vote("B").decoding_a == {"num_beams": 4}
+    with pytest.raises(BattleRefused, match=f"^{UNKNOWN_BATTLE}$"):
+        book.claim(battle_id, "visitor-1")
+
+
+def test_ids_are_unguessable_and_unknown_ones_refused(clock):
+    book = BattleBook(clock=clock)
+    ids = {issue(book) for _ in range(100)}
+    assert len(ids) == 100 and all(len(battle_id) >= 22 for battle_id in ids)  # 16 random bytes
+    with pytest.raises(BattleRefused, match="unknown or has expired"):
+        book.claim("made-up", "visitor-1")
+
+
+def test_a_battle_expires(clock):
+    book = BattleBook(ttl_seconds=60, clock=clock)
+    expired = issue(book)
+    clock.advance(30)
+    kept = issue(book)
+    clock.advance(31)  # the first is 61 s old, the second 31 s
+
+    with pytest.raises(BattleRefused, match="expired"):
+        book.claim(expired, "visitor-1")
+    assert book.claim(kept, "visitor-1").battle_id == kept
+
+
+def test_another_session_cannot_spend_a_battle(clock):
+    book = BattleBook(clock=clock)
+    battle_id = issue(book, visitor="visitor-1")
+
+    with pytest.raises(BattleRefused, match=f"^{OTHER_VISITOR}$"):
+        book.claim(battle_id, "visitor-2")
+    assert book.claim(battle_id, "visitor-1").battle_id == battle_id  # still open for its own visitor
+
+
+def test_a_battle_with_a_failed_system_cannot_be_voted_on(clock):
+    book = BattleBook(clock=clock)
+    battle_id = issue(book, translation_b="(MarianMT failed: out of memory)", failed=("marian",))
+
+    with pytest.raises(BattleRefused, match=f"^{SYSTEM_FAILED}$"):
+        book.claim(battle_id, "visitor-1")
+    assert len(book) == 0
+
+
+def test_open_battles_are_bounded_oldest_dropped_and_expired_swept(clock):
+    book = BattleBook(ttl_seconds=60, max_open=5, clock=clock)
+    ids = [issue(book) for _ in range(8)]
+
+    assert len(book) == 5
+    with pytest.raises(BattleRefused):
+        book.claim(ids[0], "visitor-1")
+    assert book.claim(ids[-1], "visitor-1").battle_id == ids[-1]
+    clock.advance(61)
+    issue(book)
+    assert len(book) == 1  # the expired ones went when the next battle was issued
+
+
+def test_a_vote_too_soon_is_refused_with_the_wait(clock):
+    pace = VotePace(min_seconds=3.0, clock=clock)
+    pace.admit("visitor-1")
+    clock.advance(0.5)
+
+    with pytest.raises(VoteTooSoon, match=r"wait 3 s") as refused:
+        pace.admit("visitor-1")
+    assert "\n" not in str(refused.value)
+    clock.advance(1.5)
+    with pytest.raises(VoteTooSoon, match=r"wait 1 s"):
+        pace.admit("visitor-1")  # a refused vote does not restart the wait
+    clock.advance(1.0)
+    pace.admit("visitor-1")
+
+
+def test_a_class_behind_one_address_votes_at_its_pace(clock):
+    pace = VotePace(min_seconds=3.0, clock=clock)
+    students = [f"session-{number}" for number in range(24)]  # one address, 24 sessions
+    for _round in range(10):
+        for student in students:  # 24 votes spread over 4 seconds, each student once
+            pace.admit(student)
+            clock.advance(4 / len(students))
+
+
+def test_paced_visitors_are_forgotten_and_bounded(clock):
+    pace = VotePace(min_seconds=3.0, max_visitors=50, clock=clock)
+    for number in range(200):
+        pace.admit(f"session-{number}")
+    assert len(pace) == 50
+    clock.advance(3.0)
+    pace.admit("late")
+    assert len(pace) == 1  # those whose wait is over are forgotten: it changes no answer
+
+
+def test_cast_vote_stores_the_battle_and_a_vote_too_soon_keeps_it_open(clock, tmp_path):
+    book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    first, second = issue(book), issue(book)
+
+    battle = cast_vote(first, "visitor-1", "tie", book=book, pace=pace, store=store)
+    assert battle.system_a == "ours"
+    with pytest.raises(VoteTooSoon):
+        cast_vote(second, "visitor-1", "A", book=book, pace=pace, store=store)
+    clock.advance(3)
+    cast_vote(second, "visitor-1", "A", book=book, pace=pace, store=store)
+    with pytest.raises(ValueError, match="one of"):
+        cast_vote(issue(book), "visitor-1", "C", book=book, pace=pace, store=store)
+
+    assert [(vote.battle_id, vote.choice, vote.visitor) for vote in store.all_votes()] == [
+        (first, "tie", "visitor-1"), (second, "A", "visitor-1")
+    ]  # fmt: skip
+    store.close()

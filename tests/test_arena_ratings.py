@@ -1,0 +1,133 @@
+"""The arena's leaderboard: Bradley–Terry ratings, their bootstrap intervals, what ties and "both bad" count for,
+the agreement with BLEU, and the plot."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from transformer_en_de.app.arena.ratings import (
+    BASE_RATING,
+    kendall_tau,
+    leaderboard_plot,
+    leaderboard_rows,
+    order_agreement,
+)
+from transformer_en_de.app.arena.votes import Vote
+
+_ids = itertools.count()
+
+
+def battles(system_a: str, system_b: str, **choices: int) -> list[Vote]:
+    """`n` votes of each choice (A=, B=, tie=, both_bad=) in battles of system_a (as A) against system_b."""
+    return [
+        Vote(battle_id=f"battle-{next(_ids)}", system_a=system_a, system_b=system_b, source_text="A dog runs.",
+             translation_a="a", translation_b="b", choice=choice.replace("_", " "), visitor="v")
+        for choice, count in choices.items() for _ in range(count)
+    ]  # fmt: skip
+
+
+def by_system(rows: list[dict]) -> dict[str, dict]:
+    return {row["system"]: row for row in rows}
+
+
+def test_the_system_that_wins_most_ranks_first():
+    votes = battles("ours", "marian", A=14, B=6) + battles("marian", "baseline", A=15, B=5)
+    votes += battles("baseline", "ours", A=3, B=17)
+
+    rows = leaderboard_rows(votes)
+
+    assert [row["system"] for row in rows] == ["ours", "marian", "baseline"]
+    assert [row["rank"] for row in rows] == [1, 2, 3]
+    assert np.mean([row["rating"] for row in rows]) == pytest.approx(BASE_RATING)
+    ours = by_system(rows)["ours"]
+    assert (ours["battles"], ours["wins"], ours["losses"], ours["ties"], ours["votes"]) == (40, 31, 9, 0, 40)
+
+
+def test_symmetric_results_give_equal_ratings():
+    votes = battles("ours", "marian", A=10, B=10, tie=4) + battles("marian", "ours", A=3, B=3)
+
+    ours, marian = leaderboard_rows(votes)
+
+    assert ours["rating"] == pytest.approx(marian["rating"]) == pytest.approx(BASE_RATING)
+
+
+def test_a_tie_is_half_a_win_to_each_side():
+    with_ties = by_system(leaderboard_rows(battles("ours", "marian", A=10, tie=10)))
+    as_halves = by_system(leaderboard_rows(battles("ours", "marian", A=15, B=5)))
+
+    assert with_ties["ours"]["rating"] == pytest.approx(as_halves["ours"]["rating"])
+    assert with_ties["ours"]["ties"] == with_ties["marian"]["ties"] == 10
+
+
+def test_both_bad_counts_as_a_battle_but_not_in_the_rating():
+    plain = by_system(leaderboard_rows(battles("ours", "marian", A=12, B=8)))
+    with_both_bad = by_system(leaderboard_rows(battles("ours", "marian", A=12, B=8, both_bad=30)))
+
+    assert with_both_bad["ours"]["rating"] == pytest.approx(plain["ours"]["rating"])
+    assert (with_both_bad["ours"]["battles"], with_both_bad["ours"]["both_bad"], with_both_bad["ours"]["votes"]) == (
+        50, 30, 20
+    )  # fmt: skip
+
+
+def test_intervals_contain_the_rating_and_shrink_with_more_votes():
+    few = by_system(leaderboard_rows(battles("ours", "marian", A=6, B=4)))
+    many = by_system(leaderboard_rows(battles("ours", "marian", A=600, B=400)))
+
+    for rows in (few, many):
+        for row in rows.values():
+            assert row["lower"] <= row["rating"] <= row["upper"]
+            assert row["lower"] < row["upper"]
+    assert many["ours"]["upper"] - many["ours"]["lower"] < (few["ours"]["upper"] - few["ours"]["lower"]) / 5
+
+
+def test_a_system_that_never_wins_has_a_finite_rating():
+    rows = by_system(leaderboard_rows(battles("ours", "broken", A=50) + battles("marian", "broken", A=50)))
+
+    assert all(np.isfinite([row["rating"], row["lower"], row["upper"]]).all() for row in rows.values())
+    assert rows["broken"]["rating"] < rows["ours"]["rating"] - 400  # far below, yet finite
+
+
+def test_no_votes_and_only_both_bad():
+    assert leaderboard_rows([]) == []
+    rows = leaderboard_rows(battles("ours", "marian", both_bad=3))
+    summary = [(row["rating"], row["lower"], row["upper"], row["battles"]) for row in rows]
+    assert summary == [(BASE_RATING, BASE_RATING, BASE_RATING, 3)] * 2
+
+
+def test_the_bootstrap_is_seeded():
+    votes = battles("ours", "marian", A=7, B=5, tie=2) + battles("marian", "baseline", A=4, B=4)
+    assert leaderboard_rows(votes) == leaderboard_rows(votes)
+
+
+def test_agreement_with_bleu():
+    votes = battles("ours", "marian", A=14, B=6) + battles("marian", "baseline", A=15, B=5)
+
+    same = leaderboard_rows(votes, bleu={"ours": 42.3, "marian": 40.1, "baseline": 20.0})
+    assert by_system(same)["ours"]["bleu"] == 42.3
+    assert kendall_tau(same) == 1.0
+    assert order_agreement(same) == "The votes and BLEU rank the 3 systems in the same order."
+
+    swapped = leaderboard_rows(votes, bleu={"ours": 30.0, "marian": 40.1})  # baseline has no BLEU: left out
+    assert by_system(swapped)["baseline"]["bleu"] is None
+    assert kendall_tau(swapped) == -1.0
+    assert "differently" in order_agreement(swapped)
+
+    assert kendall_tau(leaderboard_rows(votes, bleu={"ours": 1.0})) is None
+    assert "nothing to compare" in order_agreement(leaderboard_rows(votes))
+
+
+def test_the_plot_has_one_point_per_system():
+    votes = battles("ours", "marian", A=14, B=6) + battles("marian", "baseline", A=15, B=5)
+    rows = leaderboard_rows(votes)
+
+    figure = leaderboard_plot(rows)
+
+    (axes,) = figure.axes
+    (errorbars,) = axes.containers
+    points = errorbars.lines[0]
+    assert list(points.get_xdata()) == [row["rating"] for row in rows]
+    labels = dict(zip(axes.get_yticks(), [label.get_text() for label in axes.get_yticklabels()], strict=True))
+    top_down = [labels[position] for position in sorted(points.get_ydata(), reverse=True)]
+    assert top_down == ["ours (20 battles)", "marian (40 battles)", "baseline (20 battles)"]  # the best on top
+    assert leaderboard_plot([]).axes[0].texts[0].get_text() == "No votes yet."

@@ -1,0 +1,153 @@
+"""Battles the server issued and the rules a vote on one must pass: single use, in time, from its visitor, and at a
+person's pace.
+
+A battle is issued when a visitor is shown two anonymous translations; it holds everything the vote will store, so
+that a vote carries nothing but its battle's id and a choice (the client never says which systems it saw). Both books
+live in memory and are bounded: a restart forgets open battles, which only asks their visitors to start new ones.
+"""
+
+import math
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .votes import CHOICES, Vote, VoteStore
+
+UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
+OTHER_VISITOR = "This battle was shown to another session: start a new one."
+SYSTEM_FAILED = "A system failed on this text, so this battle cannot be voted on: start a new one."
+
+
+class BattleRefused(Exception):
+    """A vote on a battle that cannot take one; the message is one line for the visitor."""
+
+
+class VoteTooSoon(Exception):
+    """A vote faster than a person reads two translations; the message says how long to wait."""
+
+
+@dataclass(frozen=True)
+class Battle:
+    """Two systems' translations of one text, shown anonymously as A and B."""
+
+    battle_id: str
+    visitor: str
+    system_a: str
+    system_b: str
+    source_text: str
+    translation_a: str
+    translation_b: str
+    decoding_a: Mapping = field(default_factory=dict)
+    decoding_b: Mapping = field(default_factory=dict)
+    failed: tuple[str, ...] = ()  # the systems that failed on the text (their translation is an error)
+    issued_at: float = 0.0  # on the book's clock
+
+    def vote(self, choice: str) -> Vote:
+        """The vote of this battle's visitor for `choice`."""
+        return Vote(
+            battle_id=self.battle_id, system_a=self.system_a, system_b=self.system_b, source_text=self.source_text,
+            translation_a=self.translation_a, translation_b=self.translation_b, choice=choice, visitor=self.visitor,
+            decoding_a=self.decoding_a, decoding_b=self.decoding_b,
+        )  # fmt: skip
+
+
+class BattleBook:
+    """The open battles: issued with an unguessable id, claimed once by their visitor within `ttl_seconds`."""
+
+    def __init__(self, ttl_seconds: float = 1800, max_open: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.ttl_seconds = ttl_seconds
+        self.max_open = max_open
+        self.clock = clock
+        self._open: OrderedDict[str, Battle] = OrderedDict()  # oldest first: every battle lives ttl_seconds
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def issue(
+        self, *, visitor: str, system_a: str, system_b: str, source_text: str, translation_a: str, translation_b: str,
+        decoding_a: Mapping | None = None, decoding_b: Mapping | None = None, failed: tuple[str, ...] = (),
+    ) -> str:  # fmt: skip
+        """Open a battle for `visitor` (a hashed session) and return its id."""
+        battle_id = secrets.token_urlsafe(16)
+        battle = Battle(
+            battle_id, visitor, system_a, system_b, source_text, translation_a, translation_b,
+            dict(decoding_a or {}), dict(decoding_b or {}), tuple(failed), self.clock(),
+        )  # fmt: skip
+        with self._lock:
+            self._sweep()
+            self._open[battle_id] = battle
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)  # the oldest battle goes first: its visitor has most likely left
+        return battle_id
+
+    def claim(self, battle_id: str, visitor: str) -> Battle:
+        """The battle, removed from the book (a battle takes one vote); `BattleRefused` if it cannot be voted on."""
+        with self._lock:
+            self._sweep()
+            battle = self._open.get(battle_id)
+            if battle is None:
+                raise BattleRefused(UNKNOWN_BATTLE)
+            if battle.visitor != visitor:
+                raise BattleRefused(OTHER_VISITOR)  # and left open: a stranger cannot spend someone else's battle
+            del self._open[battle_id]
+        if battle.failed:
+            raise BattleRefused(SYSTEM_FAILED)
+        return battle
+
+    def _sweep(self) -> None:
+        deadline = self.clock() - self.ttl_seconds
+        while self._open and next(iter(self._open.values())).issued_at <= deadline:
+            self._open.popitem(last=False)
+
+
+class VotePace:
+    """At most one vote per `min_seconds` from each visitor (a hashed session, not an address, so the visitors
+    behind one school's or office's address are paced one by one)."""
+
+    def __init__(self, min_seconds: float = 3.0, max_visitors: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+        self.min_seconds = min_seconds
+        self.max_visitors = max_visitors
+        self.clock = clock
+        self._last_vote: OrderedDict[str, float] = OrderedDict()  # least recent voter first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._last_vote)
+
+    def admit(self, visitor: str) -> None:
+        """Count a vote from `visitor` now, or raise `VoteTooSoon` (and count nothing) if it comes too soon."""
+        now = self.clock()
+        with self._lock:
+            # A visitor whose last vote is min_seconds old would be admitted anyway, so forgetting them changes no
+            # answer: memory holds only the voters of the last min_seconds.
+            while self._last_vote and next(iter(self._last_vote.values())) <= now - self.min_seconds:
+                self._last_vote.popitem(last=False)
+            last = self._last_vote.get(visitor)
+            if last is not None:
+                wait = math.ceil(self.min_seconds - (now - last))
+                raise VoteTooSoon(f"One vote every {self.min_seconds:g} seconds: wait {wait} s and vote again.")
+            self._last_vote[visitor] = now
+            while len(self._last_vote) > self.max_visitors:  # a flood of sessions: the least recent is let go early
+                self._last_vote.popitem(last=False)
+
+
+def cast_vote(
+    battle_id: str, visitor: str, choice: str, *, book: BattleBook, pace: VotePace, store: VoteStore
+) -> Battle:
+    """Check a vote against every rule and store it; the battle comes back so the page can reveal the systems.
+
+    The pace is checked before the battle is claimed: a vote too soon leaves the battle open for a second try.
+    """
+    if choice not in CHOICES:
+        raise ValueError(f"A vote is one of {', '.join(CHOICES)}, not {choice!r}.")
+    pace.admit(visitor)
+    battle = book.claim(battle_id, visitor)
+    store.add(battle.vote(choice))
+    return battle

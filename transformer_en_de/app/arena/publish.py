@@ -1,0 +1,165 @@
+"""Publishing the arena's votes to a Hub dataset, with `huggingface_hub.CommitScheduler`.
+
+The SQLite store stays the record; the publisher copies the votes stored since its last copy into an append-only
+JSON-lines file (one per process start: `votes/votes-<UTC time>-<random>.jsonl`, one vote a line) under the
+scheduler's lock, just before each of the scheduler's pushes, beside a dataset card. The folder should persist with
+the database (a Space's /data): at a start, the publisher reads which votes its earlier files already hold.
+
+Without a way to the Hub (`HF_HUB_OFFLINE=1`, no token, no repo, the Hub refusing) `start` says so in one line in
+`status` and publishes nothing, at once: voting goes on, into the local database only.
+"""
+
+import json
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from huggingface_hub import CommitScheduler, HfApi, get_token, is_offline_mode
+
+from .votes import VoteStore
+
+DATASET_CARD = """---
+license: cc-by-4.0
+task_categories:
+- translation
+language:
+- en
+- de
+pretty_name: English→German translation arena votes
+configs:
+- config_name: default
+  data_files: votes/*.jsonl
+---
+
+# English→German translation arena votes
+
+Blind votes from the Arena tab of the transformer-en-de demo. A visitor typed English text, was shown two German
+translations by two systems whose names were hidden (shown as A and B), and voted for the better one, a tie, or
+"both bad"; the names were revealed after the vote. Visitors were told that their text and their vote are stored and
+may be published here.
+
+Each line of `votes/*.jsonl` is one vote:
+
+| field | what it is |
+|---|---|
+| `id` | the vote's number in the arena's database (unique, increasing) |
+| `time` | when the vote was cast, UTC, ISO-8601 |
+| `battle_id` | a random id of the battle (one vote per battle) |
+| `system_a`, `system_b` | the systems shown as A and as B |
+| `decoding_a`, `decoding_b` | how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`) |
+| `source_text` | the English text the visitor typed |
+| `translation_a`, `translation_b` | the two translations shown |
+| `choice` | `A`, `B`, `tie` or `both bad` |
+| `visitor` | a salted hash of the visitor's browser session (16 hex characters), never an address |
+
+The votes of one session share a `visitor`; the salt is a secret of the arena, so a hash cannot be traced back to a
+session, and none was made from an address.
+"""
+
+
+class _VoteScheduler(CommitScheduler):
+    """A CommitScheduler that brings the votes file up to date before each push (overriding `push_to_hub` is how
+    huggingface_hub's guide extends it)."""
+
+    def __init__(self, before_push: Callable[[CommitScheduler], None], **kwargs):
+        self.before_push = before_push  # set first: the parent's __init__ starts the thread that pushes
+        super().__init__(**kwargs)
+
+    def push_to_hub(self):
+        self.before_push(self)
+        return super().push_to_hub()
+
+
+class VotePublisher:
+    """The votes of `store`, pushed to the dataset `repo_id` every `every_minutes` from the local `folder`."""
+
+    def __init__(self, store: VoteStore, repo_id: str | None, folder: str | Path, every_minutes: float = 10,
+                 token: str | None = None, endpoint: str | None = None):  # fmt: skip
+        self.store = store
+        self.repo_id = repo_id
+        self.folder = Path(folder).expanduser().resolve()  # resolved, as the scheduler keys its files
+        self.every_minutes = every_minutes
+        self.token = token
+        self.endpoint = endpoint
+        self.scheduler: CommitScheduler | None = None
+        self.status = "Votes are kept locally only: publishing has not started."
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.votes_file = self.folder / "votes" / f"votes-{stamp}-{secrets.token_hex(4)}.jsonl"
+        self.last_published_id = 0
+
+    def start(self) -> "VotePublisher":
+        """Start publishing, or say in `status` why votes stay local (checked before any request: no retries)."""
+        if self.scheduler is not None:
+            return self
+        token = self.token or get_token()
+        if not self.repo_id:
+            self.status = "Votes are kept locally only: no dataset repo to publish them to."
+        elif is_offline_mode():
+            self.status = "Votes are kept locally only: the Hub is switched off (HF_HUB_OFFLINE=1)."
+        elif not token:
+            self.status = "Votes are kept locally only: no Hugging Face token (HF_TOKEN)."
+        else:
+            return self._start_scheduler(token)
+        return self
+
+    def _start_scheduler(self, token: str) -> "VotePublisher":
+        self.last_published_id = self._last_id_in_folder()
+        card = self.folder / "README.md"
+        if not card.exists() or card.read_text() != DATASET_CARD:  # rewritten only when changed: no empty commits
+            self.folder.mkdir(parents=True, exist_ok=True)
+            card.write_text(DATASET_CARD)
+        try:
+            self.scheduler = _VoteScheduler(
+                self._append_new_votes, repo_id=self.repo_id, repo_type="dataset", folder_path=self.folder,
+                every=self.every_minutes, token=token, hf_api=HfApi(endpoint=self.endpoint, token=token),
+            )  # fmt: skip
+        except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({first_line})."
+            return self
+        self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
+        return self
+
+    def _last_id_in_folder(self) -> int:
+        """The last vote that earlier files of this folder hold; a line cut short by a crash is cut off."""
+        last = 0
+        for path in sorted((self.folder / "votes").glob("*.jsonl")):
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                data = data[: data.rfind(b"\n") + 1]
+                path.write_bytes(data)  # its vote is in the database: it goes into this process's file
+            for line in data.splitlines():
+                last = max(last, json.loads(line)["id"])
+        return last
+
+    def write_new_votes(self) -> int:
+        """Append the votes stored since the last call to this process's file (each push does); returns how many."""
+        return self._append_new_votes(self.scheduler) if self.scheduler is not None else 0
+
+    def _append_new_votes(self, scheduler: CommitScheduler) -> int:
+        # The scheduler is passed in: its first push runs before its constructor has returned to `start`.
+        with scheduler.lock:  # the scheduler lists and sizes the files under this lock: it never sees half a line
+            votes = self.store.votes_since(self.last_published_id)
+            if not votes:
+                return 0
+            self.votes_file.parent.mkdir(parents=True, exist_ok=True)
+            with self.votes_file.open("a", encoding="utf-8") as file:
+                file.write("".join(json.dumps(vote.as_row(), ensure_ascii=False) + "\n" for vote in votes))
+            self.last_published_id = votes[-1].id
+            # The scheduler uploads a file whose mtime changed; two writes within the file system's timestamp
+            # granularity would look unchanged, so the file is marked as not uploaded.
+            scheduler.last_uploaded.pop(self.votes_file, None)
+            return len(votes)
+
+    def push_now(self):
+        """Push what is new now and wait: the CommitInfo, or None if nothing changed or publishing is off."""
+        return self.scheduler.trigger().result() if self.scheduler is not None else None
+
+    def stop(self) -> None:
+        """Push the last votes and stop the schedule."""
+        if self.scheduler is not None:
+            try:
+                self.push_now()
+            finally:
+                self.scheduler.stop()

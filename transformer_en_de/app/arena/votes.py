@@ -1,0 +1,196 @@
+"""The arena's vote store: one SQLite row per vote, committed to disk before the visitor is thanked.
+
+The database is in WAL mode with `synchronous=FULL`, so a vote whose `add` returned survives the process being killed
+(and the machine losing power); a busy timeout makes a second writer (another process on the same file) wait for the
+lock instead of failing. The schema is the code's: `PRAGMA user_version` says which of `MIGRATIONS` a file has had,
+and opening a file applies the rest, in order, in one transaction.
+
+A visitor is stored as `visitor_hash(session, salt)`, never as an address: the salt is a random secret in a file
+beside the database (`<database>.salt`, mode 0600), so a visitor's hash is stable across restarts but cannot be
+reversed or recomputed by someone who reads the published votes.
+"""
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+CHOICES = ("A", "B", "tie", "both bad")
+BUSY_TIMEOUT_SECONDS = 30.0
+
+# Each entry moves a database from version i to i + 1; append, never edit one that has shipped.
+MIGRATIONS = [
+    f"""
+    CREATE TABLE votes (
+        id INTEGER PRIMARY KEY,
+        time TEXT NOT NULL,
+        battle_id TEXT NOT NULL UNIQUE,
+        system_a TEXT NOT NULL,
+        system_b TEXT NOT NULL,
+        decoding_a TEXT NOT NULL,
+        decoding_b TEXT NOT NULL,
+        source_text TEXT NOT NULL,
+        translation_a TEXT NOT NULL,
+        translation_b TEXT NOT NULL,
+        choice TEXT NOT NULL CHECK (choice IN ({", ".join(repr(choice) for choice in CHOICES)})),
+        visitor TEXT NOT NULL
+    )
+    """,
+]
+_COLUMNS = ("id", "time", "battle_id", "system_a", "system_b", "decoding_a", "decoding_b", "source_text",
+            "translation_a", "translation_b", "choice", "visitor")  # fmt: skip
+
+
+class AlreadyVoted(Exception):
+    """A vote for a battle that already has one."""
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One vote: what the visitor saw (source, both translations, who made them and how) and what they chose."""
+
+    battle_id: str
+    system_a: str
+    system_b: str
+    source_text: str
+    translation_a: str
+    translation_b: str
+    choice: str
+    visitor: str
+    decoding_a: Mapping = field(default_factory=dict)  # e.g. {"num_beams": 4, "length_penalty": 0.6}
+    decoding_b: Mapping = field(default_factory=dict)
+    time: str = field(default_factory=utc_now)  # UTC, ISO-8601
+    id: int | None = None  # the row's id, once stored
+
+    def __post_init__(self):
+        if self.choice not in CHOICES:
+            raise ValueError(f"A vote is one of {', '.join(CHOICES)}, not {self.choice!r}.")
+
+    def as_row(self) -> dict:
+        """The vote as plain JSON-ready values (the published form)."""
+        return {name: getattr(self, name) for name in _COLUMNS} | {
+            "decoding_a": dict(self.decoding_a), "decoding_b": dict(self.decoding_b)
+        }  # fmt: skip
+
+
+def visitor_hash(session_id: str, salt: str) -> str:
+    """sha256(salt + session), hex, 16 characters: a visitor's stable, pseudonymous name."""
+    return hashlib.sha256((salt + session_id).encode()).hexdigest()[:16]
+
+
+def load_or_create_salt(path: str | Path) -> str:
+    """The secret salt in `path`; made once (mode 0600), by whichever process gets there first."""
+    path = Path(path)
+    if not path.exists():
+        # Written whole under a temporary name, then linked into place: a reader never sees a half-written salt,
+        # and of two processes racing to create it, the second's link fails and it reads the first's.
+        temporary = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(secrets.token_hex(32))
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    return path.read_text().strip()
+
+
+class VoteStore:
+    """The votes in an SQLite file: `add` one, read them all, or those after a row id."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.salt = load_or_create_salt(self.path.with_name(self.path.name + ".salt"))
+        # One connection behind a lock, shared by every thread: votes come at a person's pace, a write takes a
+        # millisecond or two, and one connection is one file handle whatever the size of the server's thread pool.
+        self._lock = threading.Lock()
+        self._connection = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+        )
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute("PRAGMA synchronous=FULL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._lock:
+            # BEGIN IMMEDIATE takes the write lock before reading the version, so two processes opening an old file
+            # at once migrate it once.
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+                if version > len(MIGRATIONS):
+                    raise RuntimeError(f"{self.path} is at schema version {version}, newer than this code's "
+                                       f"{len(MIGRATIONS)}: update the app.")  # fmt: skip
+                for step in MIGRATIONS[version:]:
+                    self._connection.execute(step)
+                self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return self._connection.execute("PRAGMA user_version").fetchone()[0]
+
+    def visitor_hash(self, session_id: str) -> str:
+        """The stored name of the visitor with this session (hashed with this database's salt)."""
+        return visitor_hash(session_id, self.salt)
+
+    def add(self, vote: Vote) -> int:
+        """Store `vote` durably and return its row id; `AlreadyVoted` if its battle has a vote already."""
+        row = vote.as_row()
+        row.update(decoding_a=json.dumps(row["decoding_a"], sort_keys=True),
+                   decoding_b=json.dumps(row["decoding_b"], sort_keys=True))  # fmt: skip
+        names = [name for name in _COLUMNS if name != "id"]
+        sql = f"INSERT INTO votes ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})"
+        with self._lock:
+            try:
+                # In autocommit mode the INSERT is its own transaction: committed (and fsynced) when it returns.
+                return self._connection.execute(sql, row).lastrowid
+            except sqlite3.IntegrityError as error:
+                if "battle_id" in str(error):
+                    raise AlreadyVoted(f"Battle {vote.battle_id} already has a vote.") from error
+                raise
+
+    def _select(self, where: str = "", parameters: tuple = ()) -> list[Vote]:
+        with self._lock:
+            rows = self._connection.execute(f"SELECT {', '.join(_COLUMNS)} FROM votes {where} ORDER BY id",
+                                            parameters).fetchall()  # fmt: skip
+        votes = []
+        for row in rows:
+            values = dict(zip(_COLUMNS, row, strict=True))
+            values.update(decoding_a=json.loads(values["decoding_a"]), decoding_b=json.loads(values["decoding_b"]))
+            votes.append(Vote(**values))
+        return votes
+
+    def all_votes(self) -> list[Vote]:
+        return self._select()
+
+    def votes_since(self, row_id: int) -> list[Vote]:
+        """The votes stored after row `row_id`, oldest first (0: all of them)."""
+        return self._select("WHERE id > ?", (row_id,))
+
+    def count(self) -> int:
+        with self._lock:
+            return self._connection.execute("SELECT COUNT(*) FROM votes").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()

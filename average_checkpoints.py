@@ -32,13 +32,6 @@ import torch
 
 from tokenizer import load_tokenizer
 from transformer_en_de import data
-from transformer_en_de.checkpoints import (
-    average_checkpoints,
-    choose_average,
-    complete_checkpoints,
-    load_checkpoint,
-    validation_curve,
-)
 from transformer_en_de.evaluation import (
     EvalResultsError,
     decoding_record,
@@ -46,7 +39,14 @@ from transformer_en_de.evaluation import (
     score_splits,
     write_eval_results,
 )
-from transformer_en_de.model_card import write_model_card
+from transformer_en_de.publishing.model_card import write_model_card
+from transformer_en_de.training.checkpoints import (
+    average_checkpoints,
+    choose_average,
+    complete_checkpoints,
+    load_checkpoint,
+    validation_curve,
+)
 
 
 def score_files(model, tokenizer, data_dir: Path, splits: list[str], languages: tuple[str, str]) -> dict:

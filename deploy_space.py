@@ -8,7 +8,7 @@
 The Space gets app.py, README.md (the Space's card: `space_card.md` with front matter that tells the Hub to run
 app.py with Gradio), requirements.txt,
 transformer_en_de/, modeling/, tokenizer/, the comparison results if present, and the model folder as
-models/transformer-en-de/, the app's default. The upload goes through `transformer_en_de.hub.push_folder`.
+models/transformer-en-de/, the app's default. The upload goes through `transformer_en_de.publishing.push.push_folder`.
 
 - The model folder is loaded first (config, weights, tokenizer; offline): one that does not load is never staged.
 - The Space's requirements.txt pins every package the app needs (pyproject.toml's dependencies and `app` extra, and
@@ -17,7 +17,7 @@ models/transformer-en-de/, the app's default. The upload goes through `transform
   only PyTorch's CPU index (listed in front) has: pip cannot swap in the CUDA build and its gigabytes of NVIDIA
   libraries, whatever PyPI holds.
 - The Corpus comparison tab's scores are made here, where the Hub is reachable, before staging: our model and MarianMT
-  translate Multi30k's test_2016_flickr on this machine (`compare.py`'s scorer, the settings of the shipped
+  translate Multi30k's test_2016_flickr on this machine (`comparison.py`'s scorer, the settings of the shipped
   comparison), and the Space ships the result. The Space's CPU goes to visitors, and its disk is wiped at every
   restart, so scores made there would be made again, at visitors' expense, every time it wakes. Offline (or with
   `--no_scores`) the shipped comparison is staged as it is, and the line says so.
@@ -40,7 +40,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from transformer_en_de.hub import PublishError, check_model_loads, hub_is_reachable, push_folder
+from transformer_en_de.hub_access import hub_is_reachable
+from transformer_en_de.publishing.push import PublishError, check_model_loads, push_folder
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODEL_FOLDER = ROOT / "models" / "transformer-en-de"
@@ -56,7 +57,7 @@ LOCK_FILE = ROOT / "space_requirements.lock"
 LOCAL_TEST_SET = ROOT.parent / "shared" / "data" / "multi30k"
 SPACE_FOLDERS = ["transformer_en_de", "modeling", "tokenizer"]
 # train.py's modules: the Space does not train (and needs none of the training packages, accelerate among them).
-TRAINING_ONLY = ["training.py", "training_data.py"]
+TRAINING_ONLY = ["training"]  # transformer_en_de/training/: what only train.py and average_checkpoints.py use
 REQUIRED = ["app.py", "pyproject.toml", "transformer_en_de", "modeling", "tokenizer"]
 # pip reads options in a requirements file; with this index torch resolves to its "+cpu" wheels (a local version
 # label sorts above the same PyPI version), which carry no CUDA libraries. Other packages still come from PyPI.
@@ -209,7 +210,9 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
                       test_files: tuple[Path, Path] | None = None, report=print) -> bool:
     """Score our model and `comparison_models` on the test set here and write the staged comparison file (our model
     under the name it has in the Space); False, saying why, when that cannot be done (the shipped file stays)."""
-    import compare
+    from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
+    from transformer_en_de.comparison import compare, fair_settings, write_comparison
+    from transformer_en_de.data import DataError
 
     if not hub_is_reachable():
         report("[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its Corpus "
@@ -217,22 +220,22 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
         return False
     try:
         source, reference = test_files or test_set()
-    except compare.DataError as error:
+    except DataError as error:
         report(f"[deploy] no test set to score on ({error}): the Space ships the comparison as it is.")
         return False
     shipped = staged / COMPARISON_FILE
     settings = json.loads(shipped.read_text(encoding="utf-8")) if shipped.is_file() else {}
-    fair = compare.fair_settings(
+    fair = fair_settings(
         num_beams=settings.get("num_beams") or 4, length_penalty=settings.get("length_penalty"),
         max_new_tokens=settings.get("max_new_tokens"),
-        max_new_tokens_ratio=settings.get("max_new_tokens_ratio") or compare.DEFAULT_RATIO,
-        max_new_tokens_offset=settings.get("max_new_tokens_offset", compare.DEFAULT_OFFSET),
+        max_new_tokens_ratio=settings.get("max_new_tokens_ratio") or DEFAULT_RATIO,
+        max_new_tokens_offset=settings.get("max_new_tokens_offset", DEFAULT_OFFSET),
     )  # fmt: skip
     report(f"[deploy] scoring our model and {', '.join(comparison_models)} on {source.name} for the Corpus tab "
            "(a few minutes on a CPU) ...")
     try:
-        comparison = compare.compare([str(model_folder), *comparison_models], source, reference, fair)
-    except (compare.DataError, OSError) as error:
+        comparison = compare([str(model_folder), *comparison_models], source, reference, fair)
+    except (DataError, OSError) as error:
         report(f"[deploy] the test set could not be read ({error}): the Space ships the comparison as it is.")
         return False
     comparison["systems"][0]["model"] = MODEL_IN_SPACE  # the name the app gives it in the Space
@@ -241,7 +244,7 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
         scored = f"BLEU {system['bleu']:.2f}, chrF {system['chrf']:.2f}" if system["error"] is None else system["error"]
         report(f"[deploy]   {system['model']}: {scored}")
     shipped.parent.mkdir(parents=True, exist_ok=True)
-    compare.write_comparison(comparison, shipped)
+    write_comparison(comparison, shipped)
     return all(system["error"] is None for system in comparison["systems"])
 
 

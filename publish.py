@@ -27,8 +27,8 @@ from transformers import AutoConfig
 from transformers.utils import logging as transformers_logging
 
 from transformer_en_de.evaluation import EVAL_RESULTS
-from transformer_en_de.hub import PUSH_TIMEOUT_S, PublishError, check_folder, check_model_loads, push_folder
-from transformer_en_de.model_card import write_model_card
+from transformer_en_de.publishing.model_card import write_model_card
+from transformer_en_de.publishing.push import PUSH_TIMEOUT_S, PublishError, check_folder, check_model_loads, push_folder
 
 
 def _link_or_copy(source: str, destination: str) -> None:

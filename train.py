@@ -40,18 +40,19 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTrainingArguments, set_seed
 
-from transformer_en_de import checkpoints, evaluation, precision, training, training_data
-from transformer_en_de.flags import HelpFormatter, brief_help, config_field, recipe
-from transformer_en_de.hub import PublishError, push_folder
-from transformer_en_de.model_card import write_model_card
-from transformer_en_de.training import REGULARISATION_FIELDS
-from transformer_en_de.training_data import DataArguments, TokenizerArguments
+from transformer_en_de import evaluation, precision
+from transformer_en_de.publishing.model_card import write_model_card
+from transformer_en_de.publishing.push import PublishError, push_folder
+from transformer_en_de.training import checkpoints, dataset, loop
+from transformer_en_de.training.dataset import DataArguments, TokenizerArguments
+from transformer_en_de.training.flags import HelpFormatter, brief_help, config_field, recipe
+from transformer_en_de.training.loop import REGULARISATION_FIELDS
 
 # ------------------------------------------------------------------------------------------------------------ arguments
 #
 # A flag left out is None where its value comes from elsewhere (the config, the trained model, the machine, the
 # learning-rate rule); that is how "given on the command line" is told apart, everywhere. The data and tokenizer flags
-# are defined beside the code that reads them (`training_data.DataArguments`, `TokenizerArguments`).
+# are defined beside the code that reads them (`dataset.DataArguments`, `TokenizerArguments`).
 
 
 @dataclass
@@ -187,8 +188,8 @@ def parse_arguments(argv: list[str]):
     data_args, tokenizer_args, model_args, start_args, selection_args, training_args = (
         parser.parse_args_into_dataclasses(args=argv)
     )
-    training_data.check_data_arguments(data_args, training_args)
-    start_args.folder = training.resolve_architecture(model_args, start_args, tokenizer_args)
+    dataset.check_data_arguments(data_args, training_args)
+    start_args.folder = loop.resolve_architecture(model_args, start_args, tokenizer_args)
     if training_args.learning_rate is None:
         # The paper's peak rate: d_model^-0.5 * warmup^-0.5, reached at the end of the linear warm-up.
         training_args.learning_rate = model_args.d_model**-0.5 * max(training_args.warmup_steps, 1) ** -0.5
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         return run(argv, data_args, tokenizer_args, model_args, start_args, selection_args, training_args)
     except Exception as error:  # a failed write may come from any writer (safetensors and tokenizers are Rust)
-        message = training.write_failure(error, output_dir)
+        message = loop.write_failure(error, output_dir)
         if message is None:
             raise
         raise SystemExit(message) from None
@@ -227,46 +228,46 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
     # We push the finished folder ourselves (after the test score and the card exist), not the Trainer's checkpoints.
     push_requested, training_args.push_to_hub = training_args.push_to_hub, False
     if push_requested:
-        training.check_push(training_args.hub_model_id)
-    training_data.check_lengths(data_args, model_args.max_position_embeddings)
-    resume = training.prepare_output_dir(training_args)
+        loop.check_push(training_args.hub_model_id)
+    dataset.check_lengths(data_args, model_args.max_position_embeddings)
+    resume = loop.prepare_output_dir(training_args)
     output_dir = Path(training_args.output_dir)
 
     # Loading the datasets
-    training_set, validation, test = training_data.load_splits(data_args, training_args, tokenizer_args)
+    training_set, validation, test = dataset.load_splits(data_args, training_args, tokenizer_args)
 
     # Tokenizer: one process trains (or loads) it and saves it; the others wait, then load what it saved
     tag_token = data_args.tag_token if training_set.has_tagged else None
-    tokenizer = training_data.run_tokenizer(
+    tokenizer = dataset.run_tokenizer(
         tokenizer_args, training_args, training_set.tokenizer_texts, model_args.max_position_embeddings, tag_token
     )
 
     # Model: a new one, or the trained one to fine-tune
-    model = training.model_to_train(model_args, start_args.folder, tokenizer, tag_token)
+    model = loop.model_to_train(model_args, start_args.folder, tokenizer, tag_token)
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
     chosen = precision.name(training_args.bf16, training_args.fp16)
     print(f"[precision] {chosen} ({precision.describe(training_args.use_cpu)})")
 
     # Preprocessing the datasets
-    train_dataset = training_data.tokenize_training_set(tokenizer, training_set, data_args, training_args)
+    train_dataset = dataset.tokenize_training_set(tokenizer, training_set, data_args, training_args)
     if not data_args.streaming:  # a stream's length is not known in advance
         print(f"[data] training on {len(train_dataset):,} pairs an epoch")
-    eval_dataset = training_data.tokenize_pairs(tokenizer, *validation, data_args)  # for the validation loss
+    eval_dataset = dataset.tokenize_pairs(tokenizer, *validation, data_args)  # for the validation loss
 
     # Data collator: pads each batch to its longest pair; padded label positions are -100, left out of the loss
     data_collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
 
     # Training
     training_args.generation_max_length = data_args.max_target_length
-    trainer = training.TranslationTrainer(
+    trainer = loop.TranslationTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=data_collator,
         processing_class=tokenizer,
-        callbacks=[starting_step := training.StartingStep(), training.ShortRunLogging()],
+        callbacks=[starting_step := loop.StartingStep(), loop.ShortRunLogging()],
         validation=validation,
         max_tokens=training_args.max_tokens,
     )
@@ -278,7 +279,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
 
     # Choosing the model to ship: the best checkpoint by validation BLEU (loaded the way users load it), or with
     # --average_last the best of the averages of the last checkpoints, chosen on validation through the engine
-    facts = training.training_facts(
+    facts = loop.training_facts(
         trainer, starting_step.step, data_args, training_set, start_args.model_name_or_path, tag_token
     )
     model, val_scores, choice = checkpoints.model_to_ship(trainer, selection_args.average_last, tokenizer, validation)
@@ -301,7 +302,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
         languages=(data_args.source_lang, data_args.target_lang),
         decoding=evaluation.decoding_record(model),
         scores=scores,
-        command=["python train.py " + shlex.join(training.without_resume_flag(argv))],
+        command=["python train.py " + shlex.join(loop.without_resume_flag(argv))],
         training=facts,
     )
     write_model_card(output_dir, config=model.config, hub_model_id=training_args.hub_model_id)

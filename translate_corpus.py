@@ -9,10 +9,10 @@ line-aligned, plus `OUTPUT.progress.json`, the run's record: model fingerprint, 
 fingerprint, lines done, counts of truncated sources and of translations stopped at the length bound, wall and CPU
 seconds spent translating.
 
-- Every sentence goes through the one engine (`transformer_en_de.engine.translate`): length-sorted batches inside
+- Every sentence goes through the one engine (`decoding.engine.translate`): length-sorted batches inside
   each chunk, the per-sentence length bound, greedy, beam search or sampling (`DecodingSettings`).
 - `--backend ctranslate2` decodes with CTranslate2 (converted once and cached beside the model, in a worker process;
-  `transformer_en_de/backends.py`), `--int8` with its int8 weights; the backend is recorded with the decoding.
+  `transformer_en_de/decoding/backends.py`), `--int8` with its int8 weights; the backend is recorded with the decoding.
 - Resumable: the input is cut into chunks of `--chunk_size` lines; after each chunk both files are appended and
   synced, then the progress file is replaced atomically. A killed run leaves at most a partial chunk past the
   recorded sizes: the next run with the same command cuts it off and goes on from the last finished chunk, so no
@@ -44,11 +44,11 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from transformer_en_de.backends import BackendError, fingerprint_model, load_backend, resolve_backend  # noqa: E402
 from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
-from transformer_en_de.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
-from transformer_en_de.hub import load_model  # noqa: E402
-from transformer_en_de.precision import int8_dynamic  # noqa: E402
+from transformer_en_de.decoding.backends import BackendError, fingerprint_model, load_backend, resolve_backend  # noqa: E402
+from transformer_en_de.decoding.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
+from transformer_en_de.decoding.int8 import int8_dynamic  # noqa: E402
+from transformer_en_de.decoding.loading import load_model  # noqa: E402
 
 DEFAULT_CHUNK_SIZE = 1000
 # Shipped model, one thread, 2,000 task-2 lines: greedy 66 sentences per CPU-second at 64 against 58 at 32; beam 4

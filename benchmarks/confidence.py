@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks import harness
 from transformer_en_de.app.out_of_depth import LOW_SCORE, check_depth
-from transformer_en_de.engine import confidences, translate
+from transformer_en_de.decoding.engine import confidences, translate
 
 EVERYDAY_FILE = Path(__file__).with_name("everyday_sentences.txt")
 QUICK_CAPTIONS = 200

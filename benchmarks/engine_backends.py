@@ -10,7 +10,7 @@
    - alone: no CTranslate2 in the process (the reference);
    - in-process: `CTranslate2Backend(process=False)`, CTranslate2 in the same process, as it comes;
    - in-process, OMP_WAIT_POLICY=PASSIVE: the same with both OpenMP runtimes told not to spin while they wait;
-   - worker: the engine's default, CTranslate2 in its own process (`transformer_en_de/ctranslate2_worker.py`).
+   - worker: the engine's default, CTranslate2 in its own process (`transformer_en_de/decoding/ctranslate2_worker.py`).
    Each child times PyTorch and CTranslate2 alternately (`--repeats` times, the median).
 
     python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts backends one-process]
@@ -116,9 +116,9 @@ def backends_part(args) -> None:
 def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None:
     """In this process: PyTorch's engine timed beside CTranslate2 loaded as `mode` says; prints one JSON line."""
     torch.set_num_threads(threads)
-    from transformer_en_de import backends
-    from transformer_en_de.engine import DecodingSettings, translate
-    from transformer_en_de.hub import load_model
+    from transformer_en_de.decoding import backends
+    from transformer_en_de.decoding.engine import DecodingSettings, translate
+    from transformer_en_de.decoding.loading import load_model
 
     model, tokenizer = load_model(str(SHIPPED_DIR))
     sources = (DATA_DIR / f"{SPLIT}.en").read_text(encoding="utf-8").splitlines()[:count]

@@ -2,7 +2,7 @@
 
 Sections (`--sections 1,2,3`, default all; an error in one is printed and the next one still runs):
 1. A training step of the shipped size on real Multi30k batches of 128 and 512 sentences (one GPU is underused by
-   128): ours, the step train.py takes (`transformer_en_de.training.scored_loss`), against `torch.nn.Transformer`
+   128): ours, the step train.py takes (`transformer_en_de.training.loop.scored_loss`), against `torch.nn.Transformer`
    wired the same way (`benchmarks.train_throughput.TorchTransformerMT`, checked to compute the same loss), both in
    bf16 autocast where the device has native bf16, attention through SDPA. Target tokens/s, the ratio, and the matmul
    FLOP/s achieved (`benchmarks.train_flops.training_matmul_flops`, the same count for both models) as a share of
@@ -35,8 +35,9 @@ from benchmarks import harness
 from benchmarks.train_flops import training_matmul_flops
 from benchmarks.train_throughput import TorchTransformerMT, adamw, check_same_function, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from transformer_en_de import data, hub, precision
-from transformer_en_de.training import scored_loss
+from transformer_en_de import data, precision
+from transformer_en_de.decoding import loading
+from transformer_en_de.training.loop import scored_loss
 
 TEST_FILE = "test_2016_flickr.en"
 STEPS = 100_000  # the paper's base run (docs/training.md)
@@ -198,7 +199,7 @@ def section_generate(args, device, bf16):
     sentences = data.read_lines(source)
     batched_count, single_count = (32, 4) if args.quick else (256, 32)
     rounds = 2 if args.quick else 3
-    model, tokenizer = hub.load_model(str(harness.SHIPPED_DIR), device)
+    model, tokenizer = loading.load_model(str(harness.SHIPPED_DIR), device)
     variants = {"float32": model, "bf16 weights": copy.deepcopy(model).to(torch.bfloat16)}
     settings = model.generation_config
     print(f"# {harness.SHIPPED_DIR.name} ({model.config._attn_implementation} attention), generate() with the saved "

@@ -21,7 +21,8 @@ import torch
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
-from transformer_en_de import data, hub, precision
+from transformer_en_de import data, precision
+from transformer_en_de.decoding import loading
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ def model_under_test(
 
     args = parse_args(description, options)
     print(describe_machine(args.threads))
-    model, tokenizer = hub.load_model(args.model)
+    model, tokenizer = loading.load_model(args.model)
     return args, model, tokenizer
 
 

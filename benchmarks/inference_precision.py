@@ -1,7 +1,7 @@
 """Lower-precision inference on the CPU: BLEU/chrF on test_2016_flickr and speed, against float32.
 
 Variants of one trained model, all decoding the same sentences with the same settings through the one engine
-(`transformer_en_de.engine.translate`: the model's saved decoding, beam 4, and its per-sentence length bound):
+(`transformer_en_de.decoding.engine.translate`: the model's saved decoding, beam 4, and its per-sentence length bound):
 - float32: the model as loaded;
 - bf16 weights: `model.to(torch.bfloat16)` (half the bytes to read per step);
 - int8 dynamic: `torch.ao.quantization.quantize_dynamic` of every `nn.Linear` (int8 weights, activations
@@ -23,9 +23,9 @@ import torch
 from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.int8 import int8_dynamic
 from transformer_en_de.evaluation import corpus_scores
-from transformer_en_de.precision import int8_dynamic
 
 MAX_BLEU_DROP = 0.3
 

@@ -27,7 +27,7 @@ from transformer_en_de.app import inside
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext, budget_plan
 from transformer_en_de.app.translators import load_our_translator
-from transformer_en_de.engine import translate
+from transformer_en_de.decoding.engine import translate
 
 SENTENCE = "Two young women in colourful dresses are dancing on a wooden stage in front of a small crowd at night."
 # Letters our BPE rarely joins (tests/test_inside_bounds.py): the most pieces under the bound, and far past it.

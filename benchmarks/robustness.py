@@ -13,7 +13,7 @@ from dataclasses import replace
 import sacrebleu
 
 from benchmarks import harness
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.decoding.engine import DecodingSettings, translate
 
 CASING_SENTENCES = 300
 RUNAWAY_FACTOR = 3.0

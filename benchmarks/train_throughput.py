@@ -2,7 +2,7 @@
 
 One step = forward + label-smoothed loss + backward + AdamW step on the CPU, in the precision train.py picks here
 (bf16 autocast only where bf16 is native; `--precision` to choose), on real Multi30k batches. "ours" is the step
-train.py takes (`transformer_en_de.training.scored_loss`: the output projection on real target tokens only);
+train.py takes (`transformer_en_de.training.loop.scored_loss`: the output projection on real target tokens only);
 "ours, every position projected" computes the same loss from the model's full logits, padding too, like the reference.
 The reference is `torch.nn.Transformer` with the same sizes, post-norm layers (no extra final LayerNorm),
 the same dropouts, one embedding shared by source, target and the output projection, sinusoidal positions on scaled
@@ -22,7 +22,7 @@ from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, shift_tokens_right, sinusoidal_table
 from transformer_en_de import precision
-from transformer_en_de.training import scored_loss
+from transformer_en_de.training.loop import scored_loss
 
 
 class TorchTransformerMT(nn.Module):

@@ -1,9 +1,9 @@
 """Corpus decoding against CTranslate2: the same weights in the C++ engine of OpenNMT, our own converter.
 
-Converts the shipped model (`transformer_en_de.ctranslate2_backend.convert`, float32), checks that CTranslate2 and
+Converts the shipped model (`decoding.ctranslate2_backend.convert`, float32), checks that CTranslate2 and
 our model give the same greedy tokens on the first sentences, then translates test_2016_flickr (speed and BLEU
 parity only; nothing is tuned on it) with beam 4:
-- ours: the engine (`transformer_en_de.engine.translate`) with the model's saved defaults: beam 4, its length penalty
+- ours: the engine (`decoding.engine.translate`) with the model's saved defaults: beam 4, its length penalty
   (4.0), each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
 - ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
   ids must be identical to ours);
@@ -34,11 +34,11 @@ import torch
 from benchmarks import harness
 from modeling import TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
-from transformer_en_de import ctranslate2_backend
-from transformer_en_de.backends import CTranslate2Backend
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.decoding import ctranslate2_backend
+from transformer_en_de.decoding.backends import CTranslate2Backend
+from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.int8 import int8_dynamic
 from transformer_en_de.evaluation import corpus_scores
-from transformer_en_de.precision import int8_dynamic
 
 CT2 = "CTranslate2 float32"
 OURS = "ours (engine)"

@@ -19,7 +19,7 @@ from tiny_marian import build_tiny_marian
 from tiny_models import T5_PREFIX, build_tiny_t5
 from transformers import GenerationConfig
 
-from transformer_en_de import engine, evaluation
+from transformer_en_de import evaluation
 from transformer_en_de.app import (
     corpus_report,
     files,
@@ -32,7 +32,8 @@ from transformer_en_de.app import (
 )
 from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.decoding import engine
+from transformer_en_de.decoding.engine import DecodingSettings, translate
 from transformer_en_de.inside import token_labels
 
 SENTENCE = "A dog runs in the park."

@@ -724,7 +724,8 @@ def test_new_sessions_beyond_their_rate_are_refused_in_one_line_and_a_running_vi
     answers = [raw_call(url, "translate", body) for _ in range(30)]
 
     refused = [answer for status, answer in answers if status == 429]
-    assert refused and all("Too many new sessions from this address" in json.loads(answer)["error"] for answer in refused)
+    assert refused
+    assert all("Too many new sessions from this address" in json.loads(answer)["error"] for answer in refused)
     path, summary, _ = job.result(timeout=120)
     assert path and "⚠️ Cancelled" not in summary
 

@@ -1,4 +1,4 @@
-"""average_checkpoints.py and transformer_en_de/checkpoints.py: the average is the mean of the weights, scored through
+"""average_checkpoints.py and training/checkpoints.py: the average is the mean of the weights, scored through
 the engine into the one eval_results.json, with the run's commands and this one after them; --rescore re-measures."""
 
 import json
@@ -10,10 +10,10 @@ from conftest import DATA_DIR, ROOT, tiny_config
 
 import average_checkpoints
 from modeling import TransformerMTForConditionalGeneration
-from transformer_en_de.checkpoints import average_checkpoints as average
-from transformer_en_de.checkpoints import candidate_sizes, complete_checkpoints
-from transformer_en_de.engine import translate
+from transformer_en_de.decoding.engine import translate
 from transformer_en_de.evaluation import read_eval_results, score_split, write_eval_results
+from transformer_en_de.training.checkpoints import average_checkpoints as average
+from transformer_en_de.training.checkpoints import candidate_sizes, complete_checkpoints
 
 TRAIN_COMMAND = "python train.py --data_dir data --output_dir run"
 

@@ -11,15 +11,16 @@ from tiny_marian import build_tiny_marian
 
 import compare
 from modeling import TransformerMTForConditionalGeneration
-from transformer_en_de import backends
-from transformer_en_de.engine import translate
+from transformer_en_de.comparison import fair_settings, score_system
+from transformer_en_de.decoding import backends
+from transformer_en_de.decoding.engine import translate
+from transformer_en_de.decoding.int8 import int8_dynamic
+from transformer_en_de.decoding.loading import load_model
 from transformer_en_de.evaluation import corpus_scores
-from transformer_en_de.hub import load_model
-from transformer_en_de.precision import int8_dynamic
 
 NUM_LINES = 6
 SETTINGS = {"num_beams": 2, "max_new_tokens": 12, "batch_size": 4}
-DECODING = compare.fair_settings(**SETTINGS)
+DECODING = fair_settings(**SETTINGS)
 OFFLINE_HUB_ID = "Helsinki-NLP/opus-mt-en-de"
 ROW_KEYS = {"model", "bleu", "chrf", "num_parameters", "seconds", "sentences_per_second", "error"}
 
@@ -118,7 +119,7 @@ def test_ctranslate2_backend_scores_every_model_as_the_torch_backend(
     comparison = json.loads(output.read_text(encoding="utf-8"))
     assert comparison["backend"] == "CTranslate2 float32"
     assert "decoded by CTranslate2 float32" in output.with_suffix(".md").read_text(encoding="utf-8")
-    greedy = compare.fair_settings(**(SETTINGS | {"num_beams": 1}))
+    greedy = fair_settings(**(SETTINGS | {"num_beams": 1}))
     for system in comparison["systems"]:
         assert system["error"] is None
         model, tokenizer = load_model(system["model"])
@@ -135,16 +136,16 @@ def test_ctranslate2_backend_scores_every_model_as_the_torch_backend(
 def test_translate_keeps_input_order(which, test_files, source_sensitive_model_dir, tiny_marian_dir):
     model, tokenizer = load_model(str(source_sensitive_model_dir if which == "ours" else tiny_marian_dir))
     sources = test_files[2]
-    alone = compare.fair_settings(num_beams=1, max_new_tokens=12, batch_size=1)
+    alone = fair_settings(num_beams=1, max_new_tokens=12, batch_size=1)
     one_by_one = [translate(model, tokenizer, [sentence], alone).texts[0] for sentence in sources]
-    batched = translate(model, tokenizer, sources, compare.fair_settings(num_beams=1, max_new_tokens=12)).texts
+    batched = translate(model, tokenizer, sources, fair_settings(num_beams=1, max_new_tokens=12)).texts
     assert batched == one_by_one
     assert len(set(batched)) > 2  # different sentences get different outputs, so a mix-up would show
 
 
 def test_score_system_row_matches_its_translations(test_files, tiny_marian_dir):
     _, _, sources, references = test_files
-    row = compare.score_system(str(tiny_marian_dir), sources, references, DECODING)
+    row = score_system(str(tiny_marian_dir), sources, references, DECODING)
     assert row["error"] is None and len(row["translations"]) == NUM_LINES
     assert {"bleu": row["bleu"], "chrf": row["chrf"]} == corpus_scores(row["translations"], references)
 
@@ -152,7 +153,7 @@ def test_score_system_row_matches_its_translations(test_files, tiny_marian_dir):
 def test_offline_hub_id_gets_an_error_row_fast_and_others_are_scored(offline, tmp_path, test_files, tiny_model_dir):
     source, reference, sources, references = test_files
     started = time.perf_counter()
-    row = compare.score_system(OFFLINE_HUB_ID, sources, references, DECODING)
+    row = score_system(OFFLINE_HUB_ID, sources, references, DECODING)
     assert time.perf_counter() - started < 10
     assert row["bleu"] is None and row["num_parameters"] is None
     assert row["error"].startswith("could not be loaded: the Hugging Face Hub is unreachable (offline)")

@@ -1,5 +1,5 @@
 """CTranslate2 behind the engine, with real tiny models (ours and a MarianMT): our converter
-(`transformer_en_de/ctranslate2_backend.py`) computes what ours computes; the backend (`transformer_en_de/backends.py`)
+(`decoding/ctranslate2_backend.py`) computes what ours computes; the backend (`decoding/backends.py`)
 gives the engine's greedy ids, bounds, notices and confidences; conversions are cached by the weights' fingerprint;
 the app's translators load it. Skipped where the optional `ctranslate2` package is not installed."""
 
@@ -13,10 +13,10 @@ from tiny_marian import build_tiny_marian
 
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
-from transformer_en_de import backends, ctranslate2_backend
 from transformer_en_de.app import translators
-from transformer_en_de.engine import DecodingSettings, confidences, translate
-from transformer_en_de.hub import load_model
+from transformer_en_de.decoding import backends, ctranslate2_backend
+from transformer_en_de.decoding.engine import DecodingSettings, confidences, translate
+from transformer_en_de.decoding.loading import load_model
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

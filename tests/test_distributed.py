@@ -12,8 +12,8 @@ import pytest
 from conftest import DATA_DIR, ROOT
 from test_train import TINY_MODEL_FLAGS, real_lines, write_pair
 
-from transformer_en_de.checkpoints import complete_checkpoints
 from transformer_en_de.evaluation import read_eval_results, score_model
+from transformer_en_de.training.checkpoints import complete_checkpoints
 
 BIN = Path(sys.executable).parent
 PAIRS = 24  # an odd number of batches per process: the last evaluation batch of the Trainer would be padded

@@ -16,10 +16,10 @@ from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import SourceLengthBound, new_token_limits
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
-from transformer_en_de import engine
 from transformer_en_de.app.limits import Budget, Limits, plan_work
-from transformer_en_de.engine import DecodingSettings, plan_decoding, tokenize, translate
-from transformer_en_de.precision import int8_dynamic
+from transformer_en_de.decoding import engine
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, tokenize, translate
+from transformer_en_de.decoding.int8 import int8_dynamic
 
 SOURCES = [english for english, _ in PAIRS] + [
     "Two dogs.",

@@ -8,16 +8,16 @@ import torch
 from conftest import DATA_DIR, tiny_config
 from tiny_marian import build_tiny_marian
 
-import compare
 from modeling import TransformerMTForConditionalGeneration
 from transformer_en_de.app.files import translate_file
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext, run_system
 from transformer_en_de.app.translators import load_translator
+from transformer_en_de.comparison import fair_settings, score_system
 from transformer_en_de.data import normalise_text
-from transformer_en_de.engine import DecodingSettings, translate
+from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.loading import load_model
 from transformer_en_de.evaluation import score_model
-from transformer_en_de.hub import load_model
 from translate_corpus import translate_corpus
 
 NUM_LINES = 10
@@ -52,8 +52,8 @@ def test_every_path_gives_the_engines_translations(model_dir, lines, tmp_path):
     assert len(set(expected)) > 2  # different sentences get different outputs, so a mix-up would show
 
     paths = {}
-    row = compare.score_system(
-        str(model_dir), sources, references, compare.fair_settings(num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS)
+    row = score_system(
+        str(model_dir), sources, references, fair_settings(num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS)
     )
     paths["compare.py"] = row["translations"]
     paths["train.py / average_checkpoints.py"] = score_model(model, tokenizer, sources, references, SETTINGS)[0]

@@ -1,4 +1,4 @@
-"""`hub.load_model` runs a model's own code only from the folder or Hub repo it was asked for: a config whose
+"""`loading.load_model` runs a model's own code only from the folder or Hub repo it was asked for: a config whose
 `auto_map` points at another repository is refused, naming the reference, and that repository's code never runs.
 
 Each load runs in a fresh Python (as the app and compare.py do) with a Hugging Face cache of its own, in which the
@@ -30,7 +30,7 @@ class EvilConfig(PretrainedConfig):
 """
 LOAD = r"""
 import json, sys
-from transformer_en_de.hub import load_model
+from transformer_en_de.decoding.loading import load_model
 
 try:
     model, tokenizer = load_model(sys.argv[1])
@@ -108,14 +108,14 @@ def test_a_hub_repo_with_nothing_foreign_loads_from_the_cache(hub_cache, tiny_mo
 
 def test_a_folder_with_its_own_code_still_loads_with_it(tiny_model_dir, tmp_path):
     """Our own layout: auto_map names modules of the folder itself (no `repo--`), so it is trusted."""
-    from transformer_en_de import hub
+    from transformer_en_de.decoding import loading
 
     folder = tmp_path / "own-code"
     shutil.copytree(tiny_model_dir, folder)
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] and all("--" not in value for value in config["auto_map"].values())
-    hub.check_code_origin(folder, str(folder), hub_repo=False)  # nothing refused
-    hub.check_code_origin(folder, "someone/tiny", hub_repo=True)
+    loading.check_code_origin(folder, str(folder), hub_repo=False)  # nothing refused
+    loading.check_code_origin(folder, "someone/tiny", hub_repo=True)
 
 
 def test_a_model_transformers_knows_loads_with_its_own_code_whatever_its_auto_map_says(hub_cache, tmp_path):

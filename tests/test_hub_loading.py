@@ -15,14 +15,15 @@ from hub_layouts import LAYOUTS, MARIAN_ID, pickle_weights, publish_marian
 from loopback_hub import LoopbackHub
 from tiny_marian import build_tiny_marian
 
-from transformer_en_de import hub
+from transformer_en_de.decoding import loading
+from transformer_en_de.publishing import push
 
 
 def pickle_only(folder, tmp_path):
     """A copy of `folder` whose weights are a pytorch_model.bin (a pickle) instead of model.safetensors."""
     copy = tmp_path / "pickled"
     shutil.copytree(folder, copy)
-    model, _ = hub.load_model(str(folder))
+    model, _ = loading.load_model(str(folder))
     torch.save(model.state_dict(), copy / "pytorch_model.bin")
     (copy / "model.safetensors").unlink()
     return copy
@@ -31,12 +32,12 @@ def pickle_only(folder, tmp_path):
 def test_a_folder_with_pickle_weights_only_is_refused_with_the_conversion(tiny_model_dir, tmp_path):
     folder = pickle_only(tiny_model_dir, tmp_path)
 
-    for load in (hub.load_model, hub.model_folder):
+    for load in (loading.load_model, loading.model_folder):
         with pytest.raises(RuntimeError, match="loads safetensors only") as refusal:
             load(str(folder))
         assert f"from_pretrained('{folder}', use_safetensors=False).save_pretrained('{folder}')" in str(refusal.value)
-    with pytest.raises(hub.PublishError, match="safetensors only"):
-        hub.check_model_loads(folder)
+    with pytest.raises(push.PublishError, match="safetensors only"):
+        push.check_model_loads(folder)
 
 
 def test_the_conversion_the_message_gives_makes_a_folder_that_loads(tiny_model_dir, tmp_path):
@@ -46,7 +47,7 @@ def test_the_conversion_the_message_gives_makes_a_folder_that_loads(tiny_model_d
     AutoModelForSeq2SeqLM.from_pretrained(folder, use_safetensors=False, trust_remote_code=True).save_pretrained(folder)
     (folder / "pytorch_model.bin").unlink()
 
-    model, _ = hub.load_model(str(folder))
+    model, _ = loading.load_model(str(folder))
     assert model.num_parameters() > 0
 
 
@@ -57,25 +58,25 @@ def test_remote_code_only_where_the_config_needs_it(tiny_model_dir, tmp_path):
     config = json.loads((tiny_model_dir / "config.json").read_text())
     (elsewhere / "config.json").write_text(json.dumps(dict(config, model_type="a_type_transformers_lacks")))
 
-    assert "auto_map" in config and hub.needs_remote_code(str(elsewhere), local_files_only=True)
+    assert "auto_map" in config and loading.needs_remote_code(str(elsewhere), local_files_only=True)
     # Ours, with the project imported (it registers the model type): transformers loads it with no remote code.
-    assert not hub.needs_remote_code(str(tiny_model_dir), local_files_only=True)
-    assert not hub.needs_remote_code(str(marian), local_files_only=True)  # transformers' own Marian
+    assert not loading.needs_remote_code(str(tiny_model_dir), local_files_only=True)
+    assert not loading.needs_remote_code(str(marian), local_files_only=True)  # transformers' own Marian
 
 
 def test_a_hub_id_may_pin_a_revision(tmp_path):
-    assert hub.split_revision("Helsinki-NLP/opus-mt-en-de@a1b2c3d") == ("Helsinki-NLP/opus-mt-en-de", "a1b2c3d")
-    assert hub.split_revision("Helsinki-NLP/opus-mt-en-de") == ("Helsinki-NLP/opus-mt-en-de", None)
+    assert loading.split_revision("Helsinki-NLP/opus-mt-en-de@a1b2c3d") == ("Helsinki-NLP/opus-mt-en-de", "a1b2c3d")
+    assert loading.split_revision("Helsinki-NLP/opus-mt-en-de") == ("Helsinki-NLP/opus-mt-en-de", None)
     odd = tmp_path / "folder@v1"
     odd.mkdir()
-    assert hub.split_revision(str(odd)) == (str(odd), None)  # a folder is a folder, "@" or not
+    assert loading.split_revision(str(odd)) == (str(odd), None)  # a folder is a folder, "@" or not
     with pytest.raises(RuntimeError, match="not an id@revision"):
-        hub.split_revision("Helsinki-NLP/opus-mt-en-de@")
+        loading.split_revision("Helsinki-NLP/opus-mt-en-de@")
 
 
 def test_a_pinned_id_offline_says_why_in_plain_words():
     with pytest.raises(RuntimeError, match="the Hugging Face Hub is unreachable") as refusal:
-        hub.load_model("Helsinki-NLP/opus-mt-en-de@0123abc")
+        loading.load_model("Helsinki-NLP/opus-mt-en-de@0123abc")
     assert "opus-mt-en-de@0123abc" in str(refusal.value)
 
 
@@ -83,7 +84,7 @@ def test_a_pinned_id_offline_says_why_in_plain_words():
 
 LOAD = """
 import json, sys
-from transformer_en_de.hub import load_listed_model
+from transformer_en_de.decoding.loading import load_listed_model
 try:
     loaded = load_listed_model(sys.argv[1], allow_pickle=sys.argv[2] == "allow")
     ids = loaded.tokenizer(["A dog runs in the park."], return_tensors="pt")
@@ -95,7 +96,7 @@ except RuntimeError as error:
 
 
 def load_online(hub, model_id: str, tmp_path, allow_pickle: bool = True) -> dict:
-    """`hub.load_listed_model` in a process of its own, online, with the loopback Hub as its endpoint (huggingface_hub
+    """`load_listed_model` in a process of its own, online, with the loopback Hub as its endpoint (huggingface_hub
     reads HF_ENDPOINT and HF_HUB_OFFLINE when it is imported) and an empty cache."""
     env = dict(os.environ, HF_HUB_OFFLINE="0", HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"))
     done = subprocess.run([sys.executable, "-c", LOAD, model_id, "allow" if allow_pickle else "refuse"], env=env,
@@ -112,7 +113,7 @@ def marian_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def marian_ids(marian_dir):
     """What the tiny MarianMT generates for the test sentence, loaded from its folder here."""
-    model, tokenizer = hub.load_model(str(marian_dir))
+    model, tokenizer = loading.load_model(str(marian_dir))
     ids = tokenizer(["A dog runs in the park."], return_tensors="pt")
     return model.generate(**ids, num_beams=1, do_sample=False, max_new_tokens=8)[0].tolist()
 
@@ -179,11 +180,11 @@ def test_a_listed_folder_with_pickle_weights_loads_them_and_says_so(tmp_path, ma
     (folder / "pytorch_model.bin").write_bytes(pickle_weights(marian_dir))
     (folder / "model.safetensors").unlink()
 
-    loaded = hub.load_listed_model(str(folder), allow_pickle=True)
-    reference, _ = hub.load_model(str(marian_dir))
+    loaded = loading.load_listed_model(str(folder), allow_pickle=True)
+    reference, _ = loading.load_model(str(marian_dir))
 
     assert "weights_only unpickler" in loaded.weights and loaded.revision is None
     for (name, ours), theirs in zip(loaded.model.state_dict().items(), reference.state_dict().values(), strict=True):
         assert torch.equal(ours, theirs), name
     with pytest.raises(RuntimeError, match="loads safetensors only"):
-        hub.load_listed_model(str(folder))  # not listed as allowed: refused with the conversion
+        loading.load_listed_model(str(folder))  # not listed as allowed: refused with the conversion

@@ -13,7 +13,7 @@ from transformer_en_de.app import inside, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
-from transformer_en_de.engine import DecodingSettings, plan_decoding, strip_generated, translate
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, strip_generated, translate
 from transformer_en_de.inside import DECIMALS, KINDS
 
 SHIPPED = ROOT / "models" / "transformer-en-de"

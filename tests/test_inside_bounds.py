@@ -12,7 +12,7 @@ from conftest import ROOT, view_inside
 from transformer_en_de.app import inside, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext
-from transformer_en_de.engine import DecodingSettings, plan_decoding
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
 from transformer_en_de.inside import DECIMALS, MAX_PIECES, inside_view, rounded_rows, traced_search
 
 SHIPPED = ROOT / "models" / "transformer-en-de"

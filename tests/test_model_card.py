@@ -1,11 +1,11 @@
-"""transformer_en_de/model_card.py: the card is built from the folder's eval_results.json (the one shape)."""
+"""transformer_en_de/publishing/model_card.py: the card is built from the folder's eval_results.json (the one shape)."""
 
 import pytest
 from conftest import ROOT, tiny_config
 from huggingface_hub import ModelCard
 
 from transformer_en_de.evaluation import read_eval_results, write_eval_results
-from transformer_en_de.model_card import write_model_card
+from transformer_en_de.publishing.model_card import write_model_card
 
 SCORE = {"bleu": 30.5, "chrf": 55.25, "num_sentences": 1000, "bleu_signature": "nrefs:1|bleu", "chrf_signature": "c"}
 

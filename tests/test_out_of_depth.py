@@ -19,8 +19,8 @@ from transformer_en_de.app.out_of_depth import (
     familiarity,
 )
 from transformer_en_de.data import read_lines
-from transformer_en_de.engine import confidences, translate
-from transformer_en_de.hub import load_model
+from transformer_en_de.decoding.engine import confidences, translate
+from transformer_en_de.decoding.loading import load_model
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 VALIDATION_SENTENCES = 200

@@ -14,10 +14,10 @@ from loopback_hub import LoopbackHub
 from transformers import AutoConfig
 
 import publish
-from transformer_en_de import hub as hub_module
 from transformer_en_de.evaluation import write_eval_results
-from transformer_en_de.hub import PublishError, push_folder
-from transformer_en_de.model_card import write_model_card
+from transformer_en_de.publishing import push as push_module
+from transformer_en_de.publishing.model_card import write_model_card
+from transformer_en_de.publishing.push import PublishError, push_folder
 
 TOKEN = "hf_loopback_write_token"
 
@@ -307,6 +307,6 @@ def test_every_request_of_a_push_is_bounded_even_one_asked_to_wait_forever(onlin
         server.listen()  # accepts connections, never answers
         url = f"http://127.0.0.1:{server.getsockname()[1]}/api/whoami-v2"
         started = time.perf_counter()
-        with hub_module.bounded_hub_requests(timeout=0.5), pytest.raises(Exception) as error:
+        with push_module.bounded_hub_requests(timeout=0.5), pytest.raises(Exception) as error:
             get_session().get(url, timeout=None)
-        assert hub_module._is_timeout(error.value) and time.perf_counter() - started < 5
+        assert push_module._is_timeout(error.value) and time.perf_counter() - started < 5

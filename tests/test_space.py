@@ -15,12 +15,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import deploy_space
-from transformer_en_de.hub import PublishError
+from transformer_en_de.publishing.push import PublishError
 
 TOKEN = "hf_loopback_write_token"
 SPACE_CODE = ["app.py", *sorted(str(path.relative_to(ROOT)) for folder in deploy_space.SPACE_FOLDERS
                                  for path in (ROOT / folder).rglob("*.py")
-                                 if "__pycache__" not in path.parts and path.name not in deploy_space.TRAINING_ONLY)]
+                                 if not {"__pycache__", *deploy_space.TRAINING_ONLY} & set(path.parts))]
 
 
 def requirements(text: str | None = None) -> dict[str, Requirement]:
@@ -119,7 +119,8 @@ def test_staging_ships_the_app_its_code_and_the_model(model_with_checkpoint, tmp
 
     for name in SPACE_CODE:
         assert files[name] == (ROOT / name).read_bytes(), name
-    assert {"transformer_en_de/engine.py", "modeling/modeling_transformer_mt.py"} <= set(files)  # what app.py imports
+    assert {"transformer_en_de/decoding/engine.py", "modeling/modeling_transformer_mt.py"} <= set(files)  # app.py
+    assert not [name for name in files if name.startswith("transformer_en_de/training/")]  # training stays home
     model_files = {f"{deploy_space.MODEL_IN_SPACE}/{name}": data
                    for name, data in folder_files(model_with_checkpoint).items() if "/" not in name}
     assert model_files.items() <= files.items()

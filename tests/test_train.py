@@ -24,11 +24,12 @@ from loopback_hub import LoopbackHub
 import train
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
-from transformer_en_de import precision, training_data
-from transformer_en_de.engine import translate
+from transformer_en_de import precision
+from transformer_en_de.decoding.engine import translate
 from transformer_en_de.evaluation import read_eval_results
-from transformer_en_de.training import resolve_resume
-from transformer_en_de.training_data import load_training_set, prepare_tokenizer, tokenize_pairs
+from transformer_en_de.training import dataset as training_data
+from transformer_en_de.training.dataset import load_training_set, prepare_tokenizer, tokenize_pairs
+from transformer_en_de.training.loop import resolve_resume
 
 TOKEN = "hf_loopback_write_token"
 TINY_MODEL_FLAGS = [
@@ -204,7 +205,7 @@ def test_push_offline_fails_clearly(tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    from transformer_en_de.hub import PublishError, push_folder
+    from transformer_en_de.publishing.push import PublishError, push_folder
 
     started = time.time()
     with pytest.raises(PublishError, match="offline"):

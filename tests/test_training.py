@@ -1,4 +1,4 @@
-"""transformer_en_de/training.py: batches of about N tokens, the training loss on real target tokens only, and an
+"""transformer_en_de/training/loop.py: batches of about N tokens, the training loss on real target tokens only, and an
 output folder that a full disk leaves with whole checkpoints only."""
 
 import datetime
@@ -22,7 +22,7 @@ from test_train import tiny_run_flags
 import train
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
-from transformer_en_de.training import TokenBatchSampler, resolve_resume, scored_loss
+from transformer_en_de.training.loop import TokenBatchSampler, resolve_resume, scored_loss
 
 
 def test_token_batches_hold_every_pair_once_within_the_budget():

@@ -12,10 +12,10 @@ import torch
 from conftest import PAIRS, ROOT
 
 import translate_corpus
-from transformer_en_de import backends
-from transformer_en_de.engine import DecodingSettings, translate
-from transformer_en_de.hub import load_model
-from transformer_en_de.precision import int8_dynamic
+from transformer_en_de.decoding import backends
+from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.int8 import int8_dynamic
+from transformer_en_de.decoding.loading import load_model
 
 SOURCES = [source for source, _ in PAIRS]
 

@@ -14,12 +14,12 @@ import torch
 from conftest import tiny_config
 
 from modeling import TransformerMTForConditionalGeneration
-from transformer_en_de import backends
 from transformer_en_de.app import translators
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import run_system
-from transformer_en_de.engine import DecodingSettings, confidences, translate
-from transformer_en_de.hub import load_model
+from transformer_en_de.decoding import backends
+from transformer_en_de.decoding.engine import DecodingSettings, confidences, translate
+from transformer_en_de.decoding.loading import load_model
 
 pytest.importorskip("ctranslate2")
 

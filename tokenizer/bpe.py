@@ -15,8 +15,6 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from transformer_en_de.data import read_lines
-
 # Order fixes the ids: pad 0, bos 1, eos 2, unk 3 — the defaults of TransformerMTConfig.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # Set by from_pretrained (where the files came from) or read back from the backend's last truncation/padding (the
@@ -27,8 +25,11 @@ DEFAULT_SIDES = {"truncation_side": "right", "padding_side": "right"}  # dropped
 
 
 def _lines(files: Iterable[str | Path]) -> Iterator[str]:
+    """The lines of UTF-8 text files as every script reads them: LF, CRLF and a lone CR end a line alike (Python's
+    universal newlines), and the break after the last line is optional."""
     for path in files:
-        yield from read_lines(path)  # the lines every script reads: LF, CRLF and a lone CR end a line alike
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+        yield from lines[:-1] if lines[-1] == "" else lines
 
 
 def train_tokenizer(

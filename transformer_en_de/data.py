@@ -295,7 +295,7 @@ def load_translation_split(name: str, config: str | None, split: str, streaming:
 
 
 def _default_hub_reachable() -> bool:
-    from .hub import hub_is_reachable  # loads transformers: only when a Hub id is asked for
+    from .hub_access import hub_is_reachable
 
     return hub_is_reachable()
 

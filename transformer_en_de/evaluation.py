@@ -12,7 +12,7 @@ import datasets
 import evaluate
 import sacrebleu
 
-from .engine import DecodingSettings, resolved_settings, translate
+from .decoding.engine import DecodingSettings, resolved_settings, translate
 
 _FEATURES = datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")})
 
@@ -136,7 +136,7 @@ def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> d
 #                  "corpora": [{"name", "pairs", "weight", "tagged"}, ...], "case_augmentation": .., ...}
 #   }
 #
-# "scores" are measured through the engine (`transformer_en_de.engine.translate`) with "decoding", on every sentence
+# "scores" are measured through the engine (`decoding.engine.translate`) with "decoding", on every sentence
 # of each split in file order; the validation split is named by training["validation_split"] (default "val").
 
 EVAL_RESULTS = "eval_results.json"

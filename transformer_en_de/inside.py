@@ -27,7 +27,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from modeling.length_bound import SourceLengthBound
-from transformer_en_de.engine import (
+from transformer_en_de.decoding.engine import (
     Deadline,
     DecodingPlan,
     DecodingSettings,

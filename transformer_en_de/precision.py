@@ -1,5 +1,5 @@
-"""Which precision to compute in: bf16 autocast for training only where the hardware computes bf16 natively, and
-int8 for CPU inference on request.
+"""Which precision to compute in: bf16 autocast for training only where the hardware computes bf16 natively (int8
+for CPU inference is `decoding.int8`).
 
 bf16 autocast halves memory traffic where bf16 matrix multiplies run in hardware (CUDA GPUs of compute capability
 8.0 and newer; CPUs with AVX-512 BF16 or AMX). Elsewhere PyTorch emulates them: on an AVX2-only CPU one training step
@@ -7,13 +7,10 @@ of the shipped model size took 36 s in bf16 autocast against 1.1 s in float32. S
 and an explicit `--bf16` / `--fp16` on the command line always wins.
 """
 
-import copy
 import platform
-import warnings
 from pathlib import Path
 
 import torch
-from torch import nn
 
 # /proc/cpuinfo flags that mean bf16 dot products in hardware (x86: AVX-512 BF16, AMX; Arm: the BF16 extension).
 NATIVE_BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
@@ -64,24 +61,3 @@ def describe(use_cpu: bool = True) -> str:
         device = f"CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
     native = native_bf16(use_cpu)
     return f"{device}, native bf16: {'yes' if native else 'no'} -> default precision {name(native)}"
-
-
-def int8_dynamic(model, keep_output_layer: bool = False):
-    """A copy of `model` for CPU inference with int8 weights in every nn.Linear (activations quantized per batch;
-    `keep_output_layer`: all but the output projection `lm_head`). On test_2016_flickr it keeps BLEU within 0.3 of
-    float32 at about 1.3x the speed (`python -m benchmarks.inference_precision`)."""
-    model = copy.deepcopy(model).cpu()
-    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    chosen = [name for name in linears if not (keep_output_layer and name == "lm_head")]
-    for name in chosen:
-        module = model.get_submodule(name)
-        if type(module) is not nn.Linear:
-            # quantize_dynamic swaps nn.Linear itself only; a subclass (our model's OutputProjection, which multiplies
-            # the other way round for a few rows) becomes the plain layer first, its parameters shared.
-            plain = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)
-            plain.weight, plain.bias = module.weight, module.bias
-            model.set_submodule(name, plain)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
-        qconfig = torch.ao.quantization.default_dynamic_qconfig
-        return torch.ao.quantization.quantize_dynamic(model, dict.fromkeys(chosen, qconfig), dtype=torch.qint8)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.engine import DecodingSettings
+from transformer_en_de.decoding.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 
 from .limits import Limits, least_seconds

@@ -23,7 +23,7 @@ import gradio as gr
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_en_de.engine import DecodingSettings, plan_decoding
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
 from transformer_en_de.inside import KINDS, MAX_PIECES, inside_view, too_many_pieces
 
 from .limits import Limits

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.engine import DecodingSettings, Tokenized, resolved_settings
+from transformer_en_de.decoding.engine import DecodingSettings, Tokenized, resolved_settings
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ Our model's sentences are checked for being out of its depth (`out_of_depth.chec
 
 from dataclasses import dataclass, field, replace
 
-from transformer_en_de.backends import BackendError
-from transformer_en_de.engine import (
+from transformer_en_de.decoding.backends import BackendError
+from transformer_en_de.decoding.engine import (
     DecodingSettings,
     TranslationRun,
     confidences,

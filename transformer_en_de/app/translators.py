@@ -1,7 +1,7 @@
 """The models the app serves: ours (loaded at start, or the app does not start) and the comparison models the
 operator lists (loaded in background threads, so the page is up before they are; each says why it is unavailable).
 
-Every model is loaded by `transformer_en_de.hub.load_listed_model` (a folder or a Hub id, at one commit; offline it
+Every model is loaded by `decoding.loading.load_listed_model` (a folder or a Hub id, at one commit; offline it
 fails at once and says so). A visitor never chooses what is loaded: the list comes from the command line or the
 environment. So a comparison model whose repo has no safetensors on its commit loads those of the Hub's conversion
 pull request, or else its pickle weights through torch's `weights_only` unpickler, and its status line says which.
@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_en_de.backends import BackendError, load_backend, resolve_backend
-from transformer_en_de.engine import max_target_tokens
-from transformer_en_de.hub import load_listed_model
-from transformer_en_de.precision import int8_dynamic
+from transformer_en_de.decoding.backends import BackendError, load_backend, resolve_backend
+from transformer_en_de.decoding.engine import max_target_tokens
+from transformer_en_de.decoding.int8 import int8_dynamic
+from transformer_en_de.decoding.loading import load_listed_model
 
 OURS_NAME = "Transformer (ours)"
 
@@ -87,11 +87,11 @@ _LOADING = threading.Lock()
 def load_translator(
     model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False, allow_pickle: bool = False
 ) -> Translator:
-    """Load through `hub.load_listed_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
+    """Load through `load_listed_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
 
     `backend`: "torch", "ctranslate2" (converted once, cached: `backends.load_backend`) or "auto" (CTranslate2 when
     it is installed). `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8 linear layers. `allow_pickle`: a
-    model the operator listed may load pickle weights where it has no safetensors (`hub.load_listed_model`)."""
+    model the operator listed may load pickle weights where it has no safetensors (`loading.load_listed_model`)."""
     try:
         chosen = resolve_backend(backend)
     except BackendError as error:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .data import MULTI30K_HUB_ID
-from .evaluation import read_eval_results
+from ..data import MULTI30K_HUB_ID
+from ..evaluation import read_eval_results
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
 

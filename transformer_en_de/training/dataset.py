@@ -24,7 +24,7 @@ from datasets import Dataset
 
 from tokenizer import load_tokenizer, train_tokenizer
 
-from . import data
+from .. import data
 
 
 @dataclass

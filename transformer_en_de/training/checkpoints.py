@@ -20,9 +20,9 @@ from transformers.trainer_pt_utils import safe_globals
 from modeling import TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 
-from .engine import DecodingSettings
-from .evaluation import score_model
-from .hub import PICKLE_WEIGHTS, SAFE_WEIGHTS, pickle_only_message
+from ..decoding.engine import DecodingSettings
+from ..decoding.loading import PICKLE_WEIGHTS, SAFE_WEIGHTS, pickle_only_message
+from ..evaluation import score_model
 
 # The values of n tried by `train.py --average_last N` (those up to N, and N itself).
 AVERAGE_CANDIDATES = (1, 2, 5, 10, 20)

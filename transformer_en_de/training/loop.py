@@ -24,11 +24,12 @@ from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
 from tokenizer import config_token_fields
 
+from ..decoding.loading import model_folder
+from ..evaluation import score_model
+from ..hub_access import hub_is_reachable
 from .checkpoints import complete_checkpoints, damaged_checkpoint, restore_translation_defaults, validation_curve
-from .evaluation import score_model
+from .dataset import dataset_facts
 from .flags import CONFIG_DEFAULTS
-from .hub import hub_is_reachable, model_folder
-from .training_data import dataset_facts
 
 # ------------------------------------------------------------------------------------------------------------ batching
 

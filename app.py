@@ -80,6 +80,7 @@ from transformer_en_de.app.translators import (  # noqa: E402
     parse_model_list,
 )
 from transformer_en_de.app.uploads import UploadQuota, stored_upload  # noqa: E402
+from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"
@@ -165,13 +166,8 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         help="pretrained models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
         f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
     )
-    parser.add_argument(
-        "--backend",
-        choices=["auto", "torch", "ctranslate2"],
-        default=os.environ.get("TRANSFORMER_MT_BACKEND", "auto"),
-        help="what decodes: PyTorch, CTranslate2, or auto (CTranslate2 where installed; env TRANSFORMER_MT_BACKEND)",
-    )
-    parser.add_argument("--int8", action="store_true", help="CTranslate2 with int8 weights")
+    # env TRANSFORMER_MT_BACKEND sets the default backend
+    add_backend_flags(parser, default_backend=os.environ.get("TRANSFORMER_MT_BACKEND", "auto"), device=False)
     parser.add_argument(
         "--votes_db",
         "--votes-db",
@@ -295,9 +291,6 @@ class TranslationApp:
         self.compute = dict(self.work, preprocess=False)
 
     def prepare_model(self, model) -> None:
-        # Every decoder step becomes a point where the running request may hand the CPU to a waiting one or stop
-        # (cancelled): requests take turns inside generate(), not only between batches.
-        self.scheduler.take_turns_at_each_decoder_step(model)
         model.set_attn_implementation("eager")  # the Inside tab needs attention weights, which SDPA does not return
 
     def context(self, request: gr.Request, arrived: float | None) -> RequestContext:
@@ -323,8 +316,8 @@ class TranslationApp:
         Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
         notices), then a translation and details per comparison model, then a notice about the request.
         """
-        # Decoding takes turns on the CPU inside generate(): at each decoder step this request may wait for another
-        # one, or end (Cancelled: the page closed) - `FairScheduler.take_turns_at_each_decoder_step`, set at loading.
+        # Decoding takes turns on the CPU inside generate(): at each step of the search this request may wait for
+        # another one, or end (Cancelled: the page closed) - the engine's `TurnPoint`, which translation.py hands it.
         with self.gate.serving(request.session_hash) as arrived:
             result = translate_text(
                 text, decoding, num_beams, max_new_tokens, reference, context=self.context(request, arrived)
@@ -554,7 +547,7 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                     gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
                     panels += [
                         gr.Textbox(
-                            label=f"{system.name} (German)", lines=4, interactive=False, elem_id=f"translation-{number}"
+                            label="German", lines=4, interactive=False, elem_id=f"translation-{number}"
                         ),
                         gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}", latex_delimiters=[]),
                     ]

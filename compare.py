@@ -20,12 +20,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
 from transformer_en_de.comparison import compare, fair_settings, markdown_table, write_comparison
 from transformer_en_de.data import DataError
 from transformer_en_de.decoding.backends import BackendError, resolve_backend
+from transformer_en_de.decoding.flags import add_backend_flags
 
 
 def unwritable(output: Path) -> str | None:
@@ -64,13 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length_penalty", "--length-penalty", type=float, default=None,
                         help="same for every model (default: each model's own)")
     parser.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--backend", choices=["torch", "ctranslate2", "auto"], default="torch",
-                        help="what decodes every model: PyTorch, or CTranslate2 (converted once and cached; auto: "
-                             "CTranslate2 where it is installed)")
-    parser.add_argument("--int8", action="store_true",
-                        help="int8 weights for every model (CPU only): PyTorch's dynamic int8 linear layers (about "
-                             "1.4x faster for ours), or CTranslate2's int8 with --backend ctranslate2")
+    add_backend_flags(parser)
     args = parser.parse_args(argv)
     if args.int8 and args.device != "cpu":
         parser.error("--int8 quantizes for the CPU: use it with --device cpu.")

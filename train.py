@@ -45,7 +45,7 @@ from transformer_en_de.publishing.model_card import write_model_card
 from transformer_en_de.publishing.push import PublishError, push_folder
 from transformer_en_de.training import checkpoints, dataset, loop
 from transformer_en_de.training.dataset import DataArguments, TokenizerArguments
-from transformer_en_de.training.flags import HelpFormatter, brief_help, config_field, recipe
+from transformer_en_de.training.flags import HelpFormatter, brief_help, model_arguments, recipe
 from transformer_en_de.training.loop import REGULARISATION_FIELDS
 
 # ------------------------------------------------------------------------------------------------------------ arguments
@@ -55,23 +55,7 @@ from transformer_en_de.training.loop import REGULARISATION_FIELDS
 # are defined beside the code that reads them (`dataset.DataArguments`, `TokenizerArguments`).
 
 
-@dataclass
-class ModelArguments:
-    """The architecture and its regularisation: each flag sets the `TransformerMTConfig` field of the same name."""
-
-    d_model: int | None = config_field("d_model")
-    encoder_layers: int | None = config_field("encoder_layers")
-    decoder_layers: int | None = config_field("decoder_layers")
-    num_attention_heads: int | None = config_field("num_attention_heads")
-    d_ff: int | None = config_field("d_ff")
-    dropout: float | None = config_field("dropout")
-    attention_dropout: float | None = config_field("attention_dropout")
-    activation_dropout: float | None = config_field("activation_dropout")
-    max_position_embeddings: int | None = config_field("max_position_embeddings")
-    norm_placement: str | None = config_field("norm_placement")
-    tie_word_embeddings: bool | None = config_field("tie_word_embeddings")
-    init_std: float | None = config_field("init_std")
-    label_smoothing: float | None = config_field("label_smoothing")
+ModelArguments = model_arguments()  # a flag per field of the config, its documentation as help
 
 
 @dataclass

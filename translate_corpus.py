@@ -47,6 +47,7 @@ import torch  # noqa: E402
 from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
 from transformer_en_de.decoding.backends import BackendError, fingerprint_model, load_backend, resolve_backend  # noqa: E402
 from transformer_en_de.decoding.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
+from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
 from transformer_en_de.decoding.int8 import int8_dynamic  # noqa: E402
 from transformer_en_de.decoding.loading import load_model  # noqa: E402
 
@@ -356,13 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--limit", type=int, default=None, help="translate only the first N input lines")
     run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
                      help="end this run after K chunks; the same command continues")
-    run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    run.add_argument("--backend", choices=["torch", "ctranslate2", "auto"], default="torch",
-                     help="what decodes: the PyTorch model, or CTranslate2 (converted once and cached beside the "
-                          "model; auto: CTranslate2 where it is installed)")
-    run.add_argument("--int8", action="store_true",
-                     help="int8 weights (CPU only): PyTorch's dynamic int8 linear layers (about 1.4x faster for our "
-                          "model, BLEU within 0.3), or CTranslate2's int8 with --backend ctranslate2")
+    add_backend_flags(run)
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:

@@ -98,3 +98,36 @@ def app_model_dir(tiny_model_dir, tmp_path_factory):
 def view_inside(translator, sentence: str, settings) -> dict:
     """`inside_view` of a model loaded as the app loads it (`translators.Translator`), under its name on the page."""
     return inside_view(translator.model, translator.tokenizer, sentence, settings, name=translator.name)
+
+
+# ------------------------------------------------------------------ the loopback Hub, and the shipped model for the app
+
+HUB_TOKEN = "hf_loopback_write_token"  # the token the loopback Hub asks of a push
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The tests run with HF_HUB_OFFLINE=1; a push to the loopback server needs huggingface_hub's online mode."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture
+def hub(online):
+    """A loopback Hub that asks for `HUB_TOKEN`, online mode on."""
+    from loopback_hub import LoopbackHub
+
+    with LoopbackHub(token=HUB_TOKEN) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shipped_translator():
+    """The shipped model as the app loads it, attention weights on (SDPA returns none)."""
+    from transformer_en_de.app import translators
+
+    translator = translators.load_our_translator(str(ROOT / "models" / "transformer-en-de"))
+    translator.model.set_attn_implementation("eager")
+    return translator
+

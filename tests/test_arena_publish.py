@@ -10,13 +10,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub is import
 
 import pytest
 import yaml
+from conftest import HUB_TOKEN
 from huggingface_hub import constants
 from loopback_hub import LoopbackHub
 
 from transformer_en_de.app.arena.publish import DATASET_CARD, VotePublisher
 from transformer_en_de.app.arena.votes import Vote, VoteStore
 
-TOKEN = "hf_loopback_write_token"
+TOKEN = HUB_TOKEN
 REPO = "someone/arena-votes"
 
 
@@ -31,18 +32,6 @@ def published_votes(hub: LoopbackHub) -> list[dict]:
     files = hub.files(REPO, repo_type="dataset")
     lines = [line for path, data in sorted(files.items()) if path.endswith(".jsonl") for line in data.splitlines()]
     return [json.loads(line) for line in lines]
-
-
-@pytest.fixture
-def online(monkeypatch):
-    """The tests run with HF_HUB_OFFLINE=1; a push to the loopback server needs huggingface_hub's online mode."""
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-
-
-@pytest.fixture
-def hub(online):
-    with LoopbackHub(token=TOKEN) as server:
-        yield server
 
 
 @pytest.fixture

@@ -227,6 +227,26 @@ def test_deadline_in_greedy_search_keeps_the_tokens_written(which, wide_model, t
     assert run.notices[-1] == f"stopped after 5 of {len(SOURCES)} sentences."
 
 
+@pytest.mark.parametrize("which", ["ours", "marian"])
+def test_the_turn_point_is_called_at_every_step_and_may_stop_the_search(which, wide_model, tiny_tokenizer, marian):
+    # What shares the CPU between requests acts where a reader sees it: a logits processor the engine hands generate()
+    # (`TurnPoint`), called once a step; one that raises stops the search there, and nothing is kept.
+    model, tokenizer = (wide_model, tiny_tokenizer) if which == "ours" else marian
+    settings = DecodingSettings(num_beams=4, max_new_tokens_ratio=1e6, max_new_tokens=6, batch_size=len(SOURCES))
+    steps = []
+    run = translate(model, tokenizer, SOURCES, settings, at_each_step=lambda: steps.append(1))
+    assert len(steps) == max(translation.new_tokens for translation in run.translations)
+
+    class Left(Exception):
+        pass
+
+    def leave():
+        raise Left
+
+    with pytest.raises(Left):
+        translate(model, tokenizer, SOURCES, settings, at_each_step=leave)
+
+
 def test_deadline_in_beam_search_keeps_the_sentences_done(wide_model, tiny_tokenizer, monkeypatch):
     """Short sources end early (the bound), long ones still run at the deadline: those end where they are."""
     settings = DecodingSettings(num_beams=4, max_new_tokens_ratio=0.5, max_new_tokens_offset=2, batch_size=12)

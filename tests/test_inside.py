@@ -25,10 +25,8 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def ours():
-    translator = translators.load_our_translator(str(SHIPPED))
-    translator.model.set_attn_implementation("eager")  # as the app does: SDPA returns no weights
-    return translator
+def ours(shipped_translator):
+    return shipped_translator
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import ROOT, view_inside
 
-from transformer_en_de.app import inside, translators
+from transformer_en_de.app import inside
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
@@ -38,10 +38,8 @@ def numbers_in(value) -> list:
 
 
 @pytest.fixture(scope="module")
-def ours():
-    translator = translators.load_our_translator(str(SHIPPED))
-    translator.model.set_attn_implementation("eager")  # as the app does: SDPA returns no weights
-    return translator
+def ours(shipped_translator):
+    return shipped_translator
 
 
 @pytest.fixture(scope="module")

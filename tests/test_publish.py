@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import HUB_TOKEN
 from huggingface_hub import constants, get_session
 from loopback_hub import LoopbackHub
 from transformers import AutoConfig
@@ -19,23 +20,11 @@ from transformer_en_de.publishing import push as push_module
 from transformer_en_de.publishing.model_card import write_model_card
 from transformer_en_de.publishing.push import PublishError, push_folder
 
-TOKEN = "hf_loopback_write_token"
+TOKEN = HUB_TOKEN
 
 
 def folder_files(folder: Path) -> dict[str, bytes]:
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
-
-
-@pytest.fixture
-def online(monkeypatch):
-    """The tests run with HF_HUB_OFFLINE=1; a push to the loopback server needs huggingface_hub's online mode."""
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-
-
-@pytest.fixture
-def hub(online):
-    with LoopbackHub(token=TOKEN) as server:
-        yield server
 
 
 @pytest.fixture

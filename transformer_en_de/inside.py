@@ -24,15 +24,14 @@ import copy
 import math
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor
 
-from modeling.length_bound import SourceLengthBound
 from transformer_en_de.decoding.engine import (
-    Deadline,
     DecodingPlan,
     DecodingSettings,
     eos_id_of,
     plan_decoding,
+    step_processors,
     strip_generated,
 )
 
@@ -72,6 +71,7 @@ def traced_search(
     plan: DecodingPlan,
     *,
     deadline: float | None = None,
+    at_each_step=None,
     alternatives: int = ALTERNATIVES,
     max_pieces: int | None = MAX_PIECES,
 ):
@@ -86,9 +86,7 @@ def traced_search(
     config.return_dict_in_generate = True
     config.num_return_sequences = config.num_beams  # every finished hypothesis the search kept, best first
     recorder = StepRecorder(keep=max(alternatives, 2 * config.num_beams), normalise=config.num_beams == 1)
-    processors = LogitsProcessorList([SourceLengthBound(torch.tensor([limit]), eos_id)])
-    if deadline is not None:
-        processors.append(Deadline(deadline, eos_id))
+    processors = step_processors([limit], eos_id, deadline, at_each_step)
     processors.append(recorder)  # last: it sees the scores the search ranks
     source = torch.tensor([list(plan.source_ids[0])], device=model.device)
     model.eval()
@@ -274,6 +272,7 @@ def inside_view(
     name: str = "",
     plan: DecodingPlan | None = None,
     deadline: float | None = None,
+    at_each_step=None,
     alternatives: int = ALTERNATIVES,
     max_pieces: int | None = MAX_PIECES,
 ) -> dict:
@@ -288,7 +287,7 @@ def inside_view(
     if problem:
         raise ValueError(problem)
     hypotheses, recorder, cut, reached_bound = traced_search(
-        model, plan, deadline=deadline, alternatives=alternatives, max_pieces=max_pieces
+        model, plan, deadline=deadline, at_each_step=at_each_step, alternatives=alternatives, max_pieces=max_pieces
     )
     chosen = hypotheses[0]
     source_ids = list(plan.source_ids[0])

@@ -131,7 +131,8 @@ def inside_request(
             views = [
                 {"model": name, "message": why_not} if translator is None
                 else inside_view(translator.model, translator.tokenizer, sentence, name=translator.name,
-                                 plan=model_plan, deadline=job.hard_deadline, max_pieces=MAX_PIECES)
+                                 plan=model_plan, deadline=job.hard_deadline, at_each_step=context.scheduler.checkpoint,
+                                 max_pieces=MAX_PIECES)
                 for name, translator, why_not, model_plan in systems
             ]  # fmt: skip
     except Busy as error:

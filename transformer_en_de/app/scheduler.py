@@ -2,7 +2,8 @@
 
 Every request is an event of Gradio's queue in one concurrency group (app.py): Gradio bounds how many are in their
 callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time
-and hands the CPU over at every decoder step (`take_turns_at_each_decoder_step`) and between engine batches
+and hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it
+hands `generate()`) and between engine batches
 (`should_stop`) to a waiting one that comes first: ordinary before heavy, then the one whose session (a visitor: a page
 or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds. So
 a visitor who translates now and then goes before a client that keeps the CPU busy, and a class behind one school
@@ -178,14 +179,9 @@ class FairScheduler:
                 "again in a minute, or send fewer sentences or fewer beams."
             )
 
-    def take_turns_at_each_decoder_step(self, model) -> None:
-        """Make every decoder step of `model` a turn point (`checkpoint`): there, inside `generate()`, the request may
-        wait while another one runs, or stop with Cancelled. A forward pre-hook on the decoder, not the whole model:
-        generation loops may call the decoder directly (ours does, in its compact beam search)."""
-        model.get_decoder().register_forward_pre_hook(lambda module, args: self.checkpoint())
-
     def checkpoint(self) -> None:
-        """Called by the request's own thread at every decoder step: hand over the CPU if due; Cancelled if gone."""
+        """Called by the request's own thread at every step of the search (`engine.TurnPoint`): hand over the CPU if
+        due; Cancelled if gone."""
         job = getattr(self._local, "job", None)
         if job is None:
             return  # not a request's computation (a test, a script)

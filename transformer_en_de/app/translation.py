@@ -108,7 +108,7 @@ def run_system(
 ) -> SystemOutput:
     """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
     the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at each decoder
-    step (`FairScheduler.take_turns_at_each_decoder_step`): this request may wait there, or stop (Cancelled)."""
+    step (the engine's `TurnPoint` calling `FairScheduler.checkpoint`): this request may wait there, or stop."""
     backend = getattr(translator, "backend", None)
     output = SystemOutput(
         name=translator.name,
@@ -123,6 +123,7 @@ def run_system(
         progress=progress,
         should_stop=scheduler.should_stop,
         deadline=deadline,
+        at_each_step=scheduler.checkpoint,
         backend=backend,
         tokenized=tokenized,
     )

@@ -353,6 +353,31 @@ class Deadline(LogitsProcessor):
         return force_eos(scores, None, self.eos_token_id)
 
 
+class TurnPoint(LogitsProcessor):
+    """Calls `at_each_step()` at every step of the search and changes nothing: where a caller that shares the CPU
+    between requests lets this one wait for its turn, or stop (the callable raises). Passed to `generate()` like
+    `Deadline`, so the reader of the call sees it."""
+
+    def __init__(self, at_each_step: Callable[[], None]):
+        self.at_each_step = at_each_step
+
+    def select_sentences(self, sentences: torch.Tensor) -> "TurnPoint":
+        return self
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.at_each_step()
+        return scores
+
+
+def step_processors(limits: list[int], eos_id: int, deadline: float | None, at_each_step) -> LogitsProcessorList:
+    """What the engine adds to `generate()`'s own processors: the length bound per sentence, the deadline, the turn
+    point at each step."""
+    processors = LogitsProcessorList([SourceLengthBound(torch.tensor(limits), eos_id)])
+    processors += [Deadline(deadline, eos_id)] if deadline is not None else []
+    processors += [TurnPoint(at_each_step)] if at_each_step is not None else []
+    return processors
+
+
 def strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
     """Start token + new tokens up to and including the first </s>; the padding after it dropped."""
     kept = [sequence[0]]
@@ -384,7 +409,7 @@ def _pad_id(model, tokenizer) -> int:
     return 0
 
 
-def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadline: float | None):
+def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadline: float | None, at_each_step=None):
     """Decode the sentences `indices` of `plan` with the model's generate(): (generated ids per sentence, the step
     at which the deadline ended the batch or None)."""
     rows = [list(plan.source_ids[index]) for index in indices]
@@ -392,9 +417,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     config = plan.generation_config
     eos_id = eos_id_of(config)
     batch_limits = [plan.limits[index] for index in indices]
-    processors = LogitsProcessorList([SourceLengthBound(torch.tensor(batch_limits), eos_id)])
-    if deadline is not None:
-        processors.append(Deadline(deadline, eos_id))
+    processors = step_processors(batch_limits, eos_id, deadline, at_each_step)
     config = copy.copy(config)  # shallow: only the cap differs per batch
     config.max_new_tokens = batch_new_tokens(batch_limits)
     output = model.generate(
@@ -405,7 +428,7 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     )
     # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end with
     # the </s> it forced, one token after it.
-    stopped_at = processors[-1].stopped_at if deadline is not None else None
+    stopped_at = processors[1].stopped_at if deadline is not None else None
     return [strip_generated(row, config.pad_token_id, eos_id) for row in output.tolist()], stopped_at
 
 
@@ -474,6 +497,7 @@ def translate(
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
+    at_each_step: Callable[[], None] | None = None,
     backend=None,
     tokenized: Tokenized | None = None,
 ) -> TranslationRun:
@@ -482,6 +506,7 @@ def translate(
     `backend`: None decodes with `model` itself; a `backends.CTranslate2Backend` (of this model) decodes with
     CTranslate2, planned, bounded and reported the same way (its deadline is checked between batches only).
     `tokenized`: these sentences (or more, these first) tokenized already for this model (`tokenize`): not again.
+    `should_stop` is asked between batches; `at_each_step` is called at every step of PyTorch's search (`TurnPoint`).
     """
     started = time.perf_counter()
     plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend, tokenized=tokenized)
@@ -501,7 +526,7 @@ def translate(
                 break
             indices = order[start : start + batch_size]
             if backend is None:
-                generated, stopped_at = _torch_batch(model, tokenizer, plan, indices, deadline)
+                generated, stopped_at = _torch_batch(model, tokenizer, plan, indices, deadline, at_each_step)
             else:
                 generated, stopped_at = _ctranslate2_batch(model, tokenizer, plan, indices, backend)
             texts = tokenizer.batch_decode(generated, skip_special_tokens=True)

@@ -25,6 +25,23 @@ def config_field(name: str):
     return field(default=None, metadata={"help": f"{doc} (default: {CONFIG_DEFAULTS[name]!r})"})
 
 
+# Documented config fields that are no architecture choice: the tokenizer decides the vocabulary and its special ids,
+# generation the cache.
+NOT_MODEL_FLAGS = ("vocab_size", "pad_token_id", "decoder_start_token_id", "use_cache")
+
+
+def model_arguments() -> type:
+    """train.py's model flags as a dataclass for `HfArgumentParser`: one per documented `TransformerMTConfig` field
+    (`NOT_MODEL_FLAGS` left out), in the config's order, typed as the field and None when not given."""
+    flags = [
+        (config.name, config.type | None, config_field(config.name))
+        for config in dataclasses.fields(TransformerMTConfig)
+        if config.name in _CONFIG_DOCS and config.name not in NOT_MODEL_FLAGS
+    ]
+    doc = "The architecture and its regularisation: each flag sets the `TransformerMTConfig` field of the same name."
+    return dataclasses.make_dataclass("ModelArguments", flags, namespace={"__doc__": doc})
+
+
 def recipe(name: str, default, why: str = ""):
     """A Trainer flag with the recipe's default instead of the Trainer's, and the Trainer's help."""
     help_text = _TRAINER_FIELDS[name].metadata.get("help", "")

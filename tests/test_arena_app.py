@@ -2,7 +2,10 @@
 a vote that reveals the names and is stored, a second vote on the same battle refused, the leaderboard; and a page
 with one system, where /battle answers one line."""
 
+import os
+import signal
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -60,3 +63,68 @@ def test_with_one_system_the_battle_answers_one_line(app_model_dir, tmp_path):
     finally:
         server.should_exit = True
     assert battle_id == "" and second == "" and "needs two systems" in message and "\n" not in message
+
+
+def preferred(first: str, second: str) -> str:
+    """A reader's choice: the tiny random MarianMT writes one letter over and over; our model writes German."""
+    return "A" if len(set(first)) > len(set(second)) else "B"
+
+
+def pid_on_port(port: int) -> int:
+    """The `python app.py` process serving `port` (its command line names it)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                command = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"app.py" in b" ".join(command) and str(port).encode() in command:
+                return int(entry)
+    raise AssertionError(f"no app.py on port {port}")
+
+
+def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_them(app_model_dir, tmp_path):
+    from test_app_server import app_process
+
+    marian = build_tiny_marian(tmp_path / "marian")
+    votes_db = tmp_path / "votes.sqlite3"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    outcomes, lock = [], threading.Lock()
+
+    def visitor(url: str):
+        client = Client(url, verbose=False)
+        for caption in ("A dog runs in the park.", "Two men play football."):
+            battle_id, first, second = client.predict(caption, api_name="/battle")
+            revealed = client.predict(battle_id, preferred(first, second), api_name="/vote")
+            with lock:
+                outcomes.append((battle_id, revealed))
+            time.sleep(3.1)  # a person's pace
+
+    with app_process(app_model_dir, tmp_path / "first", comparisons=(marian,), VOTES_DB=str(votes_db)) as (port, _):
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 120
+        while "ready" not in Client(url, verbose=False).predict(api_name="/status"):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        visitors = [threading.Thread(target=visitor, args=(url,)) for _ in range(6)]
+        for thread in visitors:
+            thread.start()
+        for thread in visitors:
+            thread.join(timeout=300)
+        client = Client(url, verbose=False)
+        refused = [client.predict(battle, "B", api_name="/vote") for battle in ("made-up", outcomes[0][0])]
+        bad = [client.predict("", api_name="/battle"), client.predict("x", "maybe", api_name="/vote")]
+        os.kill(pid_on_port(port), signal.SIGKILL)  # no shutdown: what was committed must be there
+    with app_process(app_model_dir, tmp_path / "second", comparisons=(marian,), VOTES_DB=str(votes_db)) as (port, _):
+        table, _ = Client(f"http://127.0.0.1:{port}/", verbose=False).predict(api_name="/leaderboard")
+
+    assert len(outcomes) == 12 and all(revealed[0] and "stored" in revealed[2] for _, revealed in outcomes)
+    assert all(result[:2] == ("", "") and "\n" not in result[2] for result in refused + bad[1:])
+    assert bad[0][0] == "" and "Type an English sentence" in bad[0][1]
+    with sqlite3.connect(votes_db) as database:
+        rows = database.execute("SELECT battle_id, visitor FROM votes").fetchall()
+        everything = " ".join(str(value) for row in database.execute("SELECT * FROM votes") for value in row)
+    assert sorted(battle for battle, _ in rows) == sorted(battle for battle, _ in outcomes)  # each exactly once
+    assert "127.0.0.1" not in everything  # no address anywhere in the rows
+    assert table.index("Transformer (ours)") < table.index("marian") and "from 12 votes" in table

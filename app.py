@@ -221,6 +221,11 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
     return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
+def unchanged(outputs: int):
+    """What a refused call of a short piece of work answers: its `outputs` components left as they are."""
+    return lambda error: tuple(gr.skip() for _ in range(outputs))
+
+
 def build_app_server(
     app: "TranslationApp", host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
 ) -> uvicorn.Server:
@@ -297,16 +302,16 @@ class TranslationApp:
         """What every request needs besides its inputs: the systems, the turns, the limits, who asks and since when."""
         return RequestContext(self.ours, self.comparisons, self.scheduler, self.limits, request.session_hash, arrived)
 
-    def in_turn(self, request: gr.Request, work, outputs: int):
-        """`work()` (a picture, the corpus table) in the scheduler's order like a translation, its pictures rendered
-        there too (Gradio would encode them after the callback, outside any order). A call that cannot run now (the
-        visitor's previous one still runs, or nobody reads it) changes nothing on the page and logs nothing."""
+    def in_turn(self, request: gr.Request, work, refused):
+        """`work()` (a picture, the corpus table, a vote) in the scheduler's order like a translation, its pictures
+        rendered there too (Gradio would encode them after the callback, outside any order). A call that cannot run
+        now (the visitor's previous one still runs, or nobody reads it) gets `refused(error)` and logs nothing."""
         with self.gate.serving(request.session_hash) as arrived:
             try:
                 with self.scheduler.job(request.session_hash, self.limits.text.seconds, since=arrived):
                     return tuple(PLOT.postprocess(value) if isinstance(value, Figure) else value for value in work())
-            except (Busy, Cancelled):
-                return tuple(gr.skip() for _ in range(outputs))
+            except (Busy, Cancelled) as error:
+                return refused(error)
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
         """Translate English text with our model and every comparison model.
@@ -345,7 +350,7 @@ class TranslationApp:
     def comparison(self, request: gr.Request):
         """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
         test set (eval_results.json and compare.py's JSON)."""
-        return self.in_turn(request, self.corpus_markdown, outputs=2)
+        return self.in_turn(request, self.corpus_markdown, unchanged(2))
 
     def corpus_markdown(self) -> tuple[str, str]:
         summary, rows = self.corpus()
@@ -389,7 +394,7 @@ class TranslationApp:
             view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
         return view, self.views.put(view)  # the endpoint's answer; the id of the copy the pictures are drawn from
 
-    # ------------------------------------------------------------------- the arena: blind votes (transformer_en_de/app/
+    # ------------------------------------------------------------------ the arena: blind votes (app/arena/)
 
     def battle(self, text, request: gr.Request):
         """Two systems drawn at random translate the text; their names are hidden until the vote.
@@ -406,16 +411,12 @@ class TranslationApp:
 
         Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
         """
-        with self.gate.serving(request.session_hash) as arrived:
-            try:
-                with self.scheduler.job(request.session_hash, self.limits.text.seconds, since=arrived):
-                    return self.arena.vote(battle_id, choice, request.session_hash)
-            except (Busy, Cancelled) as error:
-                return "", "", str(error) if isinstance(error, Busy) else "Cancelled: nobody reads this."
+        said = lambda error: ("", "", str(error) if isinstance(error, Busy) else "Cancelled: nobody reads this.")  # noqa: E731
+        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, request.session_hash), said)
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
-        return self.in_turn(request, self.leaderboard_now, outputs=2)
+        return self.in_turn(request, self.leaderboard_now, unchanged(2))
 
     def leaderboard_now(self) -> tuple:
         _, rows = self.corpus()
@@ -431,12 +432,12 @@ class TranslationApp:
         """Every picture of the Inside tab, from the server's copy of the view (no model runs); the endpoint's answer
         emptied, so that Gradio's copy of it in the session goes."""
         pictures = lambda: [*draw_inside(self.views.get(view_id), kind, layer, head, len(self.systems)), None]  # noqa: E731
-        return self.in_turn(request, pictures, outputs=3 + 4 * len(self.systems))
+        return self.in_turn(request, pictures, unchanged(3 + 4 * len(self.systems)))
 
     def draw_inside_attention(self, view_id, kind, layer, head, request: gr.Request):
         """The Inside tab's attention pictures again, for another kind, layer or head."""
         pictures = lambda: draw_attention(self.views.get(view_id), kind, layer, head, len(self.systems))  # noqa: E731
-        return self.in_turn(request, pictures, outputs=1 + len(self.systems))
+        return self.in_turn(request, pictures, unchanged(1 + len(self.systems)))
 
 
 # ------------------------------------------------------------------------------------------------------------ the page

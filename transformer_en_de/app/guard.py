@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from .http_answers import answer, call_inner, contained, drain, read_body, refuse, replay
+from .http_answers import TooLarge, answer, call_inner, contained, drain, read_body, refuse, replay
 from .internals import example_count, page_events, takes_api_value
 from .limits import Limits
 from .uploads import file_values_problem
@@ -214,9 +214,10 @@ class RequestGuard:
             size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
             return await refuse(send, 413, self._too_large(size), await drain(receive))
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
-        body, too_large = await read_body(receive, self.max_body_bytes)
-        if too_large:
-            return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), True)
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except TooLarge as error:
+            return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), error.drained)
         if body is None:
             return
         status, problem, payload = self.check_call(path, body)

@@ -89,20 +89,27 @@ async def call_inner(app, scope, body: bytes) -> tuple[int, object]:
         return answer.status, None
 
 
-async def read_body(receive, most: int) -> tuple[bytes | None, bool]:
-    """(the whole body, False), or (None, True) past `most` bytes (the rest drained), or (None, False) if the client
-    went away first."""
+class TooLarge(Exception):
+    """A body past its bound; `drained`: whether the rest of it was read (if not, the answer closes the connection)."""
+
+    def __init__(self, drained: bool):
+        super().__init__("the request body is over its bound")
+        self.drained = drained
+
+
+async def read_body(receive, most: int) -> bytes | None:
+    """The whole body, or None if the client went away first; TooLarge past `most` bytes (the rest drained)."""
     parts, seen, more = [], 0, True
     while more:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return None, False
+            return None
         parts.append(message.get("body", b""))
         seen += len(parts[-1])
         more = message.get("more_body", False)
         if seen > most:
-            return None, not more or await drain(receive)
-    return b"".join(parts), False
+            raise TooLarge(not more or await drain(receive))
+    return b"".join(parts)
 
 
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:

@@ -1,21 +1,21 @@
 """The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor.
 
 Every request is an event of Gradio's queue in one concurrency group (app.py): Gradio bounds how many are in their
-callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time
-and hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it
-hands `generate()`) and between engine batches
-(`should_stop`) to a waiting one that comes first: ordinary before heavy, then the one whose session (a visitor: a page
-or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds. So
-a visitor who translates now and then goes before a client that keeps the CPU busy, and a class behind one school
-address is served like many addresses. Nothing starves: a waiting session's usage only decays while the running ones'
-grows, a heavy request waiting `HEAVY_AGING` x `aging_seconds` at a stretch goes first, every request has its time.
-Only `heavy_jobs` heavy requests are in flight at once: another is refused at once with `Full`.
+callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time and
+hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it hands
+`generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: ordinary before heavy, then
+the one whose session (a visitor: a page or a client, never an address) used the least CPU lately, its CPU seconds
+halving every `USAGE_HALF_LIFE` seconds. So a visitor who translates now and then goes before a client that keeps the
+CPU busy, and a class behind one school address is served like many addresses. Nothing starves: a waiting session's
+usage only decays while the running ones' grows, a heavy request waiting `HEAVY_AGING` x `aging_seconds` at a stretch
+goes first, every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at
+once with `Full`.
 
 A call nobody reads spends nothing: one whose session opened no stream (`is_read`) within `stream_wait_seconds` of its
 arrival is dropped before it runs, and a running one whose reader left is cancelled at its next step (`cancel`). Past
 80% of its time a request starts no new batch; at its whole time the engine ends the batch in progress
-(`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A
-session runs one request at a time (`Busy` for a second).
+(`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A session
+runs one request at a time (`Busy` for a second).
 """
 
 import threading
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-AGING_SECONDS = 0.5
+AGING_SECONDS = 0.5  # the unit of the heavy lane's aging, and how often a waiting request looks again
 HEAVY_AGING = 10  # a heavy request waiting this many times `aging_seconds` at a stretch gets a turn
 AGED, ORDINARY, HEAVY = -1, 0, 1  # the lanes: aged first, then every ordinary request before any heavy one
 USAGE_HALF_LIFE = 10.0  # seconds: how fast a session's CPU use is forgiven
@@ -126,13 +126,14 @@ class FairScheduler:
         """
         now = time.monotonic()
         start = now if since is None else min(since, now)
-        if session is not None and self.is_read is not None:
+        watched = session is not None and self.is_read is not None  # an anonymous job has no stream to watch
+        if watched:
             self._wait_for_reader(session, start + self.stream_wait_seconds)
         session = session or f"anonymous-{threading.get_ident()}"
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, work, watched=self.is_read is not None)
+        job = Job(session, deadline, hard_deadline, lane, work, watched=watched)
         with self._condition:
             if any(other.session == job.session for other in self._jobs):
                 raise Busy(

@@ -170,8 +170,8 @@ class UploadQuota:
         if busy:
             message = f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
             return await refuse(send, 429, message, await drain(receive))
-        try:
-            body, _ = await read_body(receive, int(length))
+        try:  # the server delivers no more than the Content-Length checked above
+            body = await read_body(receive, int(length))
         finally:
             with self._lock:
                 self._reading[address] -= 1

@@ -14,7 +14,7 @@ pieces, at the most beams, against the 29 such words that were 48 MB of JSON bef
 what the page's `ViewStore` keeps of it, and what keeping and reading it adds to a redraw.
 
 Then the work factor (`inside.WORK_FACTOR`): on `--sentences` random test_2016_flickr sentences, the CPU seconds of
-`inside_request` divided by the engine's estimate it is admitted with (`Plan.cpu_seconds`, which the scheduler counts).
+`inside_request` divided by the engine's estimate it is admitted with (`budget_plan`'s, which the scheduler counts).
 
     OMP_NUM_THREADS=1 taskset -c 1 python -m benchmarks.inside_view --threads 1 [--quick]
 """
@@ -27,7 +27,7 @@ from transformer_en_de.app import inside
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext, budget_plan
 from transformer_en_de.app.translators import load_our_translator
-from transformer_en_de.decoding.engine import translate
+from transformer_en_de.decoding.engine import DecodingSettings, run_plan
 
 SENTENCE = "Two young women in colourful dresses are dancing on a wooden stage in front of a small crowd at night."
 # Letters our BPE rarely joins (tests/test_inside_bounds.py): the most pieces under the bound, and far past it.
@@ -90,20 +90,19 @@ def main() -> None:
     english, _ = harness.sample_sentences("test_2016_flickr", count)
     against_engine, against_estimate = [], []
     for sentence in english:
-        plan, settings = budget_plan(
-            RequestContext(ours, limits=limits), [sentence], ours.model.generation_config.num_beams,
-            limits.max_new_tokens, limits.text,
-        )  # fmt: skip
-        _, engine, _ = timed(lambda s=sentence, d=settings: translate(ours.model, ours.tokenizer, [s], d))
+        asked = DecodingSettings(ours.model.generation_config.num_beams, max_new_tokens=limits.max_new_tokens,
+                                 batch_size=limits.batch_size)  # fmt: skip
+        plan, estimate = budget_plan(RequestContext(ours, limits=limits), [sentence], asked, limits.text)
+        _, engine, _ = timed(lambda plan=plan: run_plan(ours.model, ours.tokenizer, plan))
         _, seen, _ = timed(lambda sentence=sentence: request(sentence))
         against_engine.append(seen / engine)
-        against_estimate.append(seen / plan.cpu_seconds)
+        against_estimate.append(seen / estimate)
     print(f"\nWork of an inside request, {count} random test_2016_flickr sentences (CPU seconds of inside_request):")
     harness.print_table(
         ["divided by", "median", "90th percentile", "max"],
         [[what, *(f"{value:.2f}" for value in quantiles(ratios))] for what, ratios in [
             ("the engine's own translation of the sentence (torch backend)", against_engine),
-            ("the engine's estimate the request is admitted with (Plan.cpu_seconds)", against_estimate),
+            ("the engine's estimate the request is admitted with (budget_plan's estimate)", against_estimate),
         ]],
     )  # fmt: skip
     print(f"inside.WORK_FACTOR = {inside.WORK_FACTOR:g} (counted against the estimate)")

@@ -139,14 +139,14 @@ def test_plan_lowers_beams_then_cuts_sentences():
     budget = limits.Budget(cpu_seconds=100, seconds=1)
     per_row = dict(batch_size=64, cost=limits.StepCost(fixed=0.0, per_row=1.0))  # seconds = beams x tokens
 
-    assert limits.plan_work([10, 10], 4, budget, **per_row) == limits.Plan(4, 2, 80)
-    fewer_beams = limits.plan_work([10, 10, 10], 8, budget, **per_row)
-    assert (fewer_beams.num_beams, fewer_beams.num_sentences, fewer_beams.cut) == (3, 3, True)
-    assert "needs about 240.0 s of CPU time (3 sentences x 8 beams)" in fewer_beams.notice
-    assert "translated with 3 beams instead of 8" in fewer_beams.notice
-    fewer_lines = limits.plan_work([30] * 10, 2, budget, unit="line", **per_row)
-    assert (fewer_lines.num_beams, fewer_lines.num_sentences) == (1, 3)
-    assert "only the first 3 of 10 lines were translated" in fewer_lines.notice
+    assert limits.fitting([10, 10], 4, budget, **per_row) == (4, 2, "")
+    beams, count, notice = limits.fitting([10, 10, 10], 8, budget, **per_row)
+    assert (beams, count) == (3, 3)
+    assert "needs about 240.0 s of CPU time (3 sentences x 8 beams)" in notice
+    assert "translated with 3 beams instead of 8" in notice
+    beams, count, notice = limits.fitting([30] * 10, 2, budget, unit="line", **per_row)
+    assert (beams, count) == (1, 3)
+    assert "only the first 3 of 10 lines were translated" in notice
 
 
 def test_decoding_cost_counts_steps_of_each_batch():
@@ -167,7 +167,7 @@ def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     )
 
     settings = DecodingSettings(num_beams=LIMITS.max_beams, max_new_tokens=LIMITS.max_new_tokens)
-    steps = engine.token_limits(ours.model, ours.tokenizer, result.sentences, settings)
+    steps = list(engine.plan_decoding(ours.model, ours.tokenizer, result.sentences, settings).limits)
 
     def seconds(kept, beams):
         return limits.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
@@ -521,10 +521,11 @@ def test_time_limit_inside_a_batch_keeps_the_translation_so_far(ours, marian, mo
     settings = DecodingSettings(num_beams=2, max_new_tokens=20, batch_size=2)
     scheduler = FairScheduler()
     for translator in (ours, marian):
-        free = run_system(translator, sentences, settings, scheduler)
+        plan = engine.plan_decoding(translator.model, translator.tokenizer, sentences, settings)
+        free = run_system(translator, plan, scheduler)
         monkeypatch.setattr(engine, "time", StepClock())
         with scheduler.job("visitor", 60) as job:
-            cut = run_system(translator, sentences, settings, scheduler, deadline=3.0)  # 2 tokens, then </s>
+            cut = run_system(translator, plan, scheduler, deadline=3.0)  # 2 tokens, then </s>
         monkeypatch.undo()
 
         assert job.served > 0 and not free.run.stopped_early

@@ -4,6 +4,7 @@
 import copy
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,9 +17,9 @@ from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import SourceLengthBound, new_token_limits
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
-from transformer_en_de.app.limits import Budget, Limits, plan_work
+from transformer_en_de.app.limits import Budget, Limits, decoding_seconds, fit_budget
 from transformer_en_de.decoding import engine
-from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, tokenize, translate
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, run_plan, translate
 from transformer_en_de.decoding.int8 import int8_dynamic
 
 SOURCES = [english for english, _ in PAIRS] + [
@@ -293,14 +294,12 @@ def test_no_deadline_changes_nothing(wide_model, tiny_tokenizer):
 
 
 def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wide_model, tiny_tokenizer, monkeypatch):
-    calls = []
+    calls, copies = [], []
     tokenize_call = type(tiny_tokenizer).__call__
     monkeypatch.setattr(type(tiny_tokenizer), "__call__", lambda *a, **k: calls.append(1) or tokenize_call(*a, **k))
     asked = DecodingSettings(batch_size=4)
-    tokenized = tokenize(wide_model, tiny_tokenizer, SOURCES, asked)
+    plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, asked)
     assert len(calls) == 1  # every sentence tokenized once, in one call
-    plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, asked, tokenized=tokenized)
-    assert len(calls) == 1
     assert (plan.num_beams, plan.decoding["length_penalty"], plan.backend) == (4, 0.6, "PyTorch")
     assert plan.num_beams == plan.generation_config.num_beams == plan.decoding["num_beams"]  # the config decides
     lengths = torch.tensor([len(ids) for ids in plan.source_ids])
@@ -308,22 +307,28 @@ def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wi
     assert list(plan.limits) == new_token_limits(lengths, 1.5, 10, 63).tolist()
     assert 63 in plan.limits and plan.truncated == [False] * len(SOURCES)
 
-    # A budget too small for 4 beams: fewer beams, then only the first sentences; the settings narrowed once.
-    budget = plan_work(list(plan.limits), plan.num_beams, Budget(cpu_seconds=0.1, seconds=10.0), batch_size=4,
-                       cost=Limits().step_cost)  # fmt: skip
-    assert budget.cut and budget.num_beams == 1 and budget.num_sentences < len(SOURCES)
-    settings = DecodingSettings(num_beams=budget.num_beams, batch_size=4)
-    kept = SOURCES[: budget.num_sentences]
-    run = translate(wide_model, tiny_tokenizer, kept, settings, tokenized=tokenized)
-    assert len(calls) == 1  # decoded from the first tokenization
-    assert run.plan.settings is settings and run.plan.num_beams == 1 and run.plan.decoding["length_penalty"] == 1.0
-    assert run.plan.limits == plan.limits[: budget.num_sentences]
-    assert run.texts == translate(wide_model, tiny_tokenizer, kept, settings).texts
-    with pytest.raises(ValueError, match="not these sentences"):
-        translate(wide_model, tiny_tokenizer, SOURCES[1:], settings, tokenized=tokenized)
-    as_typed = tokenize(wide_model, tiny_tokenizer, ["A DOG RUNS."], DecodingSettings(normalise_case=False))
-    with pytest.raises(ValueError, match="not these sentences"):  # tokenized with another casing
-        translate(wide_model, tiny_tokenizer, ["A DOG RUNS."], settings, tokenized=as_typed)
+    # A budget too small for 4 beams: fewer beams, then only the first sentences; the plan narrowed once, and says so.
+    narrowed, seconds = fit_budget(wide_model, plan, Budget(cpu_seconds=0.1, seconds=10.0), batch_size=4,
+                                   cost=Limits().step_cost)  # fmt: skip
+    assert narrowed.num_beams == 1 and len(narrowed) < len(SOURCES)
+    assert seconds == decoding_seconds(list(narrowed.limits), 1, 4, Limits().step_cost)  # the estimate of what is left
+    assert narrowed.settings == replace(asked, num_beams=1) and narrowed.decoding["length_penalty"] == 1.0
+    assert narrowed.limits == plan.limits[: len(narrowed)] and narrowed.source_ids == plan.source_ids[: len(narrowed)]
+    assert len(narrowed.notices) == 1 and "with greedy search" in narrowed.notices[0]
+    # Run as it is: nothing tokenized or planned again; the config handed to generate() is the plan's own.
+    monkeypatch.setattr(engine, "plan_decoding", lambda *a, **k: pytest.fail("planned again"))
+    generate = type(wide_model).generate
+
+    def seen_generate(self, *args, **kwargs):
+        copies.append(kwargs["generation_config"])
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(wide_model), "generate", seen_generate)
+    run = run_plan(wide_model, tiny_tokenizer, narrowed)
+    assert len(calls) == 1 and copies and all(config is narrowed.generation_config for config in copies)
+    assert run.plan.settings is narrowed.settings and run.plan.num_beams == 1
+    monkeypatch.undo()
+    assert run.texts == translate(wide_model, tiny_tokenizer, list(narrowed.sentences), narrowed.settings).texts
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):

@@ -15,7 +15,7 @@ from transformer_en_de.app.translation import RequestContext, run_system
 from transformer_en_de.app.translators import load_translator
 from transformer_en_de.comparison import fair_settings, score_system
 from transformer_en_de.data import normalise_text
-from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, translate
 from transformer_en_de.decoding.loading import load_model
 from transformer_en_de.evaluation import score_model
 from translate_corpus import translate_corpus
@@ -59,7 +59,8 @@ def test_every_path_gives_the_engines_translations(model_dir, lines, tmp_path):
     paths["train.py / average_checkpoints.py"] = score_model(model, tokenizer, sources, references, SETTINGS)[0]
 
     translator = load_translator(str(model_dir), "model")
-    paths["app, text panels"] = run_system(translator, sources, SETTINGS, FairScheduler()).run.texts
+    plan = plan_decoding(translator.model, translator.tokenizer, sources, SETTINGS, backend=translator.backend)
+    paths["app, text panels"] = run_system(translator, plan, FairScheduler()).run.texts
     source_file = tmp_path / "sources.en"
     source_file.write_text("\n".join(sources) + "\n", encoding="utf-8")
     result = translate_file(

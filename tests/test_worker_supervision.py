@@ -18,7 +18,7 @@ from transformer_en_de.app import translators
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import backends
-from transformer_en_de.decoding.engine import DecodingSettings, confidences, translate
+from transformer_en_de.decoding.engine import DecodingSettings, confidences, plan_decoding, translate
 from transformer_en_de.decoding.loading import load_model
 
 pytest.importorskip("ctranslate2")
@@ -138,7 +138,8 @@ def test_a_worker_that_keeps_dying_is_given_up_and_the_app_decodes_with_pytorch(
     )
     assert decoder.gave_up and translator.backend is None
     assert translator.backend_name == "PyTorch (CTranslate2 stopped)"
-    output = run_system(translator, SOURCES, GREEDY, FairScheduler())  # the app's panel: PyTorch decodes
+    plan = plan_decoding(model, tokenizer, SOURCES, GREEDY)
+    output = run_system(translator, plan, FairScheduler())  # the app's panel: PyTorch decodes
     assert ids(output.run) == ids(with_pytorch) and output.run.plan.backend == "PyTorch"
     with pytest.raises(backends.BackendError, match="died 2 times"):  # no worker is started again, nothing more said
         decoder.translate_batch([["▁A"]], {})

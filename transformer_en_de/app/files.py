@@ -83,7 +83,9 @@ def check_lines(lines: list[str], what: str, name: str) -> list[str]:
     return lines
 
 
-def read_files(source_file, reference_file, tokens: int, context: RequestContext) -> tuple[list[str], list[str] | None]:
+def read_files(
+    source_file, reference_file, settings: DecodingSettings, context: RequestContext
+) -> tuple[list[str], list[str] | None]:
     """The English file's lines and the reference file's (None without one); InputError for files that cannot be
     translated or do not pair up, Busy (Full) for a file too long while the long requests are all in flight."""
     limits = context.limits
@@ -91,7 +93,7 @@ def read_files(source_file, reference_file, tokens: int, context: RequestContext
     # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
     # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
     filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-    least = least_seconds(context.ours.model, filled, DecodingSettings(max_new_tokens=tokens), limits)
+    least = least_seconds(context.ours.model, filled, settings, limits)
     context.scheduler.check_room(least)
     check_lines(lines, "English file", as_text(Path(source_file).name))
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
@@ -119,8 +121,8 @@ def translate_file(
     our model's confidence per line, and the lines out of its depth flagged."""
     limits = context.limits
     try:
-        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
-        lines, references = read_files(source_file, reference_file, tokens, context)
+        settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
+        lines, references = read_files(source_file, reference_file, settings, context)
     except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")
     notices = []
@@ -134,7 +136,7 @@ def translate_file(
     except OSError as error:
         return FileResult(None, f"⚠️ {storage_problem(error)}")
     try:
-        result = translate_lines(lines, references, beams, tokens, notices, context, progress)
+        result = translate_lines(lines, references, settings, notices, context, progress)
     except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
         log_failure("a file job failed", error)
         return FileResult(None, f"⚠️ {FAILED}")
@@ -161,7 +163,7 @@ def storage_problem(error: OSError) -> str:
     return NO_ROOM if error.errno in (errno.ENOSPC, errno.EDQUOT) else CANNOT_STORE
 
 
-def translate_lines(lines, references, beams, tokens, notices, context: RequestContext, progress):
+def translate_lines(lines, references, settings: DecodingSettings, notices, context: RequestContext, progress):
     """(columns, summary rows, notices) of every system's translations of `lines` (blank lines stay blank, so the
     lines keep pairing up with the input and references); or the one-line reason nothing was translated."""
     systems, limits = context.systems, context.limits
@@ -174,10 +176,10 @@ def translate_lines(lines, references, beams, tokens, notices, context: RequestC
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
     try:
-        plan, settings = budget_plan(context, sentences, beams, tokens, limits.file, unit="line")
-        notices += [plan.notice] if plan.notice else []
-        kept = sentences[: plan.num_sentences]
-        outputs = run_systems(context, kept, plan, settings, plan.cpu_seconds + scoring, limits.file, on_batch)
+        plan, seconds = budget_plan(context, sentences, settings, limits.file, unit="line")
+        notices += list(plan.notices)
+        kept = list(plan.sentences)
+        outputs = run_systems(context, plan, seconds + scoring, limits.file, on_batch)
     except Busy as error:
         return str(error)
     except Cancelled:
@@ -198,7 +200,7 @@ def translate_lines(lines, references, beams, tokens, notices, context: RequestC
         notices += [f"{output.name}: {notice}" for notice in output.notices]
         row = {"System": output.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
         # Scored when every line was translated (a plan that only lowered the beams translated them all)
-        if references is not None and plan.num_sentences == len(sentences) and not output.run.stopped_early:
+        if references is not None and len(plan) == len(sentences) and not output.run.stopped_early:
             row.update(corpus_scores(columns[output.name], references))
         rows.append(row)
     return columns | confidence, rows, notices

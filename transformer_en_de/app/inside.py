@@ -23,13 +23,13 @@ import gradio as gr
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
+from transformer_en_de.decoding.engine import DecodingPlan
 from transformer_en_de.inside import KINDS, MAX_PIECES, inside_view, too_many_pieces
 
 from .limits import Limits
 from .scheduler import Busy, Cancelled
 from .text_checks import InputError, as_text, check_decoding, read_text, split_long_sentence, split_sentences
-from .translation import RequestContext, available, budget_plan, request_job
+from .translation import RequestContext, available, budget_plan, planned_for, request_job
 
 # The work of an inside view against the engine's estimate of the same decoding, which the scheduler counts for a
 # translation: transformers' beam search (every beam runs to the end, where ours lets a finished sentence leave), the
@@ -114,20 +114,20 @@ def inside_request(
     in more than `MAX_PIECES` pieces is refused before any model runs, the answer is at most `MAX_VIEW_BYTES`."""
     limits = context.limits
     try:
-        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
+        settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         sentence, notices = one_sentence(text, limits)
     except InputError as error:
         return {"message": str(error), "notices": []}
     if not sentence:
         return {"message": "Type an English sentence to look inside the Transformer.", "notices": []}
     try:
-        plan, settings = budget_plan(context, [sentence], beams, tokens, limits.text)
-        notices += [plan.notice] if plan.notice else []
-        systems = model_plans(context, sentence, settings)
+        plan, seconds = budget_plan(context, [sentence], settings, limits.text)
+        notices += list(plan.notices)
+        systems = model_plans(context, plan)
         problems = [too_many_pieces(read, MAX_PIECES, translator.name) for _, translator, _, read in systems if read]
         if any(problems):
             return {"message": next(problem for problem in problems if problem), "notices": []}
-        with request_job(context, WORK_FACTOR * plan.cpu_seconds, limits.text) as job:
+        with request_job(context, WORK_FACTOR * seconds, limits.text) as job:
             views = [
                 {"model": name, "message": why_not} if translator is None
                 else inside_view(translator.model, translator.tokenizer, sentence, name=translator.name,
@@ -146,16 +146,14 @@ def inside_request(
     return within_bytes({"sentence": sentence, "notices": notices, "comparisons": []}, views)
 
 
-def model_plans(context: RequestContext, sentence: str, settings: DecodingSettings) -> list[tuple]:
-    """Per model on the page, (its name, its translator or None, the line saying why not, its plan: the pieces it
-    reads), tokenized before any model runs."""
+def model_plans(context: RequestContext, plan: DecodingPlan) -> list[tuple]:
+    """Per model on the page, (its name, its translator or None, the line saying why not, its plan of the request's
+    sentence: the pieces it reads), made before any model runs; ours is the request's `plan`."""
     systems = []
-    for system in context.systems:
+    for number, system in enumerate(context.systems):
         translator, why_not = available(system)
-        plan = (
-            None if translator is None else plan_decoding(translator.model, translator.tokenizer, [sentence], settings)
-        )
-        systems.append((system.name, translator, why_not, plan))
+        own = None if translator is None else plan if number == 0 else planned_for(translator, plan)
+        systems.append((system.name, translator, why_not, own))
     return systems
 
 

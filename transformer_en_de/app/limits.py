@@ -9,9 +9,8 @@ budget is translated with fewer beams, and if greedy search is still too much, o
 are; the plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch
 in progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
 
-`plan_work` reads the limits of our model's sentences (`engine.token_limits`) and decides the beams and sentences that
-fit; the app narrows the request's one `DecodingSettings` to those beams (`translation.budget_plan`), and every system
-decodes from it.
+`fit_budget` reads the limits of our model's plan (`DecodingPlan.limits`), decides the beams and sentences that fit and
+narrows the plan once (`DecodingPlan.narrowed`); every system decodes from it (`translation.budget_plan`).
 """
 
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from modeling.length_bound import new_token_limits
-from transformer_en_de.decoding.engine import DecodingSettings, Tokenized, resolved_settings
+from transformer_en_de.decoding.engine import DecodingPlan, DecodingSettings, model_bound
 
 
 @dataclass(frozen=True)
@@ -110,25 +109,10 @@ class Limits:
     streams_per_address: int = 256
 
 
-@dataclass
-class Plan:
-    """How a request will be translated: with how many beams, how many of its sentences, and why if cut."""
-
-    num_beams: int
-    num_sentences: int
-    cpu_seconds: float  # the estimate for that
-    notice: str = ""
-    cut: bool = False
-    tokenized: Tokenized | None = None  # our model's sentences, tokenized for the estimate: decoded without again
-
-
 def least_seconds(model, count: int, settings: DecodingSettings, limits: Limits) -> float:
     """A lower bound of the estimate for `count` sentences, free to compute (nothing tokenized): greedy, each with the
     limit of the shortest source (one token)."""
-    decoding = resolved_settings(model, settings)
-    shortest = new_token_limits(
-        torch.ones(1), decoding["max_new_tokens_ratio"], decoding["max_new_tokens_offset"], decoding["max_new_tokens"]
-    )
+    shortest = new_token_limits(torch.ones(1), *model_bound(model, settings))
     return decoding_seconds([int(shortest[0])] * count, 1, limits.batch_size, limits.step_cost)
 
 
@@ -144,24 +128,29 @@ def decoding_seconds(limits: list[int], num_beams: int, batch_size: int, cost: S
     return seconds
 
 
-def plan_work(
-    limits: list[int],
-    num_beams: int,
-    budget: Budget,
-    unit: str = "sentence",
-    *,
-    batch_size: int = 8,
-    cost: StepCost = StepCost(),
-) -> Plan:
-    """Fewer beams first, then fewer sentences, until the estimate fits `budget.cpu_seconds` (the first sentence is
-    always kept: the clock ends it if need be)."""
+def fit_budget(
+    model, plan: DecodingPlan, budget: Budget, unit: str = "sentence", *, batch_size: int = 8, cost=StepCost()
+) -> tuple[DecodingPlan, float]:
+    """`plan` (made for `model`) narrowed once to what fits `budget.cpu_seconds`, and the estimate of what is left."""
+    beams, count, notice = fitting(list(plan.limits), plan.num_beams, budget, unit, batch_size=batch_size, cost=cost)
+    if notice:
+        plan = plan.narrowed(model, beams, count, notice)
+    return plan, decoding_seconds(list(plan.limits), beams, batch_size, cost)
+
+
+def fitting(
+    limits: list[int], num_beams: int, budget: Budget, unit: str = "sentence", *, batch_size: int = 8, cost=StepCost()
+) -> tuple[int, int, str]:
+    """(beams, sentences, notice): fewer beams first, then fewer sentences, until the estimate of decoding sentences
+    with these new-token `limits` fits `budget.cpu_seconds` (the first sentence is always kept: the clock ends it if
+    need be); the notice says what was cut ("" if nothing)."""
 
     def estimate(kept: list[int], beams: int) -> float:
         return decoding_seconds(kept, beams, batch_size, cost)
 
     needed = estimate(limits, num_beams)
     if needed <= budget.cpu_seconds:
-        return Plan(num_beams, len(limits), needed)
+        return num_beams, len(limits), ""
     what = f"{len(limits):,} {unit}{'s' if len(limits) != 1 else ''} x {num_beams} beams"
     asked = (
         f"This request needs about {needed:.1f} s of CPU time ({what}); each request here gets {budget.cpu_seconds:g} s"
@@ -171,15 +160,14 @@ def plan_work(
             notice = (
                 f"{asked}, so it was translated with {beams} beam{'s' if beams > 1 else ''} instead of {num_beams}."
             )
-            return Plan(beams, len(limits), estimate(limits, beams), notice, cut=True)
+            return beams, len(limits), notice
     # The most first sentences that fit (an estimate only grows with more sentences): a binary search.
     low, high = 1, len(limits)
     while low < high:
         middle = (low + high + 1) // 2
         low, high = (middle, high) if estimate(limits[:middle], 1) <= budget.cpu_seconds else (low, middle - 1)
-    kept = low
     notice = (
-        f"{asked}, so only the first {kept:,} of {len(limits):,} {unit}s were translated, with greedy search. "
+        f"{asked}, so only the first {low:,} of {len(limits):,} {unit}s were translated, with greedy search. "
         f"Split the rest into smaller requests."
     )
-    return Plan(1, kept, estimate(limits[:kept], 1), notice, cut=True)
+    return 1, low, notice

@@ -11,6 +11,8 @@ import math
 import re
 import unicodedata
 
+from transformer_en_de.decoding.engine import DecodingSettings
+
 DECODINGS = ("beam search", "greedy")
 # The controls' starting values for a model whose generation config does not say (a bare config has no max_new_tokens).
 FALLBACK_BEAMS = 4
@@ -73,14 +75,15 @@ def decoding_defaults(model, limits) -> tuple[str, int, int]:
     return ("beam search" if beams > 1 else "greedy"), beams, tokens
 
 
-def check_decoding(decoding, num_beams, max_new_tokens, limits) -> tuple[int, int]:
-    """(beams, max new tokens) from the controls, within `limits` (`max_beams`, `max_new_tokens`); InputError names
-    the control and its range."""
+def check_decoding(decoding, num_beams, max_new_tokens, limits) -> DecodingSettings:
+    """The request's decoding from the page's controls, within `limits` (`max_beams`, `max_new_tokens`), decoded in
+    the app's batches; InputError names the control and its range."""
     if not isinstance(decoding, str) or decoding not in DECODINGS:
         raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}.")
     beams = _whole_number("Beams", num_beams, 1, limits.max_beams)
     tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, limits.max_new_tokens)
-    return (1 if decoding == "greedy" else beams), tokens
+    beams = 1 if decoding == "greedy" else beams
+    return DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
 
 
 def _whole_number(name: str, value, low: int, high: int) -> int:

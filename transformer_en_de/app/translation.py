@@ -1,30 +1,32 @@
 """The one request pipeline (text and files): sentences through every system, by the one engine, within the request's
 budget and turns; and the text tab's panels.
 
-Every system (ours first, then the comparison models in the operator's order) translates the same sentences from the
-same `DecodingSettings` (made once in `budget_plan`, narrowed to the request's budget once), so the panels compare like
-with like. The path of `num_beams`: the page's int, checked (`check_decoding`) -> `budget_plan` (`DecodingSettings`)
--> `run_systems` -> `run_system` -> `engine.translate` -> `engine.generation_config_for` (the `GenerationConfig` each
-model's `generate()` reads) -> `generate()` -> beam search. A sentence too long for the model (no
-full stop in many words) is translated in parts; a request that reaches its time limit keeps what it has translated.
+Every system (ours first, then the comparison models in the operator's order) translates the same sentences with the
+same settings: the request's one plan (`engine.DecodingPlan`, made once in `budget_plan` and narrowed to the request's
+budget once), so the panels compare like with like. The path of `num_beams`: the page's int, checked into the
+request's `DecodingSettings` (`check_decoding`) -> our model's `DecodingPlan` (`budget_plan`: its `GenerationConfig`,
+the one each `generate()` reads) -> narrowed if the budget says so (`limits.fit_budget`) -> `run_systems`: each other
+model's plan from the same settings and sentences -> `engine.run_plan` -> `generate()` -> beam search. A sentence too
+long for the model (no full stop in many words) is translated in parts; a request that reaches its time limit keeps what
+it has translated.
 Our model's sentences are checked for being out of its depth (`out_of_depth.check_depth`).
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from transformer_en_de.decoding.backends import BackendError
 from transformer_en_de.decoding.engine import (
+    DecodingPlan,
     DecodingSettings,
     TranslationRun,
     confidences,
+    plan_decoding,
+    run_plan,
     sentence_numbers,
-    token_limits,
-    tokenize,
-    translate,
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Budget, Limits, Plan, least_seconds, plan_work
+from .limits import Budget, Limits, fit_budget, least_seconds
 from .out_of_depth import DepthCheck, check_depth
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
@@ -96,36 +98,41 @@ def available(system: Translator | BackgroundTranslator) -> tuple[Translator | N
     return system, ""
 
 
+def planned_for(translator: Translator, plan: DecodingPlan) -> DecodingPlan:
+    """The request's `plan` (made for our model) for another system: the same sentences and settings, planned for its
+    model, tokenizer and backend."""
+    backend = getattr(translator, "backend", None)
+    return plan_decoding(translator.model, translator.tokenizer, list(plan.sentences), plan.settings, backend=backend)
+
+
 def run_system(
     translator: Translator,
-    sentences: list[str],
-    settings: DecodingSettings,
+    plan: DecodingPlan,
     scheduler: FairScheduler,
     progress=None,
     *,
     deadline: float | None = None,
-    tokenized=None,
 ) -> SystemOutput:
-    """One system's translations by the engine, taking turns on the CPU; at `deadline` (the request's time limit)
-    the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at each decoder
-    step (the engine's `TurnPoint` calling `FairScheduler.checkpoint`): this request may wait there, or stop."""
+    """One system's translations of its `plan` by the engine, taking turns on the CPU; at `deadline` (the request's
+    time limit) the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at
+    each decoder step (the engine's `TurnPoint` calling `FairScheduler.checkpoint`): this request may wait there, or
+    stop."""
     backend = getattr(translator, "backend", None)
     output = SystemOutput(
         name=translator.name,
         num_parameters=translator.num_parameters,
         backend_name=getattr(translator, "backend_name", "PyTorch"),
     )
-    run = translate(
+    sentences, settings = list(plan.sentences), plan.settings
+    run = run_plan(
         translator.model,
         translator.tokenizer,
-        sentences,
-        settings,
+        plan,
         progress=progress,
         should_stop=scheduler.should_stop,
         deadline=deadline,
         at_each_step=scheduler.checkpoint,
         backend=backend,
-        tokenized=tokenized,
     )
     output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
     if run.stopped_early:
@@ -154,34 +161,23 @@ def run_system(
 
 
 def budget_plan(
-    context: RequestContext, sentences: list[str], beams: int, tokens: int, budget: Budget, unit: str = "sentence"
-) -> tuple[Plan, DecodingSettings]:
-    """The request's one decoding plan: the `DecodingSettings` every system decodes with, narrowed once to what fits
-    `budget` (fewer beams, then only the first sentences: `limits.plan_work` on our model's limits), and the budget's
-    `Plan` (sentences kept, estimate, notice; our model's sentences tokenized once, in `Plan.tokenized`). Busy (Full)
-    at once, before any tokenizing, when a request this long could not be admitted now."""
+    context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
+) -> tuple[DecodingPlan, float]:
+    """The request's one plan (our model's `DecodingPlan` of `sentences` with the page's `settings`), narrowed once to
+    what fits `budget` (fewer beams, then only the first sentences: `limits.fit_budget`), and its estimated CPU
+    seconds. Busy (Full) at once, before any tokenizing, when a request this long could not be admitted now."""
     ours, limits = context.ours, context.limits
-    asked = DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
-    context.scheduler.check_room(least_seconds(ours.model, len(sentences), asked, limits))
-    tokenized = tokenize(ours.model, ours.tokenizer, sentences, asked)
-    steps = token_limits(ours.model, ours.tokenizer, sentences, asked, tokenized=tokenized)
-    plan = plan_work(steps, beams, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
-    plan.tokenized = tokenized
-    return plan, replace(asked, num_beams=plan.num_beams)
+    context.scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits))
+    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
+    return fit_budget(ours.model, plan, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
 
 
 def run_systems(
-    context: RequestContext,
-    sentences: list[str],
-    plan: Plan,
-    settings: DecodingSettings,
-    work: float,
-    budget: Budget,
-    on_batch=None,
+    context: RequestContext, plan: DecodingPlan, work: float, budget: Budget, on_batch=None
 ) -> list[SystemOutput]:
-    """Every system's output (a message for one not loaded) inside one scheduler job of `work` estimated CPU seconds
-    per loaded system (`request_job`); every system decodes from `settings` (ours reads `plan.tokenized` instead of
-    tokenizing again); `on_batch(number, done, total)` reports progress. Raises Busy or Cancelled."""
+    """Every system's output of the request's `plan` (a message for one not loaded) inside one scheduler job of `work`
+    estimated CPU seconds per loaded system (`request_job`); `on_batch(number, done, total)` reports progress. Raises
+    Busy or Cancelled."""
     outputs = []
     with request_job(context, work, budget) as job:
         for number, system in enumerate(context.systems):
@@ -190,10 +186,8 @@ def run_systems(
                 outputs.append(SystemOutput(name=system.name, message=why_not))
                 continue
             progress = None if on_batch is None else (lambda done, total, number=number: on_batch(number, done, total))
-            tokenized = plan.tokenized if number == 0 else None  # our model's tokenizer's
-            deadline = job.hard_deadline
-            outputs.append(run_system(translator, sentences, settings, context.scheduler, progress, deadline=deadline,
-                                      tokenized=tokenized))  # fmt: skip
+            own = plan if number == 0 else planned_for(translator, plan)  # ours first: the plan was made for it
+            outputs.append(run_system(translator, own, context.scheduler, progress, deadline=job.hard_deadline))
     return outputs
 
 
@@ -264,7 +258,7 @@ def translate_text(
     limits, scheduler = context.limits, context.scheduler
     result = TextResult([], [SystemOutput(name=system.name) for system in context.systems])
     try:
-        beams, tokens = check_decoding(decoding, num_beams, max_new_tokens, limits)
+        settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         text, clipped = read_text(text, limits.max_input_chars)
         result.notices += [clipped] if clipped else []
         reference, too_long = check_reference(reference, limits)
@@ -279,11 +273,11 @@ def translate_text(
     result.sentences = sentences
     result.notices += [in_parts] if in_parts else []
     try:
-        plan, settings = budget_plan(context, sentences, beams, tokens, limits.text)
-        result.notices += [plan.notice] if plan.notice else []
-        kept = sentences[: plan.num_sentences]
-        work = plan.cpu_seconds + 2 * len(reference) * limits.score_seconds_per_char
-        outputs = run_systems(context, kept, plan, settings, work, limits.text)
+        plan, seconds = budget_plan(context, sentences, settings, limits.text)
+        result.notices += list(plan.notices)
+        kept = list(plan.sentences)
+        work = seconds + 2 * len(reference) * limits.score_seconds_per_char
+        outputs = run_systems(context, plan, work, limits.text)
     except Busy as error:  # refused before any work: the long requests are all in flight, or the visitor's is
         result.message, result.notices, result.sentences = str(error), [], []
         return result

@@ -1,13 +1,14 @@
 """The one translation engine: a list of sentences in, their translations out, with any seq2seq model.
 
-Every path that translates goes through `translate`: the app (each panel), compare.py, train.py's scoring,
-average_checkpoints.py, the corpus translator and the benchmarks. So they cannot disagree, and the comparison with
-pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
+Every path that translates goes through `run_plan` (most by `translate`): the app (each panel), compare.py, train.py's
+scoring, average_checkpoints.py, the corpus translator and the benchmarks. So they cannot disagree, and the comparison
+with pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
 
 - One `DecodingSettings` per request decides how every system decodes; for each model `plan_decoding` makes it a
   `DecodingPlan` once: the settings resolved against the model's saved ones into its generation config, each sentence
-  as the model reads it (tokenized once: `tokenize`, reusable), its limit of new tokens, the backend. `translate` runs
-  the plan; notices and scores read it.
+  as the model reads it (tokenized once), its limit of new tokens, the backend. `run_plan` runs the plan as it is
+  (`translate` is the two in one); a budget may narrow a plan once before (`DecodingPlan.narrowed`); notices and
+  scores read it.
 - Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
 - Two backends decode a plan: the model itself (PyTorch, `backend=None`) or CTranslate2 (`backend=` a
@@ -30,7 +31,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import torch
@@ -213,9 +214,12 @@ def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) ->
 
 
 @dataclass(frozen=True)
-class Tokenized:
-    """Sentences as one model reads them, tokenized once: what a budget measures before the request's settings are
-    final, and what the engine then decodes without tokenizing again (`plan_decoding(..., tokenized=...)`)."""
+class DecodingPlan:
+    """One system's part of a request, made once (`plan_decoding`) and run as it is (`run_plan`): its sentences as the
+    model reads them (tokenized once), each sentence's limit of new tokens, the generation config made from the
+    request's `DecodingSettings` (the one place num_beams and the rest become what `generate()` reads), and the backend
+    that decodes. A budget may narrow it once (`narrowed`: fewer beams, only its first sentences); notices and scores
+    read it (`decoding`, a record of the config)."""
 
     sentences: tuple[str, ...]  # as given
     sources: tuple[str, ...]  # as the model reads them: its task prefix, the casing applied
@@ -223,6 +227,12 @@ class Tokenized:
     source_ids: tuple[tuple[int, ...], ...]  # what the model reads (cut at `source_limit`), </s> included
     source_lengths: tuple[int, ...]  # tokens before the cut
     source_limit: int  # tokens the model reads
+    settings: DecodingSettings  # as asked (or as narrowed)
+    limits: tuple[int, ...]  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
+    bound: tuple[float, int, int]  # (ratio, offset, cap): `model_bound`
+    generation_config: object = field(repr=False, compare=False)  # the model's, the settings applied
+    backend: str = "PyTorch"  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
+    notices: tuple[str, ...] = ()  # what narrowed the plan, in words (a budget's)
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -230,20 +240,6 @@ class Tokenized:
     @property
     def truncated(self) -> list[bool]:
         return [length > self.source_limit for length in self.source_lengths]
-
-
-@dataclass(frozen=True)
-class DecodingPlan(Tokenized):
-    """One system's part of a request: its sentences as the model reads them (`Tokenized`), each sentence's limit of
-    new tokens, the generation config made from the request's `DecodingSettings` (the one place num_beams and the
-    rest become what `generate()` reads), and the backend that decodes. `translate` runs it; notices and scores read
-    it (`decoding`, a record of the config)."""
-
-    settings: DecodingSettings = DecodingSettings()  # as asked
-    limits: tuple[int, ...] = ()  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
-    backend: str = "PyTorch"  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
-    bound: tuple[float, int, int] = (0.0, 0, 0)  # (ratio, offset, cap): `model_bound`
-    generation_config: object = field(default=None, repr=False, compare=False)  # the model's, the settings applied
 
     @property
     def decoding(self) -> MappingProxyType:
@@ -259,9 +255,23 @@ class DecodingPlan(Tokenized):
         ratio, offset, cap = self.bound
         return f"{ratio:g} × its source tokens + {offset}, at most {cap}"
 
+    def narrowed(self, model, num_beams: int, count: int, notice: str) -> "DecodingPlan":
+        """This plan with `num_beams` and only its first `count` sentences (nothing tokenized again), and why."""
+        settings = replace(self.settings, num_beams=num_beams)
+        first = {name: getattr(self, name)[:count] for name in _PER_SENTENCE}
+        return replace(
+            self, **first, settings=settings, generation_config=generation_config_for(model, settings),
+            notices=(*self.notices, notice),
+        )  # fmt: skip
 
-def tokenize(model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings()) -> Tokenized:
-    """`sentences` as `model` reads them (see `Tokenized`), in one call of the tokenizer."""
+
+_PER_SENTENCE = ("sentences", "sources", "recased", "source_ids", "source_lengths", "limits")
+
+
+def plan_decoding(
+    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, backend=None
+) -> DecodingPlan:
+    """The plan of translating `sentences` with `model` (see `DecodingPlan`), the sentences tokenized in one call."""
     sources, recased = model_sources(model, sentences, settings)
     limit = max_source_tokens(model, tokenizer)
     ids = encode(tokenizer, sources)["input_ids"] if sources else []
@@ -271,59 +281,27 @@ def tokenize(model, tokenizer, sentences: list[str], settings: DecodingSettings 
         cut = encode(tokenizer, [sources[index] for index in long], truncation=True, max_length=limit)["input_ids"]
         for index, row in zip(long, cut, strict=True):
             ids[index] = row
-    return Tokenized(
+    bound = model_bound(model, settings)
+    read = torch.tensor([min(length, limit) for length in lengths], dtype=torch.long)
+    limits = new_token_limits(read, *bound).tolist() if lengths else []
+    return DecodingPlan(
         sentences=tuple(sentences),
         sources=tuple(sources),
         recased=tuple(recased),
         source_ids=tuple(tuple(row) for row in ids),
         source_lengths=tuple(lengths),
         source_limit=limit,
-    )
-
-
-def plan_decoding(
-    model,
-    tokenizer,
-    sentences: list[str],
-    settings: DecodingSettings = DecodingSettings(),
-    *,
-    backend=None,
-    tokenized: Tokenized | None = None,
-) -> DecodingPlan:
-    """The plan of translating `sentences` with `model` (see `DecodingPlan`). `tokenized`: these sentences (or more,
-    these first) tokenized earlier for this model with the same casing: read, not tokenized again."""
-    if tokenized is None:
-        tokenized = tokenize(model, tokenizer, sentences, settings)
-    elif list(tokenized.sentences[: len(sentences)]) != list(sentences) or tokenized.sources[: len(sentences)] != tuple(
-        model_sources(model, sentences, settings)[0]
-    ):
-        raise ValueError("plan_decoding: the sentences tokenized are not these sentences as this model reads them.")
-    count = len(sentences)
-    read = {name.name: getattr(tokenized, name.name) for name in fields(Tokenized)}
-    read = {name: value[:count] if isinstance(value, tuple) else value for name, value in read.items()}
-    bound = model_bound(model, settings)
-    lengths = [min(length, tokenized.source_limit) for length in read["source_lengths"]]
-    limits = new_token_limits(torch.tensor(lengths, dtype=torch.long), *bound).tolist() if lengths else []
-    return DecodingPlan(
-        **read,
         settings=settings,
         limits=tuple(int(value) for value in limits),
-        backend=backend_name(backend),
         bound=bound,
         generation_config=generation_config_for(model, settings),
+        backend=backend_name(backend),
     )
 
 
 def backend_name(backend) -> str:
     """What decodes: "PyTorch" for the model itself (None), else the backend's name."""
     return "PyTorch" if backend is None else backend.name
-
-
-def token_limits(
-    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, tokenized=None
-) -> list[int]:
-    """Each sentence's limit of new tokens as `translate` applies it (`DecodingPlan.limits`)."""
-    return list(plan_decoding(model, tokenizer, sentences, settings, tokenized=tokenized).limits)
 
 
 class Deadline(LogitsProcessor):
@@ -418,13 +396,12 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     eos_id = eos_id_of(config)
     batch_limits = [plan.limits[index] for index in indices]
     processors = step_processors(batch_limits, eos_id, deadline, at_each_step)
-    config = copy.copy(config)  # shallow: only the cap differs per batch
-    config.max_new_tokens = batch_new_tokens(batch_limits)
     output = model.generate(
         input_ids=sources.to(model.device),
         attention_mask=mask.to(model.device),
         generation_config=config,
         logits_processor=processors,
+        max_new_tokens=batch_new_tokens(batch_limits),  # the batch's cap: generate() applies it to its own copy
     )
     # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end with
     # the </s> it forced, one token after it.
@@ -489,27 +466,35 @@ def _ctranslate2_batch(model, tokenizer, plan: DecodingPlan, indices: list[int],
 
 
 def translate(
+    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, backend=None, **running
+) -> TranslationRun:
+    """Translate `sentences`: plan them (`plan_decoding`) and run the plan (`run_plan`, which takes `running`)."""
+    plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend)
+    return run_plan(model, tokenizer, plan, backend=backend, **running)
+
+
+def run_plan(
     model,
     tokenizer,
-    sentences: list[str],
-    settings: DecodingSettings = DecodingSettings(),
+    plan: DecodingPlan,
     *,
+    backend=None,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
     at_each_step: Callable[[], None] | None = None,
-    backend=None,
-    tokenized: Tokenized | None = None,
 ) -> TranslationRun:
-    """Translate `sentences` in length-sorted batches; the result is in input order (see the module docstring).
+    """Decode `plan` (made for `model`) in length-sorted batches, as it is: nothing planned or tokenized again; the
+    result is in input order (see the module docstring).
 
     `backend`: None decodes with `model` itself; a `backends.CTranslate2Backend` (of this model) decodes with
-    CTranslate2, planned, bounded and reported the same way (its deadline is checked between batches only).
-    `tokenized`: these sentences (or more, these first) tokenized already for this model (`tokenize`): not again.
+    CTranslate2, bounded and reported the same way (its deadline is checked between batches only).
     `should_stop` is asked between batches; `at_each_step` is called at every step of PyTorch's search (`TurnPoint`).
     """
     started = time.perf_counter()
-    plan = plan_decoding(model, tokenizer, sentences, settings, backend=backend, tokenized=tokenized)
+    # A model's plan decodes with either of its backends (the sentences, limits and config are the model's): a worker
+    # that stopped since the plan was made leaves it to PyTorch, and the run's plan says which decoded.
+    plan = replace(plan, backend=backend_name(backend))
     if not plan.sentences:
         return TranslationRun([], 0.0, plan=plan)
     results: list[Translation | None] = [None] * len(plan)
@@ -674,11 +659,9 @@ __all__ = [
     "max_source_tokens",
     "model_sources",
     "plan_decoding",
-    "tokenize",
-    "Tokenized",
     "resolved_settings",
+    "run_plan",
     "sentence_numbers",
     "strip_generated",
-    "token_limits",
     "translate",
 ]

@@ -47,10 +47,10 @@ from transformer_en_de.app.arena.arena import (  # noqa: E402
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
 from transformer_en_de.app.arena.votes import CHOICES, VoteStore  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
-from transformer_en_de.app.corpus_report import corpus_table, markdown_table  # noqa: E402
+from transformer_en_de.app.corpus_report import corpus_markdown, corpus_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
 from transformer_en_de.app.guard import Gate, RequestGuard  # noqa: E402
-from transformer_en_de.app.inside import (  # noqa: E402
+from transformer_en_de.app.inside_tab import (  # noqa: E402
     CAPTIONS,
     KIND_TITLES,
     KINDS,
@@ -354,7 +354,7 @@ class TranslationApp:
 
     def corpus_markdown(self) -> tuple[str, str]:
         summary, rows = self.corpus()
-        return summary, markdown_table(rows)
+        return summary, corpus_markdown(rows)
 
     def corpus(self) -> tuple[str, list[list[str]]]:
         """The corpus notes and rows (eval_results.json and compare.py's JSON)."""

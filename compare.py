@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
-from transformer_en_de.comparison import compare, fair_settings, markdown_table, write_comparison
+from transformer_en_de.comparison import compare, comparison_report, fair_settings, write_comparison
 from transformer_en_de.data import DataError
 from transformer_en_de.decoding.backends import BackendError, resolve_backend
 from transformer_en_de.decoding.flags import add_backend_flags
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    table = markdown_table(comparison)
+    table = comparison_report(comparison)
     print(table)
     if not any(system["error"] is None for system in comparison["systems"]):
         print("error: no model could be scored (see the reasons above); nothing was written.", file=sys.stderr)

@@ -23,6 +23,7 @@ from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
 from transformer_en_de import data, precision
 from transformer_en_de.decoding import loading
+from transformer_en_de.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,10 +217,7 @@ def spread(values: list[float]) -> str:
 
 def print_table(header: list[str], rows: list[list[object]]) -> None:
     """A Markdown table on stdout, ready for the README."""
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    print(markdown_table(header, rows))
 
 
 def synchronize(device: torch.device) -> None:

@@ -797,7 +797,7 @@ def test_corpus_table_reads_both_files(tmp_path):
     ]
     assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(4 beams)" in summary
     assert "BLEU counts the word sequences" in summary and "*val* is the Multi30k validation set" in summary
-    table = corpus_report.markdown_table(rows)
+    table = corpus_report.corpus_markdown(rows)
     assert table.splitlines()[0] == "| Model | Test set | Sentences | BLEU | chrF | Parameters | Sentences per second |"
     assert r"| Transformer \(ours\) | test 2016 flickr | 1,000 | 36\.50 |" in table
 
@@ -806,7 +806,7 @@ def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):
     (tmp_path / "eval_results.json").write_text(json.dumps({"test_2016_flickr": {"bleu": 1.0}}))
     summary, rows = corpus_report.corpus_table(tmp_path, tmp_path / "missing.json")
     assert rows == [] and "not in the expected shape" in summary and str(tmp_path) not in summary
-    assert corpus_report.markdown_table(rows) == ""
+    assert corpus_report.corpus_markdown(rows) == ""
     assert "No corpus-level results yet" in summary
 
     (tmp_path / "broken.json").write_text("{not json")

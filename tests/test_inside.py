@@ -9,7 +9,7 @@ import torch
 from conftest import ROOT, view_inside
 from tiny_marian import build_tiny_marian
 
-from transformer_en_de.app import inside, translators
+from transformer_en_de.app import inside_tab, translators
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
@@ -196,7 +196,7 @@ def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
 def test_a_request_follows_one_bounded_sentence_and_says_so(ours):
     limits = Limits()
     long = " ".join(["A dog runs in the park"] * 10) + ". The cat sleeps."
-    view = inside.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, limits=limits))
+    view = inside_tab.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, limits=limits))
     assert len(view["sentence"].split()) <= limits.max_sentence_words
     assert any("first of the 2" in notice for notice in view["notices"])
     assert any("in parts" in notice for notice in view["notices"])
@@ -204,10 +204,10 @@ def test_a_request_follows_one_bounded_sentence_and_says_so(ours):
 
 def test_a_request_shows_every_model_and_draws_each(ours, marian):
     text = "A dog runs in the park. The cat sleeps."
-    view = inside.inside_request(text, "beam search", 4, 255, context=RequestContext(ours, [marian]))
+    view = inside_tab.inside_request(text, "beam search", 4, 255, context=RequestContext(ours, [marian]))
     assert view["sentence"] == "A dog runs in the park."
-    assert [item["model"] for item in inside.systems_of(view)] == [ours.name, marian.name]
-    pictures = inside.draw_inside(view, "decoder_self", 1, 0, 2)
+    assert [item["model"] for item in inside_tab.systems_of(view)] == [ours.name, marian.name]
+    pictures = inside_tab.draw_inside(view, "decoder_self", 1, 0, 2)
     assert len(pictures) == 1 + 2 * 4 + 1  # notices; pieces, positions, attention, beams per model; caption
     assert "triangle" in pictures[1 + 2 * 3]
 
@@ -221,8 +221,8 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     marian_view = view_inside(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
     long = view_inside(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
     for view in [*views, marian_view, long]:
-        figures = [inside.plot_positions(view)]
-        figures += [inside.plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
+        figures = [inside_tab.plot_positions(view)]
+        figures += [inside_tab.plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
         for figure in figures:
             renderer = FigureCanvasAgg(figure).get_renderer()
             figure.draw(renderer)
@@ -243,7 +243,7 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     [("", "Type an English sentence"), ("\ud800", "lone surrogate"), (12, "must be a string")],
 )
 def test_bad_input_is_a_message(ours, text, expected):
-    view = inside.inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
+    view = inside_tab.inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
     assert expected in view["message"] and "source_tokens" not in view
 
 
@@ -251,7 +251,7 @@ def test_a_second_request_of_a_session_is_refused_while_one_runs(ours):
     scheduler = FairScheduler()
     with scheduler.job("visitor", 10.0):
         context = RequestContext(ours, scheduler=scheduler, session="visitor")
-        view = inside.inside_request("A dog runs.", "beam search", 4, 255, context=context)
+        view = inside_tab.inside_request("A dog runs.", "beam search", 4, 255, context=context)
     assert "still running" in view["message"]
 
 

@@ -20,6 +20,7 @@ from .decoding.engine import DecodingSettings, translate
 from .decoding.int8 import int8_dynamic
 from .decoding.loading import load_listed_model
 from .evaluation import score_split
+from .markdown import markdown_table
 
 
 def score_system(
@@ -90,23 +91,22 @@ def _format_number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def markdown_table(comparison: dict) -> str:
-    """The comparison as a Markdown table, with the models that could not be scored listed below it."""
+def comparison_report(comparison: dict) -> str:
+    """The comparison as Markdown: what was scored, a table, and the models that could not be scored below it."""
+    rows = [
+        [system["model"], _format_number(system["bleu"]), _format_number(system["chrf"]),
+         _format_parameters(system["num_parameters"]), _format_number(system["seconds"], 1),
+         _format_number(system["sentences_per_second"], 1)]
+        for system in comparison["systems"]
+    ]  # fmt: skip
     lines = [
         f"Scored on {comparison['num_sentences']} sentences of `{comparison['source_file']}` against "
         f"`{comparison['reference_file']}` (beam {comparison['num_beams']}, cased sacreBLEU"
         f"{', decoded by ' + comparison['backend'] if comparison.get('backend', 'PyTorch') != 'PyTorch' else ''}"
         f"{', int8 dynamic weights' if comparison.get('weights') == 'int8 dynamic' else ''}).",
         "",
-        "| Model | BLEU | chrF | Parameters | Seconds | Sentences/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        markdown_table(["Model", "BLEU", "chrF", "Parameters", "Seconds", "Sentences/s"], rows, text_columns=1),
     ]
-    for system in comparison["systems"]:
-        lines.append(
-            f"| {system['model']} | {_format_number(system['bleu'])} | {_format_number(system['chrf'])} | "
-            f"{_format_parameters(system['num_parameters'])} | {_format_number(system['seconds'], 1)} | "
-            f"{_format_number(system['sentences_per_second'], 1)} |"
-        )
     failures = [system for system in comparison["systems"] if system["error"]]
     if failures:
         lines.append("")
@@ -178,7 +178,7 @@ def compare(
 
 def write_comparison(comparison: dict, output: Path) -> str:
     """The JSON document and its Markdown table beside it (.md); returns the table."""
-    table = markdown_table(comparison)
+    table = comparison_report(comparison)
     output.write_text(json.dumps(comparison, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     output.with_suffix(".md").write_text(table, encoding="utf-8")
     return table

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from transformer_en_de.evaluation import EvalResultsError, read_eval_results
+from transformer_en_de.markdown import markdown_table
 
 from .text_checks import as_text
 from .translators import OURS_NAME, display_id
@@ -104,12 +105,12 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None, origins: lis
     return missing
 
 
-def markdown_table(rows: list[list[str]]) -> str:
-    """The rows as a Markdown table under `HEADERS` (numbers right-aligned); "" when there are none."""
+def corpus_markdown(rows: list[list[str]]) -> str:
+    """The rows as a Markdown table under `HEADERS` (each cell shown as text, numbers right-aligned); "" when there
+    are none."""
     if not rows:
         return ""
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join([":---", ":---"] + ["---:"] * (len(HEADERS) - 2)) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(as_text(cell) if cell else "" for cell in row) + " |" for row in rows])
+    return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], text_columns=2)
 
 
 def _read_json(path: Path) -> tuple[dict | None, str]:

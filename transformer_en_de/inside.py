@@ -20,6 +20,7 @@ The weights and encodings are rounded to `DECIMALS` places, and a view is bounde
 written): its size grows with their square, times layers and heads.
 """
 
+import copy
 import math
 
 import torch
@@ -78,9 +79,12 @@ def traced_search(
     here at most `max_pieces` new pieces), recording each step. Returns (finished hypotheses in generate()'s order,
     each as ids from the start token to `</s>`; the recorder; whether the deadline cut the search; whether the
     translation reached `max_pieces` short of the plan's own limit)."""
-    config = plan.generation_config
+    config = copy.copy(plan.generation_config)  # shallow: only the fields below differ
     eos_id = eos_id_of(config)
     limit = plan.limits[0] if max_pieces is None else min(plan.limits[0], max_pieces)  # </s> forced there
+    config.max_new_tokens = limit
+    config.return_dict_in_generate = True
+    config.num_return_sequences = config.num_beams  # every finished hypothesis the search kept, best first
     recorder = StepRecorder(keep=max(alternatives, 2 * config.num_beams), normalise=config.num_beams == 1)
     processors = step_processors([limit], eos_id, deadline, at_each_step)
     processors.append(recorder)  # last: it sees the scores the search ranks
@@ -92,11 +96,6 @@ def traced_search(
             attention_mask=torch.ones_like(source),
             generation_config=config,
             logits_processor=processors,
-            # What differs from the plan's config, applied by generate() to its own copy: the cap, and every finished
-            # hypothesis the search kept, best first.
-            max_new_tokens=limit,
-            return_dict_in_generate=True,
-            num_return_sequences=config.num_beams,
         )
     # generate() pads the rows that finished early: each is cut after its </s>, as the engine cuts its own
     hypotheses = [strip_generated(row, config.pad_token_id, eos_id) for row in output.sequences.tolist()]

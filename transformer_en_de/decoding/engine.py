@@ -396,12 +396,15 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
     eos_id = eos_id_of(config)
     batch_limits = [plan.limits[index] for index in indices]
     processors = step_processors(batch_limits, eos_id, deadline, at_each_step)
+    # The batch's cap on a shallow copy of the plan's config (only the cap differs per batch): generate() warns that a
+    # generation argument passed beside a config is deprecated.
+    config = copy.copy(config)
+    config.max_new_tokens = batch_new_tokens(batch_limits)
     output = model.generate(
         input_ids=sources.to(model.device),
         attention_mask=mask.to(model.device),
         generation_config=config,
         logits_processor=processors,
-        max_new_tokens=batch_new_tokens(batch_limits),  # the batch's cap: generate() applies it to its own copy
     )
     # The step at which the deadline ended the batch (None if it did not): sentences still decoding then end with
     # the </s> it forced, one token after it.

@@ -53,7 +53,7 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
     with sqlite3.connect(votes_db) as database:
         rows = database.execute("SELECT battle_id, system_a, system_b, choice, translation_a FROM votes").fetchall()
     assert rows == [(battle_id, system_a, system_b, "A", first)]
-    assert "Transformer (ours)" in table and "marian" in table and "from 1 votes" in table
+    assert "Transformer (ours)" in table and "marian" in table and "from 1 vote " in table
 
 
 def test_with_one_system_the_battle_answers_one_line(app_model_dir, tmp_path):

@@ -143,7 +143,7 @@ def test_a_visitor_battles_votes_sees_the_names_is_refused_twice_and_the_vote_is
     assert set(board) == {OURS_NAME, MARIAN}
     assert (board[winner]["Wins"], board[winner]["Losses"]) == ("1", "0")
     assert (board[loser]["Wins"], board[loser]["Losses"]) == ("0", "1")
-    assert "from 1 votes" in page.locator("#arena-leaderboard").inner_text()
+    assert "from 1 vote " in page.locator("#arena-leaderboard").inner_text()
 
     SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)

@@ -105,7 +105,7 @@ def comparison_report(comparison: dict) -> str:
         f"{', decoded by ' + comparison['backend'] if comparison.get('backend', 'PyTorch') != 'PyTorch' else ''}"
         f"{', int8 dynamic weights' if comparison.get('weights') == 'int8 dynamic' else ''}).",
         "",
-        markdown_table(["Model", "BLEU", "chrF", "Parameters", "Seconds", "Sentences/s"], rows, text_columns=1),
+        markdown_table(["Model", "BLEU", "chrF", "Parameters", "Seconds", "Sentences/s"], rows, "lrrrrr"),
     ]
     failures = [system for system in comparison["systems"] if system["error"]]
     if failures:

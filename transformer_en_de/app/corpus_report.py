@@ -110,7 +110,7 @@ def corpus_markdown(rows: list[list[str]]) -> str:
     are none."""
     if not rows:
         return ""
-    return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], text_columns=2)
+    return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], "ll" + "r" * 5)
 
 
 def _read_json(path: Path) -> tuple[dict | None, str]:

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from transformer_en_de.markdown import markdown_table
+
 from ..translation import RequestContext, translate_text
 from .battles import BattleBook, BattleRefused, VotePace, VoteTooSoon, cast_vote
 from .ratings import leaderboard_plot, leaderboard_rows, order_agreement
@@ -79,7 +81,7 @@ class Arena:
 
     def leaderboard(self, bleu: dict[str, float]) -> tuple[list[dict], str]:
         """(rows, the line saying whether the votes' order agrees with BLEU's), computed again only when there are new
-        votes and `LEADERBOARD_SECONDS` have passed."""
+        votes and `LEADERBOARD_SECONDS` have passed; the line says so when votes came since."""
         votes = self.store.count()
         with self._lock:
             fresh = self._board is not None and (
@@ -88,26 +90,32 @@ class Arena:
             if not fresh:
                 rows = leaderboard_rows(self.store.all_votes(), bleu)
                 self._board = (votes, time.monotonic(), (rows, order_agreement(rows)))
-            return self._board[2]
+            rated, _, (rows, agreement) = self._board
+        if votes > rated:  # a voter who looks at once sees why their vote is not counted yet
+            agreement += (
+                f" {votes - rated:,} newer vote{'s are' if votes - rated != 1 else ' is'} stored; the ratings are "
+                f"computed again at most every {LEADERBOARD_SECONDS:g} s."
+            )
+        return rows, agreement
 
 
 def leaderboard_markdown(rows: list[dict], agreement: str) -> str:
     """The leaderboard as a Markdown table, best first, with the votes it rests on and each system's BLEU."""
     if not rows:
         return "No votes yet: be the first (the Arena tab)."
-    lines = [
-        "| Rank | System | Rating | 95% interval | Battles | Wins | Ties | Losses | Both bad | BLEU (test 2016) |",
-        "|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        bleu = f"{row['bleu']:.2f}" if row.get("bleu") is not None else "-"
-        lines.append(
-            f"| {row['rank']} | {row['system']} | {row['rating']:.0f} | {row['lower']:.0f}-{row['upper']:.0f} | "
-            f"{row['battles']} | {row['wins']} | {row['ties']} | {row['losses']} | {row['both_bad']} | {bleu} |"
-        )
+    header = ["Rank", "System", "Rating", "95% interval", "Battles", "Wins", "Ties", "Losses", "Both bad",
+              "BLEU (test 2016)"]  # fmt: skip
+    table = [
+        [row["rank"], row["system"], f"{row['rating']:.0f}", f"{row['lower']:.0f}-{row['upper']:.0f}", row["battles"],
+         row["wins"], row["ties"], row["losses"], row["both_bad"],
+         f"{row['bleu']:.2f}" if row.get("bleu") is not None else "-"]
+        for row in rows
+    ]  # fmt: skip
     votes = sum(row["battles"] for row in rows) // 2
-    return "\n".join(lines) + f"\n\nBradley-Terry ratings from {votes:,} votes (ties as half a win; \"both bad\" " \
+    return markdown_table(header, table, "rl" + "r" * 8) + (
+        f"\n\nBradley-Terry ratings from {votes:,} vote{'s' if votes != 1 else ''} (ties as half a win; \"both bad\" "
         f"counted as a battle, not in the rating), 95% bootstrap intervals. {agreement}"
+    )
 
 
 __all__ = ["Arena", "CONSENT", "example_sentences", "leaderboard_markdown", "leaderboard_plot"]

@@ -123,7 +123,8 @@ def leaderboard_plot(rows: list[dict]) -> Figure:
     ratings = np.array([row["rating"] for row in rows])
     spread = [ratings - [row["lower"] for row in rows], [row["upper"] for row in rows] - ratings]
     axes.errorbar(ratings, positions, xerr=spread, fmt="o", capsize=4)
-    axes.set_yticks(positions, labels=[f"{row['system']} ({row['battles']} battles)" for row in rows])
+    labels = [f"{row['system']} ({row['battles']} battle{'s' if row['battles'] != 1 else ''})" for row in rows]
+    axes.set_yticks(positions, labels=labels)
     axes.axvline(BASE_RATING, color="grey", linestyle=":", linewidth=1)
     axes.set_xlabel("rating (Bradley–Terry on the Elo scale, 95% bootstrap interval)")
     axes.set_ylim(-0.6, len(rows) - 0.4)

@@ -291,7 +291,8 @@ class TranslationApp:
         # how many are in their callbacks and how many wait (`Limits.concurrent_jobs`, `queue_size`), and in the
         # callbacks they take turns in the scheduler's one order. Inputs reach the callbacks as sent
         # (preprocess=False): the app checks a value out of a control's range and answers in one line, where
-        # Gradio's own check would log a traceback for each.
+        # Gradio's own check would log a traceback for each. Each such event is told to the HTTP front
+        # (`app.gate.count(...)` where the page builds it): its calls count against their session there.
         self.work = dict(concurrency_id=WORK, concurrency_limit=limits.concurrent_jobs)
         self.compute = dict(self.work, preprocess=False)
 
@@ -476,7 +477,7 @@ def build_app(
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
         status = gr.Markdown(visible=False)
         # The corpus table is work like any other; the status line only reads counters and skips the queue.
-        demo.load(app.comparison, None, [notes, table], api_name="comparison", **app.work)
+        app.gate.count(demo.load(app.comparison, None, [notes, table], api_name="comparison", **app.work))
         demo.load(app.status, None, status, api_name="status", queue=False)
         # A page that closes (its heartbeat ends) cancels its request; a client that keeps no page open is stopped
         # when nobody reads its results (scheduler.py). A client calling this event itself makes new sessions no
@@ -522,7 +523,11 @@ def translate_tab(app: TranslationApp, controls: list, intro: gr.Markdown) -> gr
         elem_id="examples",
     )
     gr.Markdown("How each model reads the sentence and chooses its words: the *Inside the Transformer* tab.")
-    button.click(app.translate, [text, *controls, reference], [*panels, notice], api_name="translate", **app.compute)
+    app.gate.count(
+        button.click(
+            app.translate, [text, *controls, reference], [*panels, notice], api_name="translate", **app.compute
+        )
+    )
     timer = gr.Timer(1.0, active=bool(app.comparisons))
     timer.tick(
         app.poll_models,
@@ -600,11 +605,15 @@ def inside_tab(app: TranslationApp, controls: list, text: gr.Textbox) -> None:
     numbers, view_id = gr.JSON(label="Inside view", visible=False), gr.State()
     pictures = [notice, *pieces, *positions, *attention, caption, *beams]
     chosen = [view_id, kind, layer, head]
-    button.click(app.inside, [text, *controls], [numbers, view_id], api_name="inside", **app.compute).then(
-        app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", **app.work
+    inside = app.gate.count(
+        button.click(app.inside, [text, *controls], [numbers, view_id], api_name="inside", **app.compute)
     )
+    app.gate.count(inside.then(app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", **app.work))
     for control in (kind, layer, head):
-        control.input(app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.work)
+        redraw = control.input(
+            app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.work
+        )
+        app.gate.count(redraw)
 
 
 def system_sizes(system) -> tuple[int, int]:
@@ -636,12 +645,14 @@ def file_tab(app: TranslationApp, controls: list) -> None:
     # No LaTeX: "$$...$$" in a visitor's line is shown as the characters it is, like every other mark
     preview = gr.Markdown(label="The first lines", elem_id="file-preview", latex_delimiters=[])
     output = gr.File(label="All translations (TSV)")
-    button.click(
-        app.translate_file,
-        [source_file, reference_file, *controls],
-        [output, summary, preview],
-        api_name="translate_file",
-        **app.compute,
+    app.gate.count(
+        button.click(
+            app.translate_file,
+            [source_file, reference_file, *controls],
+            [output, summary, preview],
+            api_name="translate_file",
+            **app.compute,
+        )
     )
 
 
@@ -675,9 +686,11 @@ def arena_tab(app: TranslationApp) -> None:
         button.click(
             lambda kind=kind: random.choice(example_sentences(kind)), None, text, queue=False, api_visibility="private"
         )
-    start.click(app.battle, [text], [battle_id, first, second], api_name="battle", **app.compute)
-    send.click(app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", **app.compute)
-    refresh.click(app.leaderboard, None, [board, plot], api_name="leaderboard", **app.work)
+    app.gate.count(start.click(app.battle, [text], [battle_id, first, second], api_name="battle", **app.compute))
+    app.gate.count(
+        send.click(app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", **app.compute)
+    )
+    app.gate.count(refresh.click(app.leaderboard, None, [board, plot], api_name="leaderboard", **app.work))
 
 
 def page_css(systems: list) -> str:

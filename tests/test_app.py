@@ -514,6 +514,26 @@ def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_f
     # Another address is untouched, and a session the flooding address already has goes on.
     assert gate.admit_session("a class elsewhere", "127.0.0.2") == ""
     assert gate.admit_session("fresh-1", "127.0.0.1", counted=False) == ""
+    # Calls without a session (each a new session of Gradio's) draw on their own: a page from the address still gets in.
+    calls = [gate.admit_session(None, "127.0.0.3") for _ in range(40)]
+    assert calls[:30] == [""] * 30 and "Too many new sessions" in calls[30]
+    assert gate.admit_session("a page", "127.0.0.3") == ""
+
+
+def test_raw_calls_count_as_unread_until_their_stream_is_opened_or_the_scheduler_dropped_them():
+    from transformer_en_de.app.guard import UNREAD_CALLS, Gate
+
+    gate = Gate(limits.Limits(stream_wait_seconds=0.5))
+    slots = [gate.unread_slot("127.0.0.1") for _ in range(UNREAD_CALLS)]
+    assert None not in slots and gate.unread_slot("127.0.0.1") is None and gate.unread_slot("127.0.0.2") is not None
+    gate.posted(slots[0], "event-0", "event-0")  # queued by Gradio: still unread
+    assert gate.unread_slot("127.0.0.1") is None
+    assert gate.session_of(("call", "event-0")) == "event-0"  # its stream is opened: read from now on
+    assert gate.unread_slot("127.0.0.1") is not None and gate.unread_slot("127.0.0.1") is None
+    gate.posted(slots[1], None, None)  # not queued (refused): its place is free again
+    assert gate.unread_slot("127.0.0.1") is not None
+    time.sleep(0.6)  # past stream_wait_seconds: dropped unstarted by the scheduler, no longer held against the address
+    assert all(gate.unread_slot("127.0.0.1") is not None for _ in range(UNREAD_CALLS))
 
 
 def test_time_limit_inside_a_batch_keeps_the_translation_so_far(ours, marian, monkeypatch):

@@ -23,35 +23,39 @@ def page():
         text, kept, file = gr.Textbox(label="Text"), gr.State(), gr.File(label="File")
         examples = gr.Dataset(components=[text], samples=[["A dog."], ["A cat."], ["A bird."]])
         button = gr.Button()
-        button.click(lambda a, b, c: a, [text, kept, file], [text], api_name="go", concurrency_id="work")
+        go = button.click(lambda a, b, c: a, [text, kept, file], [text], api_name="go", concurrency_id="work")
         examples.click(lambda index: index, [examples], [text], api_name="example")
-    return demo, (text, kept, file, examples)
+    return demo, go
 
 
-def test_page_events_are_indexed_as_the_page_calls_them_with_their_inputs_and_group(page):
-    demo, (text, kept, file, examples) = page
-    events = internals.page_events(demo)
-    assert isinstance(events, dict), f"Blocks.fns {UPGRADE}"
-    by_name = {event.api_name: (index, event) for index, event in events.items()}
-    assert set(by_name) == {"go", "example"}, f"BlockFunction.api_name {UPGRADE}"
-    index, go = by_name["go"]
-    assert list(go.inputs) == [text, kept, file], f"BlockFunction.inputs {UPGRADE}"
-    assert go.concurrency_id == "work", f"BlockFunction.concurrency_id {UPGRADE}"
-    assert go.api_visibility == "public", f"BlockFunction.api_visibility {UPGRADE}"
-    # The page's own calls name the event by the index its config gives it.
-    config_ids = {dependency["api_name"]: dependency["id"] for dependency in demo.get_config_file()["dependencies"]}
-    assert config_ids["go"] == index, f"Blocks.fns keys (the fn_index a page sends) {UPGRADE}"
-
-
-def test_a_state_takes_no_api_value_and_a_dataset_counts_its_examples(page):
-    demo, (text, kept, file, examples) = page
-    assert [internals.takes_api_value(block) for block in (text, kept, file)] == [True, False, True], (
-        f"Component.skip_api {UPGRADE}"
+def test_the_page_config_is_what_config_serves_with_events_and_components(page):
+    demo, listener = page
+    config = internals.page_config(demo)
+    events = {event["api_name"]: event for event in config["dependencies"]}
+    assert set(events) == {"go", "example"}, f"get_config_file() dependencies' api_name {UPGRADE}"
+    go, example = events["go"], events["example"]
+    assert go["api_visibility"] == "public", f"get_config_file() dependencies' api_visibility {UPGRADE}"
+    assert listener["id"] == go["id"], f"an event listener's result (Dependency) and its config's id {UPGRADE}"
+    components = {component["id"]: component for component in config["components"]}
+    inputs = [components[number] for number in go["inputs"]]
+    assert [component["type"] for component in inputs] == ["textbox", "state", "file"], (
+        f"get_config_file() dependencies' inputs, components' type {UPGRADE}"
     )
+    skip = [component.get("skip_api", False) for component in inputs]
+    assert skip == [False, True, False], f"get_config_file() components' skip_api {UPGRADE}"
+    dataset = components[example["inputs"][0]]
+    assert dataset["type"] == "dataset" and len(dataset["props"]["samples"]) == 3, f"Dataset samples {UPGRADE}"
     # The public API description leaves the State out too: the two agree on which values a client sends.
     parameters = demo.get_api_info()["named_endpoints"]["/go"]["parameters"]
-    assert len(parameters) == 2, f"get_api_info() and Component.skip_api disagree: {UPGRADE}"
-    assert internals.example_count(examples) == 3, f"Dataset.raw_samples {UPGRADE}"
+    assert len(parameters) == 2, f"get_api_info() and the config's skip_api disagree: {UPGRADE}"
+    # What /config serves to every page and client is this config: the fn_index a page sends is its events' id.
+    from fastapi.testclient import TestClient
+
+    with TestClient(gr.mount_gradio_app(FastAPI(), demo, path="")) as client:
+        served = client.get("/config").json()
+    assert [(event["id"], event["api_name"], event["inputs"]) for event in served["dependencies"]] == [
+        (event["id"], event["api_name"], event["inputs"]) for event in config["dependencies"]
+    ], f"/config and get_config_file() {UPGRADE}"
 
 
 def test_kept_sessions_reach_gradios_state_holder(page):

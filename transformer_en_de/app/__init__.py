@@ -4,7 +4,7 @@
 - `limits`: every limit of the app, and the plan that keeps a request within its budget of work.
 - `scheduler`: the admission point's one order: turns on the CPU, fair by visitor, ordinary before heavy; unread calls
   dropped, cancellation and deadlines.
-- `guard`: the HTTP front: bodies bounded, calls checked (one line each), raw calls held until read, sessions admitted.
+- `guard`: the HTTP front: bodies bounded, calls checked (one line each), sessions and raw calls admitted per address.
 - `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
 - `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
 - `server`: the page mounted in our FastAPI app and served by uvicorn: its proxy rule, bounded connections.

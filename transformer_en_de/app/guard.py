@@ -4,18 +4,20 @@ can crowd out another visitor's.
 - Bodies over `max_body_bytes` are refused before they are read (uploads have their quota, `uploads.py`). JSON nested
   too deep, a call to an event the page does not have (API name, fn_index), the wrong number of values, a file value
   that is no upload, an example index out of range: one line each (404/422), never a traceback or `{"error": null}`.
-- Raw calls (`POST /gradio_api/call/<api>`) are held, not queued: the POST answers an id at once, and the call enters
-  Gradio's queue only when its results are read (`GET /gradio_api/call/<api>/<id>`). A client that posts and never
-  reads fills a bounded store of its own (`held_calls`, `held_bytes`: the oldest dropped), never the queue the others
-  wait in.
-- Sessions: Gradio keeps the messages of its 2,000 latest sessions, and every call without a known session makes one;
-  new sessions are admitted per address (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at
-  once: a backstop against one machine, never a pool one client drains for everyone), so a visitor's session is never
-  pushed out while its request runs. A session has at most `calls_per_session` calls queued or running.
+- Sessions: Gradio keeps the state of its 2,000 latest sessions, and every call without a known session makes one (a
+  raw call without a session is one named after its event id); new sessions are admitted per address
+  (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at once: a backstop against one machine,
+  never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs. A
+  session has at most `calls_per_session` calls queued or running.
+- Raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS` posted within
+  `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the scheduler
+  drops each unread after that long, so a client that posts in a loop and never reads holds a few of the callbacks,
+  never the queue the others wait in. Calls without a session draw on their own bucket of new sessions: a script's
+  flood of them refuses its own calls, never a page opened from its address.
 - The address is the connection's, or the visitor's where uvicorn was told to trust the proxy in front of the app
   (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
 - Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
-- `Readers` counts the event streams being read: the scheduler drops or stops work nobody reads.
+- `Gate.readers` counts the event streams being read: the scheduler drops or stops work nobody reads.
 """
 
 import functools
@@ -23,14 +25,11 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager
 
-import gradio as gr
-
-from .http_answers import TooLarge, answer, call_inner, contained, drain, read_body, refuse, replay
-from .internals import example_count, page_events, takes_api_value
+from .http_answers import RecordedAnswer, TooLarge, answer, contained, drain, read_body, refuse, replay
+from .internals import page_config
 from .limits import Limits
 from .uploads import file_values_problem
 
@@ -41,41 +40,28 @@ _UPLOAD = "/gradio_api/upload"
 _DEEP_LINK = "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads.
 _STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*)/?")
-COUNTED_GROUP = "work"  # the concurrency group of the app's events that spend CPU (app.py)
 MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
+# Raw calls an address may have posted and not begun to read: a few of the callbacks (`concurrent_jobs`), each waiting
+# for its reader, and the others' calls have the rest.
+UNREAD_CALLS = 8
 
 
 class Gate:
-    """What the HTTP front shares with the callbacks: the streams being read, sessions admitted, calls per session,
-    raw calls held until read."""
+    """What the HTTP front shares with the callbacks and the page: the streams open and being read, sessions admitted,
+    calls per session, raw calls not read yet, the events whose calls count (`count`)."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
-        self.readers = Readers()
+        self.readers = Open()  # the event streams being read, by session
+        self.streams = Open()  # the responses open that stay open (`_STREAM`), by address
         self._lock = threading.Lock()
-        self._known: OrderedDict[str, None] = OrderedDict()  # sessions seen lately (the newest last)
-        self._new_sessions: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address → (tokens, as of when)
+        # The sessions seen lately, each its own key, and the raw calls, ("call", event id) → their session: a stream
+        # read by either counts as read by the session (the newest last).
+        self._known: OrderedDict[str | tuple, str] = OrderedDict()
+        self._new_sessions: OrderedDict[tuple, tuple[float, float]] = OrderedDict()  # bucket → (tokens, as of when)
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
-        self.held: OrderedDict[str, tuple[str, bytes, float]] = OrderedDict()  # id → (path, body, time)
-        self._held_bytes = 0
-        self._streams = Counter()  # address → responses open that stay open (`_STREAM`)
-
-    @contextmanager
-    def stream(self, address: str):
-        """Yields False, without counting, if `address` already has `streams_per_address` open; else counts one while
-        the block runs and yields True."""
-        with self._lock:
-            admitted = self._streams[address] < self.limits.streams_per_address
-            if admitted:
-                self._streams[address] += 1
-        try:
-            yield admitted
-        finally:
-            if admitted:
-                with self._lock:
-                    self._streams[address] -= 1
-                    if not self._streams[address]:
-                        del self._streams[address]
+        self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
+        self.counted: set[int] = set()  # the fn_index of each event whose calls count (`count`)
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
         """Empty if a call of `session` from `address` may enter Gradio's queue, else the one-line reason; a `counted`
@@ -83,17 +69,14 @@ class Gate:
         limits, now = self.limits, time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
-                if not self._new_session_from(address, now):
+                if not self._new_session_from((address, session is None), now):
                     return (
                         "Too many new sessions from this address at once; this call was not started. Try again in a "
                         "few seconds."
                     )
             if session is None:
                 return ""
-            self._known[session] = None
-            self._known.move_to_end(session)
-            while len(self._known) > 4 * limits.sessions_kept:
-                self._known.popitem(last=False)
+            self._remember(session, session)
             if not counted:
                 return ""
             calls = self._calls.setdefault(session, deque())
@@ -107,23 +90,56 @@ class Gate:
             calls.append(now)
         return ""
 
-    def _new_session_from(self, address: str, now: float) -> bool:
-        """Take one of the address's new sessions: a bucket of `new_sessions_per_address_burst`, refilled at the
-        per-address rate; False if it is empty (lock held). The least recent addresses are forgotten first."""
+    def _new_session_from(self, bucket: tuple[str, bool], now: float) -> bool:
+        """Take one of the address's new sessions (`bucket`: the address, and whether the call has no session): a
+        bucket of `new_sessions_per_address_burst`, refilled at the per-address rate; False if it is empty (lock held).
+        The least recent addresses are forgotten first."""
         limits = self.limits
         rate, burst = limits.new_sessions_per_address_per_second, limits.new_sessions_per_address_burst
-        tokens, when = self._new_sessions.pop(address, (float(burst), now))
+        tokens, when = self._new_sessions.pop(bucket, (float(burst), now))
         tokens = min(burst, tokens + (now - when) * rate)
         admitted = tokens >= 1
-        self._new_sessions[address] = (tokens - admitted, now)
+        self._new_sessions[bucket] = (tokens - admitted, now)
         while len(self._new_sessions) > 4 * limits.sessions_kept:
             self._new_sessions.popitem(last=False)
         return admitted
 
-    def knows(self, session: str) -> bool:
-        """Whether a call of `session` came through here lately (only such a session has an event stream to read)."""
+    def _remember(self, key: str | tuple, session: str) -> None:
+        """Note that a stream read by `key` is read by `session` (lock held); the least recent are forgotten first."""
+        self._known[key] = session
+        self._known.move_to_end(key)
+        while len(self._known) > 4 * self.limits.sessions_kept:
+            self._known.popitem(last=False)
+
+    def unread_slot(self, address: str) -> object | None:
+        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not begun to read, taken
+        at once so that calls posted side by side cannot all pass; None if it has `UNREAD_CALLS`."""
+        now = time.monotonic()
         with self._lock:
-            return session in self._known
+            while self._unread and now - next(iter(self._unread.values()))[1] > self.limits.stream_wait_seconds:
+                self._unread.popitem(last=False)
+            if sum(poster == address for poster, _ in self._unread.values()) >= UNREAD_CALLS:
+                return None
+            slot = object()
+            self._unread[slot] = (address, now)
+            return slot
+
+    def posted(self, slot: object, event: str | None, session: str | None) -> None:
+        """A raw call Gradio queued: reading its results (by `event`) counts as reading `session`; or, without an
+        `event`, one that was not queued: its place is free again."""
+        with self._lock:
+            place = self._unread.pop(slot, None)
+            if event is not None:
+                self._remember(("call", event), session)
+                if place:
+                    self._unread[event] = place
+
+    def session_of(self, key: str | tuple) -> str | None:
+        """The session a stream reads, by its session or ("call", a raw call's event id, which is read from now on),
+        if a call of it came through here lately (only such a session has an event stream to read)."""
+        with self._lock:
+            self._unread.pop(key[1] if isinstance(key, tuple) else None, None)
+            return self._known.get(key)
 
     @contextmanager
     def serving(self, session: str | None):
@@ -146,36 +162,16 @@ class Gate:
             if not calls:
                 self._calls.pop(session, None)
 
-    def hold(self, path: str, body: bytes) -> str:
-        """Keep a raw call until it is read; the oldest held calls go when there are too many or they are too old."""
-        call_id, now = uuid.uuid4().hex, time.monotonic()
-        with self._lock:
-            self._expire_held(now)
-            self.held[call_id] = (path, body, now)
-            self._held_bytes += len(body)
-            while len(self.held) > self.limits.held_calls or self._held_bytes > self.limits.held_bytes:
-                self._drop_oldest()
-        return call_id
-
-    def take(self, call_id: str) -> tuple[str, bytes] | None:
-        with self._lock:
-            self._expire_held(time.monotonic())
-            held = self.held.pop(call_id, None)
-            self._held_bytes -= len(held[1]) if held else 0
-        return None if held is None else held[:2]
-
-    def _expire_held(self, now: float) -> None:
-        while self.held and now - next(iter(self.held.values()))[2] > self.limits.held_seconds:
-            self._drop_oldest()
-
-    def _drop_oldest(self) -> None:
-        _, (_, body, _) = self.held.popitem(last=False)
-        self._held_bytes -= len(body)
+    def count(self, dependency):
+        """Count the calls of this event (an event listener's result: its `id` is the fn_index) against their session:
+        an event of the app's work group, whose callback says when it ends (`serving`). Returns it, to chain on."""
+        self.counted.add(dependency["id"])
+        return dependency
 
 
 class RequestGuard:
-    """ASGI middleware, first in line: bounded bodies, checked calls, held raw calls, admitted sessions, uploads
-    within their quota, and a count of the event streams being read."""
+    """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
+    and a count of the event streams being read."""
 
     def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None):
         self.app = app
@@ -196,7 +192,7 @@ class RequestGuard:
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with self.gate.stream(self.address(scope)) as admitted:
+            with self.gate.streams.open(self.address(scope), self.gate.limits.streams_per_address) as admitted:
                 if not admitted:
                     return await refuse(
                         send, 429, f"This address has {self.gate.limits.streams_per_address} responses open (event "
@@ -220,67 +216,51 @@ class RequestGuard:
             return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), error.drained)
         if body is None:
             return
-        status, problem, payload = self.check_call(path, body)
+        status, problem, payload, event = self.check_call(path, body)
         if problem:
             return await refuse(send, status, problem)
-        if _CALL.fullmatch(path) and path.startswith("/gradio_api/call/"):
-            call_id = self.gate.hold(path, body)
-            return await answer(send, 200, {"event_id": call_id})
-        if path.rstrip("/") == _JOIN:
-            function = event_function(self.demo, None, payload.get("fn_index"))
-            refused = self.gate.admit_session(payload.get("session_hash"), self.address(scope), counts(function))
-            if refused:
-                return await refuse(send, 429, refused)
-        return await contained(self.app, scope, replay(body, receive), send)
+        raw = path.startswith("/gradio_api/call/")
+        if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
+            return await contained(self.app, scope, replay(body, receive), send)
+        address, session, counted = self.address(scope), payload.get("session_hash"), event["id"] in self.gate.counted
+        slot = self.gate.unread_slot(address) if raw else None
+        if raw and slot is None:
+            return await refuse(
+                send, 429, f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
+                "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
+            )  # fmt: skip
+        if refused := self.gate.admit_session(session, address, counted):
+            self.gate.posted(slot, None, None)
+            return await refuse(send, 429, refused)
+        # Gradio's answer is kept until what it says is noted here: the client reads a raw call's results by the event
+        # id it answers, and that stream must count as read from its first byte.
+        answered = RecordedAnswer()
+        await contained(self.app, scope, replay(body, receive), answered)
+        value = answered.value()
+        queued = value.get("event_id") if answered.status == 200 and isinstance(value, dict) else None
+        if raw:  # Gradio names the session of a call without one after its event id
+            self.gate.posted(slot, queued, session or queued)
+        if queued is None and counted:
+            self.gate.served(session)  # refused by Gradio (its queue full): it never runs
+        return await answer(send, answered.status, value)
 
     async def read(self, scope, receive, send):
-        """A GET: a held raw call's results, an event stream (counted as read while open), or anything else."""
-        path = scope["path"]
-        stream = _CALL_STREAM.fullmatch(path)
-        if stream:
-            return await self.read_held_call(scope, receive, send, stream)
+        """A GET: an event stream (a page's, by its session; a raw call's, by its event id), counted as read while it
+        is open, or anything else."""
+        path, query = scope["path"], scope.get("query_string", b"")
         ranges = dict(scope["headers"]).get(b"range", b"")
         if path.startswith(("/gradio_api/file=", "/gradio_api/file/")) and b"," in ranges:
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
-        key = self.gate.readers.key(path, scope.get("query_string", b""))
-        if key is None:
+        call = _CALL_STREAM.fullmatch(path)
+        key = ("call", call["event"]) if call else page_stream(path, query)
+        if key is None:  # not an event stream
             return await contained(self.app, scope, receive, send)
-        if not self.gate.knows(key):
-            return await refuse(send, 404, f"No call of session {key[:40]!r} came here lately: nothing to stream.")
-        with self.gate.readers.reading(key):
+        if (session := self.gate.session_of(key)) is None:
+            asked = call["event"] if call else key
+            return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
+        with self.gate.readers.open(session):
             return await contained(self.app, scope, receive, send)
-
-    async def read_held_call(self, scope, receive, send, stream):
-        """Put a held raw call into Gradio's queue now that its results are read, and stream them."""
-        held = self.gate.take(stream["event"])
-        if held is None:
-            return await refuse(
-                send,
-                404,
-                f"No call {stream['event'][:40]} is waiting here: it was read already, or it waited unread for more "
-                f"than {self.gate.limits.held_seconds:g} s (calls run when their results are read).",
-            )
-        path, body = held
-        payload = json.loads(body)
-        session, function = payload.get("session_hash"), event_function(self.demo, stream["api"])
-        refused = self.gate.admit_session(session, self.address(scope), counts(function))
-        if refused:
-            return await refuse(send, 429, refused)
-        post = dict(scope, method="POST", path=path, raw_path=path.encode(), query_string=b"")
-        post["headers"] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        status, reply = await call_inner(self.app, post, body)
-        event = reply.get("event_id") if isinstance(reply, dict) else None
-        if status != 200 or not isinstance(event, str):
-            if counts(function):
-                self.gate.served(session)  # it never runs: it does not count against the session
-            detail = reply.get("detail") or reply.get("error") if isinstance(reply, dict) else None
-            return await refuse(send, status if status != 200 else 500, str(detail or "The call was not started."))
-        route = f"/gradio_api/call/{stream['v2'] or ''}{stream['api']}/{event}"
-        get = dict(scope, path=route, raw_path=route.encode())
-        # Without a session of its own, the call's session is its event id.
-        with self.gate.readers.reading(session or event):
-            return await contained(self.app, get, receive, send)
 
     @functools.cached_property
     def endpoints(self) -> dict:
@@ -288,14 +268,29 @@ class RequestGuard:
         built once, at the first call that needs them (the page's events do not change while it is served)."""
         return self.demo.get_api_info()["named_endpoints"]
 
+    @functools.cached_property
+    def page(self) -> tuple[dict, dict]:
+        """The page's events by fn_index and its components by id, as `/config` serves them to every page and client
+        (`internals.page_config`): built once, like `endpoints`."""
+        config = page_config(self.demo)
+        return ({event["id"]: event for event in config["dependencies"]},
+                {component["id"]: component for component in config["components"]})  # fmt: skip
+
+    def event(self, api_name: str | None, fn_index=None) -> dict | None:
+        """The page's event called by its API name, or without one by its index; None if it has no such event."""
+        events = self.page[0]
+        if api_name is None:
+            return events.get(fn_index) if isinstance(fn_index, int) else None
+        return next((event for event in events.values() if event["api_name"] == api_name), None)
+
     def _too_large(self, size: str) -> str:
         return (
             f"The request body has {size} bytes; the limit here is {self.max_body_bytes:,} (texts are translated up to "
             "3,000 characters; send files through the upload)."
         )
 
-    def check_call(self, path: str, body: bytes) -> tuple[int, str, dict]:
-        """(status, one-line message, payload): the message is "" if the body may go on to Gradio.
+    def check_call(self, path: str, body: bytes) -> tuple[int, str, dict, dict | None]:
+        """(status, one-line message, payload, the event called): the message is "" if the body may go on to Gradio.
 
         The values are checked against the event Gradio will run: on `/call/` (and v2) the one its path names (a body
         whose fn_index names another is refused); on `/run/`, `/api/` and `/queue/join` the body's fn_index, or
@@ -304,37 +299,42 @@ class RequestGuard:
         call = _CALL.fullmatch(path)
         try:
             payload = json.loads(body) if body else None
-        except RecursionError:
-            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}
+            too_deep = depth(payload) > MAX_DEPTH
+        except RecursionError:  # deeper than the parser goes
+            payload, too_deep = None, True
         except (ValueError, UnicodeDecodeError):
             if call is None and path.rstrip("/") != _JOIN:
-                return 0, "", {}
-            return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}
-        if depth(payload) > MAX_DEPTH:
-            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}
+                return 0, "", {}, None
+            return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}, None
+        if too_deep:
+            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}, None
         problem = file_values_problem(payload, self.gate.limits.max_file_bytes)
         if problem:
-            return 422, problem, {}
+            return 422, problem, {}, None
         if call is None and path.rstrip("/") != _JOIN:
-            return 0, "", {}
+            return 0, "", {}, None
         if not isinstance(payload, dict):
-            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
+            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}, None
         fn_index = payload.get("fn_index")
         by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
-        function = event_function(self.demo, call["api"]) if by_path else event_function(self.demo, None, fn_index)
-        if function is None:
+        event = self.event(call["api"]) if by_path else self.event(None, fn_index)
+        if event is None:
             asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
             names = ", ".join(sorted(self.endpoints))
-            return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}
-        if by_path and fn_index is not None and event_function(self.demo, None, fn_index) is not function:
+            return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}, None
+        if by_path and fn_index is not None and self.event(None, fn_index) is not event:
             other = f"fn_index {fn_index!s:.20}"
-            return 422, f"This call names /{call['api']} in its path and another event ({other}): omit fn_index.", {}
+            problem = f"This call names /{call['api']} in its path and another event ({other}): omit fn_index."
+            return 422, problem, {}, None
+        if not isinstance(payload.get("session_hash"), str | None):
+            return 422, "A session_hash must be a string.", {}, None
         if call and call["v2"]:  # v2: the endpoint's parameters by name, at the top level of the body
             problem = check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
-            return 422 if problem else 0, problem, payload
-        if not isinstance(payload.get("data"), list):
-            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}
-        return 422 if (problem := check_values(function, payload["data"])) else 0, problem, payload
+        elif not isinstance(payload.get("data"), list):
+            problem = 'The request body must be a JSON object with a "data" list, one value per parameter.'
+        else:
+            problem = check_values(event, self.page[1], payload["data"])
+        return 422 if problem else 0, problem, payload, event
 
 
 def depth(value, limit: int = MAX_DEPTH + 1) -> int:
@@ -347,22 +347,6 @@ def depth(value, limit: int = MAX_DEPTH + 1) -> int:
             if at < limit:
                 level += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]
     return deepest
-
-
-def counts(function) -> bool:
-    """Whether calls of this event count against their session: the app's own queued events (its one concurrency
-    group), whose callbacks say when they end (`Gate.serving`)."""
-    return function is not None and function.concurrency_id == COUNTED_GROUP
-
-
-def event_function(demo, api_name: str | None, fn_index=None):
-    """The page's event called by its API name, or without one by its index; None if it has no such event."""
-    for number, function in page_events(demo).items():
-        if (api_name is not None and function.api_name == api_name) or (
-            api_name is None and isinstance(fn_index, int) and number == fn_index
-        ):
-            return function
-    return None
 
 
 def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
@@ -379,70 +363,65 @@ def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
     return ""
 
 
-def check_values(function, values: list) -> str:
-    """A one-line message if `values` do not fit the event's inputs (their number, a file value, an example index)."""
-    inputs = list(function.inputs)
-    shown = [block for block in inputs if takes_api_value(block)]
+def check_values(event: dict, components: dict, values: list) -> str:
+    """A one-line message if `values` do not fit the event's inputs (their number, a file value, an example index);
+    `components`: the page's, by id."""
+    inputs = [components[number] for number in event["inputs"]]
+    shown = [component for component in inputs if not component.get("skip_api")]  # a gr.State takes no value
     if len(values) not in (len(inputs), len(shown)):
-        names = ", ".join(getattr(block, "label", None) or type(block).__name__ for block in shown)
+        names = ", ".join(component["props"].get("label") or component["type"] for component in shown)
         return (
-            f"/{function.api_name} takes {len(shown)} value{'s' if len(shown) != 1 else ''} ({names}); this call "
+            f"/{event['api_name']} takes {len(shown)} value{'s' if len(shown) != 1 else ''} ({names}); this call "
             f"sent {len(values)}."
         )
-    blocks = inputs if len(values) == len(inputs) else shown
-    for block, value in zip(blocks, values, strict=True):
-        if isinstance(block, gr.Dataset) and value is not None:
-            count = example_count(block)
+    for component, value in zip(inputs if len(values) == len(inputs) else shown, values, strict=True):
+        if component["type"] == "dataset" and value is not None:
+            count = len(component["props"]["samples"])
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
                 return (
-                    f"/{function.api_name} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
+                    f"/{event['api_name']} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
                 )
-    return check_file_shapes(blocks, values)
-
-
-def check_file_shapes(blocks, values) -> str:
-    """A one-line message if a file input's value is not shaped as an upload's (`null`, or an object whose "path" is a
-    string); Gradio would fail on it with a traceback. Where the path points is checked for every value of every call
-    (`uploads.file_values_problem`)."""
-    for block, value in zip(blocks, values, strict=True):
-        if value is None or type(block).__name__ not in ("File", "UploadButton"):
-            continue
-        if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
-            label = getattr(block, "label", None) or "file"
-            return (
-                f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
-                '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
-            )
+        elif component["type"] in ("file", "uploadbutton") and value is not None:
+            # Shaped as an upload's (the object /gradio_api/upload describes): Gradio would fail on any other with a
+            # traceback. Where its path points is checked for every value of every call (`file_values_problem`).
+            if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
+                label = component["props"].get("label") or "file"
+                return (
+                    f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
+                    '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
+                )
     return ""
 
 
-class Readers:
-    """The event streams open now: a page's (`/queue/data?session_hash=...`) and a raw call's (by its session)."""
+def page_stream(path: str, query: bytes) -> str | None:
+    """The session whose messages a page's event stream (`/queue/data?session_hash=...`) reads; else None."""
+    found = re.search(rb"(?:^|&)session_hash=([^&]+)", query) if path.rstrip("/") == "/gradio_api/queue/data" else None
+    return found[1].decode("latin-1") if found else None
+
+
+class Open:
+    """How many responses of each key (a session, an address) are open now."""
 
     def __init__(self):
         self._open = Counter()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def key(path: str, query: bytes) -> str | None:
-        if path.rstrip("/") == "/gradio_api/queue/data":
-            found = re.search(rb"(?:^|&)session_hash=([^&]+)", query)
-            return found[1].decode("latin-1") if found else None
-        return None
-
     @contextmanager
-    def reading(self, key: str):
-        """Count the stream `key` as read while the block runs."""
+    def open(self, key: str, most: float = float("inf")):
+        """Yields False, without counting, if `key` already has `most` open; else counts one while the block runs and
+        yields True."""
         with self._lock:
-            self._open[key] += 1
+            admitted = self._open[key] < most
+            self._open[key] += admitted
         try:
-            yield
+            yield admitted
         finally:
             with self._lock:
-                self._open[key] -= 1
+                self._open[key] -= admitted
                 if self._open[key] <= 0:
                     del self._open[key]
 
     def is_read(self, key: str | None) -> bool:
+        """Whether a response of `key` is open (for the readers: whether the session's results are being read)."""
         with self._lock:
             return key is not None and self._open.get(key, 0) > 0

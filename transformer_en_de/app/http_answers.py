@@ -38,9 +38,12 @@ class RecordedAnswer:
         if self.forward is not None:
             await self.forward(message)
 
-    @property
-    def body(self) -> bytes:
-        return b"".join(self.parts)
+    def value(self):
+        """The JSON the answer holds, or None."""
+        try:
+            return json.loads(b"".join(self.parts))
+        except ValueError:
+            return None
 
 
 async def contained(app, scope, receive, send, malformed: str = "") -> None:
@@ -73,20 +76,6 @@ async def contained(app, scope, receive, send, malformed: str = "") -> None:
         return
     for message in held:  # an error the app answered without failing goes to the client as it was
         await send(message)
-
-
-async def call_inner(app, scope, body: bytes) -> tuple[int, object]:
-    """Call the wrapped app with a request of our own; (status, the JSON it answered, or None)."""
-
-    async def never_disconnects():
-        await asyncio.Event().wait()
-
-    answer = RecordedAnswer()
-    await app(scope, replay(body, never_disconnects), answer)
-    try:
-        return answer.status, json.loads(answer.body)
-    except ValueError:
-        return answer.status, None
 
 
 class TooLarge(Exception):

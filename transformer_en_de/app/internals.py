@@ -2,11 +2,12 @@
 
 Each is here because nothing public does the same job (checked on gradio 6.31, uvicorn 0.54):
 
-- gradio `Blocks.fns` (fn_index → the event: `api_name`, `inputs`, `concurrency_id`): the HTTP front checks a raw
-  call against the event it will run before the call reaches the queue; `get_api_info()` (public) lists the named
-  endpoints, but not the index the page's own calls send, nor an event's concurrency group.
-- gradio `Component.skip_api` (a `gr.State` takes no value from an API client) and `Dataset.raw_samples` (the
-  examples an index may point at).
+- gradio `Blocks.get_config_file()`: the page's config as the `/config` route serves it to every page and client
+  (gradio_client maps API names to the fn_index it sends with it): each event's `id` (that fn_index), `api_name` and
+  `inputs`, and each component's `type`, `skip_api` (a `gr.State` takes no value from an API client) and a Dataset's
+  `samples`. The HTTP front checks a raw call against the event it will run before the call reaches the queue;
+  `get_api_info()` (public) lists the named endpoints, but not the index the page's own calls send. An event
+  listener's result (`gr.events.Dependency`, documented as the listener's config) carries the same `id`.
 - gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
   such setting, and without it Gradio keeps 10,000 sessions' state in memory.
 - uvicorn `H11Protocol`, its `conn` (the h11 connection: `their_state` says whether the client's request is in) and
@@ -31,19 +32,9 @@ def upload_folder() -> str:
     return os.environ.get("GRADIO_TEMP_DIR") or os.path.realpath(os.path.join(tempfile.gettempdir(), "gradio"))
 
 
-def page_events(demo) -> dict:
-    """fn_index → the page's event (`api_name`, `inputs`, `concurrency_id`, `api_visibility`)."""
-    return demo.fns
-
-
-def takes_api_value(block) -> bool:
-    """Whether an API call sends a value for this input (a `gr.State` takes none)."""
-    return not getattr(block, "skip_api", False)
-
-
-def example_count(dataset) -> int:
-    """How many examples a `gr.Dataset` holds (an index a call sends must be below it)."""
-    return len(dataset.raw_samples)
+def page_config(demo) -> dict:
+    """The page's config as `/config` serves it: "dependencies" (the events) and "components", each with its `id`."""
+    return demo.get_config_file()
 
 
 def keep_sessions(demo, sessions: int) -> None:

@@ -86,9 +86,6 @@ class Limits:
     # Calls queued or running per session: a page runs one at a time (the scheduler would refuse a second as Busy),
     # and refusing it at the front costs nothing of the queue's.
     calls_per_session: int = 1
-    held_calls: int = 512  # raw API calls posted and not yet read, kept (the oldest dropped) until read
-    held_bytes: int = 32_000_000  # and their bodies' bytes in all
-    held_seconds: float = 60.0  # a raw call not read within this is dropped
     # Uploads (uploads.py): files an upload, bodies read at once and files and bytes kept per address (a share of the
     # total), what the smallest file counts for, the free disk an upload leaves, and how long uploads are kept.
     files_per_upload: int = 4

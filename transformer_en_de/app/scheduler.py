@@ -48,14 +48,12 @@ class Cancelled(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request: its visitor, lane and estimated work, its deadlines, the CPU time it has been served, and whether
-    it must stop."""
+    """One request: its visitor, lane, deadlines, the CPU time it has been served, and whether it must stop."""
 
     session: str
     deadline: float  # (time.monotonic()) start no new engine batch after it
     hard_deadline: float  # end the batch in progress (the engine's `deadline`), keeping what it has
     lane: int = ORDINARY
-    work: float = 0.0  # estimated CPU seconds
     served: float = 0.0
     charged: float = 0.0  # of `served`, what its session's usage already counts
     cancelled: bool = False
@@ -64,10 +62,6 @@ class Job:
     turn_started: float | None = None
     turn_began: float = 0.0  # (time.monotonic()) when its present turn began
     waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
-
-    @property
-    def past_deadline(self) -> bool:
-        return time.monotonic() > self.deadline
 
     def priority(self, usage: float, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
         """Lower comes first: the lane (a heavy job waiting long at a stretch counts as aged), then its session's
@@ -96,7 +90,7 @@ class FairScheduler:
         self.aging_seconds = aging_seconds
         self.heavy_jobs = heavy_jobs
         self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
-        # session -> whether its results are being read (guard.Readers.is_read); None: every call is read (scripts)
+        # session -> whether its results are being read (guard.Gate.readers); None: every call is read (scripts)
         self.is_read = is_read
         self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
         self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
@@ -133,7 +127,7 @@ class FairScheduler:
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = HEAVY if heavy else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, work, watched=watched)
+        job = Job(session, deadline, hard_deadline, lane, watched=watched)
         with self._condition:
             if any(other.session == job.session for other in self._jobs):
                 raise Busy(
@@ -234,7 +228,7 @@ class FairScheduler:
         job = getattr(self._local, "job", None)
         if job is None:
             return False  # not a request's computation (a test, a script)
-        if self._gone(job) or job.past_deadline:
+        if self._gone(job) or time.monotonic() > job.deadline:
             return True  # between batches: stop cleanly, keeping what is translated
         self.checkpoint()
         return False

@@ -8,7 +8,6 @@ share of `upload_total_bytes`, so one address cannot fill the space the others u
 (else one line, nothing written). Each upload is deleted after `upload_seconds`, which frees its share.
 """
 
-import json
 import os
 import shutil
 import stat
@@ -115,10 +114,6 @@ class UploadQuota:
         self._reserved: dict[str, int] = {}  # address → bytes of uploads read and not yet stored
         self._lock = threading.Lock()
 
-    def cost(self, size: int) -> int:
-        """What a file of `size` bytes counts for: a disk spends a block on the smallest one."""
-        return max(size, self.limits.upload_block_bytes)
-
     def usage(self, address: str | None = None) -> tuple[int, int]:
         """(files, bytes) kept and reserved, of `address` or (None) of the server."""
         with self._lock:
@@ -196,15 +191,12 @@ class UploadQuota:
                 if not self._reserved[address]:
                     del self._reserved[address]
                 if answer.status == 200:
-                    self.record(answer.body, address)
+                    self.record(answer.value(), address)
 
-    def record(self, answer: bytes, address: str) -> None:
+    def record(self, paths, address: str) -> None:
         """Count the files an upload stored (Gradio answers their paths) against `address` (lock held)."""
-        try:
-            paths = json.loads(answer)
-        except ValueError:
-            return
-        folder = os.path.realpath(upload_folder())
         for path in paths if isinstance(paths, list) else []:
-            if isinstance(path, str) and Path(os.path.realpath(path)).is_relative_to(folder) and Path(path).is_file():
-                self._kept[path] = (address, self.cost(Path(path).stat().st_size), time.monotonic())
+            if stored_upload(path, self.limits.max_file_bytes):  # a regular file in the upload folder
+                # A disk spends a block on the smallest file.
+                cost = max(os.path.getsize(path), self.limits.upload_block_bytes)
+                self._kept[path] = (address, cost, time.monotonic())

@@ -58,6 +58,7 @@ from transformer_en_de.app.inside_tab import (  # noqa: E402
     draw_attention,
     draw_inside,
     inside_request,
+    rendered,
 )
 from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
@@ -91,7 +92,6 @@ DELETE_CACHE = (600, 3600)
 # On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 WORK = "work"  # the concurrency group of every event that spends CPU: the admission point (scheduler.py)
-PLOT = gr.Plot(render=False)  # renders a picture as the page's plots do, inside the request's turn
 
 # Sentences and references written for this app (not taken from Multi30k).
 EXAMPLES = [
@@ -309,8 +309,8 @@ class TranslationApp:
         now (the visitor's previous one still runs, or nobody reads it) gets `refused(error)` and logs nothing."""
         with self.gate.serving(request.session_hash) as arrived:
             try:
-                with self.scheduler.job(request.session_hash, self.limits.text.seconds, since=arrived):
-                    return tuple(PLOT.postprocess(value) if isinstance(value, Figure) else value for value in work())
+                with self.scheduler.job(request.session_hash, self.limits.text.seconds, side=True, since=arrived):
+                    return tuple(rendered(value) if isinstance(value, Figure) else value for value in work())
             except (Busy, Cancelled) as error:
                 return refused(error)
 

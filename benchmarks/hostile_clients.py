@@ -4,7 +4,9 @@ translation, and do the server's memory and upload folder stay bounded?
 Starts `python app.py --backend ...` (our model only, offline) on 127.0.0.1 with its own upload folder. For each attack,
 all from 127.0.0.1, the attackers start, and half a second later an ordinary visitor (gradio_client, a page's session)
 sends `--ordinary` one-sentence requests at the page's defaults (beam 4, 128 tokens), `--pause` seconds apart; then the
-attackers stop. The attacks:
+attackers stop. The visitor runs in its own process, as on its own machine (the attackers' threads would otherwise hold
+its interpreter). Server and clients share the cores this runs on (`taskset -c 0`: one), unless `--split-cores` gives
+the server the first and the clients the others, as a server and remote clients would be. The attacks:
 - none: the visitor alone, for reference;
 - queue flood: 4 threads POSTing `/gradio_api/call/translate` (3,000 capitals, beam 8) and never reading;
 - session eviction: a visitor's file job (2,000 lines, read) runs while 4 threads send cheap raw calls, each without
@@ -47,7 +49,7 @@ the file job) keep the visitor visiting, one request at a time, until they end.
 It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an exception) and
 what the attackers got; then the server's resident memory and its upload folder's size before and after.
 
-    taskset -c 1 python -m benchmarks.hostile_clients --threads 1 --backend torch [--quick]
+    OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
 """
 
 import itertools
@@ -83,6 +85,7 @@ def options(parser):
     parser.add_argument("--backend", choices=["torch", "ctranslate2"], default="torch", help="what decodes")
     parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's requests per attack")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
+    parser.add_argument("--split-cores", action="store_true", help="the server on the first core, clients on the rest")
     parser.add_argument("--slow", type=int, default=5_000, help="slow connections (headers never finished)")
     parser.add_argument("--attacks", nargs="*", default=None, help="only these attacks (names as printed)")
 
@@ -842,6 +845,41 @@ def attacks(http, url: str, scratch: Path, args, server=None, log: Path | None =
     return chosen
 
 
+class Visitor:
+    """The ordinary visitor in a process of its own (`visitor_process`): one gradio_client session for the whole run."""
+
+    def __init__(self, url: str):
+        code = "from benchmarks.hostile_clients import visitor_process; visitor_process()"
+        command = [sys.executable, "-c", code, url]
+        self.process = subprocess.Popen(command, cwd=harness.ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)  # fmt: skip
+
+    def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
+        self.process.stdin.write(json.dumps({"sentences": sentences, "pause": pause}) + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError("the visitor's process ended")
+        answer = json.loads(reply)
+        return answer["latencies"], answer["failures"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def visitor_process() -> None:
+    """The visitor's process: each line on stdin asks {"sentences": [...], "pause": seconds}; each is answered by one
+    line {"latencies": [...], "failures": n} (`visit`)."""
+    from gradio_client import Client
+
+    client = Client(sys.argv[1], verbose=False)
+    for line in sys.stdin:
+        asked = json.loads(line)
+        latencies, failures = visit(client, asked["sentences"], asked["pause"])
+        print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)
+
+
 def visit(client, sentences: list[str], pause: float) -> tuple[list[float], int]:
     """The ordinary visitor's requests: (latencies, failures)."""
     latencies, failures = [], 0
@@ -859,7 +897,6 @@ def visit(client, sentences: list[str], pause: float) -> tuple[list[float], int]
 
 def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
     import httpx
-    from gradio_client import Client
 
     port = free_port()
     uploads = scratch / "gradio"
@@ -873,15 +910,18 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
     command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models"]
     command += ["--backend", args.backend, "--port", str(port)]
     log = scratch / "app.log"
+    server_cores, client_cores = split_cores(args.split_cores)
     with open(log, "w") as output:
-        server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT)
-    rows, memory = [], {}
+        server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT,
+                                  preexec_fn=lambda: os.sched_setaffinity(0, server_cores))  # fmt: skip
+    os.sched_setaffinity(0, client_cores)  # this process and the visitor's
+    rows, memory, ordinary = [], {}, None
     try:
         url = f"http://127.0.0.1:{port}/"
         wait_until_up(url, server)
         http = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=64))
-        ordinary = Client(url, verbose=False)
-        ordinary.predict(sentences[0], "beam search", 4, 128, "", api_name="/translate")  # warm-up
+        ordinary = Visitor(url)
+        ordinary.visit(sentences[:1], 0.0)  # warm-up
         memory["at start"] = (rss_mib(server.pid), folder_mb(uploads))
         chosen = attacks(http, url, scratch, args, server=server, log=log)
         for name, start in chosen.items():
@@ -889,21 +929,35 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
                 continue
             stop = start()
             time.sleep(0.5)
-            latencies, failures = visit(ordinary, sentences[1 : args.ordinary + 1], args.pause)
+            latencies, failures = ordinary.visit(sentences[1 : args.ordinary + 1], args.pause)
             running, deadline = getattr(stop, "running", lambda: False), time.monotonic() + 600
             while running() and time.monotonic() < deadline:  # an attack that ends by itself: visit until it does
-                more, more_failures = visit(ordinary, sentences[1:2], args.pause)
+                more, more_failures = ordinary.visit(sentences[1:2], args.pause)
                 latencies, failures = latencies + more, failures + more_failures
             rows.append((name, latencies, failures, stop()))
             memory[f"after {name}"] = (rss_mib(server.pid), folder_mb(uploads))
     finally:
+        if ordinary is not None:
+            ordinary.close()
         server.terminate()
         server.wait(timeout=30)
     text = log.read_text()
     for part in text.split("Traceback")[1:]:  # what failed, to find it
         print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
     return dict(rows=rows, memory=memory, tracebacks=text.count("Traceback"), descriptors=text.count("Too many open"),
-                log_bytes=len(text.encode()))  # fmt: skip
+                log_bytes=len(text.encode()), cores=(server_cores, client_cores))  # fmt: skip
+
+
+def cpus(cores: set[int]) -> str:
+    return ", ".join(map(str, sorted(cores)))
+
+
+def split_cores(split: bool) -> tuple[set[int], set[int]]:
+    """(the server's cores, the clients'): all of this process's, or split, the first for the server."""
+    cores = os.sched_getaffinity(0)
+    if not split or len(cores) < 2:
+        return cores, cores
+    return {min(cores)}, cores - {min(cores)}
 
 
 def main():
@@ -915,9 +969,11 @@ def main():
         model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
         result = run(model_folder, english, args, Path(scratch))
 
+    server, clients = result["cores"]
     print(
         f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
-        f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1)"
+        f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1; server on CPU {cpus(server)}, "
+        f"clients on CPU {cpus(clients)})"
     )
     print(
         f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam 4, 128 tokens, "

@@ -5,6 +5,7 @@ table."""
 import csv
 import functools
 import io
+import itertools
 import json
 import threading
 import time
@@ -30,7 +31,7 @@ from transformer_en_de.app import (
     translation,
     translators,
 )
-from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler, Full
+from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler, Full
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import engine
 from transformer_en_de.decoding.engine import DecodingSettings, translate
@@ -444,6 +445,72 @@ def test_no_admitted_request_starves_behind_a_stream_of_shorter_ones():
         thread.join()
 
     assert waited[0] < AGING + 0.5  # its aging time, and a slice of the job running then
+
+
+def test_side_work_goes_after_translations_and_ages_one_job_at_a_time():
+    # Side work (a picture, a table, a vote, a look inside) runs no model or is not preempted once it runs: it comes
+    # after every translation waiting, even one whose session used more CPU lately.
+    scheduler = FairScheduler(aging_seconds=AGING)
+    with scheduler.job("busy visitor", 60):
+        time.sleep(0.2)
+    order, holding, release = [], threading.Event(), threading.Event()
+
+    def holder():
+        with scheduler.job("holder", 60):
+            holding.set()
+            release.wait()
+
+    def request(session, **kind):
+        with scheduler.job(session, 60, **kind):
+            order.append(session)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    holding.wait()
+    for session, kind in (("pictures", dict(side=True)), ("busy visitor", {})):
+        threads.append(threading.Thread(target=request, args=(session,), kwargs=kind))
+        threads[-1].start()
+        time.sleep(0.05)
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert order == ["busy visitor", "pictures"]
+
+    # Starved by a stream of translations, side work still gets its turns once it has waited HEAVY_AGING turns of
+    # `aging_seconds` behind them; aged jobs never run back to back (a translation's turn comes between).
+    stop, turns = threading.Event(), []
+
+    def stream(session):
+        while not stop.is_set():
+            with scheduler.job(session, 60):
+                turns.append("translation")
+                for _ in range(3):
+                    time.sleep(0.01)
+                    scheduler.checkpoint()
+
+    def side(session):
+        with scheduler.job(session, 60, side=True):
+            turns.append("side")
+            time.sleep(0.05)
+
+    flood = [threading.Thread(target=stream, args=(f"tiny {n}",)) for n in range(4)]
+    for thread in flood:
+        thread.start()
+    time.sleep(0.1)
+    asked = time.monotonic()
+    pictures = [threading.Thread(target=side, args=(f"pictures {n}",), daemon=True) for n in range(3)]
+    for thread in pictures:
+        thread.start()
+    for thread in pictures:
+        thread.join(timeout=HEAVY_AGING * AGING + 5)  # starved for good: the assertion below says so
+    waited = time.monotonic() - asked
+    stop.set()
+    for thread in flood:
+        thread.join()
+
+    assert waited < HEAVY_AGING * AGING + 1.5
+    during = turns[turns.index("side") : len(turns) - turns[::-1].index("side")]
+    assert during.count("side") == 3 and ("side", "side") not in itertools.pairwise(during)
 
 
 def test_a_visitor_who_left_is_cancelled_at_the_next_step_and_deadlines_stop_between_batches():

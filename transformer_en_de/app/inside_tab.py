@@ -48,6 +48,7 @@ MAX_VIEW_BYTES = 2_000_000
 VIEWS_KEPT = 64
 VIEW_STORE_BYTES = 32_000_000
 VIEW_SECONDS = 900.0
+PICTURE = gr.Plot(render=False)  # what encodes a figure as the page's plots do (`rendered`)
 # Emoji and rare scripts are missing from matplotlib's default font; their labels show as boxes, which is enough.
 warnings.filterwarnings("ignore", message=r"Glyph .* missing from font")
 
@@ -127,7 +128,7 @@ def inside_request(
         problems = [too_many_pieces(read, MAX_PIECES, translator.name) for _, translator, _, read in systems if read]
         if any(problems):
             return {"message": next(problem for problem in problems if problem), "notices": []}
-        with request_job(context, WORK_FACTOR * seconds, limits.text) as job:
+        with request_job(context, WORK_FACTOR * seconds, limits.text, side=True) as job:
             views = [
                 {"model": name, "message": why_not} if translator is None
                 else inside_view(translator.model, translator.tokenizer, sentence, name=translator.name,
@@ -425,8 +426,16 @@ def padded(view: dict | None, count: int) -> list[dict]:
 
 
 def shown(figure: Figure | None) -> gr.Plot:
-    """A plot's new value, hidden when there is nothing to draw (a comparison model not on the page)."""
-    return gr.Plot(value=figure, visible=figure is not None)
+    """A plot's new value, rendered (`rendered`), hidden when there is nothing to draw (a comparison model not on the
+    page)."""
+    return gr.Plot(value=rendered(figure), visible=figure is not None)
+
+
+def rendered(figure: Figure | None):
+    """The picture as the page's plots show it (a PNG), encoded now, in the request's turn: Gradio would encode a
+    figure after the callback, in the event loop every visitor's connection waits on (one returned inside a `gr.Plot`
+    update twice: once when the update is made, again from its arguments)."""
+    return PICTURE.postprocess(figure)
 
 
 # ------------------------------------------------------------------------------------------------ the page's views

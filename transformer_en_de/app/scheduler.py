@@ -3,13 +3,15 @@
 Every request is an event of Gradio's queue in one concurrency group (app.py): Gradio bounds how many are in their
 callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time and
 hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it hands
-`generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: ordinary before heavy, then
-the one whose session (a visitor: a page or a client, never an address) used the least CPU lately, its CPU seconds
-halving every `USAGE_HALF_LIFE` seconds. So a visitor who translates now and then goes before a client that keeps the
-CPU busy, and a class behind one school address is served like many addresses. Nothing starves: a waiting session's
-usage only decays while the running ones' grows, a heavy request waiting `HEAVY_AGING` x `aging_seconds` at a stretch
-goes first, every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at
-once with `Full`.
+`generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: by lane (translations, then
+side work: pictures, tables, votes and looks inside, then heavy requests), then the one whose session (a visitor: a
+page or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds.
+So a visitor who translates now and then goes before a client that keeps the CPU busy, a class behind one school
+address is served like many addresses, and sessions redrawing pictures (not preempted once they run) never hold up a
+translation. Nothing starves: a waiting session's usage only decays while the running ones' grows; a job of a lower
+lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes first, one such job between two of
+theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at once
+with `Full`.
 
 A call nobody reads spends nothing: one whose session opened no stream (`is_read`) within `stream_wait_seconds` of its
 arrival is dropped before it runs, and a running one whose reader left is cancelled at its next step (`cancel`). Past
@@ -26,9 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
-AGING_SECONDS = 0.5  # the unit of the heavy lane's aging, and how often a waiting request looks again
-HEAVY_AGING = 10  # a heavy request waiting this many times `aging_seconds` at a stretch gets a turn
-AGED, ORDINARY, HEAVY = -1, 0, 1  # the lanes: aged first, then every ordinary request before any heavy one
+AGING_SECONDS = 0.5  # the unit of the lower lanes' aging, and how often a waiting request looks again
+HEAVY_AGING = 10  # a side or heavy job waiting this many times `aging_seconds` behind better lanes gets a turn
+# The lanes: aged first, then every ordinary request, then side work (a picture, a table, a vote: no model runs, and
+# not preempted once it runs), then heavy requests.
+AGED, ORDINARY, SIDE, HEAVY = -1, 0, 1, 2
 USAGE_HALF_LIFE = 10.0  # seconds: how fast a session's CPU use is forgiven
 SESSIONS_REMEMBERED = 4_096  # sessions whose recent CPU use is kept (the least recent go first)
 
@@ -62,14 +66,7 @@ class Job:
     turn_started: float | None = None
     turn_began: float = 0.0  # (time.monotonic()) when its present turn began
     waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
-
-    def priority(self, usage: float, aging_seconds: float = AGING_SECONDS) -> tuple[int, float]:
-        """Lower comes first: the lane (a heavy job waiting long at a stretch counts as aged), then its session's
-        recent CPU `usage` and what the job has been served."""
-        waiting = time.monotonic() - self.waiting_since if self.waiting_since is not None else 0.0
-        if self.lane == HEAVY and waiting >= HEAVY_AGING * aging_seconds:
-            return (AGED, self.served)
-        return (self.lane, usage + self.served)
+    starved: float = 0.0  # seconds it waited while a job of a better lane had the CPU, since its last turn
 
 
 class FairScheduler:
@@ -96,6 +93,7 @@ class FairScheduler:
         self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
         self._condition = threading.Condition()
         self._holder: Job | None = None
+        self._aged_last = False  # whether the present (or last) turn was an aged job's
         self._waiting: list[Job] = []
         self._jobs: list[Job] = []  # every admitted request, running or waiting
         self._local = threading.local()  # the job of the request this thread is serving
@@ -109,6 +107,7 @@ class FairScheduler:
         seconds: float,
         *,
         heavy: bool = False,
+        side: bool = False,
         work: float = 0.0,
         since: float | None = None,
     ) -> Iterator[Job]:
@@ -125,7 +124,7 @@ class FairScheduler:
             self._wait_for_reader(session, start + self.stream_wait_seconds)
         session = session or f"anonymous-{threading.get_ident()}"
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
-        lane = HEAVY if heavy else ORDINARY
+        lane = HEAVY if heavy else SIDE if side else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
         job = Job(session, deadline, hard_deadline, lane, watched=watched)
         with self._condition:
@@ -202,12 +201,24 @@ class FairScheduler:
         return other_lane < lane or (other_lane == lane and other_key + self.slice_seconds < key)
 
     def _priority(self, job: Job) -> tuple[int, float]:
+        """Lower comes first: the lane, then the session's recent CPU use and what the job has been served. A job of a
+        lower lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes had the CPU is aged, one at a time:
+        after an aged turn the better lanes have the next (lock held)."""
+        if job.lane > ORDINARY and not self._aged_last and self._starved(job) >= HEAVY_AGING * self.aging_seconds:
+            return (AGED, job.served)
         if job.session in self._usage:
-            return job.priority(self._recent_usage(job.session), self.aging_seconds)
+            return (job.lane, self._recent_usage(job.session) + job.served)
         # A session new here starts level with the least-served one in the scheduler, never ahead of every visitor
         # already waiting (a client making fresh sessions in a loop gains nothing by it).
         known = [self._recent_usage(other.session) for other in self._jobs if other.session in self._usage]
-        return job.priority(min(known, default=0.0), self.aging_seconds)
+        return (job.lane, min(known, default=0.0) + job.served)
+
+    def _starved(self, job: Job) -> float:
+        """Seconds `job` has waited while a job of a better lane had the CPU, since its last turn (lock held)."""
+        holder = self._holder
+        if holder is None or holder.lane >= job.lane or job.waiting_since is None:
+            return job.starved
+        return job.starved + time.monotonic() - max(holder.turn_began, job.waiting_since)
 
     def _recent_usage(self, session: str, now: float | None = None) -> float:
         """The session's CPU seconds, each halving every `USAGE_HALF_LIFE` seconds since it was spent (lock held)."""
@@ -291,11 +302,15 @@ class FairScheduler:
         self._charge(job.session, job.served - job.charged)
         job.charged = job.served
         if self._holder is job:
+            for other in self._waiting:
+                other.starved = self._starved(other)  # what the turn now ending added
             self._holder = None
 
     def _hand_over(self) -> None:
         """Give a free CPU to the waiting job that comes first (lock held)."""
         if self._holder is None and self._waiting:
             self._holder = min(self._waiting, key=self._priority)
+            self._aged_last = self._priority(self._holder)[0] == AGED
+            self._holder.starved = 0.0
             self._waiting.remove(self._holder)
             self._condition.notify_all()

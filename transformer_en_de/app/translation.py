@@ -191,14 +191,16 @@ def run_systems(
     return outputs
 
 
-def request_job(context: RequestContext, work: float, budget: Budget):
+def request_job(context: RequestContext, work: float, budget: Budget, *, side: bool = False):
     """The request's scheduler job: `work` estimated CPU seconds per loaded system (heavy past the ordinary lane's
-    limit), its time limit `budget.seconds` counted from when the request arrived."""
+    limit; `side` work, a look inside, comes after translations whatever its size), its time limit `budget.seconds`
+    counted from when the request arrived."""
     ready = sum(available(system)[0] is not None for system in context.systems)
     return context.scheduler.job(
         context.session,
         budget.seconds,
-        heavy=ready * work > context.limits.ordinary_cpu_seconds,
+        heavy=not side and ready * work > context.limits.ordinary_cpu_seconds,
+        side=side,
         work=ready * work,
         since=context.arrived,
     )

@@ -31,7 +31,7 @@ from transformer_en_de.app import (
     translation,
     translators,
 )
-from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler, Full
+from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import engine
 from transformer_en_de.decoding.engine import DecodingSettings, translate
@@ -289,7 +289,7 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
 # ------------------------------------------------------------------------------------------------ turns on the CPU
 
 
-def test_an_ordinary_request_overtakes_a_heavy_one_and_one_request_per_visitor():
+def test_an_ordinary_request_overtakes_a_heavy_one():
     scheduler = FairScheduler()
     finished, started = [], threading.Event()
 
@@ -301,12 +301,9 @@ def test_an_ordinary_request_overtakes_a_heavy_one_and_one_request_per_visitor()
                 scheduler.checkpoint()
         finished.append(session)
 
-    heavy = threading.Thread(target=request, args=("heavy", 200), kwargs=dict(heavy=True, work=20.0))
+    heavy = threading.Thread(target=request, args=("heavy", 200), kwargs=dict(work=20.0))
     heavy.start()
     started.wait()
-    with pytest.raises(Busy):
-        with scheduler.job("heavy", 60):
-            pass
     request("light", 5, work=0.2)
     heavy.join()
 
@@ -342,21 +339,21 @@ class Held:
 
 def test_heavy_requests_beyond_the_bound_are_refused_at_once_whatever_their_session():
     scheduler = FairScheduler(heavy_jobs=2)
-    held = [Held(scheduler, session, heavy=True, work=12.0) for session in ("a", "b")]
+    held = [Held(scheduler, session, work=12.0) for session in ("a", "b")]
     asked = time.monotonic()
-    with pytest.raises(Full, match="as many long requests as it can"):
-        with scheduler.job("fresh session", 60, heavy=True, work=12.0):
+    with pytest.raises(Busy, match="as many long requests as it can"):
+        with scheduler.job("fresh session", 60, work=12.0):
             pass
     assert time.monotonic() - asked < 0.1
     for job in held:
         job.release()
-    with scheduler.job("c", 60, heavy=True, work=12.0):  # the bound is on work in flight: room again
+    with scheduler.job("c", 60, work=12.0):  # the bound is on work in flight: room again
         pass
 
 
 def test_a_long_file_is_refused_before_any_work_when_the_long_requests_are_all_in_flight(ours, tmp_path):
     scheduler = FairScheduler(heavy_jobs=1)
-    held = Held(scheduler, "someone", heavy=True, work=30.0)
+    held = Held(scheduler, "someone", work=30.0)
     source = write(tmp_path / "long.en", "A dog runs in the park.\n" * 1_000 + "A bell \x07 rings.\n")
 
     asked = time.monotonic()
@@ -378,7 +375,7 @@ def test_ordinary_requests_go_first_the_visitor_who_used_least_cpu_lately_first(
     order, holding, release = [], threading.Event(), threading.Event()
 
     def holder():
-        with scheduler.job("holder", 60, heavy=True, work=30.0):
+        with scheduler.job("holder", 60, work=30.0):
             holding.set()
             release.wait()
             scheduler.checkpoint()  # hands over to every waiting ordinary request, then resumes

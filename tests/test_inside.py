@@ -11,7 +11,6 @@ from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import inside_tab, translators
 from transformer_en_de.app.limits import Limits
-from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, strip_generated, translate
 from transformer_en_de.inside import DECIMALS, KINDS
@@ -245,14 +244,6 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
 def test_bad_input_is_a_message(ours, text, expected):
     view = inside_tab.inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
     assert expected in view["message"] and "source_tokens" not in view
-
-
-def test_a_second_request_of_a_session_is_refused_while_one_runs(ours):
-    scheduler = FairScheduler()
-    with scheduler.job("visitor", 10.0):
-        context = RequestContext(ours, scheduler=scheduler, session="visitor")
-        view = inside_tab.inside_request("A dog runs.", "beam search", 4, 255, context=context)
-    assert "still running" in view["message"]
 
 
 # ------------------------------------------------------------------------------------------------ a real server

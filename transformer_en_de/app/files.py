@@ -87,7 +87,7 @@ def read_files(
     source_file, reference_file, settings: DecodingSettings, context: RequestContext
 ) -> tuple[list[str], list[str] | None]:
     """The English file's lines and the reference file's (None without one); InputError for files that cannot be
-    translated or do not pair up, Busy (Full) for a file too long while the long requests are all in flight."""
+    translated or do not pair up, Busy for a file too long while the long requests are all in flight."""
     limits = context.limits
     lines = read_upload(source_file, "English file", limits, check=False)
     # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything

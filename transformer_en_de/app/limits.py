@@ -83,8 +83,8 @@ class Limits:
     # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
     new_sessions_per_address_per_second: float = 2.0
     new_sessions_per_address_burst: int = 100
-    # Calls queued or running per session: a page runs one at a time (the scheduler would refuse a second as Busy),
-    # and refusing it at the front costs nothing of the queue's.
+    # Calls queued or running per session (guard.py): a page runs one at a time, and refusing a second at the front
+    # costs nothing of the queue's.
     calls_per_session: int = 1
     # Uploads (uploads.py): files an upload, bodies read at once and files and bytes kept per address (a share of the
     # total), what the smallest file counts for, the free disk an upload leaves, and how long uploads are kept.

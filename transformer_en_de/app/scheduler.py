@@ -11,13 +11,13 @@ address is served like many addresses, and sessions redrawing pictures (not pree
 translation. Nothing starves: a waiting session's usage only decays while the running ones' grows; a job of a lower
 lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes first, one such job between two of
 theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at once
-with `Full`.
+(`Busy`).
 
 A call nobody reads spends nothing: one whose session opened no stream (`is_read`) within `stream_wait_seconds` of its
 arrival is dropped before it runs, and a running one whose reader left is cancelled at its next step (`cancel`). Past
 80% of its time a request starts no new batch; at its whole time the engine ends the batch in progress
 (`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A session
-runs one request at a time (`Busy` for a second).
+has one call queued or running: the HTTP front refuses a second (`guard.Gate.admit_session`).
 """
 
 import threading
@@ -38,12 +38,7 @@ SESSIONS_REMEMBERED = 4_096  # sessions whose recent CPU use is kept (the least 
 
 
 class Busy(RuntimeError):
-    """The request was not started (the visitor's previous one is still running, or the server is full); the message
-    says why and what to do."""
-
-
-class Full(Busy):
-    """A heavy request refused at once: as many heavy requests as allowed are in flight."""
+    """A heavy request refused at once, not started: as many as allowed are in flight; the message says what to do."""
 
 
 class Cancelled(RuntimeError):
@@ -106,16 +101,16 @@ class FairScheduler:
         session: str | None,
         seconds: float,
         *,
-        heavy: bool = False,
-        side: bool = False,
         work: float = 0.0,
+        side: bool = False,
         since: float | None = None,
     ) -> Iterator[Job]:
-        """Run a request's computation inside this block, taking turns; raises Busy (Full) or Cancelled.
+        """Run a request's computation inside this block, taking turns; raises Busy or Cancelled.
 
-        `heavy` requests are bounded in number (`heavy_jobs`); `work` is their estimate in CPU seconds. A session has
-        one request running at a time. `since` (time.monotonic()): when the request arrived, if it waited before its
-        callback ran (in Gradio's queue); its `seconds` count from then.
+        `work`: the estimate in CPU seconds; past `ordinary_seconds` the request is heavy, and heavy requests are
+        bounded in number (`heavy_jobs`). `side` work comes after translations, whatever its size. `since`
+        (time.monotonic()): when the request arrived, if it waited before its callback ran (in Gradio's queue); its
+        `seconds` count from then.
         """
         now = time.monotonic()
         start = now if since is None else min(since, now)
@@ -124,17 +119,12 @@ class FairScheduler:
             self._wait_for_reader(session, start + self.stream_wait_seconds)
         session = session or f"anonymous-{threading.get_ident()}"
         # The softer deadline leaves a fifth of the time for the batch in progress to finish.
-        lane = HEAVY if heavy else SIDE if side else ORDINARY
+        lane = SIDE if side else HEAVY if work > self.ordinary_seconds else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
         job = Job(session, deadline, hard_deadline, lane, watched=watched)
         with self._condition:
-            if any(other.session == job.session for other in self._jobs):
-                raise Busy(
-                    "Your previous request is still running; this one was not started. Wait for the first to finish "
-                    "(or reload the page to cancel it)."
-                )
-            if heavy:
-                self._admit_heavy(work)
+            if lane == HEAVY:
+                self.check_room(work)
             self._jobs.append(job)
         self._local.job = job
         try:
@@ -157,21 +147,15 @@ class FairScheduler:
             time.sleep(0.02)
 
     def check_room(self, work: float) -> None:
-        """Full at once if a request of at least `work` CPU seconds would be heavy and could not be admitted now: a
-        caller may ask before doing anything costly with a request (its `work` a lower bound of the estimate)."""
-        if work <= self.ordinary_seconds:
-            return
-        with self._condition:
-            self._admit_heavy(work)
-
-    def _admit_heavy(self, work: float) -> None:
-        """Full unless a heavy request of `work` CPU seconds may start (lock held)."""
-        if sum(other.lane == HEAVY for other in self._jobs) >= self.heavy_jobs:
-            raise Full(
-                f"This request needs about {work:.0f} s of CPU time, more than an ordinary one, and the server is "
-                f"already running as many long requests as it can ({self.heavy_jobs}), so it was not started. Try "
-                "again in a minute, or send fewer sentences or fewer beams."
-            )
+        """Busy at once if a request of `work` CPU seconds is heavy and as many heavy requests as allowed are in flight:
+        `job` asks, and a caller may ask first, before anything costly (its `work` a lower bound of the estimate)."""
+        with self._condition:  # re-entrant: `job` asks holding it
+            if work > self.ordinary_seconds and sum(other.lane == HEAVY for other in self._jobs) >= self.heavy_jobs:
+                raise Busy(
+                    f"This request needs about {work:.0f} s of CPU time, more than an ordinary one, and the server is "
+                    f"already running as many long requests as it can ({self.heavy_jobs}), so it was not started. "
+                    "Try again in a minute, or send fewer sentences or fewer beams."
+                )
 
     def checkpoint(self) -> None:
         """Called by the request's own thread at every step of the search (`engine.TurnPoint`): hand over the CPU if

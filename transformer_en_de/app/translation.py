@@ -165,7 +165,7 @@ def budget_plan(
 ) -> tuple[DecodingPlan, float]:
     """The request's one plan (our model's `DecodingPlan` of `sentences` with the page's `settings`), narrowed once to
     what fits `budget` (fewer beams, then only the first sentences: `limits.fit_budget`), and its estimated CPU
-    seconds. Busy (Full) at once, before any tokenizing, when a request this long could not be admitted now."""
+    seconds. Busy at once, before any tokenizing, when a request this long could not be admitted now."""
     ours, limits = context.ours, context.limits
     context.scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits))
     plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
@@ -196,14 +196,7 @@ def request_job(context: RequestContext, work: float, budget: Budget, *, side: b
     limit; `side` work, a look inside, comes after translations whatever its size), its time limit `budget.seconds`
     counted from when the request arrived."""
     ready = sum(available(system)[0] is not None for system in context.systems)
-    return context.scheduler.job(
-        context.session,
-        budget.seconds,
-        heavy=not side and ready * work > context.limits.ordinary_cpu_seconds,
-        side=side,
-        work=ready * work,
-        since=context.arrived,
-    )
+    return context.scheduler.job(context.session, budget.seconds, work=ready * work, side=side, since=context.arrived)
 
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
@@ -280,7 +273,7 @@ def translate_text(
         kept = list(plan.sentences)
         work = seconds + 2 * len(reference) * limits.score_seconds_per_char
         outputs = run_systems(context, plan, work, limits.text)
-    except Busy as error:  # refused before any work: the long requests are all in flight, or the visitor's is
+    except Busy as error:  # refused before any work: the long requests are all in flight
         result.message, result.notices, result.sentences = str(error), [], []
         return result
     except Cancelled:

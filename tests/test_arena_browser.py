@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 from conftest import ROOT
-from test_browser import CHROMIUM, CHROMIUM_ARGS, serve
+from test_browser import serve
 from tiny_marian import build_tiny_marian
 
 import app
@@ -42,18 +42,6 @@ def page_url(app_model_dir, votes_db, tmp_path):
         port = sock.getsockname()[1]
     # Two systems only, so that a battle is always ours against the MarianMT: both names are known, not which is A.
     yield from serve(app.build_app(str(app_model_dir), [str(marian)], backend="torch", votes_db=votes_db), port)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (or `make browser`).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def value(page, elem_id: str) -> str:

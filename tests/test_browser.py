@@ -1,7 +1,6 @@
 """A real Chromium (Debian's, driven by Playwright) uses the page: types, translates, sees every panel."""
 
 import socket
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -13,14 +12,6 @@ from transformer_en_de.app.server import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = ROOT / "test-artifacts" / "app.png"
 
 
@@ -42,18 +33,6 @@ def page_url(app_model_dir, tmp_path_factory):
         port = sock.getsockname()[1]
     # PyTorch decodes: the page is under test here (the backends are compared in test_ctranslate2.py).
     yield from serve(app.build_app(str(ours), [str(marian), str(t5)], backend="torch"), port)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (or `make browser`).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def test_type_translate_and_see_every_panel(page_url, browser):

@@ -277,38 +277,32 @@ def test_the_inside_endpoint_gives_the_translate_endpoints_translation(server):
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_tab_shows_every_picture_in_chromium(server):
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT
+def test_the_tab_shows_every_picture_in_chromium(server, browser):
+    from test_browser import SCREENSHOT
 
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (or `make browser`).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(server)
-        page.locator("#english textarea").fill(SENTENCES[0])
-        page.get_by_role("tab", name="Inside the Transformer").click()
-        page.locator("#inside-run").click()
-        for picture in ("positions", "attention"):
-            page.locator(f"#inside-{picture}-0 img").wait_for(timeout=60_000)
-            assert page.locator(f"#inside-{picture}-0 img").bounding_box()["height"] > 100
-        assert "▁jacket" in page.locator("#inside-pieces-0").inner_text()
-        assert "Finished hypotheses" in page.locator("#inside-beams-0").inner_text()
-        assert "Section 3.2.3" in page.locator("#inside-attention-caption").inner_text()
-        # Decoder self-attention of one head: a new picture and the caption of the mask.
-        before = page.locator("#inside-attention-0 img").get_attribute("src")
-        page.locator("#inside-kind").get_by_text("decoder self-attention").click()
-        page.wait_for_function(
-            "before => document.querySelector('#inside-attention-0 img')?.getAttribute('src') !== before",
-            arg=before,
-            timeout=30_000,
-        )
-        page.locator("#inside-attention-caption").get_by_text("triangle").wait_for(timeout=30_000)
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT.with_name("inside.png")), full_page=True)
-        assert errors == []
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(server)
+    page.locator("#english textarea").fill(SENTENCES[0])
+    page.get_by_role("tab", name="Inside the Transformer").click()
+    page.locator("#inside-run").click()
+    for picture in ("positions", "attention"):
+        page.locator(f"#inside-{picture}-0 img").wait_for(timeout=60_000)
+        assert page.locator(f"#inside-{picture}-0 img").bounding_box()["height"] > 100
+    assert "▁jacket" in page.locator("#inside-pieces-0").inner_text()
+    assert "Finished hypotheses" in page.locator("#inside-beams-0").inner_text()
+    assert "Section 3.2.3" in page.locator("#inside-attention-caption").inner_text()
+    # Decoder self-attention of one head: a new picture and the caption of the mask.
+    before = page.locator("#inside-attention-0 img").get_attribute("src")
+    page.locator("#inside-kind").get_by_text("decoder self-attention").click()
+    page.wait_for_function(
+        "before => document.querySelector('#inside-attention-0 img')?.getAttribute('src') !== before",
+        arg=before,
+        timeout=30_000,
+    )
+    page.locator("#inside-attention-caption").get_by_text("triangle").wait_for(timeout=30_000)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT.with_name("inside.png")), full_page=True)
+    assert errors == []
+    page.close()

@@ -40,10 +40,10 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTrainingArguments, set_seed
 
-from transformer_en_de import evaluation, precision
+from transformer_en_de import evaluation
 from transformer_en_de.publishing.model_card import write_model_card
 from transformer_en_de.publishing.push import PublishError, push_folder
-from transformer_en_de.training import checkpoints, dataset, loop
+from transformer_en_de.training import checkpoints, dataset, loop, precision
 from transformer_en_de.training.dataset import DataArguments, TokenizerArguments
 from transformer_en_de.training.flags import HelpFormatter, brief_help, model_arguments, recipe
 from transformer_en_de.training.loop import REGULARISATION_FIELDS

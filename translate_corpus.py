@@ -216,7 +216,7 @@ def translate_corpus(
     """Translate `input_path` chunk by chunk into OUTPUT.{source_lang} / OUTPUT.{target_lang}; return the state.
 
     `backend`: "torch" or "ctranslate2" (`backends.load_backend`: converted once, cached). `int8`: PyTorch's linear
-    layers in dynamic int8 (`precision.int8_dynamic`), or CTranslate2's int8 weights (CPU only). Both are recorded
+    layers in dynamic int8 (`decoding.int8.int8_dynamic`), or CTranslate2's int8 weights (CPU only). Both are recorded
     with the decoding so that a run is resumed only as it started."""
     log = log or sys.stderr
     if source_lang == target_lang:

@@ -35,8 +35,9 @@ from benchmarks import harness
 from benchmarks.train_flops import training_matmul_flops
 from benchmarks.train_throughput import TorchTransformerMT, adamw, check_same_function, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from transformer_en_de import data, precision
+from transformer_en_de import data
 from transformer_en_de.decoding import loading
+from transformer_en_de.training import precision
 from transformer_en_de.training.loop import scored_loss
 
 TEST_FILE = "test_2016_flickr.en"

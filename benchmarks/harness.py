@@ -21,9 +21,10 @@ import torch
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
-from transformer_en_de import data, precision
+from transformer_en_de import data
 from transformer_en_de.decoding import loading
 from transformer_en_de.markdown import markdown_table
+from transformer_en_de.training import precision
 
 ROOT = Path(__file__).resolve().parent.parent
 

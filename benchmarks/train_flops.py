@@ -22,7 +22,7 @@ import torch
 from benchmarks import harness
 from benchmarks.train_throughput import adamw, training_step
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from transformer_en_de import precision
+from transformer_en_de.training import precision
 
 
 def training_matmul_flops(config: TransformerMTConfig, batch_size: int, source_length: int, target_length: int):

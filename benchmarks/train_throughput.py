@@ -21,7 +21,7 @@ from torch import nn
 from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, shift_tokens_right, sinusoidal_table
-from transformer_en_de import precision
+from transformer_en_de.training import precision
 from transformer_en_de.training.loop import scored_loss
 
 

@@ -24,10 +24,10 @@ from loopback_hub import LoopbackHub
 import train
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
-from transformer_en_de import precision
 from transformer_en_de.decoding.engine import translate
 from transformer_en_de.evaluation import read_eval_results
 from transformer_en_de.training import dataset as training_data
+from transformer_en_de.training import precision
 from transformer_en_de.training.dataset import load_training_set, prepare_tokenizer, tokenize_pairs
 from transformer_en_de.training.loop import resolve_resume
 

@@ -19,7 +19,6 @@ from gradio_client import Client
 from hub_layouts import LAYOUTS, MARIAN_ID, publish_marian
 from loopback_hub import LoopbackHub
 from test_app_server import free_port, wait_until_up
-from test_browser import CHROMIUM, CHROMIUM_ARGS
 from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import translation, translators
@@ -62,7 +61,7 @@ def test_files(tmp_path_factory):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_staged_space_shows_marian_beside_ours_and_its_scores(
-    layout, app_model_dir, marian_dir, expected, test_files, tmp_path
+    layout, app_model_dir, marian_dir, expected, test_files, tmp_path, browser
 ):
     with LoopbackHub() as hub:
         publish_marian(hub, marian_dir, layout)
@@ -94,7 +93,7 @@ def test_the_staged_space_shows_marian_beside_ours_and_its_scores(
                 status, waited = client.predict(api_name="/status"), waited + 0.5
             answer = client.predict(SENTENCE, "greedy", 1, 20, "", api_name="/translate")
             notes, table = client.predict(api_name="/comparison")
-            shown = translations_in_a_browser(f"http://127.0.0.1:{port}/", SENTENCE)
+            shown = translations_in_a_browser(browser, f"http://127.0.0.1:{port}/", SENTENCE)
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -120,25 +119,21 @@ def test_the_staged_space_shows_marian_beside_ours_and_its_scores(
     assert "use_safetensors" not in status + log.read_text()
 
 
-def translations_in_a_browser(url: str, sentence: str) -> list[str]:
+def translations_in_a_browser(browser, url: str, sentence: str) -> list[str]:
     """Our translation and MarianMT's as the page shows them in Chromium after typing `sentence` and choosing greedy
     search with 20 new tokens (the settings of the API call above)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
-            page.locator("#status-1").get_by_text("ready").wait_for(timeout=120_000)
-            page.locator("#english textarea").fill(sentence)
-            page.get_by_label("greedy").check()
-            tokens = page.get_by_label("Maximum new tokens").first
-            tokens.fill("20")
-            tokens.press("Enter")
-            page.locator("#translate").click()
-            for number in (0, 1):
-                page.locator(f"#details-{number}").get_by_text("Tokens generated").wait_for(timeout=120_000)
-            return [page.locator(f"#translation-{number} textarea").input_value() for number in (0, 1)]
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(url)
+        page.locator("#status-1").get_by_text("ready").wait_for(timeout=120_000)
+        page.locator("#english textarea").fill(sentence)
+        page.get_by_label("greedy").check()
+        tokens = page.get_by_label("Maximum new tokens").first
+        tokens.fill("20")
+        tokens.press("Enter")
+        page.locator("#translate").click()
+        for number in (0, 1):
+            page.locator(f"#details-{number}").get_by_text("Tokens generated").wait_for(timeout=120_000)
+        return [page.locator(f"#translation-{number} textarea").input_value() for number in (0, 1)]
+    finally:
+        page.close()

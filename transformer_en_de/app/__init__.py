@@ -1,9 +1,9 @@
 """What the Gradio app (app.py) does, one job per module.
 
 - `text_checks`: input validation (text, decoding settings) and sentence splitting.
-- `limits`: every limit of the app, and the plan that keeps a request within its budget of work.
-- `scheduler`: the admission point's one order: turns on the CPU, fair by visitor, ordinary before heavy; unread calls
-  dropped, cancellation and deadlines.
+- `limits`: every limit of the app, and the estimate that narrows a request's plan to its budget of work.
+- `scheduler`: the admission point's one order: turns on the CPU, fair by visitor, translations before side work
+  before heavy requests; unread calls dropped, cancellation and deadlines.
 - `guard`: the HTTP front: bodies bounded, calls checked (one line each), sessions and raw calls admitted per address.
 - `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
 - `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
@@ -13,7 +13,8 @@
 - `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.
 - `out_of_depth`: whether our model is out of its depth on a sentence.
 - `files`: uploaded files in, a TSV of translations (and our model's confidence) out.
-- `inside`: the Inside tab and `/inside`: a visitor's request (`transformer_en_de.inside` computes) and its pictures.
+- `inside_tab`: the Inside tab and `/inside`: a visitor's request (`transformer_en_de.inside` computes) and its
+  pictures.
 - `arena/`: blind votes between the systems: battles and votes (`arena.py`), the vote database (`votes.py`), the rules a
   vote passes (`battles.py`), the leaderboard (`ratings.py`), publishing to a Hub dataset (`publish.py`).
 - `corpus_report`: the corpus-level table from eval_results.json and compare.py's JSON.

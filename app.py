@@ -62,7 +62,7 @@ from transformer_en_de.app.inside_tab import (  # noqa: E402
 )
 from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
-from transformer_en_de.app.scheduler import Busy, Cancelled, FairScheduler  # noqa: E402
+from transformer_en_de.app.scheduler import Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
@@ -221,9 +221,9 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
     return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
-def unchanged(outputs: int):
-    """What a refused call of a short piece of work answers: its `outputs` components left as they are."""
-    return lambda error: tuple(gr.skip() for _ in range(outputs))
+def unchanged(outputs: int) -> tuple:
+    """What a dropped call of a short piece of work answers: its `outputs` components left as they are."""
+    return tuple(gr.skip() for _ in range(outputs))
 
 
 def build_app_server(
@@ -303,16 +303,16 @@ class TranslationApp:
         """What every request needs besides its inputs: the systems, the turns, the limits, who asks and since when."""
         return RequestContext(self.ours, self.comparisons, self.scheduler, self.limits, request.session_hash, arrived)
 
-    def in_turn(self, request: gr.Request, work, refused):
-        """`work()` (a picture, the corpus table, a vote) in the scheduler's order like a translation, its pictures
-        rendered there too (Gradio would encode them after the callback, outside any order). A call that cannot run
-        now (the visitor's previous one still runs, or nobody reads it) gets `refused(error)` and logs nothing."""
+    def in_turn(self, request: gr.Request, work, dropped: tuple):
+        """`work()` (a picture, the corpus table, a vote) in the scheduler's side lane, its pictures rendered there too
+        (Gradio would encode them after the callback, in its event loop). Side work is never refused as heavy; a call
+        nobody reads is dropped (Cancelled) and answers `dropped`, logging nothing."""
         with self.gate.serving(request.session_hash) as arrived:
             try:
                 with self.scheduler.job(request.session_hash, self.limits.text.seconds, side=True, since=arrived):
                     return tuple(rendered(value) if isinstance(value, Figure) else value for value in work())
-            except (Busy, Cancelled) as error:
-                return refused(error)
+            except Cancelled:
+                return dropped
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
         """Translate English text with our model and every comparison model.
@@ -412,8 +412,8 @@ class TranslationApp:
 
         Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
         """
-        said = lambda error: ("", "", str(error) if isinstance(error, Busy) else "Cancelled: nobody reads this.")  # noqa: E731
-        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, request.session_hash), said)
+        dropped = ("", "", "Cancelled: nobody reads this.")
+        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, request.session_hash), dropped)
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""

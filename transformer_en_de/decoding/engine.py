@@ -497,7 +497,8 @@ def run_plan(
     started = time.perf_counter()
     # A model's plan decodes with either of its backends (the sentences, limits and config are the model's): a worker
     # that stopped since the plan was made leaves it to PyTorch, and the run's plan says which decoded.
-    plan = replace(plan, backend=backend_name(backend))
+    if plan.backend != backend_name(backend):
+        plan = replace(plan, backend=backend_name(backend))
     if not plan.sentences:
         return TranslationRun([], 0.0, plan=plan)
     results: list[Translation | None] = [None] * len(plan)

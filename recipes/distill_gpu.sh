@@ -9,7 +9,10 @@
 #       WORK/kd/train.tK.{en,de} and WORK/kd/mono.tK.{en,de}.
 #   bash recipes/distill_gpu.sh student DATA TOKENIZER WORK NAME [EXTRA_TRAIN...]
 #       a student of the shipped size from scratch on DATA's pairs plus the EXTRA_TRAIN corpora (prefixes of
-#       train.py's --extra_train), checkpoints every SAVE_STEPS steps, then averaged: WORK/NAME-avg.
+#       train.py's --extra_train), checkpoints every SAVE_STEPS steps, then averaged: WORK/NAME-avg. Another
+#       shape through EXTRA_FLAGS (e.g. --encoder_layers 12 --decoder_layers 1).
+#   bash recipes/distill_gpu.sh finetune DATA START WORK NAME [EXTRA_TRAIN...]
+#       the same, starting from the model folder START (e.g. a deep-encoder start by recipes/deep_shallow_init.py).
 #
 # DATA holds train.{en,de} and val.{en,de}. Every stage stops its training after TRAIN_SECONDS (the inverse square
 # root schedule does not depend on the planned length) and keeps what finished. Environment: TEACHERS (4),
@@ -23,15 +26,27 @@ TRAIN_SECONDS=${TRAIN_SECONDS:-330}
 TRANSLATE_SECONDS=${TRANSLATE_SECONDS:-120}
 SAVE_STEPS=${SAVE_STEPS:-1000}
 # The shipped recipe (models/transformer-en-de/eval_results.json) with batches of about 2,150 tokens and 40% of
-# the pairs in capitals or lower case (robust to casing through generate() alone).
-RECIPE=(--d_model 256 --encoder_layers 3 --decoder_layers 3 --num_attention_heads 4 --d_ff 1024 --dropout 0.3
-        --attention_dropout 0.1 --warmup_steps 1500 --learning_rate 1.5e-3 --max_tokens 2150
+# the pairs in capitals or lower case (robust to casing through generate() alone). SHAPE only for a model from
+# scratch: a fine-tuned one brings its own.
+SHAPE=(--d_model 256 --encoder_layers 3 --decoder_layers 3 --num_attention_heads 4 --d_ff 1024)
+RECIPE=(--dropout 0.3 --attention_dropout 0.1 --warmup_steps 1500 --learning_rate 1.5e-3 --max_tokens 2150
         --case_augmentation 0.4 --test_split '' --disable_tqdm true)
 
 train() {  # train OUTPUT_DIR LOG [flags...]: train.py, stopped after TRAIN_SECONDS
     local output=$1 log=$2; shift 2
     OMP_NUM_THREADS=$THREADS timeout --kill-after=30 "$TRAIN_SECONDS" \
         "$PYTHON" train.py --output_dir "$output" "${RECIPE[@]}" "$@" ${EXTRA_FLAGS:-} >"$log" 2>&1 || true
+}
+
+student() {  # student DATA TOKENIZER WORK NAME START [EXTRA_TRAIN...]: trained (START: from scratch or a folder)
+    local data=$1 tokenizer=$2 work=$3 name=$4 start=$5; shift 5
+    local model=("${SHAPE[@]}")
+    [ "$start" = scratch ] || model=(--model_name_or_path "$start")
+    mkdir -p "$work"
+    train "$work/$name" "$work/$name.log" "${model[@]}" --data_dir "$data" --tokenizer_name "$tokenizer" \
+        --seed 1 --max_steps 1000000 --save_steps "$SAVE_STEPS" --save_total_limit 12 --average_last 0 \
+        ${1:+--extra_train "$@"}
+    average "$work/$name" "$data"
 }
 
 average() {  # average RUN_DIR DATA: best of the last 1, 2, 5, 10 checkpoints on validation -> RUN_DIR-avg
@@ -54,7 +69,7 @@ teachers)
         cat "$@" | split --number=r/"$TEACHERS" --numeric-suffixes=1 --suffix-length=1 - "$work/kd/mono-part"
     fi
     for k in $(seq 1 "$TEACHERS"); do
-        train "$work/teacher-$k" "$work/teacher-$k.log" --data_dir "$data" --tokenizer_name "$tokenizer" \
+        train "$work/teacher-$k" "$work/teacher-$k.log" "${SHAPE[@]}" --data_dir "$data" --tokenizer_name "$tokenizer" \
             --seed "$k" --num_train_epochs 40 --save_total_limit 12 --average_last 0 &
     done
     wait
@@ -70,13 +85,13 @@ teachers)
     ;;
 student)
     data=$1 tokenizer=$2 work=$3 name=$4; shift 4
-    mkdir -p "$work"
-    train "$work/$name" "$work/$name.log" --data_dir "$data" --tokenizer_name "$tokenizer" --seed 1 \
-        --max_steps 1000000 --save_steps "$SAVE_STEPS" --save_total_limit 12 --average_last 0 \
-        ${1:+--extra_train "$@"}
-    average "$work/$name" "$data"
+    student "$data" "$tokenizer" "$work" "$name" scratch "$@"
+    ;;
+finetune)
+    data=$1 start=$2 work=$3 name=$4; shift 4
+    student "$data" "$start" "$work" "$name" "$start" "$@"
     ;;
 *)
-    echo "usage: $0 teachers|student ..." >&2; exit 2
+    echo "usage: $0 teachers|student|finetune ..." >&2; exit 2
     ;;
 esac

@@ -40,6 +40,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from transformer_en_de.app.arena.arena import (  # noqa: E402
     CONSENT,
     Arena,
+    Voter,
     example_sentences,
     leaderboard_markdown,
     leaderboard_plot,
@@ -405,7 +406,7 @@ class TranslationApp:
         """
         decoding = decoding_defaults(self.ours.model, self.limits)
         with self.gate.serving(request.session_hash) as arrived:
-            return self.arena.battle(text, self.context(request, arrived), decoding)
+            return self.arena.battle(text, self.context(request, arrived), decoding, voter_of(request))
 
     def vote(self, battle_id, choice, request: gr.Request):
         """Vote on a battle: choice is "A", "B", "tie" or "both bad".
@@ -413,7 +414,7 @@ class TranslationApp:
         Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
         """
         dropped = ("", "", "Cancelled: nobody reads this.")
-        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, request.session_hash), dropped)
+        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter_of(request)), dropped)
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
@@ -654,6 +655,12 @@ def file_tab(app: TranslationApp, controls: list) -> None:
             **app.compute,
         )
     )
+
+
+def voter_of(request: gr.Request) -> Voter:
+    """The arena's voter behind a request: its session and the address uvicorn gives (the proxy's visitor where the
+    proxy is trusted, `server.py`)."""
+    return Voter(request.session_hash or "", request.client.host if request.client else "")
 
 
 def arena_tab(app: TranslationApp) -> None:

@@ -10,6 +10,7 @@ battle in which a system failed cannot be voted on. A vote is checked and stored
 import random
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformer_en_de.markdown import markdown_table
@@ -25,6 +26,14 @@ CONSENT = (
     "**Before you vote:** the English text, both translations and your vote are stored, with a salted hash of your "
     "session (never your address), and may be published as a Hugging Face dataset under CC BY 4.0."
 )
+# What a vote counts for, said on the page (the numbers are the rating's, `ratings.py`).
+VOTE_RULES = (
+    "**What a vote counts for.** Every vote is stored. Signed in with Hugging Face, your votes count as one person's: "
+    "together at most {account_cap} battles' weight in the ratings, and {daily} votes a day. Anonymous votes count by "
+    "network: all the anonymous votes from one address share {network_cap} battles' weight (a class behind one "
+    "address is one voice: sign in to count as yourself). A vote cast within {read:g} s of the translations appearing "
+    "is stored but not rated: nobody reads two translations that fast."
+)
 LEADERBOARD_SECONDS = 30.0  # the leaderboard (a bootstrap of every vote) is computed again at most this often
 
 
@@ -32,6 +41,16 @@ def example_sentences(kind: str) -> list[str]:
     """The arena's offered sentences of one kind ("caption" or "everyday"), written for this app."""
     lines = SENTENCES.read_text(encoding="utf-8").splitlines()
     return [line.split("\t", 1)[1] for line in lines if line.startswith(kind + "\t")]
+
+
+@dataclass(frozen=True)
+class Voter:
+    """Who asks for a battle or votes: the page's session, the address the request came from (the connection's, or
+    the one a trusted proxy names), and the Hub account of a visitor signed in with Hugging Face (None if not)."""
+
+    session: str
+    address: str = ""
+    account: str | None = None
 
 
 class Arena:
@@ -42,7 +61,7 @@ class Arena:
         self._board: tuple[int, float, tuple] | None = None  # (votes, when, (rows, table, agreement))
         self._lock = threading.Lock()
 
-    def battle(self, text, context: RequestContext, decoding: tuple[str, int, int]) -> tuple[str, str, str]:
+    def battle(self, text, context: RequestContext, decoding: tuple[str, int, int], voter: Voter) -> tuple[str, str, str]:
         """(battle_id, translation_a, translation_b) of two systems drawn at random from those loaded; no battle
         ("", the reason in one line, "") when fewer than two are or a system failed."""
         loaded = [system for system in context.systems if getattr(system, "translator", system) is not None]
@@ -59,19 +78,19 @@ class Arena:
         (a, b) = result.outputs
         record = {"decoding": decoding[0], "num_beams": decoding[1], "max_new_tokens": decoding[2]}
         battle_id = self.book.issue(
-            visitor=self.store.visitor_hash(context.session or ""), system_a=a.name, system_b=b.name,
+            visitor=self.store.visitor_hash(voter.session), system_a=a.name, system_b=b.name,
             source_text=" ".join(result.sentences), translation_a=a.translation, translation_b=b.translation,
             decoding_a=record, decoding_b=record,
         )  # fmt: skip
         return battle_id, a.translation, b.translation
 
-    def vote(self, battle_id, choice, session: str | None) -> tuple[str, str, str]:
+    def vote(self, battle_id, choice, voter: Voter) -> tuple[str, str, str]:
         """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused."""
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
         try:
             battle = cast_vote(
-                battle_id, self.store.visitor_hash(session or ""), choice, book=self.book, pace=self.pace,
+                battle_id, self.store.visitor_hash(voter.session), choice, book=self.book, pace=self.pace,
                 store=self.store,
             )  # fmt: skip
         except (BattleRefused, VoteTooSoon, ValueError) as error:
@@ -118,4 +137,4 @@ def leaderboard_markdown(rows: list[dict], agreement: str) -> str:
     )
 
 
-__all__ = ["Arena", "CONSENT", "example_sentences", "leaderboard_markdown", "leaderboard_plot"]
+__all__ = ["Arena", "Voter", "CONSENT", "example_sentences", "leaderboard_markdown", "leaderboard_plot"]

@@ -16,8 +16,8 @@ from pathlib import Path
 from transformer_en_de.markdown import markdown_table
 
 from ..translation import RequestContext, translate_text
-from .battles import BattleBook, BattleRefused, VotePace, VoteTooSoon, cast_vote
-from .ratings import leaderboard_plot, leaderboard_rows, order_agreement
+from .battles import DAILY_VOTES, BattleBook, BattleRefused, VotePace, VoteTooSoon, cast_vote
+from .ratings import ACCOUNT_WEIGHT, NETWORK_WEIGHT, READ_SECONDS, leaderboard_plot, leaderboard_rows, order_agreement
 from .votes import VoteStore
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
@@ -35,6 +35,12 @@ VOTE_RULES = (
     "is stored but not rated: nobody reads two translations that fast."
 )
 LEADERBOARD_SECONDS = 30.0  # the leaderboard (a bootstrap of every vote) is computed again at most this often
+
+
+def vote_rules() -> str:
+    """What a vote counts for, in one paragraph of Markdown for the page."""
+    return VOTE_RULES.format(account_cap=f"{ACCOUNT_WEIGHT:g}", network_cap=f"{NETWORK_WEIGHT:g}", daily=DAILY_VOTES,
+                             read=READ_SECONDS)  # fmt: skip
 
 
 def example_sentences(kind: str) -> list[str]:
@@ -137,4 +143,4 @@ def leaderboard_markdown(rows: list[dict], agreement: str) -> str:
     )
 
 
-__all__ = ["Arena", "Voter", "CONSENT", "example_sentences", "leaderboard_markdown", "leaderboard_plot"]
+__all__ = ["Arena", "Voter", "vote_rules", "CONSENT", "example_sentences", "leaderboard_markdown", "leaderboard_plot"]

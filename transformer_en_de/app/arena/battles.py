@@ -18,6 +18,7 @@ from .votes import CHOICES, Vote, VoteStore
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
 OTHER_VISITOR = "This battle was shown to another session: start a new one."
+DAILY_VOTES = 200  # a signed-in account's votes a day
 SYSTEM_FAILED = "A system failed on this text, so this battle cannot be voted on: start a new one."
 
 

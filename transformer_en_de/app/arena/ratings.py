@@ -22,6 +22,11 @@ BASE_RATING, SCALE = 1000.0, 400.0
 # that never met, still get a finite rating, pulled towards the mean by one game's worth of evidence.
 PRIOR_GAMES = 1.0
 SCORE_OF_A = {"A": 1.0, "B": 0.0, "tie": 0.5}
+# No one source decides the board: a signed-in account's rated votes weigh together at most ACCOUNT_WEIGHT battles,
+# all the anonymous votes from one network address at most NETWORK_WEIGHT; a vote cast under READ_SECONDS after its
+# battle was shown is stored and set aside (a person reads two translations slower than that).
+ACCOUNT_WEIGHT, NETWORK_WEIGHT = 20.0, 10.0
+READ_SECONDS = 4.0
 
 
 def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1e-10) -> np.ndarray:

@@ -5,15 +5,19 @@ import pytest
 
 from transformer_en_de.app.arena.battles import (
     OTHER_VISITOR,
+    OVER_ALLOWANCE,
     SYSTEM_FAILED,
     UNKNOWN_BATTLE,
+    Ballot,
     BattleBook,
+    BattleRate,
     BattleRefused,
+    DailyAllowance,
     VotePace,
     VoteTooSoon,
     cast_vote,
 )
-from transformer_en_de.app.arena.votes import VoteStore
+from transformer_en_de.app.arena.votes import VoteNotStored, VoteStore
 
 
 class FakeClock:
@@ -33,8 +37,15 @@ def clock():
 
 
 def issue(book: BattleBook, visitor: str = "visitor-1", **overrides) -> str:
-    battle = dict(visitor=visitor, system_a="ours", system_b="marian", source_text="A dog runs.",
-                  translation_a="Ein Hund rennt.", translation_b="Ein Hund läuft.", decoding_a={"num_beams": 4})
+    battle = dict(
+        visitor=visitor,
+        system_a="ours",
+        system_b="marian",
+        source_text="A dog runs.",
+        translation_a="Ein Hund rennt.",
+        translation_b="Ein Hund läuft.",
+        decoding_a={"num_beams": 4},
+    )
     return book.issue(**battle | overrides)
 
 
@@ -137,17 +148,82 @@ def test_paced_visitors_are_forgotten_and_bounded(clock):
 def test_cast_vote_stores_the_battle_and_a_vote_too_soon_keeps_it_open(clock, tmp_path):
     book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
     first, second = issue(book), issue(book)
+    clock.advance(7.5)
 
-    battle = cast_vote(first, "visitor-1", "tie", book=book, pace=pace, store=store)
+    battle = cast_vote(Ballot(first, "visitor-1", "tie", "net-1"), book=book, pace=pace, store=store)
     assert battle.system_a == "ours"
     with pytest.raises(VoteTooSoon):
-        cast_vote(second, "visitor-1", "A", book=book, pace=pace, store=store)
+        cast_vote(Ballot(second, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store)
     clock.advance(3)
-    cast_vote(second, "visitor-1", "A", book=book, pace=pace, store=store)
+    cast_vote(Ballot(second, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store)
     with pytest.raises(ValueError, match="one of"):
-        cast_vote(issue(book), "visitor-1", "C", book=book, pace=pace, store=store)
+        cast_vote(Ballot(issue(book), "visitor-1", "C"), book=book, pace=pace, store=store)
 
-    assert [(vote.battle_id, vote.choice, vote.visitor) for vote in store.all_votes()] == [
-        (first, "tie", "visitor-1"), (second, "A", "visitor-1")
-    ]  # fmt: skip
+    stored = [
+        (vote.battle_id, vote.choice, vote.visitor, vote.source, vote.seconds_to_vote) for vote in store.all_votes()
+    ]
+    assert stored == [(first, "tie", "visitor-1", "net-1", 7.5), (second, "A", "visitor-1", "net-1", 10.5)]
     store.close()
+
+
+def test_a_vote_the_database_refuses_reopens_its_battle_and_counts_nothing(clock, tmp_path):
+    book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    allowance = DailyAllowance(per_day=1, clock=clock)
+    long_text = issue(book, source_text="A dog runs. " * 2000)  # a row that needs pages of its own
+    pages = store._connection.execute("PRAGMA page_count").fetchone()[0]
+    store._connection.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: as a full disk
+    ballot = Ballot(long_text, "visitor-1", "B", "account-1", signed_in=True)
+    with pytest.raises(VoteNotStored, match="full"):
+        cast_vote(ballot, book=book, pace=pace, store=store, allowance=allowance)
+
+    store._connection.execute("PRAGMA max_page_count = 1073741823")
+    # At once (the pace took nothing back), the same battle (reopened), within the day's one vote (given back):
+    cast_vote(ballot, book=book, pace=pace, store=store, allowance=allowance)
+    clock.advance(3)
+    with pytest.raises(BattleRefused, match="votes for today"):
+        cast_vote(Ballot(issue(book), "visitor-1", "A", "account-1", True), book=book, pace=pace, store=store,
+                  allowance=allowance)  # fmt: skip
+    assert [vote.battle_id for vote in store.all_votes()] == [long_text]
+    store.close()
+
+
+def test_a_signed_in_account_is_paced_across_its_sessions_and_allowed_so_many_votes_a_day(clock, tmp_path):
+    book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    allowance = DailyAllowance(per_day=2, clock=clock)
+    first, second = issue(book, visitor="session-1"), issue(book, visitor="session-2")
+    cast_vote(
+        Ballot(first, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
+    )
+    with pytest.raises(VoteTooSoon):  # another session of the same account
+        cast_vote(Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store,
+                  allowance=allowance)  # fmt: skip
+    clock.advance(3)
+    cast_vote(
+        Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
+    )
+    clock.advance(3)
+    third = issue(book, visitor="session-1")
+    with pytest.raises(BattleRefused) as refused:
+        cast_vote(Ballot(third, "session-1", "A", "account-1", True), book=book, pace=pace, store=store,
+                  allowance=allowance)  # fmt: skip
+    assert str(refused.value) == OVER_ALLOWANCE
+    clock.advance(86_400)  # the next UTC day (the refused vote's battle has expired meanwhile)
+    fourth = issue(book, visitor="session-1")
+    cast_vote(
+        Ballot(fourth, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
+    )
+    assert len(store.all_votes()) == 3
+    store.close()
+
+
+def test_battle_rate_is_per_source_with_a_burst_for_a_class(clock):
+    rate = BattleRate(per_second=2.0, burst=60, clock=clock)
+    for _ in range(60):  # a class of 60 behind one address, all at once
+        rate.admit("school")
+    with pytest.raises(BattleRefused, match="try again in 1 s"):
+        rate.admit("school")
+    rate.admit("elsewhere")  # another source has its own bucket
+    clock.advance(0.5)
+    rate.admit("school")  # refilled at its rate
+    with pytest.raises(BattleRefused):
+        rate.admit("school")

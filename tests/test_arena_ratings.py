@@ -7,24 +7,45 @@ import numpy as np
 import pytest
 
 from transformer_en_de.app.arena.ratings import (
+    ACCOUNT_WEIGHT,
     BASE_RATING,
+    NETWORK_WEIGHT,
+    Tally,
     kendall_tau,
     leaderboard_plot,
     leaderboard_rows,
     order_agreement,
+    tally_of,
 )
 from transformer_en_de.app.arena.votes import Vote
 
 _ids = itertools.count()
 
 
-def battles(system_a: str, system_b: str, **choices: int) -> list[Vote]:
-    """`n` votes of each choice (A=, B=, tie=, both_bad=) in battles of system_a (as A) against system_b."""
-    return [
-        Vote(battle_id=f"battle-{next(_ids)}", system_a=system_a, system_b=system_b, source_text="A dog runs.",
-             translation_a="a", translation_b="b", choice=choice.replace("_", " "), visitor="v")
-        for choice, count in choices.items() for _ in range(count)
-    ]  # fmt: skip
+def battles(system_a: str, system_b: str, source: str | None = None, signed_in: bool = False,
+            seconds: float | None = 10.0, **choices: int) -> list[Vote]:  # fmt: skip
+    """`n` votes of each choice (A=, B=, tie=, both_bad=) in battles of system_a (as A) against system_b, each from a
+    source of its own unless `source` names one, each cast `seconds` after its battle was shown."""
+    votes = []
+    for choice, count in choices.items():
+        for _ in range(count):
+            number = next(_ids)
+            votes.append(
+                Vote(
+                    battle_id=f"battle-{number}",
+                    system_a=system_a,
+                    system_b=system_b,
+                    source_text="A dog.",
+                    translation_a="a",
+                    translation_b="b",
+                    choice=choice.replace("_", " "),
+                    visitor="v",
+                    source=source or f"source-{number}",
+                    signed_in=signed_in,
+                    seconds_to_vote=seconds,
+                )
+            )
+    return votes
 
 
 def by_system(rows: list[dict]) -> dict[str, dict]:
@@ -131,3 +152,56 @@ def test_the_plot_has_one_point_per_system():
     top_down = [labels[position] for position in sorted(points.get_ydata(), reverse=True)]
     assert top_down == ["ours (20 battles)", "marian (40 battles)", "baseline (20 battles)"]  # the best on top
     assert leaderboard_plot([]).axes[0].texts[0].get_text() == "No votes yet."
+
+
+def test_one_network_s_flood_is_bounded_and_four_signed_in_voters_decide_the_order():
+    # A script's sessions behind one address vote 2,800 times for a system that writes nonsense, each vote made to look
+    # read (5 s after its battle); four people, signed in, vote 20 times each for ours.
+    flood = battles("gibberish", "ours", source="network-script", A=2800)
+    honest = [vote for number in range(4) for vote in battles("ours", "gibberish", source=f"account-{number}",
+                                                                signed_in=True, A=20)]  # fmt: skip
+    tally = tally_of(flood + honest)
+
+    rows = leaderboard_rows(tally)
+
+    assert [row["system"] for row in rows] == ["ours", "gibberish"]
+    assert by_system(rows)["gibberish"]["wins"] == 2800  # every vote still counted as a battle: none thrown away
+    summary = tally.summary()
+    assert (summary["sources"], summary["accounts"], summary["anonymous"]) == (5, 4, 1)
+    assert summary["over_bound"] == 2800 - NETWORK_WEIGHT
+    assert summary["votes"] == summary["rated"] == 2880
+
+
+def test_unbounded_the_same_flood_would_have_decided_the_order():
+    # The bound is what decides: with every vote from a source of its own, the flood wins.
+    flood = battles("gibberish", "ours", A=2800)
+    honest = battles("ours", "gibberish", A=80)
+    assert leaderboard_rows(flood + honest)[0]["system"] == "gibberish"
+
+
+def test_votes_faster_than_reading_are_stored_but_set_aside():
+    quick = battles("gibberish", "ours", source="network-script", seconds=0.8, A=500)
+    read = battles("ours", "gibberish", source="network-class", seconds=12.0, A=3)
+    tally = tally_of(quick + read)
+
+    assert [row["system"] for row in leaderboard_rows(tally)] == ["ours", "gibberish"]
+    assert tally.summary()["too_quick"] == 500
+    assert tally.summary()["sources"] == 1  # the script's network has no rated vote
+
+
+def test_a_source_s_votes_share_its_bound_an_account_s_larger_than_a_network_s():
+    network = tally_of(battles("ours", "marian", source="network-1", A=30))
+    account = tally_of(battles("ours", "marian", source="account-1", signed_in=True, A=30))
+    assert network.sources["network-1"].weight == pytest.approx(NETWORK_WEIGHT / 30)
+    assert account.sources["account-1"].weight == pytest.approx(ACCOUNT_WEIGHT / 30)
+    few = tally_of(battles("ours", "marian", source="network-1", A=4))
+    assert few.sources["network-1"].weight == 1.0  # under the bound every vote counts whole
+
+
+def test_the_tally_adds_votes_as_they_come_and_gives_what_one_count_gives():
+    votes = battles("ours", "marian", A=14, B=6) + battles("marian", "baseline", source="net", A=15, B=5, both_bad=2)
+    running = Tally()
+    for start in range(0, len(votes), 7):
+        running.add(votes[start : start + 7])
+    assert leaderboard_rows(running) == leaderboard_rows(votes)
+    assert running.summary() == tally_of(votes).summary()

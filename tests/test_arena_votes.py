@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,7 @@ def test_an_empty_version_0_file_is_migrated(tmp_path):
     sqlite3.connect(path).close()  # an empty database: user_version 0, no tables
 
     store = VoteStore(path)
-    assert store.schema_version == len(votes_module.MIGRATIONS) == 1
+    assert store.schema_version == len(votes_module.MIGRATIONS) == 2
     store.add(make_vote("battle-1"))
     assert store.count() == 1
     store.close()
@@ -151,7 +152,7 @@ def test_a_file_at_an_older_version_keeps_its_votes_through_a_migration(tmp_path
 
     store = VoteStore(path)
 
-    assert store.schema_version == 2
+    assert store.schema_version == 3
     assert [vote.battle_id for vote in store.all_votes()] == ["battle-1"]
     assert "note" in [column[1] for column in store._connection.execute("PRAGMA table_info(votes)")]
     store.close()
@@ -181,3 +182,83 @@ def test_visitor_hash_is_salted_stable_and_short(tmp_path):
     assert "session-1" not in salt_file.read_text()
     for store in (first, again, elsewhere):
         store.close()
+
+
+def test_a_version_1_file_gains_the_source_columns_and_keeps_its_votes(tmp_path):
+    path = tmp_path / "votes.db"
+    connection = sqlite3.connect(path)
+    connection.execute(votes_module.MIGRATIONS[0])
+    connection.execute(
+        "INSERT INTO votes (time, battle_id, system_a, system_b, decoding_a, decoding_b, source_text, "
+        "translation_a, translation_b, choice, visitor) VALUES ('2026-11-01T00:00:00.000+00:00', "
+        "'old-1', 'ours', 'marian', '{}', '{}', 'A dog.', 'Ein Hund.', 'Hund.', 'A', 'abc')"
+    )
+    connection.execute("PRAGMA user_version = 1")
+    connection.commit()
+    connection.close()
+
+    store = VoteStore(path)
+
+    (old,) = store.all_votes()
+    assert (old.battle_id, old.visitor, old.source, old.signed_in, old.seconds_to_vote) == ("old-1", "abc", "", False,
+                                                                                             None)  # fmt: skip
+    store.add(make_vote("battle-2"))
+    assert [(vote.id, vote.source, vote.signed_in) for vote in store.rated_since(0)] == [(1, "", False), (2, "", False)]
+    store.close()
+
+
+def test_source_hash_names_an_account_or_a_network_never_as_it_is(tmp_path):
+    store = VoteStore(tmp_path / "votes.db")
+    by_account = store.source_hash("alice", "203.0.113.7")
+    assert by_account == store.source_hash("alice", "198.51.100.1")  # the account, wherever it votes from
+    assert by_account != store.source_hash(None, "203.0.113.7") != store.source_hash("bob", "203.0.113.7")
+    # anonymous: one IPv4 address, or one IPv6 /64 (a machine's usual share of addresses)
+    assert store.source_hash(None, "2001:db8::1") == store.source_hash(None, "2001:db8::ffff:2")
+    assert store.source_hash(None, "2001:db8:0:1::1") != store.source_hash(None, "2001:db8::1")
+    assert store.source_hash(None, "::ffff:203.0.113.7") == store.source_hash(None, "203.0.113.7")
+    assert "alice" not in by_account and len(by_account) == 16
+    store.close()
+
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("COMMIT")
+"""
+
+
+def test_a_vote_under_another_process_s_write_lock_is_refused_in_one_line_in_seconds_and_then_stored(tmp_path):
+    path = tmp_path / "votes.db"
+    store = VoteStore(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(path), "8"], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(votes_module.VoteNotStored) as refused:
+            store.add(make_vote("battle-1"))
+        waited = time.monotonic() - started
+        assert waited < 2 * (votes_module.RETRIES + 1) * votes_module.BUSY_TIMEOUT_SECONDS
+        assert "vote again" in str(refused.value) and "\n" not in str(refused.value)
+    finally:
+        holder.wait(timeout=30)
+    store.add(make_vote("battle-1"))  # the lock is gone: the same vote goes in
+    assert [vote.battle_id for vote in store.all_votes()] == ["battle-1"]
+    store.close()
+
+
+def test_a_vote_on_a_full_database_is_refused_in_one_line_and_the_store_goes_on(tmp_path):
+    store = VoteStore(tmp_path / "votes.db")
+    store.add(make_vote("battle-0"))
+    pages = store._connection.execute("PRAGMA page_count").fetchone()[0]
+    store._connection.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: as a full disk
+    with pytest.raises(votes_module.VoteNotStored, match="full"):
+        for number in range(1, 200):
+            store.add(make_vote(f"battle-{number}"))
+    store._connection.execute("PRAGMA max_page_count = 1073741823")
+    store.add(make_vote("battle-late"))
+    assert store.all_votes()[-1].battle_id == "battle-late"
+    store.close()

@@ -2,9 +2,12 @@
 on it (the names revealed), and the leaderboard beside each system's corpus BLEU.
 
 A battle runs through the app's one request pipeline (`translation.translate_text`: the same admission, turns,
-budget and decoding as a translation); it is issued to the visitor's session only when both systems translated, so a
+budget and decoding as a translation), after its source (a signed-in account, else the network) has drawn on its
+battle rate (`battles.BattleRate`); it is issued to the visitor's session only when both systems translated, so a
 battle in which a system failed cannot be voted on. A vote is checked and stored by the arena's own rules
-(`battles.cast_vote`: single use, in time, the battle's own session, at a person's pace) in the vote store.
+(`battles.cast_vote`: single use, in time, the battle's own session, at a person's pace, an account's daily
+allowance) in the vote store; one the database cannot take now keeps its battle open and says so in one line.
+The leaderboard reads only the votes stored since it last looked (`ratings.Tally`).
 """
 
 import random
@@ -16,9 +19,27 @@ from pathlib import Path
 from transformer_en_de.markdown import markdown_table
 
 from ..translation import RequestContext, translate_text
-from .battles import DAILY_VOTES, BattleBook, BattleRefused, VotePace, VoteTooSoon, cast_vote
-from .ratings import ACCOUNT_WEIGHT, NETWORK_WEIGHT, READ_SECONDS, leaderboard_plot, leaderboard_rows, order_agreement
-from .votes import VoteStore
+from .battles import (
+    DAILY_VOTES,
+    Ballot,
+    BattleBook,
+    BattleRate,
+    BattleRefused,
+    DailyAllowance,
+    VotePace,
+    VoteTooSoon,
+    cast_vote,
+)
+from .ratings import (
+    ACCOUNT_WEIGHT,
+    NETWORK_WEIGHT,
+    READ_SECONDS,
+    Tally,
+    leaderboard_plot,
+    leaderboard_rows,
+    order_agreement,
+)
+from .votes import VoteNotStored, VoteStore
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
 NOT_ENOUGH = "The arena needs two systems on the page; only {count} is loaded now. Try again when the others are."
@@ -34,7 +55,7 @@ VOTE_RULES = (
     "address is one voice: sign in to count as yourself). A vote cast within {read:g} s of the translations appearing "
     "is stored but not rated: nobody reads two translations that fast."
 )
-LEADERBOARD_SECONDS = 30.0  # the leaderboard (a bootstrap of every vote) is computed again at most this often
+LEADERBOARD_SECONDS = 10.0  # the ratings (a bootstrap over the sources) are fitted again at most this often
 
 
 def vote_rules() -> str:
@@ -62,17 +83,29 @@ class Voter:
 class Arena:
     """Battles between the systems on the page, their votes in `store`, and the leaderboard."""
 
-    def __init__(self, store: VoteStore, *, book: BattleBook | None = None, pace: VotePace | None = None):
+    def __init__(self, store: VoteStore, *, book: BattleBook | None = None, pace: VotePace | None = None,
+                 rate: BattleRate | None = None, allowance: DailyAllowance | None = None):  # fmt: skip
         self.store, self.book, self.pace = store, book or BattleBook(), pace or VotePace()
-        self._board: tuple[int, float, tuple] | None = None  # (votes, when, (rows, table, agreement))
+        self.rate, self.allowance = rate or BattleRate(), allowance or DailyAllowance()
+        self.tally = Tally()
+        self._board: tuple[int, float, list[dict]] | None = None  # (the tally's last vote id, when, rows)
         self._lock = threading.Lock()
 
-    def battle(self, text, context: RequestContext, decoding: tuple[str, int, int], voter: Voter) -> tuple[str, str, str]:
+    def source_of(self, voter: Voter) -> str:
+        return self.store.source_hash(voter.account, voter.address)
+
+    def battle(
+        self, text, context: RequestContext, decoding: tuple[str, int, int], voter: Voter
+    ) -> tuple[str, str, str]:
         """(battle_id, translation_a, translation_b) of two systems drawn at random from those loaded; no battle
         ("", the reason in one line, "") when fewer than two are or a system failed."""
         loaded = [system for system in context.systems if getattr(system, "translator", system) is not None]
         if len(loaded) < 2:
             return "", NOT_ENOUGH.format(count=len(loaded)), ""
+        try:
+            self.rate.admit(self.source_of(voter))
+        except BattleRefused as refused:
+            return "", str(refused), ""
         first, second = (getattr(system, "translator", system) for system in random.sample(loaded, 2))
         pair = RequestContext(first, [second], context.scheduler, context.limits, context.session, context.arrived)
         result = translate_text(text, *decoding, "", context=pair)
@@ -94,34 +127,59 @@ class Arena:
         """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused."""
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
+        ballot = Ballot(battle_id, self.store.visitor_hash(voter.session), choice, self.source_of(voter),
+                        signed_in=voter.account is not None)  # fmt: skip
         try:
-            battle = cast_vote(
-                battle_id, self.store.visitor_hash(voter.session), choice, book=self.book, pace=self.pace,
-                store=self.store,
-            )  # fmt: skip
+            battle = cast_vote(ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance)
         except (BattleRefused, VoteTooSoon, ValueError) as error:
             return "", "", str(error).splitlines()[0]
+        except VoteNotStored as error:
+            print(f"arena: a vote was not stored, its battle stays open ({error.__cause__ or error})", flush=True)
+            return "", "", str(error)
         revealed = f"Thank you: your vote ({choice}) is stored. A was {battle.system_a}, B was {battle.system_b}."
         return battle.system_a, battle.system_b, revealed
 
     def leaderboard(self, bleu: dict[str, float]) -> tuple[list[dict], str]:
-        """(rows, the line saying whether the votes' order agrees with BLEU's), computed again only when there are new
-        votes and `LEADERBOARD_SECONDS` have passed; the line says so when votes came since."""
-        votes = self.store.count()
+        """(rows, what they rest on and whether the votes' order agrees with BLEU). The votes stored since the last
+        look are added to the running tally; the ratings are fitted again when there are new ones and
+        `LEADERBOARD_SECONDS` have passed (the line says when newer votes are not in them yet)."""
         with self._lock:
-            fresh = self._board is not None and (
-                self._board[0] == votes or time.monotonic() - self._board[1] < LEADERBOARD_SECONDS
+            while batch := self.store.rated_since(self.tally.last_id):
+                self.tally.add(batch)
+            fitted = self._board is not None and (
+                self._board[0] == self.tally.last_id or time.monotonic() - self._board[1] < LEADERBOARD_SECONDS
             )
-            if not fresh:
-                rows = leaderboard_rows(self.store.all_votes(), bleu)
-                self._board = (votes, time.monotonic(), (rows, order_agreement(rows)))
-            rated, _, (rows, agreement) = self._board
-        if votes > rated:  # a voter who looks at once sees why their vote is not counted yet
-            agreement += (
-                f" {votes - rated:,} newer vote{'s are' if votes - rated != 1 else ' is'} stored; the ratings are "
-                f"computed again at most every {LEADERBOARD_SECONDS:g} s."
+            if not fitted:
+                self._board = (self.tally.last_id, time.monotonic(), leaderboard_rows(self.tally))
+            rated_up_to, _, rows = self._board
+            summary = self.tally.summary()
+        rows = [row | {"bleu": bleu.get(row["system"])} for row in rows]
+        line = f"{resting_on(summary)} {order_agreement(rows)}"
+        newer = self.tally.last_id - rated_up_to
+        if newer > 0:  # a voter who looks at once sees why their vote is not counted yet
+            line += (
+                f" {newer:,} newer vote{'s are' if newer != 1 else ' is'} stored; the ratings are fitted again at "
+                f"most every {LEADERBOARD_SECONDS:g} s."
             )
-        return rows, agreement
+        return rows, line
+
+
+def resting_on(summary: dict) -> str:
+    """What the ratings rest on, and what they set aside and why, in one or two sentences."""
+    plural = lambda count, word: f"{count:,} {word}{'s' if count != 1 else ''}"  # noqa: E731
+    line = (
+        f"The ratings rest on {plural(summary['rated'], 'vote')} from {plural(summary['sources'], 'source')} "
+        f"({plural(summary['accounts'], 'signed-in account')}, {plural(summary['anonymous'], 'anonymous network')})."
+    )
+    set_aside = []
+    if summary["over_bound"]:
+        set_aside.append(f"{summary['over_bound']:,} beyond their source's bound (an account weighs at most "
+                         f"{ACCOUNT_WEIGHT:g} battles, an anonymous network {NETWORK_WEIGHT:g})")  # fmt: skip
+    if summary["too_quick"]:
+        set_aside.append(f"{summary['too_quick']:,} cast within {READ_SECONDS:g} s of their battle")
+    if set_aside:
+        line += f" Stored but set aside: {'; '.join(set_aside)}."
+    return line
 
 
 def leaderboard_markdown(rows: list[dict], agreement: str) -> str:
@@ -136,10 +194,9 @@ def leaderboard_markdown(rows: list[dict], agreement: str) -> str:
          f"{row['bleu']:.2f}" if row.get("bleu") is not None else "-"]
         for row in rows
     ]  # fmt: skip
-    votes = sum(row["battles"] for row in rows) // 2
     return markdown_table(header, table, "rl" + "r" * 8) + (
-        f"\n\nBradley-Terry ratings from {votes:,} vote{'s' if votes != 1 else ''} (ties as half a win; \"both bad\" "
-        f"counted as a battle, not in the rating), 95% bootstrap intervals. {agreement}"
+        "\n\nBradley-Terry ratings (ties as half a win; \"both bad\" counted as a battle, not in the rating), 95% "
+        f"bootstrap intervals over the sources. {agreement}"
     )
 
 

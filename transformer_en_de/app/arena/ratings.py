@@ -7,15 +7,27 @@ W_i / sum_j n_ij / (p_i + p_j), with W_i i's wins and n_ij the games of i and j.
 
 What a vote counts for: "A" or "B" is a win and a loss, a tie half a win to each side. "both bad" says nothing about
 which system is better, so it is left out of the ratings; it still counts as a battle of both systems (`both_bad`).
-The 95% interval is the 2.5th to 97.5th percentile of the ratings refitted on votes resampled with replacement.
+No one source decides the board. Each vote is counted for a source (`Vote.source`: a signed-in account, else the
+network it came from; a vote stored before sources existed, for its session): a source's rated votes weigh together at
+most `ACCOUNT_WEIGHT` battles for an account, `NETWORK_WEIGHT` for an anonymous network (each of its votes weighs
+min(1, bound / its votes)), and a vote cast faster than `READ_SECONDS` after its battle was shown is set aside. Nothing
+is thrown away: the votes stay stored and the board says how many it set aside and why.
+
+The 95% interval is the 2.5th to 97.5th percentile of the ratings refitted on sources resampled with replacement (a
+cluster bootstrap: one source's votes are not independent evidence).
+
+The counts are running (`Tally`): a new vote adds to its source's win matrix, so a leaderboard costs the number of
+sources times the systems squared, whatever the number of votes, and never reads the votes' texts.
 """
 
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .votes import Vote
+from .votes import RatedVote, Vote
 
 BASE_RATING, SCALE = 1000.0, 400.0
 # Every pair of systems is given one virtual tied game (half a win each): a system that never wins, or two systems
@@ -47,47 +59,112 @@ def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1
     return BASE_RATING + SCALE * log_strength / np.log(10)
 
 
-def _win_matrix(first: np.ndarray, second: np.ndarray, score: np.ndarray, systems: int) -> np.ndarray:
-    """wins[i, j] from rated votes: `first` scored `score` against `second`, and `second` the rest."""
-    wins = np.bincount(first * systems + second, weights=score, minlength=systems * systems)
-    wins += np.bincount(second * systems + first, weights=1 - score, minlength=systems * systems)
-    return wins.reshape(systems, systems)
+@dataclass
+class SourceCount:
+    """One source's rated votes: how many, and its wins over each system (ties as halves), by pair of systems."""
+
+    signed_in: bool
+    rated: int = 0
+    wins: Counter = field(default_factory=Counter)  # (winner, loser) -> wins
+
+    @property
+    def bound(self) -> float:
+        return ACCOUNT_WEIGHT if self.signed_in else NETWORK_WEIGHT
+
+    @property
+    def weight(self) -> float:
+        """What each of this source's votes weighs: all of them together at most `bound` battles."""
+        return min(1.0, self.bound / self.rated) if self.rated else 0.0
+
+
+class Tally:
+    """Running counts of the votes: each system's battles, wins, ties, losses and "both bad"; each source's rated votes
+    (`SourceCount`); the votes set aside. `add` takes the votes after `last_id` (`VoteStore.rated_since`)."""
+
+    def __init__(self):
+        self.last_id = 0
+        self.votes = 0
+        self.outcomes: dict[str, Counter] = defaultdict(Counter)
+        self.sources: dict[str, SourceCount] = {}
+        self.too_quick = 0  # rated choices cast under READ_SECONDS after their battle was shown
+        self.unrated = 0  # "both bad", and a system against itself
+
+    def add(self, votes: Iterable[RatedVote | Vote]) -> None:
+        for vote in votes:
+            self.last_id = max(self.last_id, vote.id or 0)
+            self.votes += 1
+            for system in {vote.system_a, vote.system_b}:
+                own = "A" if vote.system_a == system else "B"
+                outcome = {own: "wins", "tie": "ties", "both bad": "both_bad"}.get(vote.choice, "losses")
+                self.outcomes[system].update(("battles", outcome))
+            if vote.choice not in SCORE_OF_A or vote.system_a == vote.system_b:
+                self.unrated += 1
+                continue
+            if vote.seconds_to_vote is not None and vote.seconds_to_vote < READ_SECONDS:
+                self.too_quick += 1
+                continue
+            key = vote.source or f"session:{vote.visitor}"
+            source = self.sources.setdefault(key, SourceCount(signed_in=bool(vote.signed_in)))
+            score = SCORE_OF_A[vote.choice]
+            source.rated += 1
+            source.wins[vote.system_a, vote.system_b] += score
+            source.wins[vote.system_b, vote.system_a] += 1 - score
+
+    @property
+    def systems(self) -> list[str]:
+        return sorted(self.outcomes)
+
+    def summary(self) -> dict:
+        """What the ratings rest on: votes, sources (accounts, anonymous), votes set aside and why."""
+        accounts = sum(source.signed_in for source in self.sources.values())
+        over_bound = sum(max(0.0, source.rated - source.bound) for source in self.sources.values())
+        return dict(votes=self.votes, rated=sum(source.rated for source in self.sources.values()),
+                    sources=len(self.sources), accounts=accounts, anonymous=len(self.sources) - accounts,
+                    too_quick=self.too_quick, over_bound=round(over_bound), unrated=self.unrated)  # fmt: skip
+
+    def source_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(wins, weights): each source's win matrix over `systems`, (sources, k, k), and its votes' weight."""
+        index = {system: number for number, system in enumerate(self.systems)}
+        k = len(index)
+        wins = np.zeros((len(self.sources), k, k))
+        for number, source in enumerate(self.sources.values()):
+            for (winner, loser), count in source.wins.items():
+                wins[number, index[winner], index[loser]] = count
+        weights = np.array([source.weight for source in self.sources.values()])
+        return wins, weights
+
+
+def tally_of(votes: Iterable[RatedVote | Vote]) -> Tally:
+    tally = Tally()
+    tally.add(votes)
+    return tally
 
 
 def leaderboard_rows(
-    votes: Iterable[Vote], bleu: Mapping[str, float] | None = None, rounds: int = 200, seed: int = 0
-) -> list[dict]:
+    votes: Iterable[RatedVote | Vote] | Tally, bleu: Mapping[str, float] | None = None, rounds: int = 200,
+    seed: int = 0,
+) -> list[dict]:  # fmt: skip
     """One row per system, best first: rank, system, rating, lower, upper (the 95% interval), battles, wins, ties,
     losses, both_bad, votes (those the rating rests on) and bleu (None where `bleu` has no score)."""
-    votes = list(votes)
-    systems = sorted({vote.system_a for vote in votes} | {vote.system_b for vote in votes})
-    index = {system: number for number, system in enumerate(systems)}
-    # A system against itself says nothing about it: such a vote counts as its battle, not in its rating.
-    rated = [vote for vote in votes if vote.choice in SCORE_OF_A and vote.system_a != vote.system_b]
-    first = np.array([index[vote.system_a] for vote in rated], dtype=int)
-    second = np.array([index[vote.system_b] for vote in rated], dtype=int)
-    score = np.array([SCORE_OF_A[vote.choice] for vote in rated], dtype=float)
+    tally = votes if isinstance(votes, Tally) else tally_of(votes)
+    systems = tally.systems
     k = len(systems)
-
-    ratings = fit_ratings(_win_matrix(first, second, score, k)) if k > 1 else np.full(k, BASE_RATING)
+    wins, weights = tally.source_matrices()
+    weighted = np.tensordot(weights, wins, axes=1) if len(weights) else np.zeros((k, k))
+    ratings = fit_ratings(weighted) if k > 1 else np.full(k, BASE_RATING)
     lower, upper = ratings, ratings
-    if k > 1 and rated:
+    if k > 1 and len(weights):
         rng = np.random.default_rng(seed)
-        resampled = [rng.integers(0, len(rated), len(rated)) for _ in range(rounds)]
-        boot = fit_ratings(np.stack([_win_matrix(first[take], second[take], score[take], k) for take in resampled]))
+        draws = [rng.multinomial(len(weights), np.full(len(weights), 1 / len(weights))) for _ in range(rounds)]
+        boot = fit_ratings(np.stack([np.tensordot(draw * weights, wins, axes=1) for draw in draws]))
         lower, upper = np.percentile(boot, [2.5, 97.5], axis=0)
 
     rows = []
     for number, system in enumerate(systems):
+        counts = tally.outcomes[system]
         row = dict(system=system, rating=float(ratings[number]), lower=float(lower[number]),
-                   upper=float(upper[number]), battles=0, wins=0, ties=0, losses=0, both_bad=0)  # fmt: skip
-        for vote in votes:
-            if system not in (vote.system_a, vote.system_b):
-                continue
-            row["battles"] += 1
-            own = "A" if vote.system_a == system else "B"
-            outcome = {own: "wins", "tie": "ties", "both bad": "both_bad"}.get(vote.choice, "losses")
-            row[outcome] += 1
+                   upper=float(upper[number]), battles=counts["battles"], wins=counts["wins"], ties=counts["ties"],
+                   losses=counts["losses"], both_bad=counts["both_bad"])  # fmt: skip
         row["votes"] = row["wins"] + row["ties"] + row["losses"]
         row["bleu"] = (bleu or {}).get(system)
         rows.append(row)

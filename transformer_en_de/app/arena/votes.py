@@ -5,24 +5,34 @@ The database is in WAL mode with `synchronous=FULL`, so a vote whose `add` retur
 lock instead of failing. The schema is the code's: `PRAGMA user_version` says which of `MIGRATIONS` a file has had,
 and opening a file applies the rest, in order, in one transaction.
 
-A visitor is stored as `visitor_hash(session, salt)`, never as an address: the salt is a random secret in a file
-beside the database (`<database>.salt`, mode 0600), so a visitor's hash is stable across restarts but cannot be
-reversed or recomputed by someone who reads the published votes.
+A visitor is stored as `visitor_hash(session, salt)`, never as an address or an account name: the salt is a random
+secret in a file beside the database (`<database>.salt`, mode 0600), so a visitor's hash is stable across restarts but
+cannot be reversed or recomputed by someone who reads the published votes. A vote's `source` is the voter the ratings
+bound (`ratings.py`), hashed the same way: the Hub account of a signed-in visitor, else the network the vote came from.
+
+A vote that cannot be written (another process holds the write lock past `BUSY_TIMEOUT_SECONDS` and a retry, the disk
+is full, the file is read-only) raises `VoteNotStored`, whose message is one line for the visitor: the caller keeps the
+battle open so that the same vote can be cast again.
 """
 
 import hashlib
+import ipaddress
 import json
 import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 CHOICES = ("A", "B", "tie", "both bad")
-BUSY_TIMEOUT_SECONDS = 30.0
+# A visitor waits at most about (1 + RETRIES) x BUSY_TIMEOUT_SECONDS for a lock another process holds, then is told
+# to vote again; a vote takes a millisecond or two to write, so a lock held longer than that is a stuck writer.
+BUSY_TIMEOUT_SECONDS, RETRIES = 1.5, 1
+NOT_STORED = "Your vote could not be stored just now ({why}); nothing was lost: vote again in a moment."
 
 # Each entry moves a database from version i to i + 1; append, never edit one that has shipped.
 MIGRATIONS = [
@@ -42,13 +52,27 @@ MIGRATIONS = [
         visitor TEXT NOT NULL
     )
     """,
+    # Who the ratings count the vote for (a hashed account or network), whether signed in, and how long after its
+    # battle was shown the vote came (None for the votes stored before these columns existed).
+    """
+    ALTER TABLE votes ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    ALTER TABLE votes ADD COLUMN signed_in INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE votes ADD COLUMN seconds_to_vote REAL
+    """,
 ]
 _COLUMNS = ("id", "time", "battle_id", "system_a", "system_b", "decoding_a", "decoding_b", "source_text",
-            "translation_a", "translation_b", "choice", "visitor")  # fmt: skip
+            "translation_a", "translation_b", "choice", "visitor", "source", "signed_in",
+            "seconds_to_vote")  # fmt: skip
+# What the ratings read of a vote: no texts, so the leaderboard's reads stay small however long the texts are.
+_RATED_COLUMNS = ("id", "system_a", "system_b", "choice", "visitor", "source", "signed_in", "seconds_to_vote")
 
 
 class AlreadyVoted(Exception):
     """A vote for a battle that already has one."""
+
+
+class VoteNotStored(Exception):
+    """A vote the database could not take now (locked, full, read-only); the message is one line for the visitor."""
 
 
 def utc_now() -> str:
@@ -69,6 +93,9 @@ class Vote:
     visitor: str
     decoding_a: Mapping = field(default_factory=dict)  # e.g. {"num_beams": 4, "length_penalty": 0.6}
     decoding_b: Mapping = field(default_factory=dict)
+    source: str = ""  # `source_hash`: the account or network the ratings count the vote for ("": the visitor)
+    signed_in: bool = False
+    seconds_to_vote: float | None = None  # from the battle shown to the vote
     time: str = field(default_factory=utc_now)  # UTC, ISO-8601
     id: int | None = None  # the row's id, once stored
 
@@ -79,13 +106,47 @@ class Vote:
     def as_row(self) -> dict:
         """The vote as plain JSON-ready values (the published form)."""
         return {name: getattr(self, name) for name in _COLUMNS} | {
-            "decoding_a": dict(self.decoding_a), "decoding_b": dict(self.decoding_b)
+            "decoding_a": dict(self.decoding_a), "decoding_b": dict(self.decoding_b), "signed_in": bool(self.signed_in)
         }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RatedVote:
+    """What the ratings read of a stored vote (`VoteStore.rated_since`)."""
+
+    id: int
+    system_a: str
+    system_b: str
+    choice: str
+    visitor: str
+    source: str = ""
+    signed_in: bool = False
+    seconds_to_vote: float | None = None
 
 
 def visitor_hash(session_id: str, salt: str) -> str:
     """sha256(salt + session), hex, 16 characters: a visitor's stable, pseudonymous name."""
     return hashlib.sha256((salt + session_id).encode()).hexdigest()[:16]
+
+
+def network_of(address: str) -> str:
+    """The network an address stands for: an IPv4 address itself, the /64 of an IPv6 one (one machine's usual share);
+    anything else (no address, a name) as it is."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if parsed.version == 6:
+        if parsed.ipv4_mapped is not None:  # an IPv4 visitor seen through an IPv6 socket
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
+
+
+def source_hash(account: str | None, address: str, salt: str) -> str:
+    """The voter the ratings count a vote for, hashed like a visitor: the Hub account when signed in, else the
+    network of the address the vote came from (never stored as it is)."""
+    return visitor_hash(f"account:{account}" if account else f"network:{network_of(address)}", salt)
 
 
 def load_or_create_salt(path: str | Path) -> str:
@@ -137,7 +198,8 @@ class VoteStore:
                     raise RuntimeError(f"{self.path} is at schema version {version}, newer than this code's "
                                        f"{len(MIGRATIONS)}: update the app.")  # fmt: skip
                 for step in MIGRATIONS[version:]:
-                    self._connection.execute(step)
+                    for statement in step.split(";"):
+                        self._connection.execute(statement)
                 self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
                 self._connection.execute("COMMIT")
             except BaseException:
@@ -153,6 +215,10 @@ class VoteStore:
         """The stored name of the visitor with this session (hashed with this database's salt)."""
         return visitor_hash(session_id, self.salt)
 
+    def source_hash(self, account: str | None, address: str) -> str:
+        """The stored name of the account, or else the network, a vote is counted for (`source_hash`)."""
+        return source_hash(account, address, self.salt)
+
     def add(self, vote: Vote) -> int:
         """Store `vote` durably and return its row id; `AlreadyVoted` if its battle has a vote already."""
         row = vote.as_row()
@@ -160,14 +226,23 @@ class VoteStore:
                    decoding_b=json.dumps(row["decoding_b"], sort_keys=True))  # fmt: skip
         names = [name for name in _COLUMNS if name != "id"]
         sql = f"INSERT INTO votes ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})"
-        with self._lock:
-            try:
-                # In autocommit mode the INSERT is its own transaction: committed (and fsynced) when it returns.
-                return self._connection.execute(sql, row).lastrowid
-            except sqlite3.IntegrityError as error:
-                if "battle_id" in str(error):
-                    raise AlreadyVoted(f"Battle {vote.battle_id} already has a vote.") from error
-                raise
+        row["signed_in"] = int(row["signed_in"])
+        for attempt in range(RETRIES + 1):
+            with self._lock:
+                try:
+                    # In autocommit mode the INSERT is its own transaction: committed (and fsynced) when it returns.
+                    return self._connection.execute(sql, row).lastrowid
+                except sqlite3.IntegrityError as error:
+                    if "battle_id" in str(error):
+                        raise AlreadyVoted(f"Battle {vote.battle_id} already has a vote.") from error
+                    raise
+                except sqlite3.OperationalError as error:
+                    why = str(error).splitlines()[0]
+                    if "locked" not in why and "busy" not in why:
+                        raise VoteNotStored(NOT_STORED.format(why=why)) from error  # full, read-only: no retry helps
+            if attempt < RETRIES:
+                time.sleep(0.2)  # outside the lock: the other threads' reads go on meanwhile
+        raise VoteNotStored(NOT_STORED.format(why="the database is busy"))
 
     def _select(self, where: str = "", parameters: tuple = ()) -> list[Vote]:
         with self._lock:
@@ -176,9 +251,18 @@ class VoteStore:
         votes = []
         for row in rows:
             values = dict(zip(_COLUMNS, row, strict=True))
-            values.update(decoding_a=json.loads(values["decoding_a"]), decoding_b=json.loads(values["decoding_b"]))
+            values.update(decoding_a=json.loads(values["decoding_a"]), decoding_b=json.loads(values["decoding_b"]),
+                          signed_in=bool(values["signed_in"]))  # fmt: skip
             votes.append(Vote(**values))
         return votes
+
+    def rated_since(self, row_id: int, limit: int = 50_000) -> list[RatedVote]:
+        """What the ratings need of the votes after row `row_id` (at most `limit`, oldest first): no texts."""
+        with self._lock:
+            rows = self._connection.execute(
+                f"SELECT {', '.join(_RATED_COLUMNS)} FROM votes WHERE id > ? ORDER BY id LIMIT ?", (row_id, limit)
+            ).fetchall()
+        return [RatedVote(*row[:6], bool(row[6]), row[7]) for row in rows]
 
     def all_votes(self) -> list[Vote]:
         return self._select()

@@ -44,8 +44,9 @@ from .votes import VoteNotStored, VoteStore
 SENTENCES = Path(__file__).with_name("sentences.txt")
 NOT_ENOUGH = "The arena needs two systems on the page; only {count} is loaded now. Try again when the others are."
 CONSENT = (
-    "**Before you vote:** the English text, both translations and your vote are stored, with a salted hash of your "
-    "session (never your address), and may be published as a Hugging Face dataset under CC BY 4.0."
+    "**Before you vote:** the English text, both translations and your vote are stored, with salted hashes of your "
+    "session and of your Hugging Face account if you signed in, else of your network address (never the name or the "
+    "address itself), and may be published as a Hugging Face dataset under CC BY 4.0."
 )
 # What a vote counts for, said on the page (the numbers are the rating's, `ratings.py`).
 VOTE_RULES = (

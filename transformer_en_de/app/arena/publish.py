@@ -52,9 +52,14 @@ Each line of `votes/*.jsonl` is one vote:
 | `translation_a`, `translation_b` | the two translations shown |
 | `choice` | `A`, `B`, `tie` or `both bad` |
 | `visitor` | a salted hash of the visitor's browser session (16 hex characters), never an address |
+| `source` | who the leaderboard counts the vote for: a salted hash of the voter's Hugging Face account when signed in, else of the network the vote came from (an IPv4 address, an IPv6 /64); empty for votes cast before this field existed |
+| `signed_in` | whether the voter was signed in with Hugging Face |
+| `seconds_to_vote` | seconds from the two translations being shown to the vote (null for votes cast before this field existed) |
 
-The votes of one session share a `visitor`; the salt is a secret of the arena, so a hash cannot be traced back to a
-session, and none was made from an address.
+The votes of one session share a `visitor`, those of one account or network a `source`; the salt is a secret of the
+arena, so a hash cannot be traced back to a session, an account or an address. The arena's leaderboard bounds each
+source's weight (an account at most 20 battles, an anonymous network 10) and sets aside votes cast within 4 s of their
+battle; the votes themselves are all here.
 """
 
 

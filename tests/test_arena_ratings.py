@@ -10,6 +10,7 @@ from transformer_en_de.app.arena.ratings import (
     ACCOUNT_WEIGHT,
     BASE_RATING,
     NETWORK_WEIGHT,
+    READ_SECONDS,
     Tally,
     kendall_tau,
     leaderboard_plot,
@@ -17,7 +18,7 @@ from transformer_en_de.app.arena.ratings import (
     order_agreement,
     tally_of,
 )
-from transformer_en_de.app.arena.votes import Vote
+from transformer_en_de.app.arena.votes import Vote, VoteStore
 
 _ids = itertools.count()
 
@@ -198,10 +199,17 @@ def test_a_source_s_votes_share_its_bound_an_account_s_larger_than_a_network_s()
     assert few.sources["network-1"].weight == 1.0  # under the bound every vote counts whole
 
 
-def test_the_tally_adds_votes_as_they_come_and_gives_what_one_count_gives():
+def test_the_tally_of_a_store_read_as_votes_come_gives_what_one_count_of_them_gives(tmp_path):
     votes = battles("ours", "marian", A=14, B=6) + battles("marian", "baseline", source="net", A=15, B=5, both_bad=2)
-    running = Tally()
+    votes += battles("ours", "baseline", source="net", seconds=1.0, B=4) + battles("ours", "marian", seconds=None, A=3)
+    store, running = VoteStore(tmp_path / "votes.db"), Tally()
     for start in range(0, len(votes), 7):
-        running.add(votes[start : start + 7])
+        for vote in votes[start : start + 7]:
+            store.add(vote)
+        last, counts = store.counts_since(running.last_id, READ_SECONDS)
+        running.add(counts, last)
+    assert running.last_id == len(votes)
     assert leaderboard_rows(running) == leaderboard_rows(votes)
     assert running.summary() == tally_of(votes).summary()
+    assert running.summary()["too_quick"] == 4
+    store.close()

@@ -203,7 +203,11 @@ def test_a_version_1_file_gains_the_source_columns_and_keeps_its_votes(tmp_path)
     assert (old.battle_id, old.visitor, old.source, old.signed_in, old.seconds_to_vote) == ("old-1", "abc", "", False,
                                                                                              None)  # fmt: skip
     store.add(make_vote("battle-2"))
-    assert [(vote.id, vote.source, vote.signed_in) for vote in store.rated_since(0)] == [(1, "", False), (2, "", False)]
+    last, counts = store.counts_since(0, quick_seconds=4.0)
+    assert last == 2
+    assert sorted((count.source, count.signed_in, count.quick, count.count) for count in counts) == [
+        ("session:0123456789abcdef", False, False, 1), ("session:abc", False, False, 1)
+    ]  # fmt: skip
     store.close()
 
 
@@ -262,3 +266,16 @@ def test_a_vote_on_a_full_database_is_refused_in_one_line_and_the_store_goes_on(
     store.add(make_vote("battle-late"))
     assert store.all_votes()[-1].battle_id == "battle-late"
     store.close()
+
+
+def test_counts_since_groups_alike_votes_and_reads_only_what_is_new(store):
+    for number in range(6):
+        seconds = 1.0 if number < 2 else 9.0
+        store.add(Vote(**{**make_vote(f"battle-{number}").__dict__, "source": "net-1", "seconds_to_vote": seconds}))
+    last, counts = store.counts_since(0, quick_seconds=4.0)
+    assert last == 6
+    assert sorted((count.source, count.quick, count.count) for count in counts) == [("net-1", False, 4),
+                                                                                    ("net-1", True, 2)]  # fmt: skip
+    store.add(make_vote("battle-late", choice="tie"))
+    last, counts = store.counts_since(6, quick_seconds=4.0)
+    assert last == 7 and [(count.choice, count.count) for count in counts] == [("tie", 1)]

@@ -145,8 +145,8 @@ class Arena:
         look are added to the running tally; the ratings are fitted again when there are new ones and
         `LEADERBOARD_SECONDS` have passed (the line says when newer votes are not in them yet)."""
         with self._lock:
-            while batch := self.store.rated_since(self.tally.last_id):
-                self.tally.add(batch)
+            last, counts = self.store.counts_since(self.tally.last_id, READ_SECONDS)
+            self.tally.add(counts, last)
             fitted = self._board is not None and (
                 self._board[0] == self.tally.last_id or time.monotonic() - self._board[1] < LEADERBOARD_SECONDS
             )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from matplotlib.figure import Figure
 
-from .votes import RatedVote, Vote
+from .votes import Vote, VoteCount
 
 BASE_RATING, SCALE = 1000.0, 400.0
 # Every pair of systems is given one virtual tied game (half a win each): a system that never wins, or two systems
@@ -79,7 +79,8 @@ class SourceCount:
 
 class Tally:
     """Running counts of the votes: each system's battles, wins, ties, losses and "both bad"; each source's rated votes
-    (`SourceCount`); the votes set aside. `add` takes the votes after `last_id` (`VoteStore.rated_since`)."""
+    (`SourceCount`); the votes set aside. `add` takes the votes after `last_id` as the store counts them
+    (`VoteStore.counts_since`)."""
 
     def __init__(self):
         self.last_id = 0
@@ -89,26 +90,26 @@ class Tally:
         self.too_quick = 0  # rated choices cast under READ_SECONDS after their battle was shown
         self.unrated = 0  # "both bad", and a system against itself
 
-    def add(self, votes: Iterable[RatedVote | Vote]) -> None:
-        for vote in votes:
-            self.last_id = max(self.last_id, vote.id or 0)
-            self.votes += 1
+    def add(self, counts: Iterable[VoteCount], last_id: int | None = None) -> None:
+        for vote in counts:
+            self.votes += vote.count
             for system in {vote.system_a, vote.system_b}:
                 own = "A" if vote.system_a == system else "B"
                 outcome = {own: "wins", "tie": "ties", "both bad": "both_bad"}.get(vote.choice, "losses")
-                self.outcomes[system].update(("battles", outcome))
+                self.outcomes[system]["battles"] += vote.count
+                self.outcomes[system][outcome] += vote.count
             if vote.choice not in SCORE_OF_A or vote.system_a == vote.system_b:
-                self.unrated += 1
-                continue
-            if vote.seconds_to_vote is not None and vote.seconds_to_vote < READ_SECONDS:
-                self.too_quick += 1
-                continue
-            key = vote.source or f"session:{vote.visitor}"
-            source = self.sources.setdefault(key, SourceCount(signed_in=bool(vote.signed_in)))
-            score = SCORE_OF_A[vote.choice]
-            source.rated += 1
-            source.wins[vote.system_a, vote.system_b] += score
-            source.wins[vote.system_b, vote.system_a] += 1 - score
+                self.unrated += vote.count
+            elif vote.quick:
+                self.too_quick += vote.count
+            else:
+                source = self.sources.setdefault(vote.source, SourceCount(signed_in=vote.signed_in))
+                score = SCORE_OF_A[vote.choice]
+                source.rated += vote.count
+                source.wins[vote.system_a, vote.system_b] += score * vote.count
+                source.wins[vote.system_b, vote.system_a] += (1 - score) * vote.count
+        if last_id is not None:
+            self.last_id = last_id
 
     @property
     def systems(self) -> list[str]:
@@ -126,22 +127,23 @@ class Tally:
         """(wins, weights): each source's win matrix over `systems`, (sources, k, k), and its votes' weight."""
         index = {system: number for number, system in enumerate(self.systems)}
         k = len(index)
-        wins = np.zeros((len(self.sources), k, k))
-        for number, source in enumerate(self.sources.values()):
+        sources = [self.sources[key] for key in sorted(self.sources)]  # one order, however the votes arrived
+        wins = np.zeros((len(sources), k, k))
+        for number, source in enumerate(sources):
             for (winner, loser), count in source.wins.items():
                 wins[number, index[winner], index[loser]] = count
-        weights = np.array([source.weight for source in self.sources.values()])
-        return wins, weights
+        return wins, np.array([source.weight for source in sources])
 
 
-def tally_of(votes: Iterable[RatedVote | Vote]) -> Tally:
+def tally_of(votes: Iterable[Vote]) -> Tally:
+    """The tally of these votes (as the store would count them)."""
     tally = Tally()
-    tally.add(votes)
+    tally.add(VoteCount.of(vote, READ_SECONDS) for vote in votes)
     return tally
 
 
 def leaderboard_rows(
-    votes: Iterable[RatedVote | Vote] | Tally, bleu: Mapping[str, float] | None = None, rounds: int = 200,
+    votes: Iterable[Vote] | Tally, bleu: Mapping[str, float] | None = None, rounds: int = 200,
     seed: int = 0,
 ) -> list[dict]:  # fmt: skip
     """One row per system, best first: rank, system, rating, lower, upper (the 95% interval), battles, wins, ties,

@@ -63,8 +63,13 @@ MIGRATIONS = [
 _COLUMNS = ("id", "time", "battle_id", "system_a", "system_b", "decoding_a", "decoding_b", "source_text",
             "translation_a", "translation_b", "choice", "visitor", "source", "signed_in",
             "seconds_to_vote")  # fmt: skip
-# What the ratings read of a vote: no texts, so the leaderboard's reads stay small however long the texts are.
-_RATED_COLUMNS = ("id", "system_a", "system_b", "choice", "visitor", "source", "signed_in", "seconds_to_vote")
+# What the ratings read: the votes counted by SQLite, grouped by everything the ratings tell apart (never the texts),
+# so a leaderboard reads one row per source, pair of systems and choice however many votes there are.
+_COUNTS = """
+    SELECT system_a, system_b, choice, CASE WHEN source = '' THEN 'session:' || visitor ELSE source END,
+           signed_in, COALESCE(seconds_to_vote < :quick, 0), COUNT(*)
+    FROM votes WHERE id > :after AND id <= :last GROUP BY 1, 2, 3, 4, 5, 6
+"""
 
 
 class AlreadyVoted(Exception):
@@ -111,17 +116,23 @@ class Vote:
 
 
 @dataclass(frozen=True)
-class RatedVote:
-    """What the ratings read of a stored vote (`VoteStore.rated_since`)."""
+class VoteCount:
+    """`count` stored votes alike for the ratings (`VoteStore.counts_since`): the same systems, choice and source,
+    and all cast within, or all after, the reading time."""
 
-    id: int
     system_a: str
     system_b: str
     choice: str
-    visitor: str
-    source: str = ""
-    signed_in: bool = False
-    seconds_to_vote: float | None = None
+    source: str  # the vote's source; for a vote stored before sources existed, its session ("session:<visitor>")
+    signed_in: bool
+    quick: bool  # cast within the reading time of its battle
+    count: int = 1
+
+    @classmethod
+    def of(cls, vote: Vote, quick_seconds: float) -> "VoteCount":
+        quick = vote.seconds_to_vote is not None and vote.seconds_to_vote < quick_seconds
+        source = vote.source or f"session:{vote.visitor}"
+        return cls(vote.system_a, vote.system_b, vote.choice, source, bool(vote.signed_in), quick)
 
 
 def visitor_hash(session_id: str, salt: str) -> str:
@@ -256,13 +267,13 @@ class VoteStore:
             votes.append(Vote(**values))
         return votes
 
-    def rated_since(self, row_id: int, limit: int = 50_000) -> list[RatedVote]:
-        """What the ratings need of the votes after row `row_id` (at most `limit`, oldest first): no texts."""
+    def counts_since(self, row_id: int, quick_seconds: float) -> tuple[int, list[VoteCount]]:
+        """(the last vote's id, the votes after row `row_id` up to it, counted alike: `VoteCount`)."""
         with self._lock:
-            rows = self._connection.execute(
-                f"SELECT {', '.join(_RATED_COLUMNS)} FROM votes WHERE id > ? ORDER BY id LIMIT ?", (row_id, limit)
-            ).fetchall()
-        return [RatedVote(*row[:6], bool(row[6]), row[7]) for row in rows]
+            last = self._connection.execute("SELECT COALESCE(MAX(id), 0) FROM votes").fetchone()[0]
+            rows = self._connection.execute(_COUNTS, {"quick": quick_seconds, "after": row_id, "last": last}).fetchall()
+        return last, [VoteCount(a, b, choice, source, bool(signed), bool(quick), count)
+                      for a, b, choice, source, signed, quick, count in rows]  # fmt: skip
 
     def all_votes(self) -> list[Vote]:
         return self._select()

@@ -1,0 +1,253 @@
+"""Attacks on the arena's integrity, against the running app: does a script's flood decide the leaderboard, is a vote
+lost when the database is locked, and what does the leaderboard cost on 100,000 votes?
+
+Starts `python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT, built
+here), trusting 127.0.0.1 as its proxy so that each client names its address in X-Forwarded-For, as a Space's proxy
+does. Sections (`--sections`):
+- flood: `--script_sessions` page sessions from one address battle and vote for the nonsense system as fast as the
+  app lets them (a vote as soon as the battle is shown, then the next battle), while 4 honest visitors from another
+  address read each battle (`--read` s) and vote for the better translation every 10 s, and an ordinary visitor from
+  a third address translates; for `--seconds`. Then: votes stored per address, the leaderboard's order and what it
+  says it rests on, the ordinary visitor's latencies. `--script_waits` makes the script wait as long as a reader
+  before each vote (the attacker who knows the rule), and `--honest_signed_in` is not offered here: signing in needs
+  the Hub (tests/test_arena_sign_in.py plays it with a loopback Hub).
+- lock: another process holds the votes database's write lock for 40 s; a visitor votes: how long it waited, what it
+  was told; then, the lock released, the same vote on the same battle.
+- board: 100,000 votes written into a fresh database; `Arena.leaderboard` in a new process: the first answer's
+  seconds and the process's growth in resident memory, then an answer after one more vote.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.arena_attacks --threads 1 [--sections flood,lock,board] [--quick]
+"""
+
+import json
+import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from benchmarks import harness
+from benchmarks.app_latency import free_port, percentile, wait_until_up
+
+SCRIPT, HONEST, ORDINARY = "198.51.100.7", "203.0.113.5", "192.0.2.10"  # documentation addresses, one per party
+CAPTIONS = ["A dog runs in the park.", "Two men are working on a roof.", "A girl in a red dress is smiling.",
+            "The children play on the street.", "A woman reads a book in the garden."]  # fmt: skip
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("COMMIT")
+"""
+
+
+def options(parser):
+    parser.add_argument("--sections", default="flood,lock,board", help="comma-separated: flood, lock, board")
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long the flood lasts (default 180)")
+    parser.add_argument("--script_sessions", type=int, default=40, help="the script's page sessions (default 40)")
+    parser.add_argument("--script_waits", action="store_true", help="the script waits as long as a reader to vote")
+    parser.add_argument("--read", type=float, default=6.0, help="seconds an honest visitor reads a battle")
+    parser.add_argument("--votes", type=int, default=100_000, help="votes in the board section's database")
+    parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
+
+
+def client(url: str, address: str):
+    """A page's session (gradio_client) whose requests come, through the trusted proxy, from `address`."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, headers={"X-Forwarded-For": address})
+
+
+def better(first: str, second: str) -> str:
+    """A reader's choice: the nonsense system repeats a few letters; German uses many."""
+    return "A" if len(set(first)) > len(set(second)) else "B"
+
+
+class Party:
+    """Sessions of one address battling and voting in threads until stopped; counts what they were told."""
+
+    def __init__(self, url: str, address: str, sessions: int, choose, wait: float, pause: float):
+        self.url, self.address, self.choose, self.wait, self.pause = url, address, choose, wait, pause
+        self.outcomes, self.lock, self.stopped = Counter(), threading.Lock(), threading.Event()
+        self.threads = [threading.Thread(target=self.session, args=(turn,), daemon=True) for turn in range(sessions)]
+
+    def start(self) -> "Party":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def session(self, number: int) -> None:
+        visitor = client(self.url, self.address)
+        turn = number
+        while not self.stopped.is_set():
+            turn += 1
+            try:
+                battle_id, first, second = visitor.predict(CAPTIONS[turn % len(CAPTIONS)], api_name="/battle")
+                if not battle_id:
+                    self.count("no battle: " + first[:40])
+                    self.stopped.wait(1.0)
+                    continue
+                self.stopped.wait(self.wait)
+                _, _, message = visitor.predict(battle_id, self.choose(first, second), api_name="/vote")
+                self.count("stored" if "stored" in message else message[:50])
+            except Exception as error:  # an error is an outcome to count, not a reason to stop the party
+                self.count(type(error).__name__)
+            self.stopped.wait(self.pause)
+
+    def count(self, outcome: str) -> None:
+        with self.lock:
+            self.outcomes[outcome] += 1
+
+    def stop(self) -> Counter:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+        return self.outcomes
+
+
+def ordinary_visits(url: str, seconds: float) -> list[float]:
+    """An ordinary visitor's translations, one every 2 s, for `seconds`: their latencies."""
+    visitor, latencies, deadline = client(url, ORDINARY), [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        asked = time.perf_counter()
+        visitor.predict(CAPTIONS[len(latencies) % len(CAPTIONS)], "beam search", 4, 128, "", api_name="/translate")
+        latencies.append(time.perf_counter() - asked)
+        time.sleep(2.0)
+    return latencies
+
+
+def flood(url: str, votes_db: Path, args) -> None:
+    nonsense_first = lambda first, second: "B" if better(first, second) == "A" else "A"  # noqa: E731
+    script_wait = args.read if args.script_waits else 0.0
+    script = Party(url, SCRIPT, args.script_sessions, nonsense_first, script_wait, 0.0).start()
+    honest = Party(url, HONEST, 4, better, args.read, 10.0 - args.read).start()
+    latencies = ordinary_visits(url, args.seconds)
+    script_outcomes, honest_outcomes = script.stop(), honest.stop()
+    board, _ = client(url, ORDINARY).predict(api_name="/leaderboard")
+    with sqlite3.connect(votes_db) as database:
+        by_source = database.execute("SELECT source, COUNT(*) FROM votes GROUP BY source ORDER BY 2 DESC").fetchall()
+    pace = f"waiting {args.read:g} s to vote" if args.script_waits else "voting at once"
+    print(f"## flood: {args.script_sessions} script sessions ({pace}) vs 4 honest visitors, {args.seconds:g} s")
+    print("script told:", dict(script_outcomes.most_common(5)))
+    print("honest told:", dict(honest_outcomes.most_common(5)))
+    print("votes stored per source:", [count for _, count in by_source])
+    order = [line.split("|")[2].strip() for line in board.splitlines() if line.startswith("| ") and "Rank" not in line]
+    print("leaderboard order:", order)
+    print("leaderboard says:", board.split("\n\n", 1)[-1])
+    print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
+          f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s")  # fmt: skip
+
+
+def lock(url: str, votes_db: Path, args) -> None:
+    visitor = client(url, HONEST)
+    battle_id, first, second = visitor.predict("A man sings on a stage.", api_name="/battle")
+    time.sleep(args.read)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "40"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder.stdout.readline()
+    asked = time.perf_counter()
+    under_lock = visitor.predict(battle_id, better(first, second), api_name="/vote")
+    waited = time.perf_counter() - asked
+    holder.wait(timeout=60)
+    again = visitor.predict(battle_id, better(first, second), api_name="/vote")
+    print(f"## lock: a vote under a 40 s write lock answered in {waited:.2f} s: {under_lock[2]!r}")
+    print(f"the same vote once the lock was released: {again[2]!r}")
+
+
+BOARD_CODE = """
+import json, os, sys, time
+from benchmarks.hostile_clients import rss_mib
+from transformer_en_de.app.arena.arena import Arena
+from transformer_en_de.app.arena.votes import VoteStore
+arena = Arena(VoteStore(sys.argv[1]))
+before = rss_mib(os.getpid())
+started = time.perf_counter()
+rows, line = arena.leaderboard({})
+first = time.perf_counter() - started
+grew = rss_mib(os.getpid()) - before
+print(json.dumps({"seconds": first, "grew_mib": grew, "line": line, "order": [row["system"] for row in rows]}))
+"""
+
+
+def board(args, scratch: Path) -> None:
+    """A database of `--votes` votes (from 2,000 sessions of 500 networks, some in 4 s), then the first leaderboard."""
+    from transformer_en_de.app.arena.votes import VoteStore
+
+    path = scratch / "board.sqlite3"
+    VoteStore(path).close()  # the schema
+    rows = []
+    for number in range(args.votes):
+        a, b = ("ours", "marian") if number % 3 else ("marian", "ours")
+        rows.append((f"2026-11-26T00:00:{number % 60:02d}.000+00:00", f"battle-{number}", a, b, "{}", "{}",
+                     "A dog runs in the park.", "Ein Hund rennt im Park.", "Ein Hund läuft im Park.",
+                     ("A", "B", "tie", "both bad")[number % 4], f"visitor-{number % 2000}", f"network-{number % 500}",
+                     0, 2.0 + number % 7))  # fmt: skip
+    with sqlite3.connect(path) as database:
+        database.executemany(
+            "INSERT INTO votes (time, battle_id, system_a, system_b, decoding_a, decoding_b, source_text, "
+            "translation_a, translation_b, choice, visitor, source, signed_in, seconds_to_vote) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", BOARD_CODE, str(path)], cwd=harness.ROOT, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    answer = json.loads(result.stdout.splitlines()[-1])
+    print(f"## board: {args.votes:,} votes: first leaderboard in {answer['seconds']:.2f} s, resident memory "
+          f"+{answer['grew_mib']:.0f} MiB; order {answer['order']}")
+    print("it says:", answer["line"])
+
+
+def serve(scratch: Path, args):
+    """`python app.py` with our model and the nonsense system, 127.0.0.1 trusted as the proxy; (process, url, db)."""
+    sys.path.insert(0, str(harness.ROOT / "tests"))
+    from tiny_marian import build_tiny_marian  # the tests' stand-in for MarianMT: random weights write nonsense
+
+    nonsense = build_tiny_marian(scratch / "nonsense")
+    port, votes_db = free_port(), scratch / "votes.sqlite3"
+    command = [sys.executable, "app.py", "--comparison-models", str(nonsense), "--backend", args.backend,
+               "--port", str(port), "--votes-db", str(votes_db), "--forwarded-allow-ips", "127.0.0.1"]  # fmt: skip
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
+                       OMP_NUM_THREADS=str(args.threads))  # fmt: skip
+    log = open(scratch / "app.log", "w")
+    server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    wait_until_up(url, server)
+    deadline = time.monotonic() + 180
+    while "ready" not in client(url, ORDINARY).predict(api_name="/status"):
+        if time.monotonic() > deadline:
+            raise SystemExit("the comparison system did not load: see " + str(scratch / "app.log"))
+        time.sleep(0.5)
+    return server, url, votes_db
+
+
+def main():
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    if args.quick:
+        args.seconds, args.script_sessions, args.votes = min(args.seconds, 40.0), min(args.script_sessions, 10), 20_000
+    sections = args.sections.split(",")
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        if "flood" in sections or "lock" in sections:
+            server, url, votes_db = serve(scratch, args)
+            try:
+                if "flood" in sections:
+                    flood(url, votes_db, args)
+                if "lock" in sections:
+                    lock(url, votes_db, args)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+            log = (scratch / "app.log").read_text()
+            print(f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; peak RSS of this "
+                  f"process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")  # fmt: skip
+        if "board" in sections:
+            board(args, scratch)
+
+
+if __name__ == "__main__":
+    main()

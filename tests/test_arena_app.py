@@ -13,6 +13,8 @@ from gradio_client import Client
 from test_app_server import free_port
 from tiny_marian import build_tiny_marian
 
+from transformer_en_de.app.arena.ratings import READ_SECONDS
+
 pytestmark = pytest.mark.slow
 
 
@@ -53,7 +55,9 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
     with sqlite3.connect(votes_db) as database:
         rows = database.execute("SELECT battle_id, system_a, system_b, choice, translation_a FROM votes").fetchall()
     assert rows == [(battle_id, system_a, system_b, "A", first)]
-    assert "Transformer (ours)" in table and "marian" in table and "from 1 vote " in table
+    assert "Transformer (ours)" in table and "marian" in table
+    # voted as soon as the battle was shown: stored, and set aside from the ratings, which say so
+    assert "rest on 0 votes from 0 sources" in table and "1 cast within 4 s of their battle" in table
 
 
 def test_with_one_system_the_battle_answers_one_line(app_model_dir, tmp_path):
@@ -96,10 +100,10 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
         client = Client(url, verbose=False)
         for caption in ("A dog runs in the park.", "Two men play football."):
             battle_id, first, second = client.predict(caption, api_name="/battle")
+            time.sleep(READ_SECONDS)  # a person reads both translations
             revealed = client.predict(battle_id, preferred(first, second), api_name="/vote")
             with lock:
                 outcomes.append((battle_id, revealed))
-            time.sleep(3.1)  # a person's pace
 
     with app_process(app_model_dir, tmp_path / "first", comparisons=(marian,), VOTES_DB=str(votes_db)) as (port, _):
         url = f"http://127.0.0.1:{port}/"
@@ -127,4 +131,44 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
         everything = " ".join(str(value) for row in database.execute("SELECT * FROM votes") for value in row)
     assert sorted(battle for battle, _ in rows) == sorted(battle for battle, _ in outcomes)  # each exactly once
     assert "127.0.0.1" not in everything  # no address anywhere in the rows
-    assert table.index("Transformer (ours)") < table.index("marian") and "from 12 votes" in table
+    assert table.index("Transformer (ours)") < table.index("marian")
+    # all from one address: one anonymous network's voice, its 12 votes sharing its bound
+    assert "rest on 12 votes from 1 source (0 signed-in accounts, 1 anonymous network)" in table
+    assert "2 beyond their source's bound" in table
+
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("COMMIT")
+"""
+
+
+def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_after(app_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    votes_db = tmp_path / "votes.sqlite3"
+    server, url = serve(app_model_dir, [str(build_tiny_marian(tmp_path / "marian"))], votes_db)
+    try:
+        visitor = Client(url, verbose=False)
+        battle_id, first, second = visitor.predict("A dog runs in the park.", api_name="/battle")
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "12"],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout.readline().strip() == "held"
+        asked = time.monotonic()
+        under_lock = visitor.predict(battle_id, preferred(first, second), api_name="/vote")
+        waited = time.monotonic() - asked
+        holder.wait(timeout=60)
+        again = visitor.predict(battle_id, preferred(first, second), api_name="/vote")  # the same battle, at once
+    finally:
+        server.should_exit = True
+
+    assert under_lock[:2] == ("", "") and "could not be stored" in under_lock[2] and "\n" not in under_lock[2]
+    assert waited < 10  # told in seconds, not after the lock's 12 s
+    assert again[0] and "stored" in again[2]
+    with sqlite3.connect(votes_db) as database:
+        assert database.execute("SELECT battle_id FROM votes").fetchall() == [(battle_id,)]

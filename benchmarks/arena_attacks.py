@@ -94,7 +94,8 @@ class Party:
                     self.count("no battle: " + first[:40])
                     self.stopped.wait(1.0)
                     continue
-                self.stopped.wait(self.wait)
+                if self.stopped.wait(self.wait):
+                    break  # stopped while reading: no vote
                 _, _, message = visitor.predict(battle_id, self.choose(first, second), api_name="/vote")
                 self.count("stored" if "stored" in message else message[:50])
             except Exception as error:  # an error is an outcome to count, not a reason to stop the party

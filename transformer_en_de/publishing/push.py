@@ -161,12 +161,13 @@ def bounded_hub_requests(timeout: float, retries: int = 1, report=print):
         made.event_hooks = {"request": [*hooks["request"], on_request], "response": [*hooks["response"], on_response]}
         return made
 
-    previous = getattr(hub_http, "_GLOBAL_CLIENT_FACTORY", hub_http.default_client_factory)
+    # huggingface_hub has no public getter of the factory in place: the push runs in a command of its own
+    # (publish.py, deploy_space.py), where nothing else sets one, so the default is what there was before.
     set_client_factory(client)
     try:
         yield
     finally:
-        set_client_factory(previous)
+        set_client_factory(hub_http.default_client_factory)
 
 
 def _is_timeout(error: BaseException) -> bool:

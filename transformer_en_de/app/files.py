@@ -21,6 +21,7 @@ from pathlib import Path
 from transformer_en_de.data import split_lines
 from transformer_en_de.decoding.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
+from transformer_en_de.markdown import markdown_table
 
 from .limits import Limits, least_seconds
 from .out_of_depth import DepthCheck
@@ -234,10 +235,10 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
         return ""
     headers = ["Line", "English", *columns]
     rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
-    table = ["| " + " | ".join(headers) + " |", "|---:|" + ":---|" * (len(headers) - 1)]
-    table += ["| " + " | ".join(as_text(preview_cell(cell)) for cell in row) + " |" for row in rows]
+    table = markdown_table(headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows],
+                           "r" + "l" * (len(headers) - 1))  # fmt: skip
     more = len([line for line in lines if line.strip()]) - len(shown)
-    return "\n".join(table) + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
+    return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 
 
 def preview_cell(text: str, most: int = PREVIEW_CELL_CHARS) -> str:
@@ -295,14 +296,14 @@ def write_rows(handle, lines: list[str], columns: dict[str, list[str]], referenc
 
 def file_summary(rows: list[dict], notices: list[str], with_references: bool) -> str:
     scored = any("bleu" in row for row in rows)
-    header = "| System | Sentences | Seconds |" + (" BLEU | chrF |" if scored else "")
-    rule = "|---|---:|---:|" + ("---:|---:|" if scored else "")
-    lines = [header, rule]
+    header = ["System", "Sentences", "Seconds"] + (["BLEU", "chrF"] if scored else [])
+    table = []
     for row in rows:
-        cells = f"| {row['System']} | {row['Sentences']:,} | {row['Seconds']:.2f} |"
+        cells = [row["System"], f"{row['Sentences']:,}", f"{row['Seconds']:.2f}"]
         if scored:
-            cells += f" {row['bleu']:.2f} | {row['chrf']:.2f} |" if "bleu" in row else " | |"
-        lines.append(cells)
+            cells += [f"{row['bleu']:.2f}", f"{row['chrf']:.2f}"] if "bleu" in row else ["", ""]
+        table.append(cells)
+    lines = [markdown_table(header, table, "lrr" + "rr" * scored)]
     if not with_references:
         lines.append("\nUpload a reference file (German, same number of lines) for corpus BLEU and chrF.")
     elif not scored:

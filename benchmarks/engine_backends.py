@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from transformer_en_de.markdown import markdown_table
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
@@ -97,17 +99,19 @@ def backends_part(args) -> None:
     base = runs["PyTorch float32"]
     print(f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, beam 4, batches of 64; "
           f"each system a process of its own, back to back, {args.rounds} round(s)")  # fmt: skip
-    print("| system | sentences/s (median) | speed / PyTorch float32, per round | median | same, per CPU-second "
-          "| BLEU |")
-    print("|---|---:|---|---:|---:|---:|")
+    rows = []
     for system, results in runs.items():
         ratios = [other["seconds"] / result["seconds"] for result, other in zip(results, base, strict=True)]
         cpu_ratio = statistics.median(
             other["cpu_seconds"] / result["cpu_seconds"] for result, other in zip(results, base, strict=True)
         )
         rate = statistics.median(result["sentences"] / result["seconds"] for result in results)
-        print(f"| {system} | {rate:.1f} | {', '.join(f'{r:.2f}x' for r in ratios)} | "
-              f"**{statistics.median(ratios):.2f}x** | {cpu_ratio:.2f}x | {results[0]['bleu']:.2f} |")  # fmt: skip
+        per_round = ", ".join(f"{r:.2f}x" for r in ratios)
+        median = f"**{statistics.median(ratios):.2f}x**"
+        rows.append([system, f"{rate:.1f}", per_round, median, f"{cpu_ratio:.2f}x", f"{results[0]['bleu']:.2f}"])
+    header = ["system", "sentences/s (median)", "speed / PyTorch float32, per round", "median",
+              "same, per CPU-second", "BLEU"]  # fmt: skip
+    print(markdown_table(header, rows, "lrlrrr"))
 
 
 # ------------------------------------------------------------------------------------------------ 2. one process

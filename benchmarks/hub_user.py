@@ -54,6 +54,7 @@ def generate_all(model, tokenizer, sources: list[str]) -> list[str]:
 
 
 def table(header: list[str], rows: list[list[object]]) -> None:
+    """A Markdown table on stdout (written here, not by the project's writer: this script imports nothing of ours)."""
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:

@@ -47,10 +47,12 @@ def greedy_pairs(model, tokenizer, folder):
 
 
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
-def test_converted_model_writes_our_greedy_tokens(tiny_tokenizer, tmp_path, norm_placement):
+@pytest.mark.parametrize("layers", [(2, 2), (6, 1)], ids=["2+2", "deep encoder 6+1"])
+def test_converted_model_writes_our_greedy_tokens(tiny_tokenizer, tmp_path, norm_placement, layers):
     torch.manual_seed(0)
     # Wide weights: the output changes with the input, so a weight mapped to the wrong place would show.
-    config = tiny_config(tiny_tokenizer, init_std=0.5, norm_placement=norm_placement)
+    config = tiny_config(tiny_tokenizer, init_std=0.5, norm_placement=norm_placement, encoder_layers=layers[0],
+                         decoder_layers=layers[1])  # fmt: skip
     model = TransformerMTForConditionalGeneration(config).eval()
     pairs = greedy_pairs(model, tiny_tokenizer, tmp_path / "ct2")
     assert all(mine == other for mine, other in pairs), pairs

@@ -7,8 +7,10 @@ can crowd out another visitor's.
 - Sessions: Gradio keeps the state of its 2,000 latest sessions, and every call without a known session makes one (a
   raw call without a session is one named after its event id); new sessions are admitted per address
   (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at once: a backstop against one machine,
-  never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs. A
-  session has at most `calls_per_session` calls queued or running.
+  never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs.
+  Pages (their heartbeat open) draw on a bucket of their own: a script churning sessions it never uses spends its
+  bucket, never the pages of a class behind its address. A session has at most `calls_per_session` calls queued or
+  running.
 - Raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS` posted within
   `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the scheduler
   drops each unread after that long, so a client that posts in a loop and never reads holds a few of the callbacks,
@@ -17,9 +19,11 @@ can crowd out another visitor's.
 - The address is the connection's, or the visitor's where uvicorn was told to trust the proxy in front of the app
   (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
 - Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
-- `Gate.readers` counts the event streams being read: the scheduler drops or stops work nobody reads.
+- `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by session: the scheduler
+  drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is served.
 """
 
+import asyncio
 import functools
 import json
 import re
@@ -35,6 +39,7 @@ from .uploads import file_values_problem
 
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
 _CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<v2>v2/)?(?P<api>[^/]+)/?")
+_HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
 _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
 _DEEP_LINK = "/gradio_api/deep_link"
@@ -44,6 +49,8 @@ MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
 # Raw calls an address may have posted and not begun to read: a few of the callbacks (`concurrent_jobs`), each waiting
 # for its reader, and the others' calls have the rest.
 UNREAD_CALLS = 8
+# How long a new session's first call, refused, waits for its page's heartbeat (sent alongside it) before the refusal.
+PAGE_OPENS_SECONDS = 1.0
 
 
 class Gate:
@@ -69,7 +76,10 @@ class Gate:
         limits, now = self.limits, time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
-                if not self._new_session_from((address, session is None), now):
+                # Three buckets per address: calls without a session, pages (their heartbeat open) and other new
+                # sessions, so that a script churning sessions it never uses spends its own, never a class's pages.
+                kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
+                if not self._new_session_from((address, kind), now):
                     return (
                         "Too many new sessions from this address at once; this call was not started. Try again in a "
                         "few seconds."
@@ -90,8 +100,8 @@ class Gate:
             calls.append(now)
         return ""
 
-    def _new_session_from(self, bucket: tuple[str, bool], now: float) -> bool:
-        """Take one of the address's new sessions (`bucket`: the address, and whether the call has no session): a
+    def _new_session_from(self, bucket: tuple[str, str], now: float) -> bool:
+        """Take one of the address's new sessions (`bucket`: the address, and the kind of session): a
         bucket of `new_sessions_per_address_burst`, refilled at the per-address rate; False if it is empty (lock held).
         The least recent addresses are forgotten first."""
         limits = self.limits
@@ -133,6 +143,11 @@ class Gate:
                 self._remember(("call", event), session)
                 if place:
                     self._unread[event] = place
+
+    def is_known(self, session: str) -> bool:
+        """Whether a call of `session` came through here lately (a new session's first call is not known yet)."""
+        with self._lock:
+            return session in self._known
 
     def session_of(self, key: str | tuple) -> str | None:
         """The session a stream reads, by its session or ("call", a raw call's event id, which is read from now on),
@@ -229,7 +244,10 @@ class RequestGuard:
                 send, 429, f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
             )  # fmt: skip
-        if refused := self.gate.admit_session(session, address, counted):
+        refused = self.gate.admit_session(session, address, counted)
+        if refused and session is not None and not self.gate.is_known(session) and await self.page_opens(session):
+            refused = self.gate.admit_session(session, address, counted)  # a page's: from the pages' bucket
+        if refused:
             self.gate.posted(slot, None, None)
             return await refuse(send, 429, refused)
         # Gradio's answer is kept until what it says is noted here: the client reads a raw call's results by the event
@@ -244,6 +262,15 @@ class RequestGuard:
             self.gate.served(session)  # refused by Gradio (its queue full): it never runs
         return await answer(send, answered.status, value)
 
+    async def page_opens(self, session: str) -> bool:
+        """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS`: a page opens it as it posts its first
+        call, on another connection, and the two may cross."""
+        for _ in range(int(PAGE_OPENS_SECONDS / 0.05)):
+            if self.gate.readers.is_read(session):
+                return True
+            await asyncio.sleep(0.05)
+        return self.gate.readers.is_read(session)
+
     async def read(self, scope, receive, send):
         """A GET: an event stream (a page's, by its session; a raw call's, by its event id), counted as read while it
         is open, or anything else."""
@@ -252,6 +279,11 @@ class RequestGuard:
         if path.startswith(("/gradio_api/file=", "/gradio_api/file/")) and b"," in ranges:
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
+        if heartbeat := _HEARTBEAT.fullmatch(path):
+            # A page is open while its heartbeat is, whenever its event stream opens (late on a slow link): its calls
+            # are read (Gradio keeps their messages for the stream), and they stop when it closes (the unload).
+            with self.gate.readers.open(heartbeat["session"]):
+                return await contained(self.app, scope, receive, send)
         call = _CALL_STREAM.fullmatch(path)
         key = ("call", call["event"]) if call else page_stream(path, query)
         if key is None:  # not an event stream

@@ -74,8 +74,8 @@ class Limits:
     # threads) and the calls that may wait beyond them in Gradio's queue (past that, refused at once in one line).
     concurrent_jobs: int = 32
     queue_size: int = 64
-    # A call whose results no stream reads within this long of its arrival is dropped before it runs; a running one
-    # nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
+    # A call whose results no stream reads within this long of its arrival, and whose page is not open (a script's), is
+    # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0
     unread_grace_seconds: float = 5.0
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)

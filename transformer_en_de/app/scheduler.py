@@ -13,8 +13,9 @@ lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes fir
 theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at once
 (`Busy`).
 
-A call nobody reads spends nothing: one whose session opened no stream (`is_read`) within `stream_wait_seconds` of its
-arrival is dropped before it runs, and a running one whose reader left is cancelled at its next step (`cancel`). Past
+A call nobody reads spends nothing: one whose session neither has a page open (its heartbeat) nor opened a stream
+(`is_read`) within `stream_wait_seconds` of its arrival is dropped before it runs, and a running one whose reader left
+is cancelled at its next step (`cancel`). A page on a slow link, whose stream opens late, is open: its calls run. Past
 80% of its time a request starts no new batch; at its whole time the engine ends the batch in progress
 (`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A session
 has one call queued or running: the HTTP front refuses a second (`guard.Gate.admit_session`).

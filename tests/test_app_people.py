@@ -1,0 +1,183 @@
+"""The app's server counts people, not scripts (issue 50): a page on a slow link gets every answer, one session
+cannot push out another's Inside view, bad values to an event cost no traceback, and a script churning sessions from
+a school's address does not lock its learners out. A real server in this process (our tiny model alone), called the
+way a page calls it: a heartbeat, posts to queue/join, the session's event stream."""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from transformer_en_de.app.limits import Limits
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served(app_model_dir):
+    """The app's server in this process, our model alone, the limits as shipped; yields (url, the app)."""
+    import app
+    from transformer_en_de.app.server import start_in_thread
+
+    translation_app = app.build_app(str(app_model_dir), [], limits=Limits(), backend="torch")
+    port = free_port()
+    server = app.build_app_server(translation_app, "127.0.0.1", port)
+    start_in_thread(server)
+    yield f"http://127.0.0.1:{port}/", translation_app
+    server.should_exit = True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def events(url: str) -> tuple[dict, list[int]]:
+    """From /config: {api_name: fn_index} of the named events, and the fn_index of each Inside redraw (a private event
+    of 4 inputs: the view's id, kind, layer, head)."""
+    dependencies = httpx.get(f"{url}config").json()["dependencies"]
+    named = {event["api_name"]: event["id"] for event in dependencies if event.get("api_name")}
+    redraws = [event["id"] for event in dependencies if not event.get("api_name") and len(event["inputs"]) == 4]
+    return named, redraws
+
+
+class Page:
+    """A page's session as the browser runs it: its heartbeat open while the page is (from `peer`, a loopback
+    address; `settle`: answered before the first call, else opened alongside it), calls posted to queue/join, their
+    results read from the session's event stream when `read` is called."""
+
+    def __init__(self, url: str, peer: str = "127.0.0.1", heartbeat: bool = True, settle: bool = True):
+        self.url, self.session = url, os.urandom(8).hex()
+        self.http = httpx.Client(timeout=httpx.Timeout(30, read=120),
+                                 transport=httpx.HTTPTransport(local_address=peer))  # fmt: skip
+        self.beating, self.closed = threading.Event(), threading.Event()
+        if heartbeat:
+            threading.Thread(target=self._heartbeat, daemon=True).start()
+            assert not settle or self.beating.wait(30), "the heartbeat did not open"
+
+    def _heartbeat(self) -> None:
+        with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
+            self.beating.set()
+            for _ in beat.iter_raw():
+                if self.closed.is_set():
+                    return
+
+    def join(self, fn_index: int, data: list) -> httpx.Response:
+        body = {"data": data, "fn_index": fn_index, "session_hash": self.session, "event_data": None,
+                "trigger_id": None}  # fmt: skip
+        return self.http.post(f"{self.url}gradio_api/queue/join", json=body)
+
+    def read(self, count: int = 1) -> list[dict]:
+        """The session's stream until `count` calls have completed: their `process_completed` messages."""
+        done = []
+        params = {"session_hash": self.session}
+        with self.http.stream("GET", f"{self.url}gradio_api/queue/data", params=params) as stream:
+            assert stream.status_code == 200, stream.read()
+            for line in stream.iter_lines():
+                message = json.loads(line[5:]) if line.startswith("data:") else {}
+                if message.get("msg") == "process_completed":
+                    done.append(message)
+                if len(done) == count:
+                    break
+        return done
+
+    def close(self) -> None:
+        self.closed.set()
+        self.http.close()
+
+
+def translation_of(message: dict) -> str:
+    assert message.get("success"), message
+    return message["output"]["data"][0]
+
+
+@pytest.mark.parametrize("late", [2.5, 4.0])
+def test_a_page_whose_stream_opens_late_gets_its_answer(served, late):
+    # A slow mobile link: the page asked, and its event stream opens seconds later. The page is still open (its
+    # heartbeat is), so the translation runs and waits to be read.
+    url, _ = served
+    named, _ = events(url)
+    page = Page(url)
+    try:
+        assert page.join(named["translate"], ["A dog runs in the park.", "beam search", 4, 32, ""]).status_code == 200
+        time.sleep(late)
+        (message,) = page.read()
+    finally:
+        page.close()
+    assert translation_of(message) and "Cancelled" not in json.dumps(message["output"]), message
+
+
+def test_a_call_whose_page_never_opened_is_still_dropped(served):
+    # No heartbeat, and no stream within the bounded wait (a script posting and leaving): dropped before it runs, so
+    # that work nobody reads costs nothing of the next visitor's. Its stream, opened afterwards, says so.
+    url, _ = served
+    named, _ = events(url)
+    script = Page(url, heartbeat=False)
+    try:
+        assert script.join(named["translate"], ["A dog runs.", "beam search", 4, 32, ""]).status_code == 200
+        time.sleep(Limits().stream_wait_seconds + 1.5)
+        (message,) = script.read()
+    finally:
+        script.close()
+    assert "Cancelled" in json.dumps(message["output"]), message
+
+
+def test_learners_opening_the_page_from_an_address_churning_sessions_are_let_in(served):
+    # A script makes 20 new sessions a second from a school's address (a join each, never read); then the school's 60
+    # learners open the page from that address: each page's heartbeat opens as it posts its first call (as a browser
+    # does, on another connection), and every learner is answered. The script's own sessions are still refused.
+    url, _ = served
+    named, _ = events(url)
+    school, stop, churned = "127.0.0.5", threading.Event(), []
+    script = httpx.Client(timeout=30, transport=httpx.HTTPTransport(local_address=school))
+
+    def churn():  # one of 20 threads, each a new session a second
+        while not stop.wait(1.0):
+            body = {"data": [], "fn_index": named["comparison"], "session_hash": os.urandom(8).hex()}
+            churned.append(script.post(f"{url}gradio_api/queue/join", json=body).status_code)
+
+    churners = [threading.Thread(target=churn, daemon=True) for _ in range(20)]
+    began = time.monotonic()
+    for churner in churners:
+        churner.start()
+    deadline = time.monotonic() + 60
+    while 429 not in churned:  # the address's new sessions are spent
+        assert time.monotonic() < deadline, churned[-5:]
+        time.sleep(0.2)
+    answered, failed = [], []
+
+    def learner():
+        page = Page(url, peer=school, heartbeat=True, settle=False)
+        try:
+            posted = page.join(named["comparison"], [])
+            if posted.status_code != 200:
+                failed.append(posted.text)
+                return
+            (message,) = page.read()
+            (answered if message.get("success") else failed).append(message)
+        except Exception as error:  # noqa: BLE001 - a learner locked out is what this test looks for
+            failed.append(repr(error))
+        finally:
+            page.close()
+
+    learners = [threading.Thread(target=learner) for _ in range(60)]
+    for thread in learners:
+        thread.start()
+    for thread in learners:
+        thread.join(timeout=300)
+    stop.set()
+    for churner in churners:
+        churner.join(timeout=30)
+    churning = time.monotonic() - began
+    script.close()
+    assert not failed and len(answered) == 60, failed[:3]
+    # The script's new sessions were held to the address's rate all along (its burst, then its rate).
+    limits = Limits()
+    assert churned.count(200) <= limits.new_sessions_per_address_burst + limits.new_sessions_per_address_per_second * (
+        churning + 1
+    )

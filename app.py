@@ -394,7 +394,8 @@ class TranslationApp:
         """
         with self.gate.serving(request.session_hash) as arrived:
             view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
-        return view, self.views.put(view)  # the endpoint's answer; the id of the copy the pictures are drawn from
+        # The endpoint's answer; the id of the copy the pictures are drawn from, in place of the session's earlier one
+        return view, self.views.put(view, request.session_hash)
 
     # ------------------------------------------------------------------ the arena: blind votes (app/arena/)
 
@@ -609,10 +610,12 @@ def inside_tab(app: TranslationApp, controls: list, text: gr.Textbox) -> None:
     inside = app.gate.count(
         button.click(app.inside, [text, *controls], [numbers, view_id], api_name="inside", **app.compute)
     )
-    app.gate.count(inside.then(app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", **app.work))
+    # The controls' values as sent (`compute`: no preprocessing): one outside their choices draws the defaults
+    # (`draw_attention`), where Gradio's check would fail the call with a traceback in the log.
+    app.gate.count(inside.then(app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", **app.compute))
     for control in (kind, layer, head):
         redraw = control.input(
-            app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.work
+            app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", **app.compute
         )
         app.gate.count(redraw)
 

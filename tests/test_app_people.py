@@ -41,8 +41,9 @@ def events(url: str) -> tuple[dict, list[int]]:
     """From /config: {api_name: fn_index} of the named events, and the fn_index of each Inside redraw (a private event
     of 4 inputs: the view's id, kind, layer, head)."""
     dependencies = httpx.get(f"{url}config").json()["dependencies"]
-    named = {event["api_name"]: event["id"] for event in dependencies if event.get("api_name")}
-    redraws = [event["id"] for event in dependencies if not event.get("api_name") and len(event["inputs"]) == 4]
+    named = {event["api_name"]: event["id"] for event in dependencies if event.get("api_visibility") != "private"}
+    redraws = [event["id"] for event in dependencies
+               if event.get("api_visibility") == "private" and len(event["inputs"]) == 4]  # fmt: skip
     return named, redraws
 
 
@@ -181,3 +182,53 @@ def test_learners_opening_the_page_from_an_address_churning_sessions_are_let_in(
     assert churned.count(200) <= limits.new_sessions_per_address_burst + limits.new_sessions_per_address_per_second * (
         churning + 1
     )
+
+
+def look_inside(page: Page, named: dict, sentence: str = "A dog runs in the park.") -> None:
+    """The page's Look inside: /inside in the page's session, read (its view's id is then the session's)."""
+    assert page.join(named["inside"], [sentence, "beam search", 2, 16]).status_code == 200
+    (message,) = page.read()
+    assert message.get("success") and "message" not in message["output"]["data"][0], message
+
+
+def redraw(page: Page, fn_index: int, kind, layer, head) -> dict:
+    """One redraw of the page's attention pictures (the view's id comes from the session): its completed message."""
+    assert page.join(fn_index, [None, kind, layer, head]).status_code == 200
+    (message,) = page.read()
+    return message
+
+
+def test_one_session_asking_for_many_views_does_not_push_out_another_visitors_view(served):
+    url, translation_app = served
+    named, redraws = events(url)
+    visitor, other = Page(url), Page(url)
+    try:
+        look_inside(visitor, named)
+        for number in range(translation_app.views.max_views + 2):  # one session, more views than the server keeps
+            look_inside(other, named, f"A dog number {number} runs.")
+        drawn = redraw(visitor, redraws[-1], "cross", 1, 0)
+        theirs = redraw(other, redraws[-1], "cross", 1, 0)
+    finally:
+        visitor.close()
+        other.close()
+    assert drawn.get("success") and "no longer kept" not in drawn["output"]["data"][-1], drawn
+    assert theirs.get("success") and "no longer kept" not in theirs["output"]["data"][-1], theirs
+
+
+def test_redraws_with_values_outside_the_pages_choices_cost_no_traceback(served, capfd):
+    # A script sends the Inside tab's redraws values no control offers: each is drawn with the defaults (what the
+    # page's choices are), and the log has no traceback (a line each at the very most).
+    url, _ = served
+    named, redraws = events(url)
+    page = Page(url)
+    odd = [("sideways", 1, 0), ("cross", 99, 0), ("cross", 1, "x"), (["cross"], None, 3.5), ({"k": 1}, -4, 10**30)]
+    try:
+        look_inside(page, named)
+        capfd.readouterr()
+        answers = [redraw(page, redraws[-1], *values) for values in odd * 4]
+    finally:
+        page.close()
+    logged = capfd.readouterr()
+    log = logged.out + logged.err
+    assert all(answer.get("success") for answer in answers), [a for a in answers if not a.get("success")][:1]
+    assert "Traceback" not in log and len(log.splitlines()) <= len(answers), log[-2_000:]

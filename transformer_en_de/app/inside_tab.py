@@ -44,7 +44,8 @@ WORK_FACTOR = 1.5
 # pieces (99% of captions are 33 or fewer); past about 35 a comparison model may be shown as one line instead.
 MAX_VIEW_BYTES = 2_000_000
 # The views the page redraws from (`ViewStore`): the latest 64, 32 MB of compressed JSON in all (JSON of weights
-# compresses about 5x: our model's 1.3 MB view to 0.24 MB), each kept 15 minutes after its last use.
+# compresses about 5x: our model's 1.3 MB view to 0.24 MB), each kept 15 minutes after its last use; one a session (its
+# page redraws only its latest), so that a session asking for view after view never pushes out another's.
 VIEWS_KEPT = 64
 VIEW_STORE_BYTES = 32_000_000
 VIEW_SECONDS = 900.0
@@ -450,21 +451,29 @@ EXPIRED = {
 
 class ViewStore:
     """The views the page redraws from (another kind, layer or head needs no model run), on the server under random
-    ids: a session keeps only its id. At most `max_views` views and `max_bytes` of compressed JSON in all, the least
-    recently used dropped first, each dropped `seconds` after its last use; `get` of a dropped one is `EXPIRED`."""
+    ids: a session keeps only its id. One view per session (its latest), at most `max_views` views and `max_bytes` of
+    compressed JSON in all, the least recently used dropped first, each dropped `seconds` after its last use; `get` of
+    a dropped one is `EXPIRED`."""
 
     def __init__(self, max_views: int = VIEWS_KEPT, max_bytes: int = VIEW_STORE_BYTES,
                  seconds: float = VIEW_SECONDS, clock=time.monotonic):  # fmt: skip
         self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
         self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
+        self.latest: dict[str, str] = {}  # session -> the id of its view
         self.bytes = 0
         self.lock = threading.Lock()
 
-    def put(self, view: dict) -> str:
-        """Keep `view` (at most `MAX_VIEW_BYTES` of JSON: `inside_request`'s answer); returns its id."""
+    def put(self, view: dict, session: str | None = None) -> str:
+        """Keep `view` (at most `MAX_VIEW_BYTES` of JSON: `inside_request`'s answer) in place of the session's earlier
+        one; returns its id."""
         data = zlib.compress(json.dumps(view).encode(), 1)
         view_id = secrets.token_urlsafe(16)
         with self.lock:
+            earlier = self.latest.pop(session, None) if session is not None else None
+            if earlier in self.views:
+                self.bytes -= len(self.views.pop(earlier)[0])
+            if session is not None:
+                self.latest[session] = view_id
             self.views[view_id] = (data, self.clock())
             self.bytes += len(data)
             self.drop_old()
@@ -492,6 +501,8 @@ class ViewStore:
                 return
             self.views.popitem(last=False)
             self.bytes -= len(data)
+            if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
+                self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}
 
 
 __all__ = [

@@ -8,9 +8,10 @@ do lives in `transformer_en_de/app/`.
 Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de), the
 comparison models from `--comparison_models` / COMPARISON_MODELS (ids or folders; "" for none), loaded in background
 threads: the page is up before they are, and one that cannot be loaded says why in one line. `--backend` and `--int8`
-choose what decodes; `--forwarded_allow_ips` names the proxy whose X-Forwarded-For tells visitors apart (on a Space, the
-private networks its proxy connects from). How requests share the CPU and what the HTTP front refuses: docs/app.md and
-`transformer_en_de/app/__init__.py`.
+choose what decodes; `--sign_in` lets the arena's voters sign in with Hugging Face (on a Space whose metadata has
+`hf_oauth: true`, always; elsewhere as the account of the machine's token); `--forwarded_allow_ips` names the proxy
+whose X-Forwarded-For tells visitors apart (on a Space, the private networks its proxy connects from). How requests
+share the CPU and what the HTTP front refuses: docs/app.md and `transformer_en_de/app/__init__.py`.
 
 Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
     /translate(text, decoding, num_beams, max_new_tokens, reference)
@@ -44,6 +45,7 @@ from transformer_en_de.app.arena.arena import (  # noqa: E402
     example_sentences,
     leaderboard_markdown,
     leaderboard_plot,
+    vote_rules,
 )
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
 from transformer_en_de.app.arena.votes import CHOICES, VoteStore  # noqa: E402
@@ -65,6 +67,7 @@ from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
+from transformer_en_de.app.sign_in import SignInUnavailable, sign_in_mode  # noqa: E402
 from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
     NO_PRETRAINED,
@@ -93,6 +96,10 @@ DELETE_CACHE = (600, 3600)
 # On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 WORK = "work"  # the concurrency group of every event that spends CPU: the admission point (scheduler.py)
+# The Arena tab's line on sign-in (what each kind of vote counts for: `vote_rules()`, below it).
+SIGNED_IN = "You are signed in with Hugging Face: your votes count as your account's."
+NOT_SIGNED_IN = "You are not signed in: your votes are anonymous. Sign in with Hugging Face to count as yourself."
+ANONYMOUS_ONLY = "Votes here are anonymous: this page has no sign-in."
 
 # Sentences and references written for this app (not taken from Multi30k).
 EXAMPLES = [
@@ -183,6 +190,18 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         default=os.environ.get("VOTES_DATASET") or None,
         help="a Hub dataset repo (user/name) the votes are pushed to every 10 minutes with the token in HF_TOKEN "
         "(env VOTES_DATASET); offline or without a token the votes stay local, and the log says so once",
+    )
+    parser.add_argument(
+        "--sign_in",
+        "--sign-in",
+        action="store_true",
+        default=os.environ.get("ARENA_SIGN_IN", "") not in ("", "0"),
+        help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1): a signed-in vote counts as "
+        "its account's. On a Space whose metadata has `hf_oauth: true` it is there without this flag; elsewhere "
+        "Gradio's local stand-in signs every visitor in as the account of this machine's Hugging Face token (at "
+        "HF_ENDPOINT), so the app stops at once, in one line, if there is no token or the Hub cannot tell whose it is. "
+        "The sign-in cookie is a secure one: over plain HTTP a browser keeps it only at localhost or 127.0.0.1; "
+        "anywhere else serve HTTPS",
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
@@ -399,23 +418,30 @@ class TranslationApp:
 
     # ------------------------------------------------------------------ the arena: blind votes (app/arena/)
 
-    def battle(self, text, request: gr.Request):
+    # Gradio fills `profile` from the visitor's sign-in session (None when not signed in, or the page has no sign-in);
+    # it is not an input of the endpoint, so an API client cannot claim an account.
+    def battle(self, text, request: gr.Request, profile: gr.OAuthProfile | None):
         """Two systems drawn at random translate the text; their names are hidden until the vote.
 
         Args: text (str, English: one sentence or a few). Returns: battle_id (str; "" when there is no battle),
         translation_a, translation_b (str; with no battle, translation_a says why in one line).
         """
         decoding = decoding_defaults(self.ours.model, self.limits)
+        voter = voter_of(request, profile)
         with self.gate.serving(request.session_hash) as arrived:
-            return self.arena.battle(text, self.context(request, arrived), decoding, voter_of(request))
+            return self.arena.battle(text, self.context(request, arrived), decoding, voter)
 
-    def vote(self, battle_id, choice, request: gr.Request):
+    def vote(self, battle_id, choice, request: gr.Request, profile: gr.OAuthProfile | None):
         """Vote on a battle: choice is "A", "B", "tie" or "both bad".
 
         Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
         """
-        dropped = ("", "", "Cancelled: nobody reads this.")
-        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter_of(request)), dropped)
+        dropped, voter = ("", "", "Cancelled: nobody reads this."), voter_of(request, profile)
+        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter), dropped)
+
+    def signed_in_line(self, profile: gr.OAuthProfile | None) -> str:
+        """What the Arena tab says of the visitor's sign-in (without naming the account: the button does)."""
+        return SIGNED_IN if profile is not None else NOT_SIGNED_IN
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
@@ -456,8 +482,10 @@ def build_app(
     int8: bool = False,
     votes_db: Path | None = None,
     votes_dataset: str | None = None,
+    sign_in: bool = False,
 ) -> TranslationApp:
-    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`)."""
+    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`).
+    `sign_in`: the Arena tab has a "Sign in with Hugging Face" button (`sign_in_mode` checked that it can work)."""
     app = TranslationApp(
         model_id, comparison_model_ids, limits=limits, comparison_path=comparison_path, backend=backend, int8=int8,
         votes_db=votes_db, votes_dataset=votes_dataset,
@@ -473,7 +501,7 @@ def build_app(
             with gr.Tab("Inside the Transformer"):
                 inside_tab(app, controls, text)
             with gr.Tab("Arena"):
-                arena_tab(app)
+                signed_in = arena_tab(app, sign_in)
             with gr.Tab("Corpus comparison"):
                 notes = gr.Markdown(label="Notes")
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
@@ -481,6 +509,8 @@ def build_app(
         # The corpus table is work like any other; the status line only reads counters and skips the queue.
         app.gate.count(demo.load(app.comparison, None, [notes, table], api_name="comparison", **app.work))
         demo.load(app.status, None, status, api_name="status", queue=False)
+        if signed_in is not None:  # reads the sign-in cookie only: no turn on the CPU
+            demo.load(app.signed_in_line, None, signed_in, api_visibility="private", queue=False)
         # A page that closes (its heartbeat ends) cancels its request; a client that keeps no page open is stopped
         # when nobody reads its results (scheduler.py). A client calling this event itself makes new sessions no
         # faster than its address may (guard.py), and cancels nothing of anyone else's.
@@ -660,14 +690,17 @@ def file_tab(app: TranslationApp, controls: list) -> None:
     )
 
 
-def voter_of(request: gr.Request) -> Voter:
-    """The arena's voter behind a request: its session and the address uvicorn gives (the proxy's visitor where the
-    proxy is trusted, `server.py`)."""
-    return Voter(request.session_hash or "", request.client.host if request.client else "")
+def voter_of(request: gr.Request, profile: gr.OAuthProfile | None = None) -> Voter:
+    """The arena's voter behind a request: its session, the address uvicorn gives (the proxy's visitor where the proxy
+    is trusted, `server.py`) and the Hub account the visitor signed in with (the arena stores only its salted hash)."""
+    account = profile.username if profile is not None else None
+    return Voter(request.session_hash or "", request.client.host if request.client else "", account)
 
 
-def arena_tab(app: TranslationApp) -> None:
-    """Two anonymous translations of the same English, a vote, the names revealed; the leaderboard below."""
+def arena_tab(app: TranslationApp, sign_in: bool = False) -> gr.Markdown | None:
+    """Two anonymous translations of the same English, a vote, the names revealed; the leaderboard below; what a vote
+    counts for. With `sign_in`, a "Sign in with Hugging Face" button and the line saying whether the visitor is signed
+    in (returned: the page fills it when it loads), else a line saying that votes here are anonymous."""
     gr.Markdown(
         "Two systems of this page, drawn at random, translate your English; their names stay hidden until you vote. "
         f"Which German is better?{'' if len(app.systems) > 1 else ' (The arena needs two systems: only ours is here.)'}"
@@ -683,7 +716,12 @@ def arena_tab(app: TranslationApp) -> None:
         first = gr.Textbox(label="Translation A", lines=3, interactive=False, elem_id="arena-a", min_width=300)
         second = gr.Textbox(label="Translation B", lines=3, interactive=False, elem_id="arena-b", min_width=300)
     choice = gr.Radio(list(CHOICES), label="Which is better?", elem_id="arena-choice")
-    send = gr.Button("Vote", elem_id="arena-vote")
+    with gr.Row(equal_height=True):
+        send = gr.Button("Vote", elem_id="arena-vote", min_width=160)
+        if sign_in:
+            gr.LoginButton(size="md", elem_id="arena-sign-in", min_width=240)
+    signed_in = gr.Markdown(NOT_SIGNED_IN if sign_in else ANONYMOUS_ONLY, elem_id="arena-signed-in")
+    gr.Markdown(vote_rules(), elem_id="arena-vote-rules")
     with gr.Row():
         system_a = gr.Textbox(label="A was", interactive=False, elem_id="arena-system-a")
         system_b = gr.Textbox(label="B was", interactive=False, elem_id="arena-system-b")
@@ -701,6 +739,7 @@ def arena_tab(app: TranslationApp) -> None:
         send.click(app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", **app.compute)
     )
     app.gate.count(refresh.click(app.leaderboard, None, [board, plot], api_name="leaderboard", **app.work))
+    return signed_in if sign_in else None
 
 
 def page_css(systems: list) -> str:
@@ -717,6 +756,7 @@ def page_css(systems: list) -> str:
 
 OPTIONS = parse_options(sys.argv[1:] if __name__ == "__main__" else [])
 try:
+    SIGN_IN = sign_in_mode(OPTIONS.sign_in)  # checked before any model loads: a sign-in that cannot work stops here
     APP = build_app(
         OPTIONS.model,
         OPTIONS.comparison_models,
@@ -724,9 +764,12 @@ try:
         int8=OPTIONS.int8,
         votes_db=OPTIONS.votes_db,
         votes_dataset=OPTIONS.votes_dataset,
+        sign_in=SIGN_IN is not None,
     )
-except ModelUnavailableError as error:
+except (ModelUnavailableError, SignInUnavailable) as error:
     sys.exit(f"app.py: {error}")
+if SIGN_IN:
+    print(f"app.py: the arena's voters can sign in {SIGN_IN}.", flush=True)
 demo = APP.demo
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ SPACE_METADATA = {
     "license": "apache-2.0",  # the code's; replaced by the shipped weights' licence when the model card has one
     "pinned": False,
     "short_description": "A from-scratch Transformer beside MarianMT, English→German",
+    # "Sign in with Hugging Face" for the arena's votes: the Hub makes the Space an OAuth app and gives it the OAUTH_*
+    # variables, with which app.py shows the sign-in button. The default scopes (openid profile) are all it needs.
+    "hf_oauth": True,
 }
 
 

@@ -16,7 +16,14 @@ repos, the requests huggingface_hub 1.x/2.x sends:
 - `GET /api/{type}s/{repo_id}/commits/{revision}` → the commits reaching it, newest first;
 - `GET /api/{type}s/{repo_id}/discussions[?author=&type=&status=]` → the repo's pull requests (one page);
 - `HEAD`/`GET /[{type}s/]{repo_id}/resolve/{revision}/{path}` → the file, with `X-Repo-Commit`, `ETag` (the git blob
-  id) and, for weights (stored in LFS on the Hub), `X-Linked-Etag` (their sha256) and `X-Linked-Size`.
+  id) and, for weights (stored in LFS on the Hub), `X-Linked-Etag` (their sha256) and `X-Linked-Size`;
+- `GET /api/whoami-v2` → the account of the bearer token (`add_account`), 401 for any other token.
+
+It is also the Hub's OpenID Connect provider, as "Sign in with Hugging Face" uses it (`add_oauth_app`: the OAuth app
+the Hub makes for a Space with `hf_oauth: true`): `GET /.well-known/openid-configuration`, `GET /oauth/authorize`
+(the browser is signed in to the Hub as the account `sign_in_as` names and consents at once: a redirect back with a
+code), `POST /oauth/token` (the code for an access token and an RS256 ID token with the nonce), `GET /oauth/userinfo`
+and `GET /oauth/jwks` (the key that checks the ID token).
 
 A revision is a branch (`main`), a full commit id, or a pull request's ref, URL-encoded as the clients send it
 (`refs%2Fpr%2F1`). Errors carry the Hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound), which
@@ -34,14 +41,17 @@ connection stays open until the hub stops), as when the Hub or a proxy hangs in 
 """
 
 import base64
+import functools
 import hashlib
 import json
 import re
+import secrets
 import threading
+import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import yaml
 
@@ -128,6 +138,8 @@ class LoopbackHub:
         self.repos: dict[tuple[str, str], _Repo] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) in order, to check what a client did
         self._lock = threading.Lock()
+        self.accounts: dict[str, dict] = {}  # token -> the account whoami-v2 answers for it
+        self.openid = OpenIdProvider(self)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -193,6 +205,25 @@ class LoopbackHub:
             })  # fmt: skip
             return number, commit
 
+    def add_account(self, name: str, fullname: str = "", token: str | None = None) -> dict:
+        """A user account on the Hub: whoami-v2 answers it for `token`, and `sign_in_as(name)` signs a browser in."""
+        account = {"type": "user", "name": name, "fullname": fullname or name,
+                   "avatarUrl": f"{self.endpoint}/avatars/{name}.png"}  # fmt: skip
+        with self._lock:
+            self.openid.users[name] = account
+            if token is not None:
+                self.accounts[token] = account
+        return account
+
+    def add_oauth_app(self, client_id: str, client_secret: str) -> None:
+        """The OAuth app the Hub registers for a Space whose metadata says `hf_oauth: true`."""
+        with self._lock:
+            self.openid.apps[client_id] = client_secret
+
+    def sign_in_as(self, name: str | None) -> None:
+        """The account the browser is signed in to the Hub with (None: nobody, and /oauth/authorize refuses)."""
+        with self._lock:
+            self.openid.signed_in = name
 
     # ------------------------------------------------------------------ request handling
 
@@ -230,6 +261,11 @@ class LoopbackHub:
             request.close_connection = True
             return
         body = request.rfile.read(length) if length else b""
+        # Sign-in has credentials of its own (an OAuth app's, a user's token), not the repo token asked below.
+        if path == "/api/whoami-v2" and method == "GET":
+            return self._whoami(request)
+        if self.openid.serves(path):
+            return self.openid.answer(request, method, path, query, body)
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return _reply(request, 401, {"error": "Invalid credentials in Authorization header"})
         try:
@@ -264,6 +300,13 @@ class LoopbackHub:
             _reply(request, 404, {"error": f"The loopback hub does not implement {method} {path}"})
         except (ValueError, KeyError) as error:
             _reply(request, 400, {"error": f"Bad request: {error}"})
+
+    def _whoami(self, request) -> None:
+        with self._lock:
+            account = self.accounts.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        if account is None:
+            return _reply(request, 401, {"error": "Invalid credentials in Authorization header"})
+        _reply(request, 200, account)
 
     def _create_repo(self, request, payload: dict) -> None:
         repo_type = payload.get("type") or "model"
@@ -420,6 +463,102 @@ class LoopbackHub:
         request.end_headers()
         if method == "GET":
             request.wfile.write(data)
+
+
+class OpenIdProvider:
+    """The Hub's OpenID Connect endpoints, as authlib (Gradio's "Sign in with Hugging Face") calls them: the
+    authorization-code flow, its ID token signed with an RSA key of this run, the claims the Hub's ID token carries."""
+
+    PATHS = ("/.well-known/openid-configuration", "/oauth/authorize", "/oauth/token", "/oauth/userinfo", "/oauth/jwks")
+
+    def __init__(self, hub: LoopbackHub):
+        self.hub = hub
+        self.apps: dict[str, str] = {}  # client id -> client secret
+        self.users: dict[str, dict] = {}  # name -> account
+        self.signed_in: str | None = None
+        self.codes: dict[str, dict] = {}  # an issued code -> what its token will say (used once)
+        self.tokens: dict[str, dict] = {}  # an access token -> its claims
+
+    @functools.cached_property
+    def key(self):
+        """The signing key, made when first asked for (a second or so of CPU that the repo tests need not spend)."""
+        from joserfc.jwk import RSAKey  # authlib's JOSE library: the one that checks the ID token in the app
+
+        return RSAKey.generate_key(2048, parameters={"kid": "loopback", "use": "sig", "alg": "RS256"})
+
+    def serves(self, path: str) -> bool:
+        return path in self.PATHS
+
+    def answer(self, request, method: str, path: str, query: dict, body: bytes) -> None:
+        if path == "/.well-known/openid-configuration":
+            return _reply(request, 200, self.configuration())
+        if path == "/oauth/jwks":
+            return _reply(request, 200, {"keys": [self.key.as_dict(private=False)]})
+        if path == "/oauth/authorize" and method == "GET":
+            return self.authorize(request, query)
+        if path == "/oauth/token" and method == "POST":
+            return self.token(request, {name: values[-1] for name, values in parse_qs(body.decode()).items()})
+        if path == "/oauth/userinfo":
+            claims = self.tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+            return _reply(request, 200, claims) if claims else _reply(request, 401, {"error": "invalid_token"})
+        _reply(request, 405, {"error": f"{method} {path} is not allowed"})
+
+    def configuration(self) -> dict:
+        base = self.hub.endpoint
+        return {
+            "issuer": base, "authorization_endpoint": f"{base}/oauth/authorize",
+            "token_endpoint": f"{base}/oauth/token", "userinfo_endpoint": f"{base}/oauth/userinfo",
+            "jwks_uri": f"{base}/oauth/jwks",
+            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code"],
+            "id_token_signing_alg_values_supported": ["RS256"], "scopes_supported": ["openid", "profile"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        }  # fmt: skip
+
+    def authorize(self, request, query: dict) -> None:
+        """A signed-in browser that consents: back to the app's redirect URI with a one-time code and its state."""
+        with self.hub._lock:
+            known, user = query.get("client_id") in self.apps, self.users.get(self.signed_in or "")
+        if not known or query.get("response_type") != "code" or not query.get("redirect_uri"):
+            return _reply(request, 400, {"error": "invalid_request: unknown client, no redirect_uri or not code"})
+        if user is None:
+            return _reply(request, 401, {"error": "login_required: nobody is signed in to the Hub"})
+        code = secrets.token_urlsafe(16)
+        with self.hub._lock:
+            self.codes[code] = {"client_id": query["client_id"], "redirect_uri": query["redirect_uri"], "user": user,
+                                "nonce": query.get("nonce"), "scope": query.get("scope", "")}  # fmt: skip
+        back = f"{query['redirect_uri']}{'&' if '?' in query['redirect_uri'] else '?'}"
+        request.send_response(302)
+        request.send_header("Location", back + urlencode({"code": code, "state": query.get("state", "")}))
+        request.send_header("Content-Length", "0")
+        request.end_headers()
+
+    def token(self, request, form: dict) -> None:
+        """The code exchanged for an access token and an ID token, for the app it was issued to (Basic or form auth)."""
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        basic = request.headers.get("Authorization", "")
+        if basic.startswith("Basic "):
+            client_id, _, secret = base64.b64decode(basic[6:]).decode().partition(":")
+        with self.hub._lock:
+            grant = self.codes.pop(form.get("code", ""), None)
+            app_secret = self.apps.get(client_id or "")
+        if app_secret is None or secret != app_secret:
+            return _reply(request, 401, {"error": "invalid_client"})
+        if grant is None or grant["client_id"] != client_id or grant["redirect_uri"] != form.get("redirect_uri"):
+            return _reply(request, 400, {"error": "invalid_grant"})
+        from joserfc import jwt
+
+        now, user = int(time.time()), grant["user"]
+        claims = {"sub": hashlib.sha256(user["name"].encode()).hexdigest()[:24], "name": user["fullname"],
+                  "preferred_username": user["name"], "profile": f"{self.hub.endpoint}/{user['name']}",
+                  "picture": user["avatarUrl"], "website": "", "iss": self.hub.endpoint, "aud": client_id,
+                  "iat": now, "exp": now + 3600, "auth_time": now}  # fmt: skip
+        access = "hf_oauth_" + secrets.token_urlsafe(16)
+        with self.hub._lock:
+            self.tokens[access] = claims
+        signed = dict(claims, nonce=grant["nonce"]) if grant["nonce"] else claims
+        id_token = jwt.encode({"alg": "RS256", "kid": "loopback"}, signed, self.key)
+        _reply(request, 200, {"access_token": access, "token_type": "bearer", "expires_in": 3600,
+                              "scope": grant["scope"], "id_token": id_token})  # fmt: skip
 
 
 def _file_entry(name: str, data: bytes, id_field: str) -> dict:

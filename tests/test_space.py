@@ -81,6 +81,9 @@ def check_front_matter(data: dict) -> None:
     assert deploy_space.MARIAN_MODEL_ID in data["models"]
     assert data["license"] and data["title"] and data["emoji"]
     assert len(data.get("short_description", "")) <= 60  # the Hub refuses longer ones
+    # The arena's sign-in: the Hub sets up OAuth for the Space, and Gradio's OAuth routes have what they import.
+    assert data["hf_oauth"] is True and "hf_oauth_scopes" not in data  # the default scopes: openid profile
+    assert {"authlib", "itsdangerous"} <= set(requirements())
 
 
 def test_staged_readme_front_matter_is_a_valid_space_config():

@@ -17,5 +17,7 @@
   pictures.
 - `arena/`: blind votes between the systems: battles and votes (`arena.py`), the vote database (`votes.py`), the rules a
   vote passes (`battles.py`), the leaderboard (`ratings.py`), publishing to a Hub dataset (`publish.py`).
+- `sign_in`: whether the arena's visitors can sign in with Hugging Face (a Space's OAuth app, or Gradio's local
+  stand-in), checked before the app starts.
 - `corpus_report`: the corpus-level table from eval_results.json and compare.py's JSON.
 """

@@ -303,6 +303,7 @@ class TranslationApp:
         # The arena's votes: a real database, committed at each vote; published to the Hub when asked.
         votes = VoteStore(votes_db or default_votes_db())
         self.arena = Arena(votes)
+        self.board_picture = ("", None)  # (the leaderboard's table, its plot as sent): drawn again only when it changes
         self.publisher = VotePublisher(votes, votes_dataset, Path(votes.path).parent / "votes-dataset").start()
         if votes_dataset:
             print(f"app.py: {self.publisher.status}", flush=True)
@@ -451,7 +452,12 @@ class TranslationApp:
         _, rows = self.corpus()
         bleu = {row[0]: float(row[3]) for row in rows if row[1] == "test 2016 flickr" and row[3] not in ("", "-")}
         board, agreement = self.arena.leaderboard(bleu)
-        return leaderboard_markdown(board, agreement), leaderboard_plot(board)
+        table = leaderboard_markdown(board, agreement)
+        drawn_for, picture = self.board_picture  # readers back to back share one drawing of an unchanged board
+        if drawn_for != table:
+            picture = rendered(leaderboard_plot(board))
+            self.board_picture = (table, picture)
+        return table, picture
 
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):

@@ -172,3 +172,19 @@ def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_
     assert again[0] and "stored" in again[2]
     with sqlite3.connect(votes_db) as database:
         assert database.execute("SELECT battle_id FROM votes").fetchall() == [(battle_id,)]
+
+
+def test_readers_of_an_unchanged_leaderboard_share_one_drawing(app_model_dir, tmp_path):
+    import app
+    from transformer_en_de.app.arena.votes import Vote
+
+    translation_app = app.build_app(str(app_model_dir), [str(build_tiny_marian(tmp_path / "marian"))],
+                                    backend="torch", votes_db=tmp_path / "votes.sqlite3")  # fmt: skip
+    first_table, first_picture = translation_app.leaderboard_now()
+    again_table, again_picture = translation_app.leaderboard_now()
+    assert again_table == first_table and again_picture is first_picture  # drawn once
+    translation_app.arena.store.add(Vote(battle_id="b-1", system_a="Transformer (ours)", system_b="marian",
+                                         source_text="A dog.", translation_a="Ein Hund.", translation_b="Hund",
+                                         choice="A", visitor="v", source="s", seconds_to_vote=9.0))  # fmt: skip
+    new_table, new_picture = translation_app.leaderboard_now()
+    assert new_table != first_table and new_picture is not first_picture  # a new vote: drawn again

@@ -148,8 +148,9 @@ class Arena:
             last, counts = self.store.counts_since(self.tally.last_id, READ_SECONDS)
             self.tally.add(counts, last)
             fitted = self._board is not None and (
-                self._board[0] == self.tally.last_id or time.monotonic() - self._board[1] < LEADERBOARD_SECONDS
-            )
+                self._board[0] == self.tally.last_id
+                or (self._board[2] and time.monotonic() - self._board[1] < LEADERBOARD_SECONDS)
+            )  # an empty board is fitted again at once: the first vote shows
             if not fitted:
                 self._board = (self.tally.last_id, time.monotonic(), leaderboard_rows(self.tally))
             rated_up_to, _, rows = self._board

@@ -44,6 +44,8 @@ the server the first and the clients the others, as a server and remote clients 
 - killed worker (last; `--backend ctranslate2` only): the server's CTranslate2 worker process is SIGKILLed while it
   decodes the visitor's call (after 1 s); whether a new worker took its place and how many lines the server log grew
   by, counted from when it was last quiet for 3 s (the visitor should lose at most that call, the log a line or two).
+- slow links, churn then learners, one session's views, bad redraws: pages as a browser runs them
+  (`benchmarks.page_clients`, which says what each does).
 The attacks that last a given time (inside views, many files, slow bodies, join flood, session churn, killed worker,
 the file job) keep the visitor visiting, one request at a time, until they end.
 It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an exception) and
@@ -66,7 +68,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks import harness
+from benchmarks import harness, page_clients
 from benchmarks.app_latency import free_port, percentile, wait_until_up
 
 HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY IN THE SNOW AND " * 40)[:3_000]
@@ -839,7 +841,16 @@ def attacks(http, url: str, scratch: Path, args, server=None, log: Path | None =
         "odd reads": lambda: looped(odd_read),
         "join flood": lambda: paced(join_flood, 10, seconds=15),
         "session churn": lambda: paced(session_churn, 100, seconds=30, threads=8),
+        "slow links": lambda: in_background(lambda: page_clients.slow_links(url, named)),
+        "churn then learners": lambda: in_background(lambda: page_clients.churn_then_learners(url, named)),
+        "one session's views": lambda: in_background(lambda: page_clients.one_sessions_views(url, named, redraws)),
     }
+    if server is not None:
+        rss = lambda: rss_mib(server.pid)  # noqa: E731
+        views = lambda: page_clients.unread_views(url, named, FILE_LINE.strip(), rss)  # noqa: E731
+        chosen["unread views"] = lambda: in_background(views)
+    if log is not None:
+        chosen["bad redraws"] = lambda: in_background(lambda: page_clients.bad_redraws(url, named, redraws, log))
     if args.backend == "ctranslate2" and server is not None and log is not None:  # last: if not restarted, none decodes
         chosen["killed worker"] = lambda: killed_worker(server.pid, log)
     return chosen

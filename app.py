@@ -438,7 +438,8 @@ class TranslationApp:
         Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
         """
         dropped, voter = ("", "", "Cancelled: nobody reads this."), voter_of(request, profile)
-        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter), dropped)
+        cast_at = self.gate.arrival(request.session_hash)  # when the visitor voted, not when its turn came
+        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter, cast_at), dropped)
 
     def signed_in_line(self, profile: gr.OAuthProfile | None) -> str:
         """What the Arena tab says of the visitor's sign-in (without naming the account: the button does)."""

@@ -227,3 +227,14 @@ def test_battle_rate_is_per_source_with_a_burst_for_a_class(clock):
     rate.admit("school")  # refilled at its rate
     with pytest.raises(BattleRefused):
         rate.admit("school")
+
+
+def test_a_vote_is_timed_from_the_battle_shown_to_the_vote_sent_not_to_its_turn(clock, tmp_path):
+    book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    battle_id = issue(book)
+    clock.advance(1.0)
+    sent = clock()  # the visitor voted one second after the translations appeared
+    clock.advance(9.0)  # and the call waited in the queue for its turn
+    cast_vote(Ballot(battle_id, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store, cast_at=sent)
+    assert [vote.seconds_to_vote for vote in store.all_votes()] == [1.0]
+    store.close()

@@ -169,6 +169,12 @@ class Gate:
         finally:
             self.served(session)
 
+    def arrival(self, session: str | None) -> float | None:
+        """When the session's call now running entered Gradio's queue (time.monotonic()), as `serving` yields it."""
+        with self._lock:
+            calls = self._calls.get(session)
+            return calls[0] if calls else None
+
     def served(self, session: str | None) -> None:
         with self._lock:
             calls = self._calls.get(session)

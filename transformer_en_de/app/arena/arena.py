@@ -124,14 +124,17 @@ class Arena:
         )  # fmt: skip
         return battle_id, a.translation, b.translation
 
-    def vote(self, battle_id, choice, voter: Voter) -> tuple[str, str, str]:
-        """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused."""
+    def vote(self, battle_id, choice, voter: Voter, cast_at: float | None = None) -> tuple[str, str, str]:
+        """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused.
+        `cast_at`: when the vote was sent, on the battle book's clock (default now): a vote that waited in a queue
+        was still cast as soon as it was."""
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
         ballot = Ballot(battle_id, self.store.visitor_hash(voter.session), choice, self.source_of(voter),
                         signed_in=voter.account is not None)  # fmt: skip
         try:
-            battle = cast_vote(ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance)
+            battle = cast_vote(ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance,
+                               cast_at=cast_at)  # fmt: skip
         except (BattleRefused, VoteTooSoon, ValueError) as error:
             return "", "", str(error).splitlines()[0]
         except VoteNotStored as error:

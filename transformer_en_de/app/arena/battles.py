@@ -217,12 +217,14 @@ class Ballot:
 
 
 def cast_vote(
-    ballot: Ballot, *, book: BattleBook, pace: VotePace, store: VoteStore, allowance: DailyAllowance | None = None
-) -> Battle:
+    ballot: Ballot, *, book: BattleBook, pace: VotePace, store: VoteStore, allowance: DailyAllowance | None = None,
+    cast_at: float | None = None,
+) -> Battle:  # fmt: skip
     """Check a vote against every rule and store it; the battle comes back so the page can reveal the systems.
 
     The pace (per account when signed in, else per session) is checked before the battle is claimed: a vote too soon
     leaves the battle open for a second try. A vote the database cannot take puts everything back (`VoteNotStored`).
+    `cast_at` (the book's clock) is when the vote was sent, if it waited in a queue before this call.
     """
     if ballot.choice not in CHOICES:
         raise ValueError(f"A vote is one of {', '.join(CHOICES)}, not {ballot.choice!r}.")
@@ -236,7 +238,8 @@ def cast_vote(
             counted = True
         battle = book.claim(ballot.battle_id, ballot.visitor)
         try:
-            store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, book.clock() - battle.issued_at))
+            seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at  # from shown to sent
+            store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, seconds))
         except VoteNotStored:
             book.reopen(battle)
             raise

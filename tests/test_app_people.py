@@ -62,11 +62,14 @@ class Page:
             assert not settle or self.beating.wait(30), "the heartbeat did not open"
 
     def _heartbeat(self) -> None:
-        with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
-            self.beating.set()
-            for _ in beat.iter_raw():
-                if self.closed.is_set():
-                    return
+        try:
+            with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
+                self.beating.set()
+                for _ in beat.iter_raw():
+                    if self.closed.is_set():
+                        return
+        except httpx.HTTPError:  # its connection closed with the page (`close`)
+            pass
 
     def join(self, fn_index: int, data: list) -> httpx.Response:
         body = {"data": data, "fn_index": fn_index, "session_hash": self.session, "event_data": None,

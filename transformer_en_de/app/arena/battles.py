@@ -181,10 +181,11 @@ class DailyAllowance:
 
 class BattleRate:
     """How fast one source (a signed-in account, else a network) may start battles: a bucket of `burst` battles,
-    refilled at `per_second`. A class of 60 behind one address, each starting a battle every half minute or so, stays
-    inside it; a script's sessions from that address share it, whatever their number."""
+    refilled at `per_second`. A class of 60 behind one address, each reading a battle, voting and starting the next
+    every two minutes or so, stays inside it; a script's sessions from that address share it, whatever their number,
+    at about what one core decodes beside a visitor (two translations a battle)."""
 
-    def __init__(self, per_second: float = 2.0, burst: float = 120.0, max_sources: int = 100_000,
+    def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000,
                  clock: Callable[[], float] = time.monotonic):  # fmt: skip
         self.per_second, self.burst, self.max_sources, self.clock = per_second, burst, max_sources, clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (tokens, as of when)

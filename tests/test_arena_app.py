@@ -13,6 +13,7 @@ from gradio_client import Client
 from test_app_server import free_port
 from tiny_marian import build_tiny_marian
 
+from benchmarks.arena_attacks import HOLD_THE_WRITE_LOCK  # another process holding the write lock
 from transformer_en_de.app.arena.ratings import READ_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -135,16 +136,6 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
     # all from one address: one anonymous network's voice, its 12 votes sharing its bound
     assert "rest on 12 votes from 1 source (0 signed-in accounts, 1 anonymous network)" in table
     assert "2 beyond their source's bound" in table
-
-
-HOLD_THE_WRITE_LOCK = """
-import sqlite3, sys, time
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN IMMEDIATE")
-print("held", flush=True)
-time.sleep(float(sys.argv[2]))
-connection.execute("COMMIT")
-"""
 
 
 def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_after(app_model_dir, tmp_path):

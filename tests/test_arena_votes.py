@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.arena_attacks import HOLD_THE_WRITE_LOCK  # another process holding the write lock
 from transformer_en_de.app.arena import votes as votes_module
 from transformer_en_de.app.arena.votes import AlreadyVoted, Vote, VoteStore, visitor_hash
 
@@ -222,16 +223,6 @@ def test_source_hash_names_an_account_or_a_network_never_as_it_is(tmp_path):
     assert store.source_hash(None, "::ffff:203.0.113.7") == store.source_hash(None, "203.0.113.7")
     assert "alice" not in by_account and len(by_account) == 16
     store.close()
-
-
-HOLD_THE_WRITE_LOCK = """
-import sqlite3, sys, time
-connection = sqlite3.connect(sys.argv[1], isolation_level=None)
-connection.execute("BEGIN IMMEDIATE")
-print("held", flush=True)
-time.sleep(float(sys.argv[2]))
-connection.execute("COMMIT")
-"""
 
 
 def test_a_vote_under_another_process_s_write_lock_is_refused_in_one_line_in_seconds_and_then_stored(tmp_path):

@@ -22,6 +22,9 @@ Named API endpoints (gradio_client), with one (translation, details) pair per co
         comparison model (pieces, positional encoding, attention by kind/layer/head, beam steps, translation)
     /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
+    /battle(text) -> (battle_id, translation_a, translation_b): two systems drawn at random, names hidden
+    /vote(battle_id, choice) -> (system_a, system_b, message): the names revealed once the vote is stored
+    /leaderboard() -> (table: Markdown, plot)
 """
 
 import argparse

@@ -144,6 +144,7 @@ def flood(url: str, votes_db: Path, args) -> None:
     print("leaderboard says:", board.split("\n\n", 1)[-1])
     print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
           f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s")  # fmt: skip
+    print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
 def lock(url: str, votes_db: Path, args) -> None:

@@ -13,6 +13,8 @@ does. Sections (`--sections`):
   the Hub (tests/test_arena_sign_in.py plays it with a loopback Hub).
 - lock: another process holds the votes database's write lock for 40 s; a visitor votes: how long it waited, what it
   was told; then, the lock released, the same vote on the same battle.
+- readers: 60 pages from one address read the leaderboard (table and plot) back to back for `--seconds` while the 4
+  honest visitors vote and the ordinary visitor translates; the server's memory before and after.
 - board: 100,000 votes written into a fresh database; `Arena.leaderboard` in a new process: the first answer's
   seconds and the process's growth in resident memory, then an answer after one more vote.
 
@@ -32,10 +34,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
+
 from benchmarks import harness
 from benchmarks.app_latency import free_port, percentile, wait_until_up
 
-SCRIPT, HONEST, ORDINARY = "198.51.100.7", "203.0.113.5", "192.0.2.10"  # documentation addresses, one per party
+# documentation addresses, one per party
+SCRIPT, HONEST, ORDINARY, READERS = "198.51.100.7", "203.0.113.5", "192.0.2.10", "198.51.100.20"
 CAPTIONS = ["A dog runs in the park.", "Two men are working on a roof.", "A girl in a red dress is smiling.",
             "The children play on the street.", "A woman reads a book in the garden."]  # fmt: skip
 HOLD_THE_WRITE_LOCK = """
@@ -49,7 +54,7 @@ connection.execute("COMMIT")
 
 
 def options(parser):
-    parser.add_argument("--sections", default="flood,lock,board", help="comma-separated: flood, lock, board")
+    parser.add_argument("--sections", default="flood,lock,board", help="comma-separated: flood, lock, board, readers")
     parser.add_argument("--seconds", type=float, default=180.0, help="how long the flood lasts (default 180)")
     parser.add_argument("--script_sessions", type=int, default=40, help="the script's page sessions (default 40)")
     parser.add_argument("--script_waits", action="store_true", help="the script waits as long as a reader to vote")
@@ -147,6 +152,28 @@ def flood(url: str, votes_db: Path, args) -> None:
     print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
+def readers(url: str, server, args) -> None:
+    """60 pages (one address) read the leaderboard back to back while 4 honest visitors vote (the board changes every
+    few seconds) and the ordinary visitor translates; the server's memory before and after."""
+    from benchmarks.hostile_clients import rss_mib
+    from benchmarks.page_clients import leaderboard_readers
+
+    named = {event["api_name"]: event["id"] for event in httpx.get(f"{url}config").json()["dependencies"]}
+    before = rss_mib(server.pid)
+    honest = Party(url, HONEST, 4, better, args.read, 10.0 - args.read).start()
+    read: list[str] = []
+    reading = threading.Thread(target=lambda: read.append(
+        leaderboard_readers(url, named, readers=60, seconds=args.seconds, address=READERS)))  # fmt: skip
+    reading.start()
+    latencies = ordinary_visits(url, args.seconds)
+    reading.join()
+    honest_outcomes = honest.stop()
+    print(f"## readers: {read[0]}; honest told: {dict(honest_outcomes.most_common(3))}")
+    print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
+          f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s; server {before:.0f} -> "
+          f"{rss_mib(server.pid):.0f} MiB")  # fmt: skip
+
+
 def lock(url: str, votes_db: Path, args) -> None:
     visitor = client(url, HONEST)
     battle_id, first, second = visitor.predict("A man sings on a stage.", api_name="/battle")
@@ -234,13 +261,15 @@ def main():
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        if "flood" in sections or "lock" in sections:
+        if "flood" in sections or "lock" in sections or "readers" in sections:
             server, url, votes_db = serve(scratch, args)
             try:
                 if "flood" in sections:
                     flood(url, votes_db, args)
                 if "lock" in sections:
                     lock(url, votes_db, args)
+                if "readers" in sections:
+                    readers(url, server, args)
             finally:
                 server.terminate()
                 server.wait(timeout=30)

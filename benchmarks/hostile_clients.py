@@ -44,7 +44,7 @@ the server the first and the clients the others, as a server and remote clients 
 - killed worker (last; `--backend ctranslate2` only): the server's CTranslate2 worker process is SIGKILLed while it
   decodes the visitor's call (after 1 s); whether a new worker took its place and how many lines the server log grew
   by, counted from when it was last quiet for 3 s (the visitor should lose at most that call, the log a line or two).
-- slow links, churn then learners, one session's views, bad redraws: pages as a browser runs them
+- slow links, churn then learners, one session's views, views at once, bad redraws: pages as a browser runs them
   (`benchmarks.page_clients`, which says what each does).
 The attacks that last a given time (inside views, many files, slow bodies, join flood, session churn, killed worker,
 the file job) keep the visitor visiting, one request at a time, until they end.
@@ -844,6 +844,7 @@ def attacks(http, url: str, scratch: Path, args, server=None, log: Path | None =
         "slow links": lambda: in_background(lambda: page_clients.slow_links(url, named)),
         "churn then learners": lambda: in_background(lambda: page_clients.churn_then_learners(url, named)),
         "one session's views": lambda: in_background(lambda: page_clients.one_sessions_views(url, named, redraws)),
+        "views at once": lambda: in_background(lambda: page_clients.views_at_once(url, named)),
     }
     if server is not None:
         rss = lambda: rss_mib(server.pid)  # noqa: E731

@@ -9,6 +9,8 @@ visits (each returns what its pages got, in words):
   call, as a browser sends it), and again 5 s later;
 - one session's views: a visitor looks inside; another session asks for 66 views; the visitor redraws;
 - bad redraws: a page looks inside, then sends 20 redraws with values no control offers; the server log's growth;
+- views at once: 90 pages from one address each look inside at once, read (a class on the Inside tab);
+- leaderboard readers (benchmarks.arena_attacks): 60 pages read the leaderboard back to back;
 - unread views: 100 sessions each ask for an Inside view of a 20-word sentence and open their event stream, never
   read, for 20 s; the server's memory while they are open.
 """
@@ -29,11 +31,13 @@ ODD_REDRAWS = [("sideways", 1, 0), ("cross", 99, 0), ("cross", 1, "x"), (["cross
 
 
 class Page:
-    """A page's session: the heartbeat opens alongside the first call unless `settle` (then before it)."""
+    """A page's session: the heartbeat opens alongside the first call unless `settle` (then before it). With `address`,
+    every request names it in X-Forwarded-For (the visitor behind a proxy the server trusts)."""
 
-    def __init__(self, url: str, settle: bool = True):
+    def __init__(self, url: str, settle: bool = True, address: str | None = None):
         self.url, self.session = url, os.urandom(8).hex()
-        self.http = httpx.Client(timeout=httpx.Timeout(30, read=120))
+        headers = {"X-Forwarded-For": address} if address else {}
+        self.http = httpx.Client(timeout=httpx.Timeout(30, read=120), headers=headers)
         self.beating, self.closed = threading.Event(), threading.Event()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         if settle:
@@ -49,10 +53,13 @@ class Page:
         except httpx.HTTPError:  # closed with the page
             pass
 
-    def join(self, fn_index: int, data: list) -> int:
-        body = {"data": data, "fn_index": fn_index, "session_hash": self.session, "event_data": None,
+    def body(self, fn_index: int, data: list) -> dict:
+        """A call of this page's session, as the page sends it."""
+        return {"data": data, "fn_index": fn_index, "session_hash": self.session, "event_data": None,
                 "trigger_id": None}  # fmt: skip
-        return self.http.post(f"{self.url}gradio_api/queue/join", json=body).status_code
+
+    def join(self, fn_index: int, data: list) -> int:
+        return self.http.post(f"{self.url}gradio_api/queue/join", json=self.body(fn_index, data)).status_code
 
     def read(self) -> dict:
         """The session's stream until a call completes: its `process_completed` message ({} if none)."""
@@ -67,6 +74,11 @@ class Page:
         """One call, read: its completed message, or {"refused": status}."""
         status = self.join(fn_index, data)
         return self.read() if status == 200 else {"refused": status}
+
+    def run(self, fn_index: int, data: list) -> dict:
+        """An event outside the queue (`queue=False`), as the page calls it: its answer, or {"refused": status}."""
+        answer = self.http.post(f"{self.url}gradio_api/run/predict", json=self.body(fn_index, data))
+        return answer.json() if answer.status_code == 200 else {"refused": answer.status_code}
 
     def close(self) -> None:
         self.closed.set()
@@ -207,3 +219,39 @@ def unread_views(url: str, named: dict, sentence: str, server_rss, views: int = 
         stream.close()
     return (f"{len(held)} views asked, streams never read for {hold:g} s: server RSS {before:,.0f} -> at most "
             f"{largest:,.0f} MiB")  # fmt: skip
+
+
+def views_at_once(url: str, named: dict, views: int = 90, address: str | None = None) -> str:
+    """`views` pages (from `address`, through the trusted proxy) each look inside at once, as a class on the Inside tab
+    does, and read their answer; their outcomes and how long the last took."""
+
+    def page_looks_inside():
+        page = Page(url, address=address)
+        try:
+            return outcome(page.ask(named["inside"], [SENTENCE, "beam search", 4, 128]))
+        finally:
+            page.close()
+
+    started = time.monotonic()
+    outcomes = in_parallel(views, page_looks_inside)
+    return f"{views} Inside views at once: {counted(outcomes)}, all in {time.monotonic() - started:.1f} s"
+
+
+def leaderboard_readers(url: str, named: dict, readers: int = 60, seconds: float = 60.0,
+                        address: str | None = None) -> str:  # fmt: skip
+    """`readers` pages read the leaderboard (its table and plot) back to back for `seconds`; the reads answered."""
+    until, reads, lock = time.monotonic() + seconds, Counter(), threading.Lock()
+
+    def reader():
+        page = Page(url, address=address)
+        try:
+            while time.monotonic() < until:
+                label = outcome(page.ask(named["leaderboard"], []))
+                with lock:
+                    reads[label] += 1
+        finally:
+            page.close()
+
+    in_parallel(readers, reader)
+    return f"{readers} pages reading the leaderboard back to back for {seconds:g} s: {counted(reads)} reads"
+

@@ -2,6 +2,7 @@
 a vote that reveals the names and is stored, a second vote on the same battle refused, the leaderboard; and a page
 with one system, where /battle answers one line."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -55,7 +56,12 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
     assert unknown[:2] == ("", "") and "\n" not in unknown[2]
     with sqlite3.connect(votes_db) as database:
         rows = database.execute("SELECT battle_id, system_a, system_b, choice, translation_a FROM votes").fetchall()
+        decodings = database.execute("SELECT decoding_a, decoding_b FROM votes").fetchone()
     assert rows == [(battle_id, system_a, system_b, "A", first)]
+    # Each system's decoding as its plan resolved it: the page's starting beams for both, each with its own bound.
+    decoding_a, decoding_b = (json.loads(decoding) for decoding in decodings)
+    assert decoding_a["num_beams"] == decoding_b["num_beams"] >= 1
+    assert all(decoding["max_new_tokens_ratio"] and decoding["max_new_tokens"] for decoding in (decoding_a, decoding_b))
     assert "Transformer (ours)" in table and "marian" in table
     # voted as soon as the battle was shown: stored, and set aside from the ratings, which say so
     assert "rest on 0 votes from 0 sources" in table and "1 cast within 4 s of their battle" in table
@@ -165,17 +171,25 @@ def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_
         assert database.execute("SELECT battle_id FROM votes").fetchall() == [(battle_id,)]
 
 
-def test_readers_of_an_unchanged_leaderboard_share_one_drawing(app_model_dir, tmp_path):
+def test_readers_of_an_unchanged_leaderboard_share_one_working_out_and_pages_showing_it_get_nothing(
+    app_model_dir, tmp_path
+):
     import app
     from transformer_en_de.app.arena.votes import Vote
 
     translation_app = app.build_app(str(app_model_dir), [str(build_tiny_marian(tmp_path / "marian"))],
                                     backend="torch", votes_db=tmp_path / "votes.sqlite3")  # fmt: skip
-    first_table, first_picture = translation_app.leaderboard_now()
-    again_table, again_picture = translation_app.leaderboard_now()
-    assert again_table == first_table and again_picture is first_picture  # drawn once
+    board, worked_out = translation_app.board, []
+    table = board.table
+    board.table = lambda: worked_out.append(1) or table()  # counts each working-out of the real board
+    first_table, first_picture = board.read("reader-1")
+    again_table, again_picture = board.read("reader-2")
+    assert again_table == first_table and again_picture is first_picture and len(worked_out) == 1  # one of each
+    assert board.read("reader-1") is None  # its page shows this board already: nothing is sent
     translation_app.arena.store.add(Vote(battle_id="b-1", system_a="Transformer (ours)", system_b="marian",
                                          source_text="A dog.", translation_a="Ein Hund.", translation_b="Hund",
                                          choice="A", visitor="v", source="s", seconds_to_vote=9.0))  # fmt: skip
-    new_table, new_picture = translation_app.leaderboard_now()
-    assert new_table != first_table and new_picture is not first_picture  # a new vote: drawn again
+    translation_app.voted(("Transformer (ours)", "marian", "Your vote is stored."))  # the page's vote says so
+    new_table, new_picture = board.read("reader-1")
+    assert new_table != first_table and new_picture is not first_picture and len(worked_out) == 2  # drawn again
+    assert board.read("reader-2")[0] == new_table  # the other page is sent the new board once

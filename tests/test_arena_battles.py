@@ -238,3 +238,23 @@ def test_a_vote_is_timed_from_the_battle_shown_to_the_vote_sent_not_to_its_turn(
     cast_vote(Ballot(battle_id, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store, cast_at=sent)
     assert [vote.seconds_to_vote for vote in store.all_votes()] == [1.0]
     store.close()
+
+
+def test_the_board_is_worked_out_again_after_a_stored_vote_or_once_stale_and_drawn_when_it_changed(clock):
+    from transformer_en_de.app.arena.board_reads import FRESH_SECONDS, BoardReads
+
+    votes, drawn = ["A"], []
+    reads = BoardReads(lambda: (list(votes), f"{len(votes)} votes"), lambda rows: drawn.append(rows) or len(drawn),
+                       clock=clock)  # fmt: skip
+    assert not reads.is_fresh() and reads.read("page-1") == ("1 votes", 1) and reads.is_fresh()
+    votes.append("B")  # stored by another process: this one is not told
+    clock.advance(FRESH_SECONDS / 2)
+    assert reads.read("page-1") is None and reads.read("page-2") == ("1 votes", 1)
+    clock.advance(FRESH_SECONDS / 2)  # stale: worked out again, and drawn again since the table changed
+    assert reads.read("page-1") == ("2 votes", 2)
+    reads.vote_stored()  # a vote of this process: worked out at the next read; the same table is not drawn again
+    assert not reads.is_fresh()
+    assert reads.read("page-1") is None and drawn == [["A"], ["A", "B"]]
+    votes.append("tie")
+    reads.vote_stored()
+    assert reads.read(None) == ("3 votes", 3)  # a caller without a session is always answered

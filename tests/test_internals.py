@@ -11,6 +11,7 @@ import gradio as gr
 import gradio.utils
 import pytest
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from transformer_en_de.app import internals
 
@@ -63,6 +64,13 @@ def test_kept_sessions_reach_gradios_state_holder(page):
     internals.keep_sessions(demo, 7)
     gr.mount_gradio_app(FastAPI(), demo, path="")
     assert demo.state_holder.capacity == 7, f"Blocks.state_session_capacity {UPGRADE}"
+
+
+def test_kept_threads_reach_gradios_limiter(page):
+    demo, _ = page
+    internals.keep_threads(demo, 77)
+    with TestClient(gr.mount_gradio_app(FastAPI(), demo, path="")):  # the app's start-up makes the limiter
+        assert demo.limiter is not None and demo.limiter.total_tokens == 77, f"Blocks.max_threads {UPGRADE}"
 
 
 def test_upload_folder_is_gradios(tmp_path):

@@ -10,6 +10,9 @@ Each is here because nothing public does the same job (checked on gradio 6.31, u
   listener's result (`gr.events.Dependency`, documented as the listener's config) carries the same `id`.
 - gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
   such setting, and without it Gradio keeps 10,000 sessions' state in memory.
+- gradio `Blocks.max_threads`: what `launch(max_threads=...)` sets, the threads its callbacks run in (an anyio
+  capacity limiter made at start-up); `mount_gradio_app` has no such setting, and its 40 would hold the work group's
+  callbacks below the calls a class or a flood has in flight.
 - uvicorn `H11Protocol`, its `conn` (the h11 connection: `their_state` says whether the client's request is in) and
   `on_response_complete()`: uvicorn has no deadline for a whole request (headers and body) and no cap that closes the
   connection of a client still sending (`limit_concurrency` answers 503 but keeps every connection open).
@@ -40,6 +43,11 @@ def page_config(demo) -> dict:
 def keep_sessions(demo, sessions: int) -> None:
     """Keep the state of the `sessions` latest sessions in memory, as `launch(state_session_capacity=...)` would."""
     demo.state_session_capacity = sessions
+
+
+def keep_threads(demo, threads: int) -> None:
+    """Run the callbacks in up to `threads` threads, as `launch(max_threads=...)` would."""
+    demo.max_threads = threads
 
 
 def request_received(protocol: H11Protocol) -> bool:

@@ -4,7 +4,7 @@ Every request is an event of Gradio's queue in one concurrency group (app.py): G
 callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time and
 hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it hands
 `generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: by lane (translations, then
-side work: pictures, tables, votes and looks inside, then heavy requests), then the one whose session (a visitor: a
+side work: pictures, tables, votes, looks inside and the arena's battles, then heavy requests), then the one whose session (a visitor: a
 page or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds.
 So a visitor who translates now and then goes before a client that keeps the CPU busy, a class behind one school
 address is served like many addresses, and sessions redrawing pictures (not preempted once they run) never hold up a
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
 AGING_SECONDS = 0.5  # the unit of the lower lanes' aging, and how often a waiting request looks again
 HEAVY_AGING = 10  # a side or heavy job waiting this many times `aging_seconds` behind better lanes gets a turn
-# The lanes: aged first, then every ordinary request, then side work (a picture, a table, a vote: no model runs, and
-# not preempted once it runs), then heavy requests.
+# The lanes: aged first, then every ordinary request, then side work (a picture, a table, a vote: not preempted once it
+# runs; a look inside or a battle: preempted at each step like a translation), then heavy requests.
 AGED, ORDINARY, SIDE, HEAVY = -1, 0, 1, 2
 USAGE_HALF_LIFE = 10.0  # seconds: how fast a session's CPU use is forgiven
 SESSIONS_REMEMBERED = 4_096  # sessions whose recent CPU use is kept (the least recent go first)

@@ -23,7 +23,7 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
-from .internals import H11Protocol, keep_sessions, request_received
+from .internals import H11Protocol, keep_sessions, keep_threads, request_received
 
 # Connections accepted in one go before any is closed (asyncio accepts up to the listen backlog per wake-up).
 BACKLOG = 64
@@ -92,6 +92,7 @@ def build_server(
     app = FastAPI()
     app.add_middleware(front[0], **front[1])
     keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
+    keep_threads(demo, limits.threads)  # a thread for every call in a callback, as launch() would set
     app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
     config = uvicorn.Config(
         app,

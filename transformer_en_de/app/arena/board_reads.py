@@ -1,0 +1,62 @@
+"""The leaderboard as pages read it: worked out again only after a vote was stored (or `FRESH_SECONDS` passed, for a
+writer elsewhere), its plot drawn again only when its table changed, and sent to a session only when it changed since
+that session last saw it.
+
+Sixty pages reading the board back to back would otherwise each read the votes, rank the systems and send the same
+table and picture again; now a read of an unchanged board costs a comparison, and a session whose page already shows
+the board gets nothing new (the page keeps what it shows).
+"""
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+FRESH_SECONDS = 10.0  # a vote stored by another process shows on the board at most this long after
+SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the least recent go first)
+
+
+class BoardReads:
+    """`read(session)`: (table, picture) when the board changed since `session` last read it, else None;
+    `vote_stored()`: the next read works the board out again."""
+
+    def __init__(self, table: Callable[[], tuple[object, str]], draw: Callable[[object], object],
+                 fresh_seconds: float = FRESH_SECONDS, clock: Callable[[], float] = time.monotonic):  # fmt: skip
+        # `table()`: (the board's rows, its Markdown table); `draw(rows)`: the plot as sent to the page
+        self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
+        self._answer: tuple[str, object] | None = None
+        self._version, self._worked_out = 0, float("-inf")
+        self._seen: OrderedDict[str, int] = OrderedDict()  # session -> the version it was sent
+        self._lock = threading.Lock()  # one reader works the board out; the others wait for it and share it
+
+    def vote_stored(self) -> None:
+        with self._lock:
+            self._worked_out = float("-inf")
+
+    def is_fresh(self) -> bool:
+        """Whether a read now costs nothing but a comparison (the caller may then skip its turn on the CPU)."""
+        with self._lock:
+            return self._answer is not None and self.clock() - self._worked_out < self.fresh_seconds
+
+    def read(self, session: str | None) -> tuple[str, object] | None:
+        with self._lock:
+            now = self.clock()
+            if self._answer is None or now - self._worked_out >= self.fresh_seconds:
+                rows, table = self.table()
+                if self._answer is None or table != self._answer[0]:
+                    self._answer, self._version = (table, self.draw(rows)), self._version + 1
+                self._worked_out = now
+            return self._for(session)
+
+    def _for(self, session: str | None) -> tuple[str, object] | None:
+        """The board for `session`, None if it was sent this version already (lock held)."""
+        if session is None:
+            return self._answer
+        if self._seen.get(session) == self._version:
+            self._seen.move_to_end(session)
+            return None
+        self._seen[session] = self._version
+        self._seen.move_to_end(session)
+        while len(self._seen) > SESSIONS_REMEMBERED:
+            self._seen.popitem(last=False)
+        return self._answer

@@ -71,7 +71,7 @@ from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Cancelled, FairScheduler  # noqa: E402
 from transformer_en_de.app.server import build_server  # noqa: E402
 from transformer_en_de.app.sign_in import SignInUnavailable, sign_in_mode  # noqa: E402
-from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults  # noqa: E402
+from transformer_en_de.app.text_checks import DECODINGS, decoding_defaults, default_settings  # noqa: E402
 from transformer_en_de.app.translation import (  # noqa: E402
     NO_PRETRAINED,
     RequestContext,
@@ -430,10 +430,10 @@ class TranslationApp:
         Args: text (str, English: one sentence or a few). Returns: battle_id (str; "" when there is no battle),
         translation_a, translation_b (str; with no battle, translation_a says why in one line).
         """
-        decoding = decoding_defaults(self.ours.model, self.limits)
+        settings = default_settings(self.ours.model, self.limits)  # what the page starts with, for both systems
         voter = voter_of(request, profile)
         with self.gate.serving(request.session_hash) as arrived:
-            return self.arena.battle(text, self.context(request, arrived), decoding, voter)
+            return self.arena.battle(text, self.context(request, arrived), settings, voter)
 
     def vote(self, battle_id, choice, request: gr.Request, profile: gr.OAuthProfile | None):
         """Vote on a battle: choice is "A", "B", "tie" or "both bad".

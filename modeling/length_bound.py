@@ -58,14 +58,18 @@ def decoding_bound(
 CALLER_LENGTHS = ("max_new_tokens", "max_length", "min_new_tokens", "min_length")
 
 
-def generate_length_settings(generation_config, kwargs: dict, input_ids, pad_token_id: int | None):
+def generate_length_settings(
+    generation_config, kwargs: dict, input_ids, pad_token_id: int | None, logits_processor=None
+):
     """The per-sentence bound of one `generate()` call, as a `SourceLengthBound` (None: no bound), with `kwargs`
     (the call's) adjusted for it: its `max_new_tokens_ratio` / `max_new_tokens_offset` taken out, `max_new_tokens` set
     to the batch's longest limit.
 
     The bound saved in the generation config is a default: a call that passes a length (`CALLER_LENGTHS`) gets that
     length, as with any transformers model. A call that passes a ratio gets the bound in any case, capped by the
-    call's `max_new_tokens` / `max_length` and no shorter than its `min_new_tokens`. A ratio of None is no bound.
+    call's `max_new_tokens` / `max_length` and no shorter than its `min_new_tokens`. A ratio of None is no bound. A
+    call that brings its own `SourceLengthBound` among its `logits_processor` (a translation engine that bounds every
+    model alike) is bounded by that one alone: one bound per call.
     """
     saved_ratio, saved_offset = saved_bound(generation_config)
     call_sets_ratio = kwargs.get("max_new_tokens_ratio") is not None
@@ -76,7 +80,8 @@ def generate_length_settings(generation_config, kwargs: dict, input_ids, pad_tok
     if kwargs.get("max_length") is not None and kwargs.get("max_new_tokens") is None:
         kwargs["max_new_tokens"] = None
     call_sets_length = any(kwargs.get(name) is not None for name in CALLER_LENGTHS)
-    if ratio is None or input_ids is None or (call_sets_length and not call_sets_ratio):
+    brings_bound = any(getattr(processor, "bounds_each_sentence", False) for processor in logits_processor or [])
+    if ratio is None or input_ids is None or brings_bound or (call_sets_length and not call_sets_ratio):
         return None
     if kwargs.get("max_new_tokens") is not None:
         cap = kwargs["max_new_tokens"]
@@ -146,6 +151,10 @@ class SourceLengthBound(LogitsProcessor):
     limit of row r is `limits[r // (rows / sentences)]`. The first call sees the decoder prompt: its length is where
     new tokens start.
     """
+
+    # How generate() recognises a call's own bound (`generate_length_settings`), whichever copy of this file (the
+    # project's, or one a Hub folder carries) the caller's class came from.
+    bounds_each_sentence = True
 
     def __init__(self, limits: torch.Tensor, eos_token_id: int):
         self.limits = limits

@@ -33,7 +33,7 @@ from transformer_en_de.app import (
 )
 from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
 from transformer_en_de.app.translation import run_system
-from transformer_en_de.decoding import engine
+from transformer_en_de.decoding import budget, engine
 from transformer_en_de.decoding.engine import DecodingSettings, translate
 from transformer_en_de.inside import token_labels
 
@@ -137,27 +137,26 @@ def test_long_source_is_cut_and_says_so(ours, marian):
 
 
 def test_plan_lowers_beams_then_cuts_sentences():
-    budget = limits.Budget(cpu_seconds=100, seconds=1)
-    per_row = dict(batch_size=64, cost=limits.StepCost(fixed=0.0, per_row=1.0))  # seconds = beams x tokens
+    per_row = dict(batch_size=64, cost=budget.StepCost(fixed=0.0, per_row=1.0))  # seconds = beams x tokens
 
-    assert limits.fitting([10, 10], 4, budget, **per_row) == (4, 2, "")
-    beams, count, notice = limits.fitting([10, 10, 10], 8, budget, **per_row)
+    assert budget.fitting([10, 10], 4, 100, **per_row) == (4, 2, "")
+    beams, count, notice = budget.fitting([10, 10, 10], 8, 100, **per_row)
     assert (beams, count) == (3, 3)
     assert "needs about 240.0 s of CPU time (3 sentences x 8 beams)" in notice
     assert "translated with 3 beams instead of 8" in notice
-    beams, count, notice = limits.fitting([30] * 10, 2, budget, unit="line", **per_row)
+    beams, count, notice = budget.fitting([30] * 10, 2, 100, unit="line", **per_row)
     assert (beams, count) == (1, 3)
     assert "only the first 3 of 10 lines were translated" in notice
 
 
 def test_decoding_cost_counts_steps_of_each_batch():
     """A step's fixed cost is paid once per batch: one long sentence costs more than a batch of short ones."""
-    steps = limits.StepCost(fixed=1.0, per_row=0.0)
-    assert limits.decoding_seconds([255], 8, 8, steps) == 255 > limits.decoding_seconds([20] * 8, 8, 8, steps) == 20
+    steps = budget.StepCost(fixed=1.0, per_row=0.0)
+    assert budget.decoding_seconds([255], 8, 8, steps) == 255 > budget.decoding_seconds([20] * 8, 8, 8, steps) == 20
     # Batches as the engine makes them: the longest first, each as long as its longest sentence.
-    assert limits.decoding_seconds([5, 30, 10, 20], 1, 2, steps) == 30 + 10
-    rows = limits.StepCost(fixed=0.0, per_row=1.0)
-    assert limits.decoding_seconds([5, 30, 10, 20], 4, 2, rows) == 30 * 4 * 2 + 10 * 4 * 2
+    assert budget.decoding_seconds([5, 30, 10, 20], 1, 2, steps) == 30 + 10
+    rows = budget.StepCost(fixed=0.0, per_row=1.0)
+    assert budget.decoding_seconds([5, 30, 10, 20], 4, 2, rows) == 30 * 4 * 2 + 10 * 4 * 2
 
 
 def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
@@ -171,7 +170,7 @@ def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     steps = list(engine.plan_decoding(ours.model, ours.tokenizer, result.sentences, settings).limits)
 
     def seconds(kept, beams):
-        return limits.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
+        return budget.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
 
     assert seconds(len(steps), 1) > small.text.cpu_seconds
     # Greedy search of every sentence is still too much: the first sentences that fit are translated, with greedy.
@@ -267,6 +266,10 @@ def test_the_controls_start_at_what_the_model_decodes_with(ours):
     assert defaults(bare, limits.Limits(max_beams=8, max_new_tokens=255)) == fallbacks
     greedy = SimpleNamespace(generation_config=GenerationConfig(num_beams=1, max_new_tokens=40))
     assert defaults(greedy, limits.Limits(max_beams=8, max_new_tokens=255)) == ("greedy", 1, 40)
+    # The arena's battles decode with these settings, made once: what the page's controls would send, checked.
+    for model in (ours.model, bare, greedy):
+        checked = text_checks.check_decoding(*defaults(model, LIMITS), LIMITS)
+        assert text_checks.default_settings(model, LIMITS) == checked
 
 
 def test_emoji_and_other_scripts_translate_and_plot(ours, marian):

@@ -17,8 +17,8 @@ from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import SourceLengthBound, new_token_limits
 from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
-from transformer_en_de.app.limits import Budget, Limits, decoding_seconds, fit_budget
 from transformer_en_de.decoding import engine
+from transformer_en_de.decoding.budget import StepCost, decoding_seconds, fit_budget
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, run_plan, translate
 from transformer_en_de.decoding.int8 import int8_dynamic
 
@@ -300,19 +300,19 @@ def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wi
     asked = DecodingSettings(batch_size=4)
     plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, asked)
     assert len(calls) == 1  # every sentence tokenized once, in one call
-    assert (plan.num_beams, plan.decoding["length_penalty"], plan.backend) == (4, 0.6, "PyTorch")
-    assert plan.num_beams == plan.generation_config.num_beams == plan.decoding["num_beams"]  # the config decides
+    assert (plan.num_beams, plan.generation_config.length_penalty, plan.backend) == (4, 0.6, "PyTorch")
+    # The config holds the bound as resolved (the model's own ratio and offset, kept): the engine applies it.
+    assert plan.bound == (1.5, 10, 63)  # the cap: the tiny model's 64 positions, less the start token
     lengths = torch.tensor([len(ids) for ids in plan.source_ids])
-    assert plan.decoding["max_new_tokens"] == 63  # the tiny model's 64 positions, less the start token
     assert list(plan.limits) == new_token_limits(lengths, 1.5, 10, 63).tolist()
     assert 63 in plan.limits and plan.truncated == [False] * len(SOURCES)
 
     # A budget too small for 4 beams: fewer beams, then only the first sentences; the plan narrowed once, and says so.
-    narrowed, seconds = fit_budget(wide_model, plan, Budget(cpu_seconds=0.1, seconds=10.0), batch_size=4,
-                                   cost=Limits().step_cost)  # fmt: skip
+    narrowed, seconds = fit_budget(plan, 0.1, cost=StepCost())  # in the plan's batches of 4
     assert narrowed.num_beams == 1 and len(narrowed) < len(SOURCES)
-    assert seconds == decoding_seconds(list(narrowed.limits), 1, 4, Limits().step_cost)  # the estimate of what is left
-    assert narrowed.settings == replace(asked, num_beams=1) and narrowed.decoding["length_penalty"] == 1.0
+    assert seconds == decoding_seconds(list(narrowed.limits), 1, 4, StepCost())  # the estimate of what is left
+    assert narrowed.settings == replace(asked, num_beams=1) and narrowed.generation_config.length_penalty == 1.0
+    assert narrowed.bound == plan.bound
     assert narrowed.limits == plan.limits[: len(narrowed)] and narrowed.source_ids == plan.source_ids[: len(narrowed)]
     assert len(narrowed.notices) == 1 and "with greedy search" in narrowed.notices[0]
     # Run as it is: nothing tokenized or planned again; generate() gets the plan's config, only the batch's cap set.

@@ -1,6 +1,7 @@
-"""File jobs that fail on the server's side (`transformer_en_de/app/files.py`): a full disk, before the job or during
-it, and an error whose text names a server path. The visitor gets one plain line (no path, no errno), the log one
-line, and no empty or half-written TSV is left for Gradio to serve."""
+"""File jobs on the server's side (`transformer_en_de/app/files.py`): the one time a job asks the scheduler for room;
+and jobs that fail: a full disk, before the job or during it, and an error whose text names a server path. The
+visitor gets one plain line (no path, no errno), the log one line, and no empty or half-written TSV is left for Gradio
+to serve."""
 
 import errno
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import pytest
 
 from transformer_en_de.app import files, translators
+from transformer_en_de.app.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
 
 LINES = "A dog runs in the park.\nTwo men are working.\n\nThe cat sleeps on the sofa.\nThree people ride bicycles.\n"
@@ -56,6 +58,32 @@ def left_behind(folder) -> list[str]:
     """Every file under `folder` but the filler."""
     found = [path for path in folder.rglob("*") if path.is_file() and path.name != "filler"]
     return sorted(str(path.relative_to(folder)) for path in found)
+
+
+class RoomCountingScheduler(FairScheduler):
+    """The app's scheduler, counting the times it is asked for room (`check_room`, before a job or by the job)."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.room_asked = 0
+
+    def check_room(self, work: float) -> None:
+        self.room_asked += 1
+        super().check_room(work)
+
+
+def test_a_file_job_asks_the_scheduler_for_room_once(ours, source, tmp_path):
+    """Before its lines are checked or tokenized (`translation.admit`); its plan (`translation.plan_request`) does not
+    ask again. A full server refuses it at that one question."""
+    scheduler = RoomCountingScheduler()
+    result = files.translate_file(source, None, "beam search", 2, 8, context=RequestContext(ours, scheduler=scheduler),
+                                  output_dir=tmp_path / "cache")  # fmt: skip
+    assert result.path and scheduler.room_asked == 1  # the job is ordinary: its own admission asks nothing
+
+    full = RoomCountingScheduler(heavy_jobs=0, ordinary_seconds=0.0)  # every request is heavy, none may run
+    refused = files.translate_file(source, None, "beam search", 2, 8, context=RequestContext(ours, scheduler=full),
+                                   output_dir=tmp_path / "cache")  # fmt: skip
+    assert refused.path is None and "as many long requests as it can" in refused.summary and full.room_asked == 1
 
 
 def logged(capfd) -> list[str]:

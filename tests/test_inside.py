@@ -109,8 +109,8 @@ def test_the_traced_search_chooses_what_generate_and_the_engine_choose(ours, num
             input_ids=source,
             attention_mask=torch.ones_like(source),
             generation_config=config,
-            max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
-            max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
+            max_new_tokens_ratio=plan.bound[0],
+            max_new_tokens_offset=plan.bound[1],
         )[0].tolist()
         assert [generated[0], *view["target_ids"]] == strip_generated(
             generated, config.pad_token_id, config.eos_token_id
@@ -136,8 +136,8 @@ def test_beam_scores_are_the_searchs_own(ours):
             input_ids=source,
             attention_mask=torch.ones_like(source),
             generation_config=config,
-            max_new_tokens_ratio=plan.decoding["max_new_tokens_ratio"],
-            max_new_tokens_offset=plan.decoding["max_new_tokens_offset"],
+            max_new_tokens_ratio=plan.bound[0],
+            max_new_tokens_offset=plan.bound[1],
         )
         assert [item["length_normalised"] for item in view["finished"]] == pytest.approx(
             output.sequences_scores.tolist(), rel=1e-4

@@ -11,10 +11,11 @@ import torch.nn.functional as F
 from conftest import PAIRS, ROOT, tiny_config
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, LogitsProcessorList
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration, TransformerMTModel
+from modeling.length_bound import SourceLengthBound
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, set_translation_defaults, sinusoidal_table
 
 SOURCES = [source for source, _ in PAIRS]
@@ -385,6 +386,21 @@ def test_length_bound_is_per_sentence_and_can_be_set_per_call(tiny_model, source
             num_beams=1, max_new_tokens_ratio=1.0, max_new_tokens_offset=2,
         )  # fmt: skip
         assert alone[0].tolist() == output[row, : 1 + length].tolist()
+
+
+@torch.no_grad()
+def test_a_call_that_brings_its_own_bound_is_bounded_by_it_alone(tiny_model, sources):
+    """The translation engine passes each sentence's limit as a `SourceLengthBound` (one bound for every model): the
+    saved bound steps aside, so a limit past it is reached, and nobody has to switch the saved one off."""
+    saved = source_limits(tiny_model, sources)
+    own = [limit + 3 for limit in saved]  # past the saved bound, inside the cap
+    assert max(own) <= tiny_model.generation_config.max_new_tokens
+    bound = SourceLengthBound(torch.tensor(own), tiny_model.config.eos_token_id)
+
+    output = tiny_model.generate(**sources, num_beams=1, logits_processor=LogitsProcessorList([bound]))
+
+    assert tiny_model.generation_config.max_new_tokens_ratio == 1.5  # the saved bound is still there
+    assert _lengths_up_to_eos(output, tiny_model.config.eos_token_id) == own  # untrained: it never chooses </s>
 
 
 def test_length_bound_round_trips_through_the_saved_generation_config(tiny_model, tmp_path):

@@ -768,11 +768,12 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
 
         `max_new_tokens_ratio` / `max_new_tokens_offset` may also be passed here; a ratio of None turns the bound off.
         A length the caller passes (`max_new_tokens`, `max_length`, `min_new_tokens`, `min_length`) replaces the
-        bound unless the call also passes a ratio (`length_bound.generate_length_settings`).
+        bound unless the call also passes a ratio, and a `SourceLengthBound` the caller passes among its logits
+        processors replaces it in any case (`length_bound.generate_length_settings`).
         """
         config = generation_config if generation_config is not None else self.generation_config
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        bound = generate_length_settings(config, kwargs, input_ids, self.config.pad_token_id)
+        bound = generate_length_settings(config, kwargs, input_ids, self.config.pad_token_id, logits_processor)
         if bound is not None:
             logits_processor = LogitsProcessorList([*(logits_processor or []), bound])
         if self.drop_finished_sentences and kwargs.get("custom_generate") is None:

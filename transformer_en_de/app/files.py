@@ -23,11 +23,11 @@ from transformer_en_de.decoding.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.markdown import markdown_table
 
-from .limits import Limits, least_seconds
+from .limits import Limits
 from .out_of_depth import DepthCheck
 from .scheduler import Busy, Cancelled
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, budget_plan, run_systems
+from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, admit, plan_request, run_systems
 
 FILE_TYPES = [".txt", ".en", ".de"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
@@ -92,10 +92,9 @@ def read_files(
     limits = context.limits
     lines = read_upload(source_file, "English file", limits, check=False)
     # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
-    # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing.
-    filled = sum(1 for line in lines[: limits.max_file_lines] if line.strip())
-    least = least_seconds(context.ours.model, filled, settings, limits)
-    context.scheduler.check_room(least)
+    # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing. The
+    # file's one room request (its plan, `translate_lines`, asks no more).
+    admit(context, sum(1 for line in lines[: limits.max_file_lines] if line.strip()), settings)
     check_lines(lines, "English file", as_text(Path(source_file).name))
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
     if references is not None and len(references) != len(lines):
@@ -177,7 +176,7 @@ def translate_lines(lines, references, settings: DecodingSettings, notices, cont
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
     try:
-        plan, seconds = budget_plan(context, sentences, settings, limits.file, unit="line")
+        plan, seconds = plan_request(context, sentences, settings, limits.file, unit="line")
         notices += list(plan.notices)
         kept = list(plan.sentences)
         outputs = run_systems(context, plan, seconds + scoring, limits.file, on_batch)

@@ -1,39 +1,18 @@
-"""How much work one request may take, and the plan that keeps a request within it.
+"""The server's limits: how much one request may take, and every other bound of the app, in one place.
 
-Work is counted as the engine will spend it, in CPU seconds of one core: the engine decodes length-sorted batches,
-and a batch costs its steps (the largest new-token limit among its sentences, `DecodingPlan.limits`: the smaller of
-the slider's maximum and the bound `ratio * source tokens + offset`) times the cost of one decoder step, a fixed part
-(the layers' calls, the search's bookkeeping) plus a part per row (a beam of a sentence). The fixed part dominates
-small batches, so one long sentence at 8 beams costs about as much per step as eight short ones. A request over its
-budget is translated with fewer beams, and if greedy search is still too much, only its first sentences (or lines)
-are; the plan says so in words. The clock backs the estimate up: past the request's time, the engine ends the batch
-in progress and keeps what each sentence's search had written (`engine.translate(deadline=...)`).
-
-`fit_budget` reads the limits of our model's plan (`DecodingPlan.limits`), decides the beams and sentences that fit and
-narrows the plan once (`DecodingPlan.narrowed`); every system decodes from it (`translation.budget_plan`).
+A request's CPU seconds are spent by decoding, estimated as the engine spends them (`decoding/budget.py`: the cost of
+a step, `StepCost`, and the beams and sentences that fit, `fit_budget`); the clock backs the estimate up.
 """
 
 from dataclasses import dataclass
 
-import torch
-
-from modeling.length_bound import new_token_limits
-from transformer_en_de.decoding.engine import DecodingPlan, DecodingSettings, model_bound
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """CPU seconds of one decoder step: `fixed + per_row * rows`. Measured on the shipped model (d_model 256, 3+3
-    layers), one thread: 4.6 ms + 0.24 ms per row over beams 1/4/8 x batches 1/8/32 of Multi30k val."""
-
-    fixed: float = 0.005
-    per_row: float = 0.00025
+from transformer_en_de.decoding.budget import StepCost
 
 
 @dataclass(frozen=True)
 class Budget:
-    """What one request may take: estimated CPU seconds of decoding (`StepCost`), and seconds on the clock (from its
-    start, waiting for turns included; at 80% it starts no new batch, at 100% the batch in progress ends)."""
+    """What one request may take: estimated CPU seconds of decoding (`budget.StepCost`), and seconds on the clock
+    (from its start, waiting for turns included; at 80% it starts no new batch, at 100% the batch in progress ends)."""
 
     cpu_seconds: float
     seconds: float
@@ -104,67 +83,3 @@ class Limits:
     max_header_bytes: int = 16_384
     # Responses that stay open (streams, heartbeats, downloads) per address (guard.py): a class of 30 holds about 60.
     streams_per_address: int = 256
-
-
-def least_seconds(model, count: int, settings: DecodingSettings, limits: Limits) -> float:
-    """A lower bound of the estimate for `count` sentences, free to compute (nothing tokenized): greedy, each with the
-    limit of the shortest source (one token)."""
-    shortest = new_token_limits(torch.ones(1), *model_bound(model, settings))
-    return decoding_seconds([int(shortest[0])] * count, 1, limits.batch_size, limits.step_cost)
-
-
-def decoding_seconds(limits: list[int], num_beams: int, batch_size: int, cost: StepCost = StepCost()) -> float:
-    """Estimated CPU seconds to decode sentences with these new-token limits: batches as the engine makes them (the
-    longest first), each running to its largest limit with every sentence in it (an upper bound: ours lets sentences
-    leave when done)."""
-    ordered = sorted(limits, reverse=True)
-    seconds = 0.0
-    for start in range(0, len(ordered), batch_size):
-        batch = ordered[start : start + batch_size]
-        seconds += batch[0] * (cost.fixed + cost.per_row * num_beams * len(batch))
-    return seconds
-
-
-def fit_budget(
-    model, plan: DecodingPlan, budget: Budget, unit: str = "sentence", *, batch_size: int = 8, cost=StepCost()
-) -> tuple[DecodingPlan, float]:
-    """`plan` (made for `model`) narrowed once to what fits `budget.cpu_seconds`, and the estimate of what is left."""
-    beams, count, notice = fitting(list(plan.limits), plan.num_beams, budget, unit, batch_size=batch_size, cost=cost)
-    if notice:
-        plan = plan.narrowed(model, beams, count, notice)
-    return plan, decoding_seconds(list(plan.limits), beams, batch_size, cost)
-
-
-def fitting(
-    limits: list[int], num_beams: int, budget: Budget, unit: str = "sentence", *, batch_size: int = 8, cost=StepCost()
-) -> tuple[int, int, str]:
-    """(beams, sentences, notice): fewer beams first, then fewer sentences, until the estimate of decoding sentences
-    with these new-token `limits` fits `budget.cpu_seconds` (the first sentence is always kept: the clock ends it if
-    need be); the notice says what was cut ("" if nothing)."""
-
-    def estimate(kept: list[int], beams: int) -> float:
-        return decoding_seconds(kept, beams, batch_size, cost)
-
-    needed = estimate(limits, num_beams)
-    if needed <= budget.cpu_seconds:
-        return num_beams, len(limits), ""
-    what = f"{len(limits):,} {unit}{'s' if len(limits) != 1 else ''} x {num_beams} beams"
-    asked = (
-        f"This request needs about {needed:.1f} s of CPU time ({what}); each request here gets {budget.cpu_seconds:g} s"
-    )
-    for beams in range(num_beams - 1, 0, -1):
-        if estimate(limits, beams) <= budget.cpu_seconds:
-            notice = (
-                f"{asked}, so it was translated with {beams} beam{'s' if beams > 1 else ''} instead of {num_beams}."
-            )
-            return beams, len(limits), notice
-    # The most first sentences that fit (an estimate only grows with more sentences): a binary search.
-    low, high = 1, len(limits)
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if estimate(limits[:middle], 1) <= budget.cpu_seconds else (low, middle - 1)
-    notice = (
-        f"{asked}, so only the first {low:,} of {len(limits):,} {unit}s were translated, with greedy search. "
-        f"Split the rest into smaller requests."
-    )
-    return 1, low, notice

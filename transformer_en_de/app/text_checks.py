@@ -65,14 +65,20 @@ def _visible(character: str) -> bool:
     return not character.isspace() and unicodedata.category(character) not in ("Cf", "Zs", "Zl", "Zp")
 
 
-def decoding_defaults(model, limits) -> tuple[str, int, int]:
-    """(decoding, beams, max new tokens) the controls start with: what the model's generation config decodes with (a
-    saved model's `generation_config.json`), within the controls' ranges (`limits`: `max_beams`, `max_new_tokens`);
-    the fallbacks where it sets no value."""
+def default_settings(model, limits) -> DecodingSettings:
+    """The decoding the page starts with, and the arena's battles decode with: what the model's generation config
+    decodes with (a saved model's `generation_config.json`), within the controls' ranges (`limits`: `max_beams`,
+    `max_new_tokens`), the fallbacks where it sets no value; in the app's batches."""
     config = model.generation_config
     beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, limits.max_beams)
     tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, limits.max_new_tokens)
-    return ("beam search" if beams > 1 else "greedy"), beams, tokens
+    return DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+
+
+def decoding_defaults(model, limits) -> tuple[str, int, int]:
+    """(decoding, beams, max new tokens) the controls start with: `default_settings` as the page shows them."""
+    settings = default_settings(model, limits)
+    return ("beam search" if settings.num_beams > 1 else "greedy"), settings.num_beams, settings.max_new_tokens
 
 
 def check_decoding(decoding, num_beams, max_new_tokens, limits) -> DecodingSettings:

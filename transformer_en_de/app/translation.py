@@ -2,19 +2,18 @@
 budget and turns; and the text tab's panels.
 
 Every system (ours first, then the comparison models in the operator's order) translates the same sentences with the
-same settings: the request's one plan (`engine.DecodingPlan`, made once in `budget_plan` and narrowed to the request's
-budget once), so the panels compare like with like. The path of `num_beams`: the page's int, checked into the
-request's `DecodingSettings` (`check_decoding`) -> our model's `DecodingPlan` (`budget_plan`: its `GenerationConfig`,
-the one each `generate()` reads) -> narrowed if the budget says so (`limits.fit_budget`) -> `run_systems`: each other
-model's plan from the same settings and sentences -> `engine.run_plan` -> `generate()` -> beam search. A sentence too
-long for the model (no full stop in many words) is translated in parts; a request that reaches its time limit keeps what
-it has translated.
+same settings: the request's one plan (`plan.DecodingPlan`, made once in `plan_request` and narrowed to the request's
+budget once by `budget.fit_budget`), so the panels compare like with like. A request asks the scheduler for room once
+before anything costly (`admit`). The path of `num_beams` from the page to `generate()` is docs/decoding.md. A sentence
+too long for the model (no full stop in many words) is translated in parts; a request that reaches its time limit
+keeps what it has translated.
 Our model's sentences are checked for being out of its depth (`out_of_depth.check_depth`).
 """
 
 from dataclasses import dataclass, field
 
 from transformer_en_de.decoding.backends import BackendError
+from transformer_en_de.decoding.budget import fitted_plan, least_seconds
 from transformer_en_de.decoding.engine import (
     DecodingPlan,
     DecodingSettings,
@@ -26,7 +25,7 @@ from transformer_en_de.decoding.engine import (
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Budget, Limits, fit_budget, least_seconds
+from .limits import Budget, Limits
 from .out_of_depth import DepthCheck, check_depth
 from .scheduler import Busy, Cancelled, FairScheduler
 from .text_checks import (
@@ -160,16 +159,29 @@ def run_system(
     return output
 
 
+def admit(context: RequestContext, count: int, settings: DecodingSettings) -> None:
+    """Busy at once, before anything costly (tokenizing, planning), when a request of `count` sentences could not be
+    admitted now: the scheduler's room asked for with the least the request can cost (`budget.least_seconds`)."""
+    context.scheduler.check_room(least_seconds(context.ours.model, count, settings, context.limits.step_cost))
+
+
+def plan_request(
+    context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
+) -> tuple[DecodingPlan, float]:
+    """The request's one plan (our model's `DecodingPlan` of `sentences` with the request's `settings`), narrowed once
+    to what fits `budget` (fewer beams, then only the first sentences), and its estimated CPU seconds: decoding's own
+    planning, in one call (`budget.fitted_plan`)."""
+    ours, cost = context.ours, context.limits.step_cost
+    backend = getattr(ours, "backend", None)
+    return fitted_plan(ours.model, ours.tokenizer, sentences, settings, budget.cpu_seconds, unit, cost, backend=backend)
+
+
 def budget_plan(
     context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
 ) -> tuple[DecodingPlan, float]:
-    """The request's one plan (our model's `DecodingPlan` of `sentences` with the page's `settings`), narrowed once to
-    what fits `budget` (fewer beams, then only the first sentences: `limits.fit_budget`), and its estimated CPU
-    seconds. Busy at once, before any tokenizing, when a request this long could not be admitted now."""
-    ours, limits = context.ours, context.limits
-    context.scheduler.check_room(least_seconds(ours.model, len(sentences), settings, limits))
-    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
-    return fit_budget(ours.model, plan, budget, unit, batch_size=limits.batch_size, cost=limits.step_cost)
+    """A request of `sentences` admitted (`admit`) and planned (`plan_request`): a text's, a look inside."""
+    admit(context, len(sentences), settings)
+    return plan_request(context, sentences, settings, budget, unit)
 
 
 def run_systems(
@@ -245,7 +257,20 @@ def translate_text(
     *,
     context: RequestContext,
 ) -> TextResult:
-    """Translate `text` (one or more sentences) with every system; sentence BLEU/chrF against `reference` if given.
+    """Translate `text` (one or more sentences) with every system, decoding as the page's controls say
+    (`check_decoding`); sentence BLEU/chrF against `reference` if given (`translate_with_settings`)."""
+    try:
+        settings = check_decoding(decoding, num_beams, max_new_tokens, context.limits)
+    except InputError as error:
+        return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=str(error))
+    return translate_with_settings(text, settings, reference, context=context)
+
+
+def translate_with_settings(
+    text: str | None, settings: DecodingSettings, reference: str | None = "", *, context: RequestContext
+) -> TextResult:
+    """Translate `text` with every system and the request's checked `settings` (the page's controls', or the
+    arena's own); sentence BLEU/chrF against `reference` if given.
 
     Every field is bounded before any work (the text cut to `limits.max_input_chars`, a reference past its limits not
     scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
@@ -253,7 +278,6 @@ def translate_text(
     limits, scheduler = context.limits, context.scheduler
     result = TextResult([], [SystemOutput(name=system.name) for system in context.systems])
     try:
-        settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         text, clipped = read_text(text, limits.max_input_chars)
         result.notices += [clipped] if clipped else []
         reference, too_long = check_reference(reference, limits)
@@ -328,4 +352,5 @@ __all__ = [
     "format_notice",
     "run_system",
     "translate_text",
+    "translate_with_settings",
 ]

@@ -5,17 +5,17 @@ scoring, average_checkpoints.py, the corpus translator and the benchmarks. So th
 with pretrained models is fair: the same batching, the same decoding settings, the same length bound per sentence.
 
 - One `DecodingSettings` per request decides how every system decodes; for each model `plan_decoding` makes it a
-  `DecodingPlan` once: the settings resolved against the model's saved ones into its generation config, each sentence
-  as the model reads it (tokenized once), its limit of new tokens, the backend. `run_plan` runs the plan as it is
-  (`translate` is the two in one); a budget may narrow a plan once before (`DecodingPlan.narrowed`); notices and
-  scores read it.
+  `DecodingPlan` once (`plan.py`: the settings resolved against the model's saved ones into its generation config,
+  each sentence as the model reads it, tokenized once, its limit of new tokens, the backend). `run_plan` runs the plan
+  as it is (`translate` is the two in one); a budget may narrow a plan once before (`budget.fit_budget`).
 - Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
 - Two backends decode a plan: the model itself (PyTorch, `backend=None`) or CTranslate2 (`backend=` a
   `backends.CTranslate2Backend`), with the same bound per sentence, notices, progress and confidences; CTranslate2
   bounds a batch, so each sentence is cut at its own limit after it (exactly what the bound does for greedy search).
 - Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (`modeling/length_bound.py`), inside
-  its batch, for our model and for any other: the engine hands the same logits processor to every model.
+  its batch, for our model and for any other: the engine hands the same logits processor to every model, the one
+  place the bound is applied (our generate() leaves a call that brings its own bound to it).
 - Our model's beam search lets each sentence leave its batch once it is done (`modeling/beam_search.py`): the ids of
   transformers' beam search, with less work; other models decode with transformers' own.
 - Text typed in capitals is read in sentence case (`casing.normalise_case`, on by default, for every model): a model
@@ -32,7 +32,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -40,61 +39,24 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from modeling.length_bound import (
     SourceLengthBound,
     batch_new_tokens,
-    decoding_bound,
-    decoding_cap,
     force_eos,
-    new_token_limits,
     reached_limit,
     tokens_before_eos,
 )
 
-from .casing import normalise_case
-
-DEFAULT_BATCH_SIZE = 32
-# A task prefix some models need in front of every source (T5 reads "translate English to German: ...").
-TASK_PARAMS_KEY = "translation_en_to_de"
-
-
-@dataclass(frozen=True)
-class DecodingSettings:
-    """How to decode. None means "the model's own" (its saved generation config), else the bound's defaults.
-
-    num_beams: 1 is greedy search (or sampling with `do_sample`), more is beam search.
-    length_penalty: beam search's length normalisation exponent (the paper: 0.6).
-    max_new_tokens: a hard cap for every sentence, besides the bound (and the model's positions).
-    max_new_tokens_ratio, max_new_tokens_offset: the per-sentence bound `ratio * source tokens + offset`; a huge
-        ratio (1e6) turns it off, leaving only `max_new_tokens` for the whole batch.
-    do_sample, top_k, top_p, temperature: sampling instead of search (back-translation uses it).
-    batch_size: sentences per `generate()` call.
-    normalise_case: read a sentence typed in capitals in sentence case (`casing.normalise_case`); other text is
-        read as it is, so this changes nothing on Multi30k (no sentence there is in capitals).
-    """
-
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    max_new_tokens: int | None = None
-    max_new_tokens_ratio: float | None = None
-    max_new_tokens_offset: int | None = None
-    do_sample: bool = False
-    top_k: int | None = None
-    top_p: float | None = None
-    temperature: float | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-    normalise_case: bool = True
-
-    def __post_init__(self):
-        checks = {
-            "num_beams": self.num_beams is None or self.num_beams >= 1,
-            "max_new_tokens": self.max_new_tokens is None or self.max_new_tokens >= 1,
-            "max_new_tokens_ratio": self.max_new_tokens_ratio is None or self.max_new_tokens_ratio > 0,
-            "max_new_tokens_offset": self.max_new_tokens_offset is None or self.max_new_tokens_offset >= 0,
-            "batch_size": self.batch_size >= 1,
-            "top_p": self.top_p is None or 0 < self.top_p <= 1,
-            "temperature": self.temperature is None or self.temperature > 0,
-        }
-        wrong = [name for name, ok in checks.items() if not ok]
-        if wrong:
-            raise ValueError(f"DecodingSettings: invalid {', '.join(f'{n}={getattr(self, n)!r}' for n in wrong)}.")
+# The plan is made in plan.py; its names are also the engine's (every caller imports them from here).
+from .plan import (
+    DEFAULT_BATCH_SIZE,
+    DecodingPlan,
+    DecodingSettings,
+    backend_name,
+    generation_config_for,
+    max_source_tokens,
+    max_target_tokens,
+    model_sources,
+    plan_decoding,
+    resolved_settings,
+)
 
 
 @dataclass
@@ -133,175 +95,6 @@ class TranslationRun:
     @property
     def new_tokens(self) -> int:
         return sum(translation.new_tokens for translation in self.translations if translation)
-
-
-def source_prefix(model) -> str:
-    """The task prefix the model expects in front of every source ("" for translation models)."""
-    params = getattr(model.config, "task_specific_params", None) or {}
-    return (params.get(TASK_PARAMS_KEY) or {}).get("prefix", "")
-
-
-def max_source_tokens(model, tokenizer) -> int:
-    """Source tokens the model reads: the smaller of the tokenizer's limit and the model's positions."""
-    limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
-    limits = [int(limit) for limit in limits if limit and limit < 1_000_000]  # "no limit" is a huge number
-    return min(limits) if limits else 512
-
-
-def max_target_tokens(model) -> int:
-    """New tokens the decoder can write: its positions, less the start token (unbounded if it has none)."""
-    return decoding_cap(getattr(model.config, "max_position_embeddings", None))
-
-
-def generation_config_for(model, settings: DecodingSettings):
-    """The model's generation config with `settings` applied: the one place where decoding is configured."""
-    config = copy.deepcopy(model.generation_config)
-    config.max_length = None  # a checkpoint's max_length would clash (with a warning) with max_new_tokens
-    if settings.num_beams is not None:
-        config.num_beams = settings.num_beams
-    if settings.length_penalty is not None:
-        config.length_penalty = settings.length_penalty
-    config.do_sample = settings.do_sample
-    for name in ("top_k", "top_p", "temperature"):
-        if getattr(settings, name) is not None:
-            setattr(config, name, getattr(settings, name))
-    if not config.do_sample:
-        config.top_k = config.top_p = config.temperature = None  # sampling-only settings; transformers warns
-    if config.num_beams == 1:  # greedy or sampling: beam-only settings do nothing, and transformers warns
-        config.length_penalty, config.early_stopping = 1.0, False
-    config.max_new_tokens = model_bound(model, settings)[2]
-    # The bound is applied by the engine itself (the same processor for every model): not by our generate() too.
-    config.max_new_tokens_ratio = None
-    return config
-
-
-def model_bound(model, settings: DecodingSettings) -> tuple[float, int, int]:
-    """(ratio, offset, cap) of the per-sentence bound for `model` (`length_bound.decoding_bound`)."""
-    return decoding_bound(
-        model.generation_config,
-        settings.max_new_tokens_ratio,
-        settings.max_new_tokens_offset,
-        settings.max_new_tokens,
-        getattr(model.config, "max_position_embeddings", None),
-    )
-
-
-def decoding_record(config, settings: DecodingSettings, bound: tuple[float, int, int]) -> MappingProxyType:
-    """The decoding as a read-only record (what a score and a notice report), read from the generation config that
-    does it, and the bound (`model_bound`)."""
-    ratio, offset, _ = bound
-    return MappingProxyType(
-        {
-            "num_beams": config.num_beams,
-            "length_penalty": config.length_penalty,
-            "do_sample": config.do_sample,
-            "top_k": config.top_k,
-            "top_p": config.top_p,
-            "temperature": config.temperature,
-            "max_new_tokens": config.max_new_tokens,
-            "max_new_tokens_ratio": ratio,
-            "max_new_tokens_offset": offset,
-            "normalise_case": settings.normalise_case,
-            "batch_size": settings.batch_size,
-        }
-    )
-
-
-def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
-    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records):
-    `DecodingPlan.decoding` without the sentences."""
-    return dict(decoding_record(generation_config_for(model, settings), settings, model_bound(model, settings)))
-
-
-@dataclass(frozen=True)
-class DecodingPlan:
-    """One system's part of a request, made once (`plan_decoding`) and run as it is (`run_plan`): its sentences as the
-    model reads them (tokenized once), each sentence's limit of new tokens, the generation config made from the
-    request's `DecodingSettings` (the one place num_beams and the rest become what `generate()` reads), and the backend
-    that decodes. A budget may narrow it once (`narrowed`: fewer beams, only its first sentences); notices and scores
-    read it (`decoding`, a record of the config)."""
-
-    sentences: tuple[str, ...]  # as given
-    sources: tuple[str, ...]  # as the model reads them: its task prefix, the casing applied
-    recased: tuple[bool, ...]  # typed in capitals and read in sentence case
-    source_ids: tuple[tuple[int, ...], ...]  # what the model reads (cut at `source_limit`), </s> included
-    source_lengths: tuple[int, ...]  # tokens before the cut
-    source_limit: int  # tokens the model reads
-    settings: DecodingSettings  # as asked (or as narrowed)
-    limits: tuple[int, ...]  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
-    bound: tuple[float, int, int]  # (ratio, offset, cap): `model_bound`
-    generation_config: object = field(repr=False, compare=False)  # the model's, the settings applied
-    backend: str = "PyTorch"  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
-    notices: tuple[str, ...] = ()  # what narrowed the plan, in words (a budget's)
-
-    def __len__(self) -> int:
-        return len(self.sentences)
-
-    @property
-    def truncated(self) -> list[bool]:
-        return [length > self.source_limit for length in self.source_lengths]
-
-    @property
-    def decoding(self) -> MappingProxyType:
-        """As resolved (`resolved_settings`): num_beams, length_penalty, ..., batch_size."""
-        return decoding_record(self.generation_config, self.settings, self.bound)
-
-    @property
-    def num_beams(self) -> int:
-        return self.generation_config.num_beams
-
-    def bound_text(self) -> str:
-        """The bound in words, for a notice: "1.5 × its source tokens + 10, at most 255"."""
-        ratio, offset, cap = self.bound
-        return f"{ratio:g} × its source tokens + {offset}, at most {cap}"
-
-    def narrowed(self, model, num_beams: int, count: int, notice: str) -> "DecodingPlan":
-        """This plan with `num_beams` and only its first `count` sentences (nothing tokenized again), and why."""
-        settings = replace(self.settings, num_beams=num_beams)
-        first = {name: getattr(self, name)[:count] for name in _PER_SENTENCE}
-        return replace(
-            self, **first, settings=settings, generation_config=generation_config_for(model, settings),
-            notices=(*self.notices, notice),
-        )  # fmt: skip
-
-
-_PER_SENTENCE = ("sentences", "sources", "recased", "source_ids", "source_lengths", "limits")
-
-
-def plan_decoding(
-    model, tokenizer, sentences: list[str], settings: DecodingSettings = DecodingSettings(), *, backend=None
-) -> DecodingPlan:
-    """The plan of translating `sentences` with `model` (see `DecodingPlan`), the sentences tokenized in one call."""
-    sources, recased = model_sources(model, sentences, settings)
-    limit = max_source_tokens(model, tokenizer)
-    ids = encode(tokenizer, sources)["input_ids"] if sources else []
-    lengths = [len(row) for row in ids]
-    long = [index for index, length in enumerate(lengths) if length > limit]
-    if long:  # cut as the tokenizer cuts (its special tokens kept), only where needed
-        cut = encode(tokenizer, [sources[index] for index in long], truncation=True, max_length=limit)["input_ids"]
-        for index, row in zip(long, cut, strict=True):
-            ids[index] = row
-    bound = model_bound(model, settings)
-    read = torch.tensor([min(length, limit) for length in lengths], dtype=torch.long)
-    limits = new_token_limits(read, *bound).tolist() if lengths else []
-    return DecodingPlan(
-        sentences=tuple(sentences),
-        sources=tuple(sources),
-        recased=tuple(recased),
-        source_ids=tuple(tuple(row) for row in ids),
-        source_lengths=tuple(lengths),
-        source_limit=limit,
-        settings=settings,
-        limits=tuple(int(value) for value in limits),
-        bound=bound,
-        generation_config=generation_config_for(model, settings),
-        backend=backend_name(backend),
-    )
-
-
-def backend_name(backend) -> str:
-    """What decodes: "PyTorch" for the model itself (None), else the backend's name."""
-    return "PyTorch" if backend is None else backend.name
 
 
 class Deadline(LogitsProcessor):
@@ -368,12 +161,6 @@ def strip_generated(sequence: list[int], pad_id: int | None, eos_id: int | None)
     return kept
 
 
-def encode(tokenizer, texts: list[str], **kwargs):
-    """The tokenizer's encoding of typed text: a "</s>", "<pad>" or tag token written in it is read as the characters
-    it is, never as that special token (a visitor's "</s>" would end the source in the middle)."""
-    return tokenizer(texts, split_special_tokens=True, **kwargs)
-
-
 def eos_id_of(config) -> int:
     """The end-of-sentence id a generation config stops at (the first, where it lists several)."""
     eos_id = config.eos_token_id
@@ -414,12 +201,12 @@ def _torch_batch(model, tokenizer, plan: DecodingPlan, indices: list[int], deadl
 
 def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: list[int]) -> dict:
     """`Translator.translate_batch` options doing what the plan's generation config does."""
-    config, decoding = plan.generation_config, plan.decoding
+    config = plan.generation_config
     tokens = tokenizer.convert_ids_to_tokens
     options = {
-        "beam_size": decoding["num_beams"],
-        "length_penalty": decoding["length_penalty"]
-        if decoding["num_beams"] > 1 and decoding["length_penalty"] is not None
+        "beam_size": config.num_beams,
+        "length_penalty": config.length_penalty
+        if config.num_beams > 1 and config.length_penalty is not None
         else 1.0,  # transformers' default too
         # CTranslate2 bounds a batch, not a sentence: the batch's longest limit, less the </s> the bound would force
         # (`_ctranslate2_generated` cuts each sentence at its own).
@@ -428,11 +215,11 @@ def _ctranslate2_options(plan: DecodingPlan, backend, tokenizer, batch_limits: l
         "max_input_length": 0,  # the plan has cut the sources already
         "return_end_token": True,
     }
-    if decoding["do_sample"]:
+    if config.do_sample:
         options.update(
-            sampling_topk=decoding["top_k"] or 0,
-            sampling_topp=decoding["top_p"] or 1.0,
-            sampling_temperature=decoding["temperature"] or 1.0,
+            sampling_topk=config.top_k or 0,
+            sampling_topp=config.top_p or 1.0,
+            sampling_temperature=config.temperature or 1.0,
         )
     if getattr(config, "repetition_penalty", None) not in (None, 1.0):
         options["repetition_penalty"] = config.repetition_penalty
@@ -503,7 +290,7 @@ def run_plan(
         return TranslationRun([], 0.0, plan=plan)
     results: list[Translation | None] = [None] * len(plan)
     order = sorted(range(len(plan)), key=lambda index: plan.source_lengths[index], reverse=True)
-    batch_size = plan.decoding["batch_size"]
+    batch_size = plan.settings.batch_size
     eos_id = eos_id_of(plan.generation_config)
     truncated = plan.truncated
     stopped = False
@@ -536,6 +323,13 @@ def run_plan(
             if stopped_at is not None:
                 stopped = start + batch_size < len(order)  # batches left that will not start
                 break
+    seconds, ended_early = time.perf_counter() - started, stopped or any(result and result.cut for result in results)
+    return TranslationRun(results, seconds, ended_early, run_notices(plan, results, stopped), plan=plan)
+
+
+def run_notices(plan: DecodingPlan, results: list[Translation | None], stopped: bool) -> list[str]:
+    """What a run says about its sentences, in words: those read in sentence case, those cut to what the model reads,
+    those the deadline cut short, and where it stopped (None: a sentence not reached)."""
     notices = []
     capitals = [index + 1 for index, result in enumerate(results) if result and result.case_normalised]
     if capitals:
@@ -558,13 +352,13 @@ def run_plan(
     if stopped:
         done = sum(result is not None for result in results)
         notices.append(f"stopped after {done} of {len(plan)} sentences.")
-    return TranslationRun(results, time.perf_counter() - started, stopped or bool(cut), notices, plan=plan)
+    return notices
 
 
 def confidences(
     model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE, *, backend=None,
     should_stop=None,
-) -> list:
+) -> list:  # fmt: skip
     """Each translation's confidence: the geometric mean of the probabilities the model gives its own tokens, `</s>`
     included (a teacher-forced pass over the source and generated ids; None for a sentence not translated). The same
     measure for every model, from its own probabilities. A `</s>` the engine forced (at the length bound or the
@@ -634,13 +428,6 @@ def _padded(rows: list[list[int]], pad: int, left: bool = False) -> tuple[torch.
     )
 
 
-def model_sources(model, sentences: list[str], settings: DecodingSettings) -> tuple[list[str], list[bool]]:
-    """What the model reads for each sentence (its task prefix, the casing applied), and which were recased."""
-    prefix = source_prefix(model)
-    read = [normalise_case(sentence) if settings.normalise_case else sentence for sentence in sentences]
-    return [prefix + text for text in read], [text != sentence for text, sentence in zip(read, sentences, strict=True)]
-
-
 def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'} {'was' if len(items) == 1 else 'were'}"
 
@@ -661,6 +448,7 @@ __all__ = [
     "TranslationRun",
     "generation_config_for",
     "max_source_tokens",
+    "max_target_tokens",
     "model_sources",
     "plan_decoding",
     "resolved_settings",

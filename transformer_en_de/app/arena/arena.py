@@ -1,10 +1,11 @@
 """The arena's requests: a battle (two systems drawn at random translate the same English, shown as A and B), a vote
 on it (the names revealed), and the leaderboard beside each system's corpus BLEU.
 
-A battle runs through the app's one request pipeline (`translation.translate_text`: the same admission, turns,
-budget and decoding as a translation), after its source (a signed-in account, else the network) has drawn on its
-battle rate (`battles.BattleRate`); it is issued to the visitor's session only when both systems translated, so a
-battle in which a system failed cannot be voted on. A vote is checked and stored by the arena's own rules
+A battle runs through the app's one request pipeline (`translation.translate_with_settings`: the same admission,
+turns, budget and decoding as a translation, with the settings the page starts with), after its source (a signed-in
+account, else the network) has drawn on its battle rate (`battles.BattleRate`); it is issued to the visitor's session
+only when both systems translated, so a battle in which a system failed cannot be voted on; the vote stores how each
+system decoded, as its plan resolved it (`decoded_with`). A vote is checked and stored by the arena's own rules
 (`battles.cast_vote`: single use, in time, the battle's own session, at a person's pace, an account's daily
 allowance) in the vote store; one the database cannot take now keeps its battle open and says so in one line.
 The leaderboard reads only the votes stored since it last looked (`ratings.Tally`).
@@ -16,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer_en_de.decoding.plan import DecodingSettings, decoding_record
 from transformer_en_de.markdown import markdown_table
 
-from ..translation import RequestContext, translate_text
+from ..translation import RequestContext, SystemOutput, translate_with_settings
 from .battles import (
     DAILY_VOTES,
     Ballot,
@@ -95,11 +97,9 @@ class Arena:
     def source_of(self, voter: Voter) -> str:
         return self.store.source_hash(voter.account, voter.address)
 
-    def battle(
-        self, text, context: RequestContext, decoding: tuple[str, int, int], voter: Voter
-    ) -> tuple[str, str, str]:
-        """(battle_id, translation_a, translation_b) of two systems drawn at random from those loaded; no battle
-        ("", the reason in one line, "") when fewer than two are or a system failed."""
+    def battle(self, text, context: RequestContext, settings: DecodingSettings, voter: Voter) -> tuple[str, str, str]:
+        """(battle_id, translation_a, translation_b) of two systems drawn at random from those loaded, both decoding
+        with `settings`; no battle ("", the reason in one line, "") when fewer than two are or a system failed."""
         loaded = [system for system in context.systems if getattr(system, "translator", system) is not None]
         if len(loaded) < 2:
             return "", NOT_ENOUGH.format(count=len(loaded)), ""
@@ -109,18 +109,17 @@ class Arena:
             return "", str(refused), ""
         first, second = (getattr(system, "translator", system) for system in random.sample(loaded, 2))
         pair = RequestContext(first, [second], context.scheduler, context.limits, context.session, context.arrived)
-        result = translate_text(text, *decoding, "", context=pair)
+        result = translate_with_settings(text, settings, context=pair)
         if result.message:
             return "", result.message, ""
         failed = tuple(output.name for output in result.outputs if output.message or not output.translation)
         if failed:
             return "", f"{len(failed)} system(s) could not translate this text, so there is no battle: try another.", ""
         (a, b) = result.outputs
-        record = {"decoding": decoding[0], "num_beams": decoding[1], "max_new_tokens": decoding[2]}
         battle_id = self.book.issue(
             visitor=self.store.visitor_hash(voter.session), system_a=a.name, system_b=b.name,
             source_text=" ".join(result.sentences), translation_a=a.translation, translation_b=b.translation,
-            decoding_a=record, decoding_b=record,
+            decoding_a=decoded_with(a), decoding_b=decoded_with(b),
         )  # fmt: skip
         return battle_id, a.translation, b.translation
 
@@ -167,6 +166,12 @@ class Arena:
                 f"most every {LEADERBOARD_SECONDS:g} s."
             )
         return rows, line
+
+
+def decoded_with(output: SystemOutput) -> dict:
+    """How a system decoded its side of a battle, as its plan resolved it (beams, length penalty, bound, ...): what
+    the vote stores beside it."""
+    return decoding_record(output.run.plan.generation_config, output.run.plan.settings)
 
 
 def resting_on(summary: dict) -> str:

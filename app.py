@@ -56,16 +56,11 @@ from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noq
 from transformer_en_de.app.corpus_report import corpus_markdown, corpus_table  # noqa: E402
 from transformer_en_de.app.files import FILE_TYPES, translate_file  # noqa: E402
 from transformer_en_de.app.guard import Gate, RequestGuard  # noqa: E402
-from transformer_en_de.app.inside_tab import (  # noqa: E402
-    CAPTIONS,
-    KIND_TITLES,
-    KINDS,
-    ViewStore,
-    draw_attention,
-    draw_inside,
-    inside_request,
-    rendered,
-)
+from transformer_en_de.app.inside_tab.captions import CAPTIONS, KIND_TITLES  # noqa: E402
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside  # noqa: E402
+from transformer_en_de.app.inside_tab.pictures import rendered  # noqa: E402
+from transformer_en_de.app.inside_tab.view_request import inside_request  # noqa: E402
+from transformer_en_de.app.inside_tab.view_store import ViewStore  # noqa: E402
 from transformer_en_de.app.internals import upload_folder  # noqa: E402
 from transformer_en_de.app.limits import Limits  # noqa: E402
 from transformer_en_de.app.scheduler import Cancelled, FairScheduler  # noqa: E402
@@ -89,6 +84,7 @@ from transformer_en_de.app.translators import (  # noqa: E402
 )
 from transformer_en_de.app.uploads import UploadQuota, stored_upload  # noqa: E402
 from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
+from transformer_en_de.inside import KINDS  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"

@@ -9,12 +9,12 @@ on the shipped model loaded as the app loads it (eager attention, the app's limi
   of kind, layer or head costs: decoder self-attention of one head, then every head of the last layer).
 The sentence is the README's 20-word one; medians of `--rounds` after one warm-up.
 
-Then the worst case the bounds allow (`inside_tab.MAX_PIECES`, `inside_tab.MAX_VIEW_BYTES`): rare-letter "words" read
+Then the worst case the bounds allow (`inside.MAX_PIECES`, `view_request.MAX_VIEW_BYTES`): rare-letter "words" read
 as 62 pieces, at the most beams, against the 29 such words that were 48 MB of JSON before the bounds: the answer's
 bytes, what the page's `ViewStore` keeps of it, and what keeping and reading it adds to a redraw.
 
-Then the work factor (`inside_tab.WORK_FACTOR`): on `--sentences` random test_2016_flickr sentences, the CPU seconds of
-`inside_request` divided by the engine's estimate it is admitted with (`budget_plan`'s, which the scheduler counts).
+Then the work factor (`view_request.WORK_FACTOR`): on `--sentences` random test_2016_flickr sentences, the CPU seconds
+of `inside_request` divided by the engine's estimate it is admitted with (`budget_plan`'s, which the scheduler counts).
 
     OMP_NUM_THREADS=1 taskset -c 1 python -m benchmarks.inside_view --threads 1 [--quick]
 """
@@ -23,7 +23,8 @@ import json
 import time
 
 from benchmarks import harness
-from transformer_en_de.app import inside_tab
+from transformer_en_de.app.inside_tab import view_request, view_store
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext, budget_plan
 from transformer_en_de.app.translators import load_our_translator
@@ -56,19 +57,17 @@ def main() -> None:
     limits = Limits()
 
     def request(sentence: str, beams: int | None = None) -> dict:
-        return inside_tab.inside_request(
+        return view_request.inside_request(
             sentence, "beam search", beams or ours.model.generation_config.num_beams, limits.max_new_tokens,
             context=RequestContext(ours, limits=limits),
         )  # fmt: skip
 
     steps = {
         "compute (inside_request)": lambda: request(SENTENCE),
-        "draw the first choice (draw_inside)": lambda: inside_tab.draw_inside(view, "cross", 1, 0, 1),
+        "draw the first choice (draw_inside)": lambda: draw_inside(view, "cross", 1, 0, 1),
         "the view as JSON": lambda: json.dumps(view),
-        "change: decoder self, layer 1, head 1": lambda: inside_tab.draw_attention(view, "decoder_self", 1, 1, 1),
-        "change: encoder self, last layer, all heads": lambda: (
-            inside_tab.draw_attention(view, "encoder_self", 99, 0, 1)
-        ),
+        "change: decoder self, layer 1, head 1": lambda: draw_attention(view, "decoder_self", 1, 1, 1),
+        "change: encoder self, last layer, all heads": lambda: draw_attention(view, "encoder_self", 99, 0, 1),
     }
     view = request(SENTENCE)
     print(f"sentence: {len(SENTENCE.split())} words, {len(view['source_ids'])} source pieces, "
@@ -107,7 +106,7 @@ def main() -> None:
             ("the engine's estimate the request is admitted with (budget_plan's estimate)", against_estimate),
         ]],
     )  # fmt: skip
-    print(f"inside_tab.WORK_FACTOR = {inside_tab.WORK_FACTOR:g} (counted against the estimate)")
+    print(f"view_request.WORK_FACTOR = {view_request.WORK_FACTOR:g} (counted against the estimate)")
 
 
 def worst_case(request, limits: Limits, rounds: int) -> None:
@@ -115,14 +114,14 @@ def worst_case(request, limits: Limits, rounds: int) -> None:
     _, _, refused = timed(lambda: request(PAST_THE_BOUND, limits.max_beams))
     print(f"\n29 rare-letter words: {len(json.dumps(refused)):,} bytes: {refused.get('message', 'shown')}")
     view = request(AT_THE_BOUND, limits.max_beams)
-    store = inside_tab.ViewStore()
+    store = view_store.ViewStore()
     put = [timed(lambda: store.put(view)) for _ in range(rounds)]
     view_id = put[-1][2]
     got = [timed(lambda: store.get(view_id)) for _ in range(rounds)]
     kept = len(store.views[view_id][0])
     print(f"At the bound ({len(view['source_ids'])} pieces in, {len(view['target_ids'])} out, {view['num_beams']} "
-          f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {inside_tab.MAX_VIEW_BYTES:,}); the store keeps "
-          f"{kept:,} bytes ({inside_tab.VIEWS_KEPT} views, {inside_tab.VIEW_STORE_BYTES:,} bytes at most); keeping it "
+          f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {view_request.MAX_VIEW_BYTES:,}); the store keeps "
+          f"{kept:,} bytes ({view_store.VIEWS_KEPT} views, {view_store.VIEW_STORE_BYTES:,} bytes at most); keeping it "
           f"{harness.median([wall for wall, _, _ in put]):.3f} s, reading it back for a redraw "
           f"{harness.median([wall for wall, _, _ in got]):.3f} s")  # fmt: skip
 

@@ -24,13 +24,13 @@ from transformer_en_de import evaluation
 from transformer_en_de.app import (
     corpus_report,
     files,
-    inside_tab,
     limits,
     out_of_depth,
     text_checks,
     translation,
     translators,
 )
+from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
 from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import budget, engine
@@ -286,7 +286,7 @@ def test_emoji_and_other_scripts_translate_and_plot(ours, marian):
     for output, translator in zip(result.outputs, (ours, marian), strict=True):
         assert output.translation
         view = view_inside(translator, result.sentences[0], DecodingSettings(num_beams=2, max_new_tokens=8))
-        inside_tab.plot_attention_heads(view, "cross", 0, None).savefig(io.BytesIO(), format="png")  # labels render
+        plot_attention_heads(view, "cross", 0, None).savefig(io.BytesIO(), format="png")  # labels render
 
 
 # ------------------------------------------------------------------------------------------------ turns on the CPU
@@ -763,7 +763,7 @@ def test_every_architecture_shows_its_cross_attention_over_its_own_translation(o
         generated = len(view["target_ids"])  # the decoder reads the start token and all but the last piece
         assert cross.shape[0] == translator.num_layers and cross.shape[2:] == (generated, len(first.source_ids))
         assert torch.allclose(cross.sum(-1), torch.ones(cross.shape[:-1]), atol=1e-3)
-        axes = inside_tab.plot_attention_heads(view, "cross", 0, 0).axes[0]
+        axes = plot_attention_heads(view, "cross", 0, 0).axes[0]
         assert [label.get_text() for label in axes.get_yticklabels()] == view["source_tokens"]
         assert isinstance(axes.figure, Figure)
 

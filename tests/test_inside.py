@@ -2,6 +2,7 @@
 of a real server against `/translate`, and the tab in a real Chromium."""
 
 import math
+import re
 import time
 
 import pytest
@@ -9,8 +10,13 @@ import torch
 from conftest import ROOT, view_inside
 from tiny_marian import build_tiny_marian
 
-from transformer_en_de.app import inside_tab, translators
+from transformer_en_de.app import translators
+from transformer_en_de.app.inside_tab.markdown import format_beam_search
+from transformer_en_de.app.inside_tab.outputs import draw_inside
+from transformer_en_de.app.inside_tab.pictures import plot_attention_heads, plot_positions
+from transformer_en_de.app.inside_tab.view_request import inside_request, systems_of
 from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.text_checks import as_text
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, strip_generated, translate
 from transformer_en_de.inside import DECIMALS, KINDS
@@ -195,7 +201,7 @@ def test_a_learner_looks_inside_a_model_loaded_with_from_pretrained():
 def test_a_request_follows_one_bounded_sentence_and_says_so(ours):
     limits = Limits()
     long = " ".join(["A dog runs in the park"] * 10) + ". The cat sleeps."
-    view = inside_tab.inside_request(long, "beam search", 4, 255, context=RequestContext(ours, limits=limits))
+    view = inside_request(long, "beam search", 4, 255, context=RequestContext(ours, limits=limits))
     assert len(view["sentence"].split()) <= limits.max_sentence_words
     assert any("first of the 2" in notice for notice in view["notices"])
     assert any("in parts" in notice for notice in view["notices"])
@@ -203,12 +209,39 @@ def test_a_request_follows_one_bounded_sentence_and_says_so(ours):
 
 def test_a_request_shows_every_model_and_draws_each(ours, marian):
     text = "A dog runs in the park. The cat sleeps."
-    view = inside_tab.inside_request(text, "beam search", 4, 255, context=RequestContext(ours, [marian]))
+    view = inside_request(text, "beam search", 4, 255, context=RequestContext(ours, [marian]))
     assert view["sentence"] == "A dog runs in the park."
-    assert [item["model"] for item in inside_tab.systems_of(view)] == [ours.name, marian.name]
-    pictures = inside_tab.draw_inside(view, "decoder_self", 1, 0, 2)
+    assert [item["model"] for item in systems_of(view)] == [ours.name, marian.name]
+    pictures = draw_inside(view, "decoder_self", 1, 0, 2)
     assert len(pictures) == 1 + 2 * 4 + 1  # notices; pieces, positions, attention, beams per model; caption
     assert "triangle" in pictures[1 + 2 * 3]
+
+
+def test_the_beam_search_is_one_table_a_row_a_step_a_column_a_beam(ours, marian):
+    """Each model's search as one table: a row per recorded step, a column per beam, each cell its beam's text and
+    score, each finished hypothesis marked once, in the cell of the beam it ended at its step; the finished ones ranked
+    in a second table."""
+
+    def cells(line: str) -> list[str]:
+        return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]  # a visitor's "|" comes escaped
+
+    view = inside_request("A dog runs in the park.", "beam search", 4, 255, context=RequestContext(ours, [marian]))
+    for model in systems_of(view):
+        drawn = format_beam_search(model)
+        tables = [block.splitlines() for block in drawn.split("\n\n") if block.startswith("|")]
+        assert len(tables) == 2, drawn
+        (header, _, *rows), finished = [[cells(line) for line in table] for table in tables]
+        assert header == ["step", *(f"beam {number}" for number in range(1, model["num_beams"] + 1))]
+        assert [row[0] for row in rows] == [str(step["step"]) for step in model["beam_steps"]]
+        for row, step in zip(rows, model["beam_steps"], strict=True):
+            beams = row[1:]
+            assert len(beams) == model["num_beams"] and not any(beams[len(step["beams"]) :])
+            for cell, beam in zip(beams, step["beams"], strict=False):
+                assert cell.startswith(f"{as_text(beam['text']) or '(start)'} ({beam['score']:.2f})"), cell
+            marked = [int(rank) for cell in beams for rank in re.findall(r"\*\*#(\d+)\*\*", cell)]
+            assert sorted(marked) == sorted(step["finished"]), (row, step["finished"])
+        assert sum(len(step["finished"]) for step in model["beam_steps"]) == len(model["finished"]) > 0
+        assert [row[1] for row in finished[2:]] == [as_text(item["text"]) for item in model["finished"]]
 
 
 def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
@@ -220,8 +253,8 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     marian_view = view_inside(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
     long = view_inside(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
     for view in [*views, marian_view, long]:
-        figures = [inside_tab.plot_positions(view)]
-        figures += [inside_tab.plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
+        figures = [plot_positions(view)]
+        figures += [plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
         for figure in figures:
             renderer = FigureCanvasAgg(figure).get_renderer()
             figure.draw(renderer)
@@ -242,7 +275,7 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
     [("", "Type an English sentence"), ("\ud800", "lone surrogate"), (12, "must be a string")],
 )
 def test_bad_input_is_a_message(ours, text, expected):
-    view = inside_tab.inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
+    view = inside_request(text, "beam search", 4, 255, context=RequestContext(ours))
     assert expected in view["message"] and "source_tokens" not in view
 
 

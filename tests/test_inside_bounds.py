@@ -9,7 +9,9 @@ import pytest
 import torch
 from conftest import ROOT, view_inside
 
-from transformer_en_de.app import inside_tab
+from transformer_en_de.app.inside_tab import view_request, view_store
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
+from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
 from transformer_en_de.app.limits import Limits
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
@@ -54,7 +56,9 @@ def at_the_bound(ours) -> str:
 
 
 def request(ours, text: str, num_beams: int = 8) -> dict:
-    return inside_tab.inside_request(text, "beam search", num_beams, 255, context=RequestContext(ours, limits=Limits()))
+    return view_request.inside_request(
+        text, "beam search", num_beams, 255, context=RequestContext(ours, limits=Limits())
+    )
 
 
 def attention_and_encoding_bytes(config, sources: int, targets: int) -> int:
@@ -70,8 +74,8 @@ def test_a_sentence_past_the_piece_bound_is_refused_in_one_line_before_any_model
     def no_model(*args, **kwargs):
         raise AssertionError("a model ran")
 
-    monkeypatch.setattr(inside_tab, "inside_view", no_model)
-    monkeypatch.setattr(inside_tab, "request_job", no_model)
+    monkeypatch.setattr(view_request, "inside_view", no_model)
+    monkeypatch.setattr(view_request, "request_job", no_model)
     assert len(ATTACK.split()) == 29 and len(ours.tokenizer(ATTACK)["input_ids"]) > 3 * MAX_PIECES
     view = request(ours, ATTACK)
     assert set(view) == {"message", "notices"} and view["notices"] == []
@@ -101,7 +105,7 @@ def test_a_translation_at_the_bound_is_shown_to_there_and_says_so(ours, monkeypa
     sentence = "Snowboarders snowboard downhill."  # 10 pieces in, 13 out
     whole = request(ours, sentence, num_beams=4)
     assert len(whole["source_ids"]) == 10 < len(whole["target_ids"]), "pick a sentence translated longer than it is"
-    monkeypatch.setattr(inside_tab, "MAX_PIECES", 10)
+    monkeypatch.setattr(view_request, "MAX_PIECES", 10)
     view = request(ours, sentence, num_beams=4)
     assert len(view["target_ids"]) == 10 and view["reached_bound"]
     assert any("at most 10 pieces" in notice for notice in view["notices"])
@@ -110,7 +114,7 @@ def test_a_translation_at_the_bound_is_shown_to_there_and_says_so(ours, monkeypa
 
 def test_our_models_worst_case_is_under_the_byte_cap_by_construction(ours):
     """From layers x heads x pieces and the rounding alone, with room left for the beam search and the pieces."""
-    assert attention_and_encoding_bytes(ours.model.config, MAX_PIECES, MAX_PIECES) < 0.65 * inside_tab.MAX_VIEW_BYTES
+    assert attention_and_encoding_bytes(ours.model.config, MAX_PIECES, MAX_PIECES) < 0.65 * view_request.MAX_VIEW_BYTES
 
 
 def test_the_worst_case_view_serialises_under_the_byte_cap(ours, at_the_bound):
@@ -118,7 +122,7 @@ def test_the_worst_case_view_serialises_under_the_byte_cap(ours, at_the_bound):
     sources, targets = len(view["source_ids"]), len(view["target_ids"])
     assert MAX_PIECES - 4 <= sources <= MAX_PIECES and targets <= MAX_PIECES
     assert "attention" in view, view.get("message")  # shown whole, not replaced by a line
-    assert len(json.dumps(view)) <= inside_tab.MAX_VIEW_BYTES
+    assert len(json.dumps(view)) <= view_request.MAX_VIEW_BYTES
     numbers = len(json.dumps(view["attention"])) + len(json.dumps(view["positional_encoding"]))
     assert numbers <= attention_and_encoding_bytes(ours.model.config, sources, targets)
     written = [json.dumps(number) for number in numbers_in([view["attention"], view["positional_encoding"]])]
@@ -141,15 +145,15 @@ def test_a_model_past_the_byte_cap_is_one_line_and_the_answer_stays_under_it(our
     views = [view_inside(ours, "A dog runs in the park.", DecodingSettings(num_beams=4))]
     views.append({**views[0], "model": "big"})
     envelope = {"sentence": "A dog runs in the park.", "notices": [], "comparisons": []}
-    alone = len(json.dumps(inside_tab.within_bytes(envelope, views[:1])))
-    monkeypatch.setattr(inside_tab, "MAX_VIEW_BYTES", alone + 1_000)  # room for ours and a line, not for two
-    answer = inside_tab.within_bytes(envelope, views)
-    assert len(json.dumps(answer)) <= inside_tab.MAX_VIEW_BYTES
+    alone = len(json.dumps(view_request.within_bytes(envelope, views[:1])))
+    monkeypatch.setattr(view_request, "MAX_VIEW_BYTES", alone + 1_000)  # room for ours and a line, not for two
+    answer = view_request.within_bytes(envelope, views)
+    assert len(json.dumps(answer)) <= view_request.MAX_VIEW_BYTES
     assert "attention" in answer  # ours, first, whole
     [line] = answer["comparisons"]
     assert set(line) == {"model", "message"} and line["model"] == "big" and "bound" in line["message"]
-    monkeypatch.setattr(inside_tab, "MAX_VIEW_BYTES", 2 * alone + 1_000)
-    assert "attention" in inside_tab.within_bytes(envelope, views)["comparisons"][0]
+    monkeypatch.setattr(view_request, "MAX_VIEW_BYTES", 2 * alone + 1_000)
+    assert "attention" in view_request.within_bytes(envelope, views)["comparisons"][0]
 
 
 def test_the_byte_count_is_the_answers_own_or_a_little_more(ours):
@@ -158,7 +162,7 @@ def test_the_byte_count_is_the_answers_own_or_a_little_more(ours):
     for count in (1, 3):
         views = [{**view, "model": f"model {n}"} for n in range(count)]
         counted = len(json.dumps(envelope)) + sum(len(json.dumps(item)) + 2 for item in views)
-        assert 0 <= counted - len(json.dumps(inside_tab.within_bytes(envelope, views))) <= 4
+        assert 0 <= counted - len(json.dumps(view_request.within_bytes(envelope, views))) <= 4
 
 
 # ------------------------------------------------------------------------------------------------ the page's store
@@ -173,7 +177,7 @@ class Clock:
 
 
 def test_the_store_gives_back_the_view_under_a_random_id():
-    store = inside_tab.ViewStore()
+    store = view_store.ViewStore()
     view = {"model": "m", "attention": {"cross": [[[[0.5, 0.5]]]]}, "notices": []}
     first, second = store.put(view), store.put(view)
     assert first != second and len(first) >= 20
@@ -182,30 +186,30 @@ def test_the_store_gives_back_the_view_under_a_random_id():
 
 
 def test_the_store_keeps_at_most_its_count_and_bytes_the_least_recently_used_dropped():
-    store = inside_tab.ViewStore(max_views=3)
+    store = view_store.ViewStore(max_views=3)
     ids = [store.put({"model": str(n)}) for n in range(5)]
-    assert len(store.views) == 3 and store.get(ids[0]) is inside_tab.EXPIRED and store.get(ids[2]) == {"model": "2"}
+    assert len(store.views) == 3 and store.get(ids[0]) is view_store.EXPIRED and store.get(ids[2]) == {"model": "2"}
     store.put({"model": "5"})  # drops 3, not 2, which was just used
-    assert store.get(ids[3]) is inside_tab.EXPIRED and store.get(ids[2]) == {"model": "2"}
+    assert store.get(ids[3]) is view_store.EXPIRED and store.get(ids[2]) == {"model": "2"}
     rng = random.Random(0)
     noise = lambda: "".join(rng.choice(RARE) for _ in range(20_000))  # noqa: E731 (compresses little)
-    small = inside_tab.ViewStore(max_bytes=30_000)
+    small = view_store.ViewStore(max_bytes=30_000)
     kept = [small.put({"model": noise()}) for _ in range(4)]
-    assert small.bytes <= 30_000 and small.get(kept[-1])["model"] and small.get(kept[0]) is inside_tab.EXPIRED
+    assert small.bytes <= 30_000 and small.get(kept[-1])["model"] and small.get(kept[0]) is view_store.EXPIRED
 
 
 def test_a_view_expires_after_its_time_unused_and_the_redraw_says_look_inside_again():
     clock = Clock()
-    store = inside_tab.ViewStore(seconds=60, clock=clock)
+    store = view_store.ViewStore(seconds=60, clock=clock)
     used, unused = store.put({"model": "a"}), store.put({"model": "b"})
     clock.now = 40
     assert store.get(used) == {"model": "a"}  # its time starts again
     clock.now = 90
-    assert store.get(used) == {"model": "a"} and store.get(unused) is inside_tab.EXPIRED
+    assert store.get(used) == {"model": "a"} and store.get(unused) is view_store.EXPIRED
     assert store.bytes == len(next(iter(store.views.values()))[0])
     count = 2
-    notice, *_ = inside_tab.draw_inside(inside_tab.EXPIRED, "cross", 1, 0, count)
-    *pictures, caption = inside_tab.draw_attention(inside_tab.EXPIRED, "cross", 1, 0, count)
+    notice, *_ = draw_inside(view_store.EXPIRED, "cross", 1, 0, count)
+    *pictures, caption = draw_attention(view_store.EXPIRED, "cross", 1, 0, count)
     for line in (notice, caption):
         assert "Look inside again" in line and "\n" not in line
     assert not any(picture.visible for picture in pictures)
@@ -213,12 +217,12 @@ def test_a_view_expires_after_its_time_unused_and_the_redraw_says_look_inside_ag
 
 def test_a_view_redrawn_from_the_store_draws_as_the_view_itself(ours):
     view = request(ours, "A dog runs in the park.", num_beams=4)
-    store = inside_tab.ViewStore()
+    store = view_store.ViewStore()
     kept = store.get(store.put(view))
     assert kept == json.loads(json.dumps(view))
-    caption = inside_tab.draw_attention(view, "cross", 1, 1, 1)[-1]
-    assert inside_tab.draw_attention(kept, "cross", 1, 1, 1)[-1] == caption
-    assert inside_tab.plot_attention_heads(kept, "decoder_self", 0, None) is not None
+    caption = draw_attention(view, "cross", 1, 1, 1)[-1]
+    assert draw_attention(kept, "cross", 1, 1, 1)[-1] == caption
+    assert plot_attention_heads(kept, "decoder_self", 0, None) is not None
 
 
 @pytest.mark.slow
@@ -230,13 +234,13 @@ def test_ten_worst_case_views_leave_the_store_and_the_process_bounded(ours, at_t
         with open("/proc/self/status") as status:
             return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
 
-    store = inside_tab.ViewStore(max_views=4)
+    store = view_store.ViewStore(max_views=4)
     store.put(request(ours, at_the_bound))  # the first run's allocations are the process's, not the views'
     before = resident_mb()
     for _ in range(10):
         answer = request(ours, at_the_bound)
-        assert len(json.dumps(answer)) <= inside_tab.MAX_VIEW_BYTES
+        assert len(json.dumps(answer)) <= view_request.MAX_VIEW_BYTES
         store.put(answer)
-    assert len(store.views) == 4 and store.bytes <= 4 * inside_tab.MAX_VIEW_BYTES
+    assert len(store.views) == 4 and store.bytes <= 4 * view_request.MAX_VIEW_BYTES
     assert store.bytes == sum(len(data) for data, _ in store.views.values())
     assert resident_mb() - before < 100

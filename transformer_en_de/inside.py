@@ -1,5 +1,5 @@
 """What the paper's parts do with one sentence inside a seq2seq model, as plain JSON: the numbers the app's Inside tab
-draws (`transformer_en_de/app/inside_tab.py`), and what a learner can print or plot from a notebook:
+draws (`transformer_en_de/app/inside_tab/`), and what a learner can print or plot from a notebook:
 
     from transformer_en_de.inside import inside_view
     model.set_attn_implementation("eager")   # attention weights (SDPA returns none)

@@ -13,8 +13,9 @@
 - `translation`: the one request pipeline (text and files): every system via the engine; the text tab's panels.
 - `out_of_depth`: whether our model is out of its depth on a sentence.
 - `files`: uploaded files in, a TSV of translations (and our model's confidence) out.
-- `inside_tab`: the Inside tab and `/inside`: a visitor's request (`transformer_en_de.inside` computes) and its
-  pictures.
+- `inside_tab/`: the Inside tab and `/inside`: the request and its size bound (`view_request.py`;
+  `transformer_en_de.inside` computes), the views the page redraws from (`view_store.py`), the pictures
+  (`pictures.py`), the Markdown (`markdown.py`), the captions (`captions.py`), the tab's outputs (`outputs.py`).
 - `arena/`: blind votes between the systems: battles and votes (`arena.py`), the vote database (`votes.py`), the rules a
   vote passes (`battles.py`), the leaderboard (`ratings.py`), publishing to a Hub dataset (`publish.py`).
 - `sign_in`: whether the arena's visitors can sign in with Hugging Face (a Space's OAuth app, or Gradio's local

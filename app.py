@@ -50,6 +50,7 @@ from transformer_en_de.app.arena.arena import (  # noqa: E402
     leaderboard_plot,
     vote_rules,
 )
+from transformer_en_de.app.arena.board_reads import BoardReads  # noqa: E402
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
 from transformer_en_de.app.arena.votes import CHOICES, VoteStore  # noqa: E402
 from transformer_en_de.app.corpus_report import HEADERS as CORPUS_HEADERS  # noqa: E402
@@ -302,7 +303,7 @@ class TranslationApp:
         # The arena's votes: a real database, committed at each vote; published to the Hub when asked.
         votes = VoteStore(votes_db or default_votes_db())
         self.arena = Arena(votes)
-        self.board_picture = ("", None)  # (the leaderboard's table, its plot as sent): drawn again only when it changes
+        self.board = BoardReads(self.leaderboard_table, lambda board: rendered(leaderboard_plot(board)))
         self.publisher = VotePublisher(votes, votes_dataset, Path(votes.path).parent / "votes-dataset").start()
         if votes_dataset:
             print(f"app.py: {self.publisher.status}", flush=True)
@@ -438,7 +439,12 @@ class TranslationApp:
         """
         dropped, voter = ("", "", "Cancelled: nobody reads this."), voter_of(request, profile)
         cast_at = self.gate.arrival(request.session_hash)  # when the visitor voted, not when its turn came
-        return self.in_turn(request, lambda: self.arena.vote(battle_id, choice, voter, cast_at), dropped)
+        return self.in_turn(request, lambda: self.voted(self.arena.vote(battle_id, choice, voter, cast_at)), dropped)
+
+    def voted(self, answer: tuple[str, str, str]) -> tuple[str, str, str]:
+        if answer[0]:  # stored (the names are revealed only then): the board changed
+            self.board.vote_stored()
+        return answer
 
     def signed_in_line(self, profile: gr.OAuthProfile | None) -> str:
         """What the Arena tab says of the visitor's sign-in (without naming the account: the button does)."""
@@ -446,18 +452,20 @@ class TranslationApp:
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
-        return self.in_turn(request, self.leaderboard_now, unchanged(2))
+        # Readers back to back share one working-out and one drawing; a page that shows the board already gets nothing.
+        # A board still fresh is only looked up: no turn on the CPU, so many readers never hold up a battle.
+        read = lambda: self.board.read(request.session_hash) or unchanged(2)  # noqa: E731
+        if self.board.is_fresh():
+            with self.gate.serving(request.session_hash):
+                return read()
+        return self.in_turn(request, read, unchanged(2))
 
-    def leaderboard_now(self) -> tuple:
+    def leaderboard_table(self) -> tuple[list, str]:
+        """(the board's rows, its Markdown table), from the votes and each system's corpus BLEU."""
         _, rows = self.corpus()
         bleu = {row[0]: float(row[3]) for row in rows if row[1] == "test 2016 flickr" and row[3] not in ("", "-")}
         board, agreement = self.arena.leaderboard(bleu)
-        table = leaderboard_markdown(board, agreement)
-        drawn_for, picture = self.board_picture  # readers back to back share one drawing of an unchanged board
-        if drawn_for != table:
-            picture = rendered(leaderboard_plot(board))
-            self.board_picture = (table, picture)
-        return table, picture
+        return board, leaderboard_markdown(board, agreement)
 
     def cancel_visitor(self, request: gr.Request):
         if self.scheduler.cancel(request.session_hash):

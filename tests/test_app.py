@@ -313,6 +313,51 @@ def test_an_ordinary_request_overtakes_a_heavy_one():
     assert finished == ["light", "heavy"]
 
 
+def test_a_battle_waits_behind_every_translation_however_little_its_session_used(ours, marian, tmp_path):
+    # A script's many fresh sessions each used less CPU than a visitor who translates now and then; by session alone
+    # their battles would go first. A battle is side work: the visitor's translation runs to its end before it.
+    from transformer_en_de.app.arena.arena import Arena, Voter
+    from transformer_en_de.app.arena.votes import VoteStore
+
+    scheduler = FairScheduler()
+    text("A dog runs in the park.", "beam search", 4, 64, ours=ours, comparisons=[], scheduler=scheduler)  # usage
+    holder = Held(scheduler, "holder")  # has the CPU until released: both requests below wait for their turn
+    arena = Arena(VoteStore(tmp_path / "votes.sqlite3"))
+    pair = translation.RequestContext(ours, [marian], scheduler, session="player")
+    battled = []
+    battle = threading.Thread(target=lambda: battled.append(arena.battle(
+        "Two men are working on a roof. A girl is smiling.", pair, DecodingSettings(4, max_new_tokens=64, batch_size=8),
+        Voter("player", "198.51.100.9", None))))  # fmt: skip
+    battle.start()
+    Held.admitted(scheduler, before=1)
+    translated = []
+    visitor = threading.Thread(target=lambda: translated.append(text(
+        "A man in a blue jacket is repairing a bicycle.", "beam search", 4, 64, ours=ours, comparisons=[],
+        scheduler=scheduler)))  # fmt: skip
+    visitor.start()
+    Held.admitted(scheduler, before=2)
+    player = next(job for job in scheduler._jobs if job.session == "player")
+    asking = next(job for job in scheduler._jobs if job.session == "visitor")
+    deadline = time.monotonic() + 5
+    while player.waiting_since is None or asking.waiting_since is None:  # both in line for the CPU
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    holder.release()
+    served_meanwhile = []  # the battle's CPU time, looked at under the scheduler's lock while the translation is in
+    while True:
+        with scheduler._condition:
+            if asking not in scheduler._jobs:
+                break
+            served_meanwhile.append(player.served)
+        time.sleep(0.005)
+    visitor.join(30)
+
+    assert translated and translated[0].outputs[0].translation
+    assert served_meanwhile and set(served_meanwhile) == {0.0}  # the battle had no turn while the translation ran
+    battle.join(30)
+    assert battled and battled[0][0] and battled[0][1] and battled[0][2]  # (id, A, B): the battle then ran
+
+
 def in_progress(scheduler) -> int:
     """Requests admitted (running or waiting for their turn), as the status endpoint reports them."""
     return int(scheduler.describe().split(" request")[0])
@@ -326,10 +371,16 @@ class Held:
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(scheduler, session), kwargs=kind, daemon=True)
         self.thread.start()
+        self.admitted(scheduler, before)
+
+    @staticmethod
+    def admitted(scheduler, before: int) -> bool:
+        """Once more than `before` requests are admitted (running or waiting for their turn)."""
         deadline = time.monotonic() + 5
-        while in_progress(scheduler) <= before:  # admitted (it may still wait for its turn)
+        while in_progress(scheduler) <= before:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+        return True
 
     def _run(self, scheduler, session, **kind):
         with scheduler.job(session, 60, **kind):

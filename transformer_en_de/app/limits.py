@@ -49,10 +49,14 @@ class Limits:
     # Scoring a reference (sacreBLEU's BLEU and chrF): CPU seconds per character of reference and translation,
     # measured on one core (about 0.5 s for 200 kB); it counts against the request's budget like decoding.
     score_seconds_per_char: float = 2.5e-6
-    # The admission point (app.py): the work group's callbacks at once (in the scheduler's order; below Gradio's 40
-    # threads) and the calls that may wait beyond them in Gradio's queue (past that, refused at once in one line).
-    concurrent_jobs: int = 32
+    # The admission point (app.py): the work group's callbacks at once and the calls that may wait beyond them in
+    # Gradio's queue (past that, refused at once in one line). A call in its callback that waits for the CPU costs a
+    # thread and nothing else; what runs, and in what order, the scheduler decides. So the slots are many: a burst of
+    # one source's calls (a script's sessions' battles, a class's first translations) cannot hold every slot while
+    # another visitor's call waits in Gradio's first-come queue, where the scheduler cannot put it first.
+    concurrent_jobs: int = 96
     queue_size: int = 64
+    threads: int = 128  # Gradio's threads for callbacks: the work group's and the events outside the queue
     # A call whose results no stream reads within this long of its arrival, and whose page is not open (a script's), is
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0

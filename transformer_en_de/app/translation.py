@@ -58,6 +58,9 @@ class RequestContext:
     limits: Limits = Limits()
     session: str | None = None
     arrived: float | None = None
+    # Side work (a look inside, an arena battle: the page's games around translating) waits behind every waiting
+    # translation, whoever sent it: many sessions' battles cannot slow another visitor's translation.
+    side: bool = False
 
     @property
     def systems(self) -> list:
@@ -208,7 +211,9 @@ def request_job(context: RequestContext, work: float, budget: Budget, *, side: b
     limit; `side` work, a look inside, comes after translations whatever its size), its time limit `budget.seconds`
     counted from when the request arrived."""
     ready = sum(available(system)[0] is not None for system in context.systems)
-    return context.scheduler.job(context.session, budget.seconds, work=ready * work, side=side, since=context.arrived)
+    return context.scheduler.job(
+        context.session, budget.seconds, work=ready * work, side=side or context.side, since=context.arrived
+    )
 
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:

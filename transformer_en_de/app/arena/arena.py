@@ -108,7 +108,9 @@ class Arena:
         except BattleRefused as refused:
             return "", str(refused), ""
         first, second = (getattr(system, "translator", system) for system in random.sample(loaded, 2))
-        pair = RequestContext(first, [second], context.scheduler, context.limits, context.session, context.arrived)
+        # A battle is side work: it takes its turns behind every visitor's translation (scheduler.py).
+        pair = RequestContext(first, [second], context.scheduler, context.limits, context.session, context.arrived,
+                              side=True)  # fmt: skip
         result = translate_with_settings(text, settings, context=pair)
         if result.message:
             return "", result.message, ""

@@ -25,7 +25,7 @@ import time
 from benchmarks import harness
 from transformer_en_de.app.inside_tab import view_request, view_store
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
-from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.translation import RequestContext, budget_plan
 from transformer_en_de.app.translators import load_our_translator
 from transformer_en_de.decoding.engine import DecodingSettings, run_plan

@@ -24,14 +24,14 @@ from transformer_en_de import evaluation
 from transformer_en_de.app import (
     corpus_report,
     files,
-    limits,
     out_of_depth,
     text_checks,
     translation,
     translators,
 )
 from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
-from transformer_en_de.app.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
+from transformer_en_de.app.serving import limits
+from transformer_en_de.app.serving.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import budget, engine
 from transformer_en_de.decoding.engine import DecodingSettings, translate
@@ -588,7 +588,7 @@ def test_deadline_keeps_what_was_translated(ours):
 def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_path):
     # A call waits in Gradio's queue until a callback is free; the front knows when it came (`Gate.serving`), and its
     # time limit counts from then: one that waited longer than its limit translates nothing and says so.
-    from transformer_en_de.app.guard import Gate
+    from transformer_en_de.app.serving.guard import Gate
 
     gate = Gate()
     assert gate.admit_session("waiting", "198.51.100.1") == ""
@@ -624,7 +624,7 @@ def test_a_wait_before_the_callback_counts_towards_the_time_limit():
 
 
 def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_for_everyone():
-    from transformer_en_de.app.guard import Gate
+    from transformer_en_de.app.serving.guard import Gate
 
     gate = Gate(limits.Limits(new_sessions_per_address_burst=30, new_sessions_per_address_per_second=0.1))
     flood = [gate.admit_session(f"fresh-{n}", "127.0.0.1", counted=False) for n in range(100)]
@@ -639,7 +639,7 @@ def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_f
 
 
 def test_raw_calls_count_as_unread_until_their_stream_is_opened_or_the_scheduler_dropped_them():
-    from transformer_en_de.app.guard import UNREAD_CALLS, Gate
+    from transformer_en_de.app.serving.guard import UNREAD_CALLS, Gate
 
     gate = Gate(limits.Limits(stream_wait_seconds=0.5))
     slots = [gate.unread_slot("127.0.0.1") for _ in range(UNREAD_CALLS)]

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.serving.limits import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def served(app_model_dir):
     """The app's server in this process, our model alone, the limits as shipped; yields (url, the app)."""
     import app
-    from transformer_en_de.app.server import start_in_thread
+    from transformer_en_de.app.serving.server import start_in_thread
 
     translation_app = app.build_app(str(app_model_dir), [], limits=Limits(), backend="torch")
     port = free_port()

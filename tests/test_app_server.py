@@ -22,7 +22,7 @@ from tiny_models import build_tiny_t5
 
 from transformer_en_de import evaluation
 from transformer_en_de.app import corpus_report, translation, translators
-from transformer_en_de.app.limits import Budget, Limits
+from transformer_en_de.app.serving.limits import Budget, Limits
 
 pytestmark = pytest.mark.slow
 
@@ -626,7 +626,7 @@ def small_server(model_dirs):
     """The app's server in this process (our model alone) with small limits, so that each attack shows at a small
     scale; yields (url, the app)."""
     import app
-    from transformer_en_de.app.server import start_in_thread
+    from transformer_en_de.app.serving.server import start_in_thread
 
     small = Limits(
         new_sessions_per_address_per_second=0.5,
@@ -735,7 +735,7 @@ def test_a_call_that_waited_for_a_free_callback_keeps_to_its_time_limit(model_di
     # One callback at a time: a visitor's text waits in Gradio's queue while a long file job runs. Its time limit
     # (1 s here) counts from when it came, not from when its callback began: it answers at once, and says so.
     import app
-    from transformer_en_de.app.server import start_in_thread
+    from transformer_en_de.app.serving.server import start_in_thread
 
     one_at_a_time = Limits(
         concurrent_jobs=1, text=Budget(cpu_seconds=8.0, seconds=1.0), file=Budget(cpu_seconds=10_000, seconds=120)
@@ -786,16 +786,18 @@ def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descrip
 
 
 @contextlib.contextmanager
-def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files=None, **env):
+def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files=None, offline=True, **env):
     """`python app.py` with our model and `comparisons` (none by default) on a free loopback port, its log and Gradio's
-    cache in `folder`, `env` added to the environment (and nothing of a Space's or a proxy's unless given), at most
-    `max_files` descriptors; yields (port, log)."""
+    cache in `folder`, offline unless `offline` is False (HF_HUB_OFFLINE, as a developer runs it), `env` added to the
+    environment last (and nothing of a Space's or a proxy's unless given), at most `max_files` descriptors; yields
+    (port, log)."""
     port, log = free_port(), folder / "app.log"
     command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir)]
     command += ["--comparison-models", *map(str, comparisons), "--port", str(port), "--backend", backend]
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("SPACE_ID", "FORWARDED_ALLOW_IPS")}  # fmt: skip
-    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_TEMP_DIR=str(folder / "cache"), **env)
+    environment.update(HF_HUB_OFFLINE="1" if offline else "0", OMP_NUM_THREADS="1")
+    environment.update(GRADIO_TEMP_DIR=str(folder / "cache"), **env)
     limit = None if max_files is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, max_files)))
     with open(log, "w") as output:
         process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True,

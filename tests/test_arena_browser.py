@@ -21,6 +21,7 @@ from tiny_marian import build_tiny_marian
 import app
 from transformer_en_de.app.arena.arena import example_sentences, vote_rules
 from transformer_en_de.app.arena.ratings import READ_SECONDS
+from transformer_en_de.app.page.arena import ANONYMOUS_ONLY
 from transformer_en_de.app.translators import OURS_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -97,7 +98,7 @@ def test_a_visitor_battles_votes_sees_the_names_is_refused_twice_and_the_vote_is
 
     page.get_by_role("tab", name="Arena").click()
     # A page without sign-in says so, and what an anonymous vote counts for; it has no sign-in button.
-    assert page.locator("#arena-signed-in").inner_text().strip() == app.ANONYMOUS_ONLY
+    assert page.locator("#arena-signed-in").inner_text().strip() == ANONYMOUS_ONLY
     assert page.locator("#arena-vote-rules").inner_text().strip() == vote_rules().replace("**", "")
     assert page.locator("#arena-sign-in").count() == 0
     page.get_by_role("button", name="A random caption").click()

@@ -8,7 +8,7 @@ from tiny_marian import build_tiny_marian
 from tiny_models import build_tiny_t5
 
 import app
-from transformer_en_de.app.server import start_in_thread
+from transformer_en_de.app.serving.server import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

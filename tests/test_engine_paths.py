@@ -10,7 +10,7 @@ from tiny_marian import build_tiny_marian
 
 from modeling import TransformerMTForConditionalGeneration
 from transformer_en_de.app.files import translate_file
-from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.app.serving.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext, run_system
 from transformer_en_de.app.translators import load_translator
 from transformer_en_de.comparison import fair_settings, score_system

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from transformer_en_de.app import files, translators
-from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.app.serving.scheduler import FairScheduler
 from transformer_en_de.app.translation import RequestContext
 
 LINES = "A dog runs in the park.\nTwo men are working.\n\nThe cat sleeps on the sofa.\nThree people ride bicycles.\n"

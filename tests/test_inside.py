@@ -15,7 +15,7 @@ from transformer_en_de.app.inside_tab.markdown import format_beam_search
 from transformer_en_de.app.inside_tab.outputs import draw_inside
 from transformer_en_de.app.inside_tab.pictures import plot_attention_heads, plot_positions
 from transformer_en_de.app.inside_tab.view_request import inside_request, systems_of
-from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.text_checks import as_text
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding, strip_generated, translate

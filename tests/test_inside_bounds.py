@@ -12,7 +12,7 @@ from conftest import ROOT, view_inside
 from transformer_en_de.app.inside_tab import view_request, view_store
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
-from transformer_en_de.app.limits import Limits
+from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding
 from transformer_en_de.inside import DECIMALS, MAX_PIECES, inside_view, rounded_rows, traced_search

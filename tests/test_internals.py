@@ -1,5 +1,6 @@
-"""The parts of gradio and uvicorn the app relies on that neither documents (`transformer_en_de/app/internals.py`),
-checked on the installed releases: an upgrade that changes one fails here, by name, before a hostile client finds it.
+"""The parts of gradio and uvicorn the app relies on that neither documents
+(`transformer_en_de/app/serving/internals.py`), checked on the installed releases: an upgrade that changes one fails
+here, by name, before a hostile client finds it.
 """
 
 import asyncio
@@ -13,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from transformer_en_de.app import internals
+from transformer_en_de.app.serving import internals
 
-UPGRADE = "changed in this gradio/uvicorn release: update transformer_en_de/app/internals.py"
+UPGRADE = "changed in this gradio/uvicorn release: update transformer_en_de/app/serving/internals.py"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_kept_threads_reach_gradios_limiter(page):
 def test_upload_folder_is_gradios(tmp_path):
     assert internals.upload_folder() == gradio.utils.get_upload_folder(), f"the upload folder {UPGRADE}"
     # Gradio reads GRADIO_TEMP_DIR when it stores a file; so do we.
-    code = "import gradio.utils, sys; from transformer_en_de.app import internals; " \
+    code = "import gradio.utils, sys; from transformer_en_de.app.serving import internals; " \
         "print(internals.upload_folder() == gradio.utils.get_upload_folder() == sys.argv[1])"  # fmt: skip
     env = dict(os.environ, GRADIO_TEMP_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)

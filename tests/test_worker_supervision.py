@@ -15,7 +15,7 @@ from conftest import tiny_config
 
 from modeling import TransformerMTForConditionalGeneration
 from transformer_en_de.app import translators
-from transformer_en_de.app.scheduler import FairScheduler
+from transformer_en_de.app.serving.scheduler import FairScheduler
 from transformer_en_de.app.translation import run_system
 from transformer_en_de.decoding import backends
 from transformer_en_de.decoding.engine import DecodingSettings, confidences, plan_decoding, translate

@@ -23,9 +23,8 @@ from transformer_en_de.decoding.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.markdown import markdown_table
 
-from .limits import Limits
 from .out_of_depth import DepthCheck
-from .scheduler import Busy, Cancelled
+from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
 from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, admit, plan_request, run_systems
 

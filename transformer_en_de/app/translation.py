@@ -25,9 +25,8 @@ from transformer_en_de.decoding.engine import (
 )
 from transformer_en_de.evaluation import sentence_scores
 
-from .limits import Budget, Limits
 from .out_of_depth import DepthCheck, check_depth
-from .scheduler import Busy, Cancelled, FairScheduler
+from .serving import Budget, Busy, Cancelled, FairScheduler, Limits
 from .text_checks import (
     InputError,
     check_decoding,

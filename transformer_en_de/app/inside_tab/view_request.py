@@ -14,8 +14,7 @@ import json
 from transformer_en_de.decoding.engine import DecodingPlan
 from transformer_en_de.inside import MAX_PIECES, inside_view, too_many_pieces
 
-from ..limits import Limits
-from ..scheduler import Busy, Cancelled
+from ..serving import Busy, Cancelled, Limits
 from ..text_checks import InputError, check_decoding, read_text, split_long_sentence, split_sentences
 from ..translation import RequestContext, available, budget_plan, planned_for, request_job
 

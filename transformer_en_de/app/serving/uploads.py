@@ -46,6 +46,13 @@ def stored_upload(path, max_bytes: int) -> str | None:
     return real if stat.S_ISREG(found.st_mode) and found.st_size <= max_bytes else None
 
 
+def uploaded_path(payload, max_bytes: int) -> str | None:
+    """The server path of an upload as sent to a callback that takes its inputs as sent (`Serving.work`): a file
+    stored in Gradio's upload folder (the front checked the call already; this holds for a caller that did not come
+    through it)."""
+    return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
+
+
 def is_file_value(value) -> bool:
     """Whether Gradio would take `value` for a file (a FileData object, or the older bare {"path": ...})."""
     if not isinstance(value, dict):

@@ -3,6 +3,7 @@
 
 Who a client is: the connection's address, or behind a proxy the address that proxy appended to X-Forwarded-For,
 trusted only from the proxy's own address (uvicorn's `proxy_headers` with `forwarded_allow_ips`), never from any peer.
+On a Hugging Face Space that proxy connects from the Space's private networks (`SPACE_PROXY_NETWORKS`).
 
 Every open connection holds a file descriptor. A client that opens thousands and never finishes its request (its
 headers, or its body a byte at a time) would exhaust the process's descriptors. So a connection must send its whole
@@ -11,6 +12,14 @@ connections close after `keep_alive_seconds`, and connections beyond `max_connec
 with room for the process's own files) make room by closing the oldest connection whose client is still sending or
 idle; a request that is all in and being answered (a visitor's call, an event stream) is never cut. Nothing is logged
 for a closed connection: a flood of them would flood the log.
+
+uvicorn has settings for what it can bound (`timeout_keep_alive`, `h11_max_incomplete_event_size`, `backlog`,
+`proxy_headers`), and they are used. It has none for the deadline on a whole request or for a cap that closes a
+connection (`limit_concurrency` answers 503 and keeps every connection open), and Gradio has none either. Those two
+stay in a subclass of uvicorn's h11 protocol (`bounded_protocol`), not in an ASGI middleware: uvicorn calls the ASGI
+app only once a request's headers are all in, so a middleware never sees a client whose headers never end (the first
+attack above), and ASGI gives it no handle to close a connection (none to close the oldest idle one, nor one whose
+client is between requests).
 """
 
 import asyncio
@@ -23,8 +32,13 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from .guard import Gate, RequestGuard
 from .internals import H11Protocol, keep_sessions, keep_threads, request_received
+from .limits import Limits
+from .uploads import UploadQuota
 
+# On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
+SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 # Connections accepted in one go before any is closed (asyncio accepts up to the listen backlog per wake-up).
 BACKLOG = 64
 
@@ -84,20 +98,29 @@ def bounded_protocol(max_connections: int, request_seconds: float) -> type:
 
 
 def build_server(
-    demo: gr.Blocks, *, front, limits, css: str, host: str, port: int, forwarded_allow_ips: str = ""
+    demo: gr.Blocks,
+    *,
+    gate: Gate,
+    uploads: UploadQuota,
+    limits: Limits,
+    css: str,
+    host: str | None = None,
+    port: int | None = None,
+    forwarded_allow_ips: str = "",
 ) -> uvicorn.Server:
-    """The page mounted at the root of our FastAPI app, `front` (an ASGI middleware: a class and its keywords) first
-    in line, and the server bounded. `forwarded_allow_ips`: the proxies whose X-Forwarded-For is trusted (addresses or
-    networks, comma-separated; "" for none)."""
+    """The page mounted at the root of our FastAPI app, the HTTP front (`RequestGuard`, with the page's `gate` and
+    `uploads`) first in line, and the server bounded. The host and port default to Gradio's (GRADIO_SERVER_NAME /
+    GRADIO_SERVER_PORT, as a Space sets them). `forwarded_allow_ips`: the proxies whose X-Forwarded-For is trusted
+    (addresses or networks, comma-separated; "" for none)."""
     app = FastAPI()
-    app.add_middleware(front[0], **front[1])
+    app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
     keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
     keep_threads(demo, limits.threads)  # a thread for every call in a callback, as launch() would set
     app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         log_level="warning",
         http=bounded_protocol(connection_limit(limits.max_connections), limits.request_seconds),
         timeout_keep_alive=limits.keep_alive_seconds,
@@ -110,6 +133,14 @@ def build_server(
         forwarded_allow_ips=forwarded_allow_ips or "",
     )
     return uvicorn.Server(config)
+
+
+def forwarded_allow_ips_by_default(environ) -> str:
+    """The operator's FORWARDED_ALLOW_IPS; else on a Space (the runtime sets SPACE_ID) the private networks the Hub's
+    proxy connects from, whose last X-Forwarded-For hop is the visitor's; elsewhere nothing is trusted."""
+    if "FORWARDED_ALLOW_IPS" in environ:
+        return environ["FORWARDED_ALLOW_IPS"]
+    return SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else ""
 
 
 def start_in_thread(server: uvicorn.Server, timeout: float = 60.0) -> threading.Thread:

@@ -49,8 +49,8 @@ class Limits:
     # Scoring a reference (sacreBLEU's BLEU and chrF): CPU seconds per character of reference and translation,
     # measured on one core (about 0.5 s for 200 kB); it counts against the request's budget like decoding.
     score_seconds_per_char: float = 2.5e-6
-    # The admission point (app.py): the work group's callbacks at once and the calls that may wait beyond them in
-    # Gradio's queue (past that, refused at once in one line). A call in its callback that waits for the CPU costs a
+    # The admission point (`Serving.work`): the work group's callbacks at once and the calls that may wait beyond them
+    # in Gradio's queue (past that, refused at once in one line). A call in its callback that waits for the CPU costs a
     # thread and nothing else; what runs, and in what order, the scheduler decides. So the slots are many: a burst of
     # one source's calls (a script's sessions' battles, a class's first translations) cannot hold every slot while
     # another visitor's call waits in Gradio's first-come queue, where the scheduler cannot put it first.

@@ -1,17 +1,17 @@
 """The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor.
 
-Every request is an event of Gradio's queue in one concurrency group (app.py): Gradio bounds how many are in their
-callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a time and
-hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it hands
-`generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: by lane (translations, then
-side work: pictures, tables, votes, looks inside and the arena's battles, then heavy requests), then the one whose session (a visitor: a
-page or a client, never an address) used the least CPU lately, its CPU seconds halving every `USAGE_HALF_LIFE` seconds.
-So a visitor who translates now and then goes before a client that keeps the CPU busy, a class behind one school
-address is served like many addresses, and sessions redrawing pictures (not preempted once they run) never hold up a
-translation. Nothing starves: a waiting session's usage only decays while the running ones' grows; a job of a lower
-lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes first, one such job between two of
-theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is refused at once
-(`Busy`).
+Every request is an event of Gradio's queue in one concurrency group (`Serving.work`): Gradio bounds how many are in
+their callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a
+time and hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it
+hands `generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: by lane (translations,
+then side work: pictures, tables, votes, looks inside and the arena's battles, then heavy requests), then the one whose
+session (a visitor: a page or a client, never an address) used the least CPU lately, its CPU seconds halving every
+`USAGE_HALF_LIFE` seconds. So a visitor who translates now and then goes before a client that keeps the CPU busy, a
+class behind one school address is served like many addresses, and sessions redrawing pictures (not preempted once they
+run) never hold up a translation. Nothing starves: a waiting session's usage only decays while the running ones' grows;
+a job of a lower lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes first, one such job
+between two of theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is
+refused at once (`Busy`).
 
 A call nobody reads spends nothing: one whose session neither has a page open (its heartbeat) nor opened a stream
 (`is_read`) within `stream_wait_seconds` of its arrival is dropped before it runs, and a running one whose reader left

@@ -1,0 +1,154 @@
+"""The serving room's face (`transformer_en_de/app/serving/serving.py`) and the bounds on connections its server keeps
+(`server.py`'s h11 protocol), each on its own: a page of one button, a loopback uvicorn serving a two-route ASGI app.
+The whole app behind them: tests/test_app_server.py."""
+
+import socket
+import time
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+import uvicorn
+from test_app_server import free_port
+
+from transformer_en_de.app.serving import Limits, Serving, start_in_thread
+from transformer_en_de.app.serving.server import bounded_protocol
+from transformer_en_de.app.serving.serving import WORK
+
+REQUEST_SECONDS = 0.5
+
+
+def visitor(session: str = "visitor") -> SimpleNamespace:
+    """What a callback reads of its `gr.Request` here."""
+    return SimpleNamespace(session_hash=session)
+
+
+def test_an_event_of_work_is_in_the_work_group_takes_its_inputs_as_sent_and_is_counted():
+    serving = Serving(Limits(concurrent_jobs=7))
+    with gr.Blocks() as demo:
+        text, button = gr.Textbox(), gr.Button()
+        work = serving.work(button.click, lambda value: value, [text], [text], api_name="go")
+        other = button.click(lambda value: value, [text], [text], api_name="other")
+    registered = demo.fns[work["id"]]  # what Gradio's queue runs the event with
+
+    assert (registered.concurrency_id, registered.concurrency_limit) == (WORK, 7)
+    assert registered.preprocess is False  # a value out of a control's range reaches the callback as sent
+    assert serving.gate.counted == {work["id"]} and other["id"] not in serving.gate.counted
+
+
+def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():
+    serving = Serving(Limits(calls_per_session=1))
+    assert serving.gate.admit_session("visitor", "192.0.2.1") == ""
+    assert "still running" in serving.gate.admit_session("visitor", "192.0.2.1")  # one call per session at a time
+
+    with serving.admitted(visitor()) as arrived:
+        assert arrived is not None and serving.arrival(visitor()) == arrived  # the time limit counts from the queue
+
+    assert serving.gate.admit_session("visitor", "192.0.2.1") == ""
+
+
+def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_runs():
+    serving, ran = Serving(Limits(stream_wait_seconds=0.1)), []
+    work = lambda: ran.append("work") or ("done",)  # noqa: E731
+
+    assert serving.side_work(visitor(), work, ("dropped",)) == ("dropped",) and ran == []
+    with serving.gate.readers.open("visitor"):  # the page's stream is open
+        assert serving.side_work(visitor(), work, ("dropped",)) == ("done",) and ran == ["work"]
+
+
+# ------------------------------------------------------------------------------------------ bounds on connections
+
+
+async def held_or_answered(scope, receive, send):
+    """`/held`: an answer begun and never ended (an event stream); anything else: the whole body read, then "ok"."""
+    if scope["type"] != "http":
+        return
+    start = {"type": "http.response.start", "status": 200, "headers": []}
+    if scope["path"] == "/held":
+        await send(start)
+        await send({"type": "http.response.body", "body": b"streaming", "more_body": True})
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return
+    message = await receive()
+    while message["type"] == "http.request" and message.get("more_body"):
+        message = await receive()
+    if message["type"] == "http.request":
+        await send(start)
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture
+def bounded_server():
+    """Serves `held_or_answered` with the app's protocol on a loopback port, at most 3 connections, each request whole
+    within the seconds given; yields a function of those seconds that starts it and returns its port."""
+    servers = []
+
+    def start(request_seconds: float) -> int:
+        port = free_port()
+        config = uvicorn.Config(
+            held_or_answered, host="127.0.0.1", port=port, log_level="warning",
+            http=bounded_protocol(3, request_seconds), timeout_keep_alive=30,
+        )  # fmt: skip
+        servers.append(uvicorn.Server(config))
+        start_in_thread(servers[-1])
+        return port
+
+    yield start
+    for server in servers:
+        server.should_exit = True
+
+
+def connect(port: int, sent: bytes = b"") -> socket.socket:
+    connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+    connection.sendall(sent)
+    return connection
+
+
+def closed(connection: socket.socket, within: float = 5.0) -> bool:
+    """Whether the server closes `connection` within `within` seconds (whatever it answered first)."""
+    connection.settimeout(within)
+    try:
+        while chunk := connection.recv(4096):
+            if b"200 OK" in chunk:
+                return False
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def answered(port: int) -> bool:
+    with connect(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") as connection:
+        return connection.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"GET / HTTP/1.1\r\nHost: x\r\n", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nA dog"],
+    ids=["headers never finished", "body never finished"],
+)
+def test_a_request_not_all_in_within_its_deadline_is_closed(bounded_server, sent):
+    port = bounded_server(REQUEST_SECONDS)
+    started = time.monotonic()
+    with connect(port, sent) as connection:
+        assert closed(connection)
+    assert REQUEST_SECONDS <= time.monotonic() - started < REQUEST_SECONDS + 4
+    assert answered(port)
+
+
+def test_past_the_cap_the_oldest_idle_connection_makes_room_and_an_answer_in_progress_is_never_cut(bounded_server):
+    port = bounded_server(30.0)  # no deadline passes during the test: only the cap closes a connection
+    held = connect(port, b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert held.recv(4096).startswith(b"HTTP/1.1 200")  # being answered: the oldest, and not to be cut
+    idle = [connect(port) for _ in range(2)]  # the cap (3) reached
+    time.sleep(0.2)
+
+    assert answered(port)  # a fourth connection: the oldest idle one made room
+    assert closed(idle[0], within=2.0) and not closed(idle[1], within=0.3)
+    held.settimeout(0.3)
+    with pytest.raises(TimeoutError):  # still open, its answer going on
+        held.recv(4096)
+    for connection in (held, *idle):
+        connection.close()

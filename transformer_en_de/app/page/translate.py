@@ -1,0 +1,100 @@
+"""The page's top and its Translate tab: the introduction, the decoding controls both tabs share, the text in, a panel
+per model, the examples."""
+
+import gradio as gr
+
+from ..text_checks import DECODINGS, decoding_defaults
+from ..translation import NO_PRETRAINED
+from ..translators import display_id
+
+# Sentences and references written for this app (not taken from Multi30k).
+EXAMPLES = [
+    ["A man in a blue jacket is repairing a bicycle.", "Ein Mann in einer blauen Jacke repariert ein Fahrrad."],
+    ["Two dogs are playing in the snow.", "Zwei Hunde spielen im Schnee."],
+    ["A little girl eats an ice cream on a bench.", "Ein kleines Mädchen isst auf einer Bank ein Eis."],
+    ["Several people wait at a bus stop. It is raining.", "Mehrere Leute warten an einer Bushaltestelle. Es regnet."],
+    ["An old woman sells vegetables at a market.", "Eine alte Frau verkauft Gemüse auf einem Markt."],
+    # An everyday sentence, where our model is out of its depth (and says so).
+    ["Where is the train station?", "Wo ist der Bahnhof?"],
+]
+
+INTRO = """# English → German: our Transformer beside pretrained models
+Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on **29,000 English
+descriptions of photos** and their German translations (Multi30k): *"Two dogs are playing in the snow."* It translates
+sentences like those well, and little else: on everyday sentences (try the last example) it writes fluent nonsense, and
+its **confidence** (how probable the model finds its own words, and how much the English reads like a photo
+description) drops; the page then says so. {comparison} Every model translates the same input with the same settings,
+through the same code."""
+WITH_PRETRAINED = "The pretrained models beside it learned from millions of sentences of every kind."
+
+
+def intro_text(comparisons: list) -> str:
+    """The page's introduction: the advice to compare with a pretrained model only while one is on the page."""
+    ready = any(model.translator is not None for model in comparisons)
+    loading = any(not model.done for model in comparisons)
+    return INTRO.format(comparison=WITH_PRETRAINED if ready or loading else NO_PRETRAINED)
+
+
+def decoding_controls(app) -> list:
+    """Decoding, beams and maximum new tokens, shared by both tabs; they start at what our model decodes with."""
+    limits = app.limits
+    decoding, beams, tokens = decoding_defaults(app.ours.model, limits)
+    with gr.Row():
+        return [
+            gr.Radio(list(DECODINGS), value=decoding, label="Decoding", min_width=240),
+            gr.Slider(1, limits.max_beams, value=beams, step=1, label="Beams (beam search)", min_width=240),
+            gr.Slider(1, limits.max_new_tokens, value=tokens, step=1, label="Maximum new tokens", min_width=240),
+        ]
+
+
+def translate_tab(app, controls: list, intro: gr.Markdown) -> gr.Textbox:
+    """Text in, a panel per model, the examples; returns the English text box. `app`: app.py's `TranslationApp`."""
+    with gr.Row():  # side by side on a wide screen, one above the other on a phone
+        text = gr.Textbox(
+            label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english",
+            min_width=320,
+        )  # fmt: skip
+        reference = gr.Textbox(
+            "", label="Reference translation (optional, German)", lines=4, elem_id="reference", min_width=320
+        )
+    button = gr.Button("Translate", variant="primary", elem_id="translate")
+    notice = gr.Markdown(label="Notice", elem_id="notice", latex_delimiters=[])
+    panels, statuses, columns = model_panels(app.systems)
+    gr.Examples(
+        EXAMPLES,
+        inputs=[text, reference],
+        label="Examples (with references; the last is an everyday sentence)",
+        cache_examples=False,
+        elem_id="examples",
+    )
+    gr.Markdown("How each model reads the sentence and chooses its words: the *Inside the Transformer* tab.")
+    app.serving.work(button.click, app.translate, [text, *controls, reference], [*panels, notice], api_name="translate")
+    timer = gr.Timer(1.0, active=bool(app.comparisons))
+    timer.tick(
+        app.poll_models,
+        None,
+        [*statuses, *columns, intro, timer],
+        api_visibility="private",
+        queue=False,
+        show_progress="hidden",
+    )
+    return text
+
+
+def model_panels(systems: list) -> tuple[list, list, list]:
+    """A column per model (its translation and details), side by side on a wide screen, stacked on a phone; for each
+    comparison model a status line, and the rest of its column hidden while it cannot be loaded."""
+    panels, statuses, columns = [], [], []
+    with gr.Row(equal_height=False):
+        for number, system in enumerate(systems):
+            with gr.Column(min_width=300):
+                if number:
+                    statuses.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
+                with gr.Column(visible=not getattr(system, "failed", False)) as column:
+                    gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                    panels += [
+                        gr.Textbox(label="German", lines=4, interactive=False, elem_id=f"translation-{number}"),
+                        gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}", latex_delimiters=[]),
+                    ]
+                columns += [column] if number else []
+    return panels, statuses, columns

@@ -230,10 +230,11 @@ def options(parser):
 
 class Tally:
     """Calls answered and failed per kind and the translators' latencies since the last minute's line; what the failed
-    calls were told, over the whole run."""
+    calls were told and every kind's latencies, over the whole run."""
 
     def __init__(self):
         self.lock, self.calls, self.latencies, self.failures = threading.Lock(), Counter(), [], Counter()
+        self.seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
 
     def count(self, kind: str, label: str, seconds: float | None = None) -> None:
         with self.lock:
@@ -241,7 +242,9 @@ class Tally:
             if label != "answered":
                 self.failures[kind, label] += 1
             if seconds is not None:
-                self.latencies.append(seconds)
+                self.seconds[kind].append(seconds)
+                if kind == "translate":
+                    self.latencies.append(seconds)
 
     def take(self) -> tuple[Counter, list]:
         with self.lock:
@@ -280,12 +283,12 @@ class Site:
                 self.tally.count("open", "answered" if "data" in answer else f"HTTP {answer.get('refused')}")
         return page
 
-    def ask(self, page: Page, kind: str, fn_index: int, data: list, timed: bool = False) -> list:
-        """One call of the page, counted: its output data ([] if it failed)."""
+    def ask(self, page: Page, kind: str, fn_index: int, data: list) -> list:
+        """One call of the page, counted and timed: its output data ([] if it failed)."""
         asked = time.perf_counter()
         message = page.ask(fn_index, data)
         label = outcome(message)
-        self.tally.count(kind, label, time.perf_counter() - asked if timed else None)
+        self.tally.count(kind, label, time.perf_counter() - asked)
         return message["output"]["data"] if label == "answered" else []
 
     def sentence(self) -> str:
@@ -314,7 +317,7 @@ def visits(site: Site, kind: str, address: str, visit, gap: tuple[float, float])
 def translator(site: Site, page: Page) -> None:
     ends = time.monotonic() + random.uniform(60, 240)
     while time.monotonic() < ends:
-        site.ask(page, "translate", site.named["translate"], [site.sentence(), "beam search", 4, 128, ""], timed=True)
+        site.ask(page, "translate", site.named["translate"], [site.sentence(), "beam search", 4, 128, ""])
         if site.pause(3, 8):
             return
 
@@ -467,6 +470,9 @@ def main():
               f"{slope(half):+.2f} MiB/minute")  # fmt: skip
         told = ", ".join(f"{kind}: {count:,} {label}" for (kind, label), count in tally.failures.most_common())
         print(f"failed calls: {told or 'none'}")
+        timed = ", ".join(f"{kind} {statistics.median(seconds):.2f} / {max(seconds):.2f}"
+                          for kind, seconds in tally.seconds.items() if seconds)  # fmt: skip
+        print(f"queued calls' seconds over the run, median / max: {timed}")
         print(f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; upload folder "
               f"{uploads:,.1f} MB")  # fmt: skip
 

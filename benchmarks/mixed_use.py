@@ -124,9 +124,11 @@ def containers() -> list:
     held = sum(text_bytes(session.config_values, seen) for session in kept) / 2**20
     closed = sum(session.is_closed for session in kept)
     lines = [f"gradio sessions kept: {len(kept):,} ({closed:,} closed), {held:,.1f} MiB of text in their page values"]
+    serving = getattr(app, "serving", app)  # what defends the server: the app's own attributes before app/serving/
     owners = [("gradio queue", demo._queue), ("gradio app", getattr(demo, "server_app", None)),
-              ("ours: views", app.views), ("ours: scheduler", app.scheduler), ("ours: gate", app.gate),
-              ("ours: uploads", app.uploads), ("ours: arena", app.arena)]
+              ("ours: views", app.views), ("ours: scheduler", serving.scheduler), ("ours: gate", serving.gate),
+              ("ours: uploads", serving.uploads), ("ours: arena", app.arena),
+              ("ours: board", getattr(app, "board", None))]
     return lines + [f"{label}: {lengths(owner)}" for label, owner in owners if owner is not None]
 
 

@@ -4,6 +4,7 @@ here, by name, before a hostile client finds it.
 """
 
 import asyncio
+import datetime
 import os
 import subprocess
 import sys
@@ -65,6 +66,20 @@ def test_kept_sessions_reach_gradios_state_holder(page):
     internals.keep_sessions(demo, 7)
     gr.mount_gradio_app(FastAPI(), demo, path="")
     assert demo.state_holder.capacity == 7, f"Blocks.state_session_capacity {UPGRADE}"
+
+
+def test_a_closed_session_unused_long_enough_is_forgotten_from_gradios_state_holder(page):
+    demo, _ = page
+    gr.mount_gradio_app(FastAPI(), demo, path="")
+    holder = demo.state_holder
+    for session in ("closed long ago", "closed just now", "open"):
+        holder[session]  # a session's state, made as a call makes it
+    holder.session_data["closed long ago"].is_closed = holder.session_data["closed just now"].is_closed = True
+    holder.time_last_used["closed long ago"] -= datetime.timedelta(seconds=60)
+
+    forgotten = internals.forget_closed_sessions(demo, 30)
+    assert forgotten == 1, f"StateHolder's session_data, is_closed, time_last_used {UPGRADE}"
+    assert "closed long ago" not in holder and {"closed just now", "open"} <= set(holder.session_data)
 
 
 def test_kept_threads_reach_gradios_limiter(page):

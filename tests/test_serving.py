@@ -11,6 +11,7 @@ import pytest
 import uvicorn
 from test_app_server import free_port
 
+from benchmarks.page_clients import Page
 from transformer_en_de.app.serving import Limits, Serving, start_in_thread
 from transformer_en_de.app.serving.server import bounded_protocol
 from transformer_en_de.app.serving.serving import WORK
@@ -54,6 +55,41 @@ def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_run
     assert serving.side_work(visitor(), work, ("dropped",)) == ("dropped",) and ran == []
     with serving.gate.readers.open("visitor"):  # the page's stream is open
         assert serving.side_work(visitor(), work, ("dropped",)) == ("done",) and ran == ["work"]
+
+
+def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch):
+    # A page-like client notices it was closed at its heartbeat's next beat (a browser closes at once): beat often.
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+    serving = Serving(Limits(closed_session_seconds=0.5, memory_sweep_seconds=0.2))
+
+    def shout(value: str, request: gr.Request) -> str:
+        with serving.admitted(request):
+            return value.upper()
+
+    with gr.Blocks() as demo:
+        text, button = gr.Textbox(), gr.Button()
+        serving.work(button.click, shout, [text], [text], api_name="go")
+    serving.queue(demo)
+    server = serving.server(demo, css="", port=free_port())
+    start_in_thread(server)
+    try:
+        url = f"http://127.0.0.1:{server.config.port}/"
+        left, staying = Page(url), Page(url)
+        for page in (left, staying):
+            assert page.ask(0, ["a dog"])["output"]["data"] == ["A DOG"]
+        sessions = demo.state_holder.session_data  # what Gradio keeps of each page in memory
+        assert {left.session, staying.session} <= set(sessions)
+
+        left.close()
+        deadline = time.monotonic() + 10
+        while left.session in sessions and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left.session not in sessions and staying.session in sessions
+        answer = staying.ask(0, ["a cat"])
+        assert answer.get("output", {}).get("data") == ["A CAT"], answer
+        staying.close()
+    finally:
+        server.should_exit = True
 
 
 # ------------------------------------------------------------------------------------------ bounds on connections

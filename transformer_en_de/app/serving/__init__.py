@@ -21,6 +21,7 @@ The modules, one job each:
 - `guard`: the HTTP front: bodies bounded, calls checked (one line each), sessions and raw calls admitted per address.
 - `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
 - `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
+- `memory`: what the running server gives back: closed pages' state, glibc's free heap.
 - `server`: the page mounted in our FastAPI app and served by uvicorn: its proxy rule, bounded connections (why in a
   protocol subclass, not a middleware: its docstring).
 - `internals`: every undocumented part of gradio and uvicorn the app relies on, named, with an upgrade test.

@@ -10,6 +10,10 @@ Each is here because nothing public does the same job (checked on gradio 6.31, u
   listener's result (`gr.events.Dependency`, documented as the listener's config) carries the same `id`.
 - gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
   such setting, and without it Gradio keeps 10,000 sessions' state in memory.
+- gradio `Blocks.state_holder` (set when the page is mounted): its `session_data` (each session's `SessionState`, whose
+  `is_closed` Gradio sets when the page's heartbeat ends), `time_last_used`, `lock` and `delete_state()`. Gradio
+  keeps a closed page's state until `state_session_capacity` newer sessions push it out (only its `gr.State` values
+  go after an hour), and has no setting that forgets it sooner.
 - gradio `Blocks.max_threads`: what `launch(max_threads=...)` sets, the threads its callbacks run in (an anyio
   capacity limiter made at start-up); `mount_gradio_app` has no such setting, and its 40 would hold the work group's
   callbacks below the calls a class or a flood has in flight.
@@ -23,6 +27,7 @@ And one documented behaviour the app mirrors: uploads are stored under `$GRADIO_
 tests/test_internals.py checks each of them on the installed releases and fails with the name of what changed.
 """
 
+import datetime
 import os
 import tempfile
 
@@ -43,6 +48,27 @@ def page_config(demo) -> dict:
 def keep_sessions(demo, sessions: int) -> None:
     """Keep the state of the `sessions` latest sessions in memory, as `launch(state_session_capacity=...)` would."""
     demo.state_session_capacity = sessions
+
+
+def forget_closed_sessions(demo, closed_seconds: float) -> int:
+    """Forget Gradio's state of every session whose page has closed and that no call has used for `closed_seconds`;
+    returns how many were forgotten. Nothing before the page is mounted."""
+    holder = getattr(demo, "state_holder", None)
+    if holder is None:
+        return 0
+    now = datetime.datetime.now()
+    with holder.lock:
+        closed = [
+            session
+            for session, state in holder.session_data.items()
+            if state.is_closed and (now - holder.time_last_used.get(session, now)).total_seconds() >= closed_seconds
+        ]
+    for session in closed:
+        holder.delete_state(session)  # the gr.State values' delete callbacks, as Gradio's own expiry runs them
+        with holder.lock:
+            holder.session_data.pop(session, None)
+            holder.time_last_used.pop(session, None)
+    return len(closed)
 
 
 def keep_threads(demo, threads: int) -> None:

@@ -62,6 +62,10 @@ class Limits:
     stream_wait_seconds: float = 2.0
     unread_grace_seconds: float = 5.0
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
+    # Memory given back (memory.py): a closed page's state is forgotten once unused this long; that and glibc's free
+    # heap are swept this often.
+    closed_session_seconds: float = 300.0
+    memory_sweep_seconds: float = 60.0
     # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
     # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
     new_sessions_per_address_per_second: float = 2.0

@@ -35,6 +35,7 @@ from fastapi import FastAPI
 from .guard import Gate, RequestGuard
 from .internals import H11Protocol, keep_sessions, keep_threads, request_received
 from .limits import Limits
+from .memory import giving_back
 from .uploads import UploadQuota
 
 # On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
@@ -112,7 +113,7 @@ def build_server(
     `uploads`) first in line, and the server bounded. The host and port default to Gradio's (GRADIO_SERVER_NAME /
     GRADIO_SERVER_PORT, as a Space sets them). `forwarded_allow_ips`: the proxies whose X-Forwarded-For is trusted
     (addresses or networks, comma-separated; "" for none)."""
-    app = FastAPI()
+    app = FastAPI(lifespan=giving_back(demo, limits))  # closed pages' state and the free heap given back (memory.py)
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
     keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
     keep_threads(demo, limits.threads)  # a thread for every call in a callback, as launch() would set

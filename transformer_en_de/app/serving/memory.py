@@ -1,0 +1,57 @@
+"""Memory the server gives back while it runs, so that a day of ordinary use leaves it where warm-up left it.
+
+Two things grew without bound in an hour of mixed use (benchmarks/mixed_use.py; RESULTS.md, round 13):
+- **Closed pages' state.** Gradio keeps a session's page state (a copy of every component's config, ~170 kB on this
+  page) after its page has closed, deleting only its `gr.State` values after an hour and the rest only when
+  `sessions_kept` newer sessions push it out: memory rose with every visitor who came and went. Here a page whose
+  heartbeat has ended and that no call has used for `closed_session_seconds` is forgotten (a page that comes back
+  after that starts afresh: its next Inside redraw asks it to look inside again).
+- **glibc's free heap.** Python's objects come and go in many threads (a callback's, the event loop's), and glibc
+  keeps the freed memory of each thread's arena for reuse rather than returning it: by the hour's end 417 of the heap's
+  664 MiB were free yet resident. `malloc_trim(0)` hands the free pages back; it runs in a worker thread, not the event
+  loop, every `memory_sweep_seconds`. Where the C library has no `malloc_trim` (musl, macOS) this part does nothing.
+"""
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+
+from .internals import forget_closed_sessions
+from .limits import Limits
+
+
+def heap_trimmer():
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+async def give_back(demo, limits: Limits) -> None:
+    """Every `memory_sweep_seconds`, until cancelled: closed pages' state forgotten, the free heap handed back."""
+    trim = heap_trimmer()
+    while True:
+        await asyncio.sleep(limits.memory_sweep_seconds)
+        forget_closed_sessions(demo, limits.closed_session_seconds)
+        if trim is not None:
+            await asyncio.to_thread(trim, 0)
+
+
+def giving_back(demo, limits: Limits):
+    """A FastAPI lifespan that runs `give_back` while the server runs."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        task = asyncio.create_task(give_back(demo, limits))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return lifespan

@@ -3,6 +3,7 @@ eval_results.json (`evaluation.read_eval_results`): metadata with a `model-index
 but validation) and a body with the facts a user needs."""
 
 from pathlib import Path
+from typing import NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -155,6 +156,56 @@ own terms of use apply; see its page.
 """
 
 
+class TrainedOn(NamedTuple):
+    """The dataset a model was trained on, as its eval_results.json names it."""
+
+    entry: dict  # eval_results.json's training.dataset
+    id: str
+    config: str | None
+    multi30k: bool
+    title: str  # how the card names it
+
+
+def trained_on(results: dict) -> TrainedOn:
+    entry = results["training"].get("dataset") or {"name": MULTI30K_HUB_ID}  # files written before the field: Multi30k
+    dataset_id, config = entry["name"], entry.get("config")
+    multi30k = dataset_id == MULTI30K_HUB_ID
+    title = "Multi30k" if multi30k else f"{dataset_id}{f' {config}' if config else ''}"
+    return TrainedOn(entry, dataset_id, config, multi30k, title)
+
+
+def hub_metadata(results: dict, model_name: str, direction: str, dataset: TrainedOn) -> ModelCardData:
+    """The card's metadata the Hub reads: languages, license, tags, and each test score but validation's as an
+    `EvalResult` (the Hub's model-index)."""
+    source, target = results["languages"]["source"], results["languages"]["target"]
+    validation_split = results["training"].get("validation_split", "val")
+    common = dict(
+        task_type="translation",
+        task_name=f"Translation {direction}",
+        dataset_type=dataset.id,
+        dataset_config=dataset.config or f"{source}-{target}",
+    )
+    eval_results = [
+        EvalResult(metric_type=metric, metric_name=name, metric_value=score[metric],
+                   dataset_name=f"{dataset.title} ({split})", dataset_split=split if not dataset.multi30k else "test",
+                   **common)
+        for split, score in results["scores"].items()
+        if split != validation_split
+        for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
+    ] or None
+    return ModelCardData(
+        language=[source, target],
+        license="cc-by-nc-4.0" if dataset.multi30k else "other",
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "transformer", "from-scratch", *(["multi30k"] if dataset.multi30k else []), "custom_code"],
+        datasets=[dataset.id],
+        metrics=["bleu", "chrf"],
+        model_name=model_name,
+        eval_results=eval_results,
+    )
+
+
 def write_model_card(
     folder: str | Path,
     *,
@@ -173,35 +224,9 @@ def write_model_card(
     training = results["training"]
     validation_split = training.get("validation_split", "val")
     scores = results["scores"]
-    dataset = training.get("dataset") or {"name": MULTI30K_HUB_ID}  # files written before the field: Multi30k
-    dataset_id, dataset_config = dataset["name"], dataset.get("config")
-    multi30k = dataset_id == MULTI30K_HUB_ID
-    dataset_title = "Multi30k" if multi30k else f"{dataset_id}{f' {dataset_config}' if dataset_config else ''}"
-    common = dict(
-        task_type="translation",
-        task_name=f"Translation {direction}",
-        dataset_type=dataset_id,
-        dataset_config=dataset_config or f"{source}-{target}",
-    )
-    eval_results = [
-        EvalResult(metric_type=metric, metric_name=name, metric_value=score[metric],
-                   dataset_name=f"{dataset_title} ({split})", dataset_split=split if not multi30k else "test",
-                   **common)
-        for split, score in scores.items()
-        if split != validation_split
-        for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
-    ] or None
-    card_data = ModelCardData(
-        language=[source, target],
-        license="cc-by-nc-4.0" if multi30k else "other",
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=["translation", "transformer", "from-scratch", *(["multi30k"] if multi30k else []), "custom_code"],
-        datasets=[dataset_id],
-        metrics=["bleu", "chrf"],
-        model_name=model_name,
-        eval_results=eval_results,
-    )
+    dataset = trained_on(results)
+    dataset_id, dataset_config, dataset_title, multi30k = dataset.id, dataset.config, dataset.title, dataset.multi30k
+    card_data = hub_metadata(results, model_name, direction, dataset)
     first_score = next(iter(scores.values()), {})
     examples = {"en": "A man is riding a bicycle down the street.", "de": "Ein Mann fährt mit dem Fahrrad die Straße hinunter."}
     card = ModelCard.from_template(
@@ -216,7 +241,7 @@ def write_model_card(
         multi30k=multi30k,
         wmt14=dataset_id.split("/")[-1].lower() == "wmt14",
         train_pairs=next(iter(training.get("corpora", [])), {}).get("pairs"),
-        test_split=dataset.get("test_split"),
+        test_split=dataset.entry.get("test_split"),
         article="An" if direction[0] in "AEIOU" else "A",
         direction=direction,
         pair=f"{source}→{target}",

@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import gradio as gr
+import httpx
 import pytest
 import uvicorn
 from test_app_server import free_port
@@ -88,6 +89,48 @@ def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch):
         answer = staying.ask(0, ["a cat"])
         assert answer.get("output", {}).get("data") == ["A CAT"], answer
         staying.close()
+    finally:
+        server.should_exit = True
+
+
+def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_reads_and_others_do():
+    serving, ran = Serving(Limits(stalled_send_seconds=0.5, stalled_streams_per_address=1)), []
+
+    def answer(request: gr.Request) -> str:
+        with serving.admitted(request):
+            return "x" * 8_000_000  # far more than the socket's buffers hold: the stream's send waits for its reader
+
+    with gr.Blocks() as demo:
+        text, button = gr.Textbox(), gr.Button()
+        serving.work(button.click, answer, None, [text], api_name="big")
+    serving.queue(demo)
+    server = serving.server(demo, css="", port=free_port())
+    start_in_thread(server)
+    try:
+        port = server.config.port
+        session = "never-reads"
+        body = {"data": [], "fn_index": 0, "session_hash": session}
+        assert httpx.post(f"http://127.0.0.1:{port}/gradio_api/queue/join", json=body).status_code == 200
+        stream = socket.socket()
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)  # before connecting: the window it offers
+        stream.connect(("127.0.0.1", port))
+        stream.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        deadline = time.monotonic() + 20
+        while not serving.gate.stalls.stalled("127.0.0.1") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert serving.gate.stalls.stalled("127.0.0.1") == 1
+
+        work = lambda: ran.append("work") or ("done",)  # noqa: E731
+        for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
+            assert serving.gate.admit_session(other, address, counted=False) == ""
+        with serving.gate.readers.open("same address"), serving.gate.readers.open("elsewhere"):
+            assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
+            assert serving.side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)
+            stream.close()  # the stream goes: nothing of the address is stalled any more
+            deadline = time.monotonic() + 10
+            while serving.gate.stalls.stalled("127.0.0.1") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("done",)
     finally:
         server.should_exit = True
 

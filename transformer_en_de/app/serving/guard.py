@@ -20,7 +20,9 @@ can crowd out another visitor's.
   (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
 - Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
 - `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by session: the scheduler
-  drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is served.
+  drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is served. `Gate.stalls`
+  watches each send to an event stream: an address that leaves `stalled_streams_per_address` unread gets no more side
+  work until it reads them (`stalls.py`).
 """
 
 import asyncio
@@ -35,6 +37,7 @@ from contextlib import contextmanager
 from .http_answers import RecordedAnswer, TooLarge, answer, contained, drain, read_body, refuse, replay
 from .internals import page_config
 from .limits import Limits
+from .stalls import Stalls
 from .uploads import file_values_problem
 
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
@@ -61,6 +64,8 @@ class Gate:
         self.limits = limits
         self.readers = Open()  # the event streams being read, by session
         self.streams = Open()  # the responses open that stay open (`_STREAM`), by address
+        self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)  # unread, by address
+        self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address its calls came from lately
         self._lock = threading.Lock()
         # The sessions seen lately, each its own key, and the raw calls, ("call", event id) → their session: a stream
         # read by either counts as read by the session (the newest last).
@@ -87,6 +92,10 @@ class Gate:
             if session is None:
                 return ""
             self._remember(session, session)
+            self._addresses[session] = address
+            self._addresses.move_to_end(session)
+            while len(self._addresses) > 4 * limits.sessions_kept:
+                self._addresses.popitem(last=False)
             if not counted:
                 return ""
             calls = self._calls.setdefault(session, deque())
@@ -143,6 +152,12 @@ class Gate:
                 self._remember(("call", event), session)
                 if place:
                     self._unread[event] = place
+
+    def side_welcome(self, session: str | None) -> bool:
+        """Whether side work of `session` may run: its address reads its event streams (`stalls.py`)."""
+        with self._lock:
+            address = self._addresses.get(session)
+        return self.stalls.welcome(address)
 
     def is_known(self, session: str) -> bool:
         """Whether a call of `session` came through here lately (a new session's first call is not known yet)."""
@@ -298,7 +313,7 @@ class RequestGuard:
             asked = call["event"] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
         with self.gate.readers.open(session):
-            return await contained(self.app, scope, receive, send)
+            return await contained(self.app, scope, receive, self.gate.stalls.watched(self.address(scope), send))
 
     @functools.cached_property
     def endpoints(self) -> dict:

@@ -61,6 +61,10 @@ class Limits:
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0
     unread_grace_seconds: float = 5.0
+    # An address whose clients leave this many event streams unread (a send waiting this long: stalls.py) gets no more
+    # side work until they read: a 200 kB view drains in 5 s over a slow mobile link.
+    stalled_send_seconds: float = 10.0
+    stalled_streams_per_address: int = 8
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
     # Memory given back (memory.py): a closed page's state is forgotten once unused this long; that and glibc's free
     # heap are swept this often.

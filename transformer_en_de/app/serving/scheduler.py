@@ -76,6 +76,7 @@ class FairScheduler:
         heavy_jobs: int = 2,
         ordinary_seconds: float = 1.5,
         is_read=None,
+        side_welcome=None,
         stream_wait_seconds: float = 0.5,
         unread_grace_seconds: float = 5.0,
     ):
@@ -85,6 +86,8 @@ class FairScheduler:
         self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
         # session -> whether its results are being read (guard.Gate.readers); None: every call is read (scripts)
         self.is_read = is_read
+        # session -> whether its side work may run (guard.Gate.side_welcome: its address reads its streams); None: yes
+        self.side_welcome = side_welcome
         self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
         self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
         self._condition = threading.Condition()
@@ -116,6 +119,8 @@ class FairScheduler:
         now = time.monotonic()
         start = now if since is None else min(since, now)
         watched = session is not None and self.is_read is not None  # an anonymous job has no stream to watch
+        if side and self.side_welcome is not None and not self.side_welcome(session):
+            raise Cancelled(f"the address of session {session} leaves its event streams unread")
         if watched:
             self._wait_for_reader(session, start + self.stream_wait_seconds)
         session = session or f"anonymous-{threading.get_ident()}"

@@ -35,6 +35,7 @@ class Serving:
             heavy_jobs=limits.heavy_jobs,
             ordinary_seconds=limits.ordinary_cpu_seconds,
             is_read=self.gate.readers.is_read,
+            side_welcome=self.gate.side_welcome,
             stream_wait_seconds=limits.stream_wait_seconds,
             unread_grace_seconds=limits.unread_grace_seconds,
         )

@@ -1,0 +1,47 @@
+"""Event streams whose clients do not read them, by address.
+
+A client can open a session's event stream and never read it: the call's answer (an Inside view is ~200 kB of JSON)
+is computed, encoded, and then held in the server's memory, because uvicorn's `send` waits for the client to take the
+bytes (its flow control) and Gradio keeps the session's later messages behind it. Which streams those are is known
+only there: a `send` that has waited `stalled_seconds` is stalled. An address with `most` stalled streams gets no
+more side work (looks inside, pictures, battles) until it reads them: the scheduler drops that work before it runs
+(`FairScheduler.side_welcome`), so 100 unread views cost the server a few views, not 100. Translations are never
+refused this way: a class on a congested link still gets them.
+"""
+
+import threading
+import time
+
+
+class Stalls:
+    """The sends to event streams in progress, by address: which have waited long enough to count as unread."""
+
+    def __init__(self, stalled_seconds: float, most: int):
+        self.stalled_seconds, self.most = stalled_seconds, most
+        self._pending: dict[object, tuple[str, float]] = {}  # a send in progress → (its address, since when)
+        self._lock = threading.Lock()
+
+    def watched(self, address: str, send):
+        """`send` (an ASGI send of an event stream to `address`), each call watched while it waits."""
+
+        async def watched_send(message):
+            token = object()
+            with self._lock:
+                self._pending[token] = (address, time.monotonic())
+            try:
+                await send(message)
+            finally:
+                with self._lock:
+                    del self._pending[token]
+
+        return watched_send
+
+    def stalled(self, address: str) -> int:
+        """How many of `address`'s streams have a send waiting `stalled_seconds` or more."""
+        since = time.monotonic() - self.stalled_seconds
+        with self._lock:
+            return sum(owner == address and started <= since for owner, started in self._pending.values())
+
+    def welcome(self, address: str | None) -> bool:
+        """Whether side work of `address` may run: fewer than `most` of its streams stalled."""
+        return address is None or self.stalled(address) < self.most

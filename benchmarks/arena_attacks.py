@@ -119,13 +119,17 @@ class Party:
 
 
 def ordinary_visits(url: str, seconds: float) -> list[float]:
-    """An ordinary visitor's translations, one every 2 s, for `seconds`: their latencies."""
-    visitor, latencies, deadline = client(url, ORDINARY), [], time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        asked = time.perf_counter()
-        visitor.predict(CAPTIONS[len(latencies) % len(CAPTIONS)], "beam search", 4, 128, "", api_name="/translate")
-        latencies.append(time.perf_counter() - asked)
-        time.sleep(2.0)
+    """An ordinary visitor's translations, one every 2 s, for about `seconds`: their latencies. The visitor runs in a
+    process of its own (`hostile_clients.Visitor`), as a browser would: the script's and the honest sessions' clients
+    in this process would otherwise slow its own calls (their start-up at once holds this process's GIL)."""
+    from benchmarks.hostile_clients import Visitor
+
+    visitor = Visitor(url, ORDINARY)
+    try:
+        sentences = [CAPTIONS[number % len(CAPTIONS)] for number in range(max(1, round(seconds / 2.5)))]
+        latencies, _ = visitor.visit(sentences, 2.0)
+    finally:
+        visitor.close()
     return latencies
 
 

@@ -860,9 +860,10 @@ def attacks(http, url: str, scratch: Path, args, server=None, log: Path | None =
 class Visitor:
     """The ordinary visitor in a process of its own (`visitor_process`): one gradio_client session for the whole run."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, address: str | None = None):
+        """`address`: the visitor's, in X-Forwarded-For (a server that trusts the benchmark's proxy); else its own."""
         code = "from benchmarks.hostile_clients import visitor_process; visitor_process()"
-        command = [sys.executable, "-c", code, url]
+        command = [sys.executable, "-c", code, url, *([address] if address else [])]
         self.process = subprocess.Popen(command, cwd=harness.ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True)  # fmt: skip
 
@@ -885,7 +886,8 @@ def visitor_process() -> None:
     line {"latencies": [...], "failures": n} (`visit`)."""
     from gradio_client import Client
 
-    client = Client(sys.argv[1], verbose=False)
+    headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
+    client = Client(sys.argv[1], verbose=False, headers=headers)
     for line in sys.stdin:
         asked = json.loads(line)
         latencies, failures = visit(client, asked["sentences"], asked["pause"])

@@ -57,16 +57,15 @@ def forget_closed_sessions(demo, closed_seconds: float) -> int:
     if holder is None:
         return 0
     now = datetime.datetime.now()
-    with holder.lock:
+    with holder.lock:  # the lock Gradio evicts sessions under
         closed = [
             session
             for session, state in holder.session_data.items()
             if state.is_closed and (now - holder.time_last_used.get(session, now)).total_seconds() >= closed_seconds
         ]
-    for session in closed:
-        holder.delete_state(session)  # the gr.State values' delete callbacks, as Gradio's own expiry runs them
-        with holder.lock:
-            holder.session_data.pop(session, None)
+        for session in closed:
+            holder.delete_state(session)  # the gr.State values' delete callbacks, as Gradio's own expiry runs them
+            del holder.session_data[session]
             holder.time_last_used.pop(session, None)
     return len(closed)
 

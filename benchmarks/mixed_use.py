@@ -26,12 +26,10 @@ and memory are not the ordinary ones), and the last report says where the alloca
 made (the 3 innermost frames outside the standard library).
 The page's own calls count under "open" (5 a page); a file job counts once (its download only if it fails).
 
-Fixes tried from outside app.py: `--malloc_trim SECONDS` (the server hands glibc's free memory back that often),
-`--forget_closed` (every 10 s the server drops Gradio's state of the sessions whose page has closed); the server
-inherits this process's environment, so glibc's settings are tried as `MALLOC_ARENA_MAX=2 python -m ...`.
+The server gives memory back itself (closed pages' state, glibc's free heap: `transformer_en_de/app/serving/memory.py`);
+it inherits this process's environment, so glibc's settings are tried as `MALLOC_ARENA_MAX=2 python -m ...`.
 
     OMP_NUM_THREADS=1 nice -n 5 python -m benchmarks.mixed_use --threads 1 [--minutes 60] [--trace counts|allocations]
-        [--malloc_trim 60] [--forget_closed]
 """
 
 import os
@@ -62,9 +60,8 @@ ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds 
 # imports it at start-up, before app.py.
 IN_THE_SERVER = r'''
 """benchmarks.mixed_use: with $MIXED_USE_TRACE a report into $MIXED_USE_TRACE.<n> at each SIGUSR1 (and with
-$MIXED_USE_ALLOCATIONS, tracemalloc from the first on); with $MIXED_USE_TRIM_SECONDS, malloc_trim(0) that often; with
-$MIXED_USE_FORGET_CLOSED, every 10 s Gradio's state of the sessions whose page has closed is dropped."""
-import ctypes, gc, os, signal, sys, threading, time, tracemalloc
+$MIXED_USE_ALLOCATIONS, tracemalloc from the first on)."""
+import ctypes, gc, os, signal, sys, threading, tracemalloc
 from collections import Counter
 
 asked, first = threading.Event(), {}
@@ -181,31 +178,9 @@ def reporter() -> None:
         number += 1
 
 
-def give_back(seconds: float) -> None:
-    while True:
-        time.sleep(seconds)
-        LIBC.malloc_trim(0)
-
-
-def forget_closed() -> None:
-    while True:
-        time.sleep(10)
-        app = getattr(sys.modules.get("__main__"), "APP", None)
-        sessions = getattr(getattr(app, "demo", None), "state_holder", None)
-        if sessions is not None:
-            with sessions.lock:
-                for session in [name for name, state in sessions.session_data.items() if state.is_closed]:
-                    del sessions.session_data[session]
-                    sessions.time_last_used.pop(session, None)
-
-
 if os.environ.get("MIXED_USE_TRACE"):
     threading.Thread(target=reporter, daemon=True, name="mixed-use-trace").start()
     signal.signal(signal.SIGUSR1, lambda *_: asked.set())
-if os.environ.get("MIXED_USE_TRIM_SECONDS"):
-    threading.Thread(target=give_back, args=(float(os.environ["MIXED_USE_TRIM_SECONDS"]),), daemon=True).start()
-if os.environ.get("MIXED_USE_FORGET_CLOSED"):
-    threading.Thread(target=forget_closed, daemon=True).start()
 '''
 
 
@@ -216,17 +191,6 @@ def options(parser):
     parser.add_argument("--players", type=int, default=2, help="arena players at once (default 2)")
     parser.add_argument("--file_lines", type=int, default=200, help="lines of each file job (default 200)")
     parser.add_argument("--trace", choices=["counts", "allocations"], help="the server reports what it holds")
-    parser.add_argument(
-        "--malloc_trim",
-        type=float,
-        default=0.0,
-        help="the server gives glibc's free memory back every this many seconds (a fix, tried)",
-    )
-    parser.add_argument(
-        "--forget_closed",
-        action="store_true",
-        help="the server drops Gradio's state of the sessions whose page closed (a fix, tried)",
-    )
     parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
 
 
@@ -418,7 +382,7 @@ def main():
         scratch = Path(folder)
         os.environ["GRADIO_TEMP_DIR"] = str(scratch / "uploads")  # the server's upload folder, this run's own
         trace = scratch / "trace" / "report"
-        if args.trace or args.malloc_trim or args.forget_closed:
+        if args.trace:
             trace.parent.mkdir()
             (trace.parent / "sitecustomize.py").write_text(IN_THE_SERVER)
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(trace.parent), os.environ.get("PYTHONPATH")]))
@@ -426,10 +390,6 @@ def main():
             os.environ["MIXED_USE_TRACE"] = str(trace)
         if args.trace == "allocations":
             os.environ["MIXED_USE_ALLOCATIONS"] = "1"
-        if args.malloc_trim:
-            os.environ["MIXED_USE_TRIM_SECONDS"] = str(args.malloc_trim)
-        if args.forget_closed:
-            os.environ["MIXED_USE_FORGET_CLOSED"] = "1"
         server, url, _ = serve(scratch, args)
         tally, stopped = Tally(), threading.Event()
         site = Site(url, sentences, tally, stopped)

@@ -176,6 +176,7 @@ def readers(url: str, server, args) -> None:
     print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
           f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s; server {before:.0f} -> "
           f"{rss_mib(server.pid):.0f} MiB")  # fmt: skip
+    print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
 def lock(url: str, votes_db: Path, args) -> None:

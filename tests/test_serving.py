@@ -2,6 +2,9 @@
 (`server.py`'s h11 protocol), each on its own: a page of one button, a loopback uvicorn serving a two-route ASGI app.
 The whole app behind them: tests/test_app_server.py."""
 
+import ctypes
+import os
+import platform
 import socket
 import time
 from types import SimpleNamespace
@@ -13,7 +16,7 @@ import uvicorn
 from test_app_server import free_port
 
 from benchmarks.page_clients import Page
-from transformer_en_de.app.serving import Limits, Serving, start_in_thread
+from transformer_en_de.app.serving import Limits, Serving, memory, start_in_thread
 from transformer_en_de.app.serving.server import bounded_protocol
 from transformer_en_de.app.serving.serving import WORK
 
@@ -133,6 +136,43 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
             assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("done",)
     finally:
         server.should_exit = True
+
+
+def test_a_paced_event_is_refused_at_the_front_past_its_addresss_bucket_and_other_addresses_and_events_go_on():
+    serving = Serving()
+
+    def read(request: gr.Request) -> str:
+        with serving.admitted(request):
+            return "the board"
+
+    with gr.Blocks() as demo:
+        board, show, other = gr.Markdown(), gr.Button(), gr.Button()
+        serving.paced(serving.work(show.click, read, None, [board], api_name="leaderboard"), 2, 0.01)
+        serving.work(other.click, read, None, [board], api_name="other")
+    serving.queue(demo)
+    server = serving.server(demo, css="", port=free_port(), forwarded_allow_ips="127.0.0.1")
+    start_in_thread(server)
+    try:
+        url = f"http://127.0.0.1:{server.config.port}/gradio_api/queue/join"
+
+        def join(fn_index: int, address: str) -> httpx.Response:
+            body = {"data": [], "fn_index": fn_index, "session_hash": os.urandom(8).hex()}
+            return httpx.post(url, json=body, headers={"X-Forwarded-For": address})
+
+        assert [join(0, "192.0.2.1").status_code for _ in range(2)] == [200, 200]  # the burst
+        refused = join(0, "192.0.2.1")
+        assert refused.status_code == 429 and "/leaderboard" in refused.text and "\n" not in refused.text.strip()
+        assert join(0, "198.51.100.7").status_code == 200  # another address: its own bucket
+        assert join(1, "192.0.2.1").status_code == 200  # another event of the same address: not paced
+    finally:
+        server.should_exit = True
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_glibc_takes_the_bound_on_its_arenas_and_gives_free_memory_back():
+    assert memory.fewer_arenas(Limits().malloc_arenas)  # mallopt(M_ARENA_MAX, ...) accepted
+    trim = memory.glibc("malloc_trim", [ctypes.c_size_t])
+    assert trim is not None and trim(0) in (0, 1)  # 1: memory was given back, 0: there was none to give
 
 
 # ------------------------------------------------------------------------------------------ bounds on connections

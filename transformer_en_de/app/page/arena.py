@@ -53,7 +53,9 @@ def arena_tab(app, sign_in: bool = False) -> gr.Markdown | None:
         )
     app.serving.work(start.click, app.battle, [text], [battle_id, first, second], api_name="battle")
     app.serving.work(send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote")
-    app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard")
+    limits = app.serving.limits
+    reads = app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard")
+    app.serving.paced(reads, limits.board_reads_per_address_burst, limits.board_reads_per_address_per_second)
     return signed_in if sign_in else None
 
 

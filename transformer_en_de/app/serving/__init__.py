@@ -19,7 +19,7 @@ The modules, one job each:
 - `scheduler`: the admission point's one order: turns on the CPU, fair by visitor, translations before side work
   before heavy requests; unread calls dropped, cancellation and deadlines.
 - `guard`: the HTTP front: bodies bounded, calls checked (one line each), sessions and raw calls admitted per address.
-- `stalls`: the event streams an address leaves unread, watched send by send.
+- `streams`: the responses that stay open, counted by key, and the event streams an address leaves unread.
 - `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
 - `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
 - `memory`: what the running server gives back: closed pages' state, glibc's free heap.

@@ -10,7 +10,8 @@ can crowd out another visitor's.
   never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs.
   Pages (their heartbeat open) draw on a bucket of their own: a script churning sessions it never uses spends its
   bucket, never the pages of a class behind its address. A session has at most `calls_per_session` calls queued or
-  running.
+  running. An event the page paces (`Gate.pace`: the leaderboard) has a bucket per address too, and a call beyond it
+  is refused at once, before Gradio's queue and event streams spend anything on it.
 - Raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS` posted within
   `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the scheduler
   drops each unread after that long, so a client that posts in a loop and never reads holds a few of the callbacks,
@@ -22,7 +23,7 @@ can crowd out another visitor's.
 - `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by session: the scheduler
   drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is served. `Gate.stalls`
   watches each send to an event stream: an address that leaves `stalled_streams_per_address` unread gets no more side
-  work until it reads them (`stalls.py`).
+  work until it reads them (`streams.py`).
 """
 
 import asyncio
@@ -31,13 +32,13 @@ import json
 import re
 import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 
 from .http_answers import RecordedAnswer, TooLarge, answer, contained, drain, read_body, refuse, replay
 from .internals import page_config
 from .limits import Limits
-from .stalls import Stalls
+from .streams import Open, Stalls
 from .uploads import file_values_problem
 
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
@@ -74,6 +75,7 @@ class Gate:
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
         self.counted: set[int] = set()  # the fn_index of each event whose calls count (`count`)
+        self.paces: dict[int, tuple[int, float]] = {}  # fn_index → (burst, per second) of each paced event (`pace`)
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
         """Empty if a call of `session` from `address` may enter Gradio's queue, else the one-line reason; a `counted`
@@ -110,18 +112,40 @@ class Gate:
         return ""
 
     def _new_session_from(self, bucket: tuple[str, str], now: float) -> bool:
-        """Take one of the address's new sessions (`bucket`: the address, and the kind of session): a
-        bucket of `new_sessions_per_address_burst`, refilled at the per-address rate; False if it is empty (lock held).
-        The least recent addresses are forgotten first."""
-        limits = self.limits
-        rate, burst = limits.new_sessions_per_address_per_second, limits.new_sessions_per_address_burst
+        """Take one of the address's new sessions (`bucket`: the address, and the kind of session): a bucket of
+        `new_sessions_per_address_burst`, refilled at the per-address rate; False if it is empty (lock held)."""
+        burst, rate = self.limits.new_sessions_per_address_burst, self.limits.new_sessions_per_address_per_second
+        return self._take(bucket, burst, rate, now)
+
+    def _take(self, bucket: tuple, burst: int, rate: float, now: float) -> bool:
+        """Take one token of `bucket` (`burst` at most, refilled at `rate` a second); False if it is empty (lock held).
+        The least recent buckets are forgotten first."""
         tokens, when = self._new_sessions.pop(bucket, (float(burst), now))
         tokens = min(burst, tokens + (now - when) * rate)
         admitted = tokens >= 1
         self._new_sessions[bucket] = (tokens - admitted, now)
-        while len(self._new_sessions) > 4 * limits.sessions_kept:
+        while len(self._new_sessions) > 4 * self.limits.sessions_kept:
             self._new_sessions.popitem(last=False)
         return admitted
+
+    def pace(self, dependency, burst: int, per_second: float):
+        """Pace the calls of this event (an event listener's result) per address: `burst` at once, then `per_second`;
+        a call beyond is refused at the front (`paced`). Returns it, to chain on."""
+        self.paces[dependency["id"]] = (burst, per_second)
+        return dependency
+
+    def paced(self, event: dict, address: str) -> str:
+        """Empty if a call of `event` (its config) from `address` is within its pace, else the one-line reason."""
+        if event["id"] not in self.paces:
+            return ""
+        burst, per_second = self.paces[event["id"]]
+        with self._lock:
+            if self._take(("pace", address, event["id"]), burst, per_second, time.monotonic()):
+                return ""
+        return (
+            f"/{event.get('api_name') or 'this event'} was called from this address more often than {per_second:g} a "
+            "second lately; this call was not started. Try again in a few seconds."
+        )
 
     def _remember(self, key: str | tuple, session: str) -> None:
         """Note that a stream read by `key` is read by `session` (lock held); the least recent are forgotten first."""
@@ -154,7 +178,7 @@ class Gate:
                     self._unread[event] = place
 
     def side_welcome(self, session: str | None) -> bool:
-        """Whether side work of `session` may run: its address reads its event streams (`stalls.py`)."""
+        """Whether side work of `session` may run: its address reads its event streams (`streams.py`)."""
         with self._lock:
             address = self._addresses.get(session)
         return self.stalls.welcome(address)
@@ -265,6 +289,9 @@ class RequestGuard:
                 send, 429, f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
             )  # fmt: skip
+        if refused := self.gate.paced(event, address):
+            self.gate.posted(slot, None, None)
+            return await refuse(send, 429, refused)
         refused = self.gate.admit_session(session, address, counted)
         if refused and session is not None and not self.gate.is_known(session) and await self.page_opens(session):
             refused = self.gate.admit_session(session, address, counted)  # a page's: from the pages' bucket
@@ -450,31 +477,3 @@ def page_stream(path: str, query: bytes) -> str | None:
     """The session whose messages a page's event stream (`/queue/data?session_hash=...`) reads; else None."""
     found = re.search(rb"(?:^|&)session_hash=([^&]+)", query) if path.rstrip("/") == "/gradio_api/queue/data" else None
     return found[1].decode("latin-1") if found else None
-
-
-class Open:
-    """How many responses of each key (a session, an address) are open now."""
-
-    def __init__(self):
-        self._open = Counter()
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def open(self, key: str, most: float = float("inf")):
-        """Yields False, without counting, if `key` already has `most` open; else counts one while the block runs and
-        yields True."""
-        with self._lock:
-            admitted = self._open[key] < most
-            self._open[key] += admitted
-        try:
-            yield admitted
-        finally:
-            with self._lock:
-                self._open[key] -= admitted
-                if self._open[key] <= 0:
-                    del self._open[key]
-
-    def is_read(self, key: str | None) -> bool:
-        """Whether a response of `key` is open (for the readers: whether the session's results are being read)."""
-        with self._lock:
-            return key is not None and self._open.get(key, 0) > 0

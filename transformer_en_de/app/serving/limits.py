@@ -61,19 +61,24 @@ class Limits:
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0
     unread_grace_seconds: float = 5.0
-    # An address whose clients leave this many event streams unread (a send waiting this long: stalls.py) gets no more
+    # An address whose clients leave this many event streams unread (a send waiting this long: streams.py) gets no more
     # side work until they read: a 200 kB view drains in 5 s over a slow mobile link.
     stalled_send_seconds: float = 10.0
     stalled_streams_per_address: int = 8
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
     # Memory given back (memory.py): a closed page's state is forgotten once unused this long; that and glibc's free
-    # heap are swept this often.
+    # heap are swept this often; glibc's malloc keeps this many arenas at most.
     closed_session_seconds: float = 300.0
     memory_sweep_seconds: float = 60.0
+    malloc_arenas: int = 2
     # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
     # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
     new_sessions_per_address_per_second: float = 2.0
     new_sessions_per_address_burst: int = 100
+    # Leaderboard reads per address (app/page/arena.py; guard.py refuses beyond): a class shows it at once, then it
+    # changes only as votes come; 45 reads a second from one address held the event loop from a visitor's translation.
+    board_reads_per_address_burst: int = 60
+    board_reads_per_address_per_second: float = 1.0
     # Calls queued or running per session (guard.py): a page runs one at a time, and refusing a second at the front
     # costs nothing of the queue's.
     calls_per_session: int = 1

@@ -50,6 +50,11 @@ class Serving:
         )  # fmt: skip
         return self.gate.count(event)
 
+    def paced(self, event, burst: int, per_second: float):
+        """`event` (a work event) paced per address: `burst` calls at once, then `per_second`; more are refused at the
+        front in one line. Returns it, to chain on."""
+        return self.gate.pace(event, burst, per_second)
+
     @contextmanager
     def admitted(self, request):
         """The callback of a work event runs inside this block (`request`: its `gr.Request`): its call stops counting

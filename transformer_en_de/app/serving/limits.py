@@ -67,10 +67,9 @@ class Limits:
     stalled_streams_per_address: int = 8
     sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
     # Memory given back (memory.py): a closed page's state is forgotten once unused this long; that and glibc's free
-    # heap are swept this often; glibc's malloc keeps this many arenas at most.
+    # heap are swept this often.
     closed_session_seconds: float = 300.0
     memory_sweep_seconds: float = 60.0
-    malloc_arenas: int = 2
     # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
     # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
     new_sessions_per_address_per_second: float = 2.0

@@ -7,12 +7,11 @@ Two things grew without bound in an hour of mixed use (benchmarks/mixed_use.py; 
   heartbeat has ended and that no call has used for `closed_session_seconds` is forgotten (a page that comes back
   after that starts afresh: its next Inside redraw asks it to look inside again).
 - **glibc's free heap.** Python's objects come and go in many threads (a callback's, the event loop's), and glibc
-  gives each thread that allocates at once an arena of its own (up to 8 per core) and keeps each arena's freed memory
-  for reuse rather than returning it: by the hour's end 417 of the heap's 664 MiB were free yet resident, in
-  fragments no trim could return. When the server starts, glibc is told to use `malloc_arenas` arenas at most
-  (`mallopt(M_ARENA_MAX)`, as the MALLOC_ARENA_MAX variable would, for the threads made after it: Gradio makes its
-  callbacks' threads as calls come), and `malloc_trim(0)` hands the free pages back every `memory_sweep_seconds`, in
-  a worker thread, not the event loop. Where the C library is not glibc (musl, macOS) this part does nothing.
+  keeps freed memory for reuse rather than returning it: by the hour's end 417 of the heap's 664 MiB were free yet
+  resident. `malloc_trim(0)` hands the free pages back every `memory_sweep_seconds`, in a worker thread, not the event
+  loop; what it cannot return is free memory in fragments between live objects (RESULTS.md, round 14: telling glibc
+  to keep 2 arenas, `mallopt(M_ARENA_MAX)`, did not shrink it and was not kept). Where the C library is not glibc
+  (musl, macOS) this part does nothing.
 """
 
 import asyncio
@@ -23,8 +22,6 @@ import ctypes.util
 from .internals import forget_closed_sessions
 from .limits import Limits
 
-M_ARENA_MAX = -8  # glibc's malloc.h
-
 
 def glibc(name: str, argtypes: list):
     """The C library's function `name` (returning int), or None where it has none (not glibc)."""
@@ -34,12 +31,6 @@ def glibc(name: str, argtypes: list):
         return None
     function.argtypes, function.restype = argtypes, ctypes.c_int
     return function
-
-
-def fewer_arenas(arenas: int) -> bool:
-    """Have glibc's malloc use at most `arenas` arenas from now on; whether it could be told."""
-    mallopt = glibc("mallopt", [ctypes.c_int, ctypes.c_int])
-    return mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1
 
 
 async def give_back(demo, limits: Limits) -> None:
@@ -53,11 +44,10 @@ async def give_back(demo, limits: Limits) -> None:
 
 
 def giving_back(demo, limits: Limits):
-    """A FastAPI lifespan that bounds glibc's arenas and runs `give_back` while the server runs."""
+    """A FastAPI lifespan that runs `give_back` while the server runs."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        fewer_arenas(limits.malloc_arenas)  # before Gradio makes its callbacks' threads
         task = asyncio.create_task(give_back(demo, limits))
         try:
             yield

@@ -77,9 +77,13 @@ def test_a_closed_session_unused_long_enough_is_forgotten_from_gradios_state_hol
     holder.session_data["closed long ago"].is_closed = holder.session_data["closed just now"].is_closed = True
     holder.time_last_used["closed long ago"] -= datetime.timedelta(seconds=60)
 
-    forgotten = internals.forget_closed_sessions(demo, 30)
+    holder["back again"]  # closed long ago, but its page came back (its heartbeat open again)
+    holder.session_data["back again"].is_closed = True
+    holder.time_last_used["back again"] -= datetime.timedelta(seconds=60)
+
+    forgotten = internals.forget_closed_sessions(demo, 30, reopened=lambda session: session == "back again")
     assert forgotten == 1, f"StateHolder's session_data, is_closed, time_last_used {UPGRADE}"
-    assert "closed long ago" not in holder and {"closed just now", "open"} <= set(holder.session_data)
+    assert "closed long ago" not in holder and {"closed just now", "open", "back again"} <= set(holder.session_data)
 
 
 def test_kept_threads_reach_gradios_limiter(page):

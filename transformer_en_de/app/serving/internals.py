@@ -50,9 +50,11 @@ def keep_sessions(demo, sessions: int) -> None:
     demo.state_session_capacity = sessions
 
 
-def forget_closed_sessions(demo, closed_seconds: float) -> int:
-    """Forget Gradio's state of every session whose page has closed and that no call has used for `closed_seconds`;
-    returns how many were forgotten. Nothing before the page is mounted."""
+def forget_closed_sessions(demo, closed_seconds: float, reopened=lambda session: False) -> int:
+    """Forget Gradio's state of every session whose page has closed and that no call has used for `closed_seconds`,
+    unless `reopened(session)` (Gradio never marks a page open again once its heartbeat ended: a page whose link
+    dropped and came back is still "closed" to it); returns how many were forgotten. Nothing before the page is
+    mounted."""
     holder = getattr(demo, "state_holder", None)
     if holder is None:
         return 0
@@ -62,6 +64,7 @@ def forget_closed_sessions(demo, closed_seconds: float) -> int:
             session
             for session, state in holder.session_data.items()
             if state.is_closed and (now - holder.time_last_used.get(session, now)).total_seconds() >= closed_seconds
+            and not reopened(session)
         ]
         for session in closed:
             holder.delete_state(session)  # the gr.State values' delete callbacks, as Gradio's own expiry runs them

@@ -4,8 +4,9 @@ Two things grew without bound in an hour of mixed use (benchmarks/mixed_use.py; 
 - **Closed pages' state.** Gradio keeps a session's page state (a copy of every component's config, ~170 kB on this
   page) after its page has closed, deleting only its `gr.State` values after an hour and the rest only when
   `sessions_kept` newer sessions push it out: memory rose with every visitor who came and went. Here a page whose
-  heartbeat has ended and that no call has used for `closed_session_seconds` is forgotten (a page that comes back
-  after that starts afresh: its next Inside redraw asks it to look inside again).
+  heartbeat has ended and that no call has used for `closed_session_seconds` is forgotten, unless its heartbeat or
+  stream is open again (a link that dropped and came back); a page that comes back later starts afresh (its next
+  Inside redraw asks it to look inside again).
 - **glibc's free heap.** Python's objects come and go in many threads (a callback's, the event loop's), and glibc
   keeps freed memory for reuse rather than returning it: by the hour's end 417 of the heap's 664 MiB were free yet
   resident. `malloc_trim(0)` hands the free pages back every `memory_sweep_seconds`, in a worker thread, not the event
@@ -33,22 +34,23 @@ def glibc(name: str, argtypes: list):
     return function
 
 
-async def give_back(demo, limits: Limits) -> None:
-    """Every `memory_sweep_seconds`, until cancelled: closed pages' state forgotten, the free heap handed back."""
+async def give_back(demo, limits: Limits, is_open) -> None:
+    """Every `memory_sweep_seconds`, until cancelled: closed pages' state forgotten (not a page `is_open(session)`
+    says is open again: its heartbeat or stream back), the free heap handed back."""
     trim = glibc("malloc_trim", [ctypes.c_size_t])
     while True:
         await asyncio.sleep(limits.memory_sweep_seconds)
-        forget_closed_sessions(demo, limits.closed_session_seconds)
+        forget_closed_sessions(demo, limits.closed_session_seconds, is_open)
         if trim is not None:
             await asyncio.to_thread(trim, 0)
 
 
-def giving_back(demo, limits: Limits):
+def giving_back(demo, limits: Limits, is_open):
     """A FastAPI lifespan that runs `give_back` while the server runs."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        task = asyncio.create_task(give_back(demo, limits))
+        task = asyncio.create_task(give_back(demo, limits, is_open))
         try:
             yield
         finally:

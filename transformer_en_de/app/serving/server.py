@@ -113,7 +113,7 @@ def build_server(
     `uploads`) first in line, and the server bounded. The host and port default to Gradio's (GRADIO_SERVER_NAME /
     GRADIO_SERVER_PORT, as a Space sets them). `forwarded_allow_ips`: the proxies whose X-Forwarded-For is trusted
     (addresses or networks, comma-separated; "" for none)."""
-    app = FastAPI(lifespan=giving_back(demo, limits))  # closed pages' state and the free heap given back (memory.py)
+    app = FastAPI(lifespan=giving_back(demo, limits, gate.readers.is_read))  # memory given back (memory.py)
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
     keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
     keep_threads(demo, limits.threads)  # a thread for every call in a callback, as launch() would set

@@ -1,4 +1,4 @@
-"""Memory the server gives back while it runs, so that a day of ordinary use leaves it where warm-up left it.
+"""Memory the server gives back while it runs, so that what it holds stays where warm-up left it.
 
 Two things grew without bound in an hour of mixed use (benchmarks/mixed_use.py; RESULTS.md, round 13):
 - **Closed pages' state.** Gradio keeps a session's page state (a copy of every component's config, ~170 kB on this

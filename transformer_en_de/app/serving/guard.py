@@ -94,10 +94,7 @@ class Gate:
             if session is None:
                 return ""
             self._remember(session, session)
-            self._addresses[session] = address
-            self._addresses.move_to_end(session)
-            while len(self._addresses) > 4 * limits.sessions_kept:
-                self._addresses.popitem(last=False)
+            self._keep_latest(self._addresses, session, address)
             if not counted:
                 return ""
             calls = self._calls.setdefault(session, deque())
@@ -120,12 +117,10 @@ class Gate:
     def _take(self, bucket: tuple, burst: int, rate: float, now: float) -> bool:
         """Take one token of `bucket` (`burst` at most, refilled at `rate` a second); False if it is empty (lock held).
         The least recent buckets are forgotten first."""
-        tokens, when = self._new_sessions.pop(bucket, (float(burst), now))
+        tokens, when = self._new_sessions.get(bucket, (float(burst), now))
         tokens = min(burst, tokens + (now - when) * rate)
         admitted = tokens >= 1
-        self._new_sessions[bucket] = (tokens - admitted, now)
-        while len(self._new_sessions) > 4 * self.limits.sessions_kept:
-            self._new_sessions.popitem(last=False)
+        self._keep_latest(self._new_sessions, bucket, (tokens - admitted, now))
         return admitted
 
     def pace(self, dependency, burst: int, per_second: float):
@@ -149,10 +144,14 @@ class Gate:
 
     def _remember(self, key: str | tuple, session: str) -> None:
         """Note that a stream read by `key` is read by `session` (lock held); the least recent are forgotten first."""
-        self._known[key] = session
-        self._known.move_to_end(key)
-        while len(self._known) > 4 * self.limits.sessions_kept:
-            self._known.popitem(last=False)
+        self._keep_latest(self._known, key, session)
+
+    def _keep_latest(self, table: OrderedDict, key, value) -> None:
+        """`table[key] = value` as its newest entry, the least recent forgotten past 4 x `sessions_kept` (lock held)."""
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > 4 * self.limits.sessions_kept:
+            table.popitem(last=False)
 
     def unread_slot(self, address: str) -> object | None:
         """A place among the raw calls `address` posted within `stream_wait_seconds` and has not begun to read, taken

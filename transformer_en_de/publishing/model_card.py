@@ -225,7 +225,6 @@ def write_model_card(
     validation_split = training.get("validation_split", "val")
     scores = results["scores"]
     dataset = trained_on(results)
-    dataset_id, dataset_config, dataset_title, multi30k = dataset.id, dataset.config, dataset.title, dataset.multi30k
     card_data = hub_metadata(results, model_name, direction, dataset)
     first_score = next(iter(scores.values()), {})
     examples = {"en": "A man is riding a bicycle down the street.", "de": "Ein Mann fährt mit dem Fahrrad die Straße hinunter."}
@@ -233,13 +232,13 @@ def write_model_card(
         card_data,
         template_str=CARD_TEMPLATE,
         model_name=model_name,
-        model_id=hub_model_id or folder.name,
-        dataset_id=dataset_id,
-        dataset_url=(f"https://huggingface.co/datasets/{dataset_id}" if not Path(dataset_id).exists() else dataset_id),
-        dataset_config=dataset_config,
-        dataset_title=dataset_title,
-        multi30k=multi30k,
-        wmt14=dataset_id.split("/")[-1].lower() == "wmt14",
+        model_id=model_name,
+        dataset_id=dataset.id,
+        dataset_url=(f"https://huggingface.co/datasets/{dataset.id}" if not Path(dataset.id).exists() else dataset.id),
+        dataset_config=dataset.config,
+        dataset_title=dataset.title,
+        multi30k=dataset.multi30k,
+        wmt14=dataset.id.split("/")[-1].lower() == "wmt14",
         train_pairs=next(iter(training.get("corpora", [])), {}).get("pairs"),
         test_split=dataset.entry.get("test_split"),
         article="An" if direction[0] in "AEIOU" else "A",

@@ -61,7 +61,32 @@ def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_run
         assert serving.side_work(visitor(), work, ("dropped",)) == ("done",) and ran == ["work"]
 
 
-def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch):
+@pytest.fixture
+def serve():
+    """Serves a page with its `Serving` (queue and server as the app has them) on a loopback port; yields a function of
+    (serving, demo, server options) that starts it and returns its port. The servers stop after the test."""
+    servers = []
+
+    def start(serving: Serving, demo, **options) -> int:
+        serving.queue(demo)
+        servers.append(serving.server(demo, css="", port=free_port(), **options))
+        start_in_thread(servers[-1])
+        return servers[-1].config.port
+
+    yield start
+    for server in servers:
+        server.should_exit = True
+
+
+def waited_for(condition, seconds: float) -> bool:
+    """Whether `condition()` holds within `seconds` (asked every 0.1 s)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+
+
+def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch, serve):
     # A page-like client notices it was closed at its heartbeat's next beat (a browser closes at once): beat often.
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
     serving = Serving(Limits(closed_session_seconds=0.5, memory_sweep_seconds=0.2))
@@ -73,30 +98,21 @@ def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch):
     with gr.Blocks() as demo:
         text, button = gr.Textbox(), gr.Button()
         serving.work(button.click, shout, [text], [text], api_name="go")
-    serving.queue(demo)
-    server = serving.server(demo, css="", port=free_port())
-    start_in_thread(server)
-    try:
-        url = f"http://127.0.0.1:{server.config.port}/"
-        left, staying = Page(url), Page(url)
-        for page in (left, staying):
-            assert page.ask(0, ["a dog"])["output"]["data"] == ["A DOG"]
-        sessions = demo.state_holder.session_data  # what Gradio keeps of each page in memory
-        assert {left.session, staying.session} <= set(sessions)
+    url = f"http://127.0.0.1:{serve(serving, demo)}/"
+    left, staying = Page(url), Page(url)
+    for page in (left, staying):
+        assert page.ask(0, ["a dog"])["output"]["data"] == ["A DOG"]
+    sessions = demo.state_holder.session_data  # what Gradio keeps of each page in memory
+    assert {left.session, staying.session} <= set(sessions)
 
-        left.close()
-        deadline = time.monotonic() + 10
-        while left.session in sessions and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert left.session not in sessions and staying.session in sessions
-        answer = staying.ask(0, ["a cat"])
-        assert answer.get("output", {}).get("data") == ["A CAT"], answer
-        staying.close()
-    finally:
-        server.should_exit = True
+    left.close()
+    assert waited_for(lambda: left.session not in sessions, 10) and staying.session in sessions
+    answer = staying.ask(0, ["a cat"])
+    assert answer.get("output", {}).get("data") == ["A CAT"], answer
+    staying.close()
 
 
-def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_reads_and_others_do():
+def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_reads_and_others_do(serve):
     serving, ran = Serving(Limits(stalled_send_seconds=0.5, stalled_streams_per_address=1)), []
 
     def answer(request: gr.Request) -> str:
@@ -106,39 +122,29 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
     with gr.Blocks() as demo:
         text, button = gr.Textbox(), gr.Button()
         serving.work(button.click, answer, None, [text], api_name="big")
-    serving.queue(demo)
-    server = serving.server(demo, css="", port=free_port())
-    start_in_thread(server)
-    try:
-        port = server.config.port
-        session = "never-reads"
-        body = {"data": [], "fn_index": 0, "session_hash": session}
-        assert httpx.post(f"http://127.0.0.1:{port}/gradio_api/queue/join", json=body).status_code == 200
-        stream = socket.socket()
-        stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)  # before connecting: the window it offers
-        stream.connect(("127.0.0.1", port))
-        stream.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        deadline = time.monotonic() + 20
-        while not serving.gate.stalls.stalled("127.0.0.1") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert serving.gate.stalls.stalled("127.0.0.1") == 1
+    port = serve(serving, demo)
+    session = "never-reads"
+    body = {"data": [], "fn_index": 0, "session_hash": session}
+    assert httpx.post(f"http://127.0.0.1:{port}/gradio_api/queue/join", json=body).status_code == 200
+    stream = socket.socket()
+    stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)  # before connecting: the window it offers
+    stream.connect(("127.0.0.1", port))
+    stream.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    waited_for(lambda: serving.gate.stalls.stalled("127.0.0.1"), 20)
+    assert serving.gate.stalls.stalled("127.0.0.1") == 1
 
-        work = lambda: ran.append("work") or ("done",)  # noqa: E731
-        for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
-            assert serving.gate.admit_session(other, address, counted=False) == ""
-        with serving.gate.readers.open("same address"), serving.gate.readers.open("elsewhere"):
-            assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
-            assert serving.side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)
-            stream.close()  # the stream goes: nothing of the address is stalled any more
-            deadline = time.monotonic() + 10
-            while serving.gate.stalls.stalled("127.0.0.1") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("done",)
-    finally:
-        server.should_exit = True
+    work = lambda: ran.append("work") or ("done",)  # noqa: E731
+    for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
+        assert serving.gate.admit_session(other, address, counted=False) == ""
+    with serving.gate.readers.open("same address"), serving.gate.readers.open("elsewhere"):
+        assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
+        assert serving.side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)
+        stream.close()  # the stream goes: nothing of the address is stalled any more
+        waited_for(lambda: not serving.gate.stalls.stalled("127.0.0.1"), 10)
+        assert serving.side_work(visitor("same address"), work, ("dropped",)) == ("done",)
 
 
-def test_a_paced_event_is_refused_at_the_front_past_its_addresss_bucket_and_other_addresses_and_events_go_on():
+def test_a_paced_event_is_refused_at_the_front_past_its_addresss_bucket_and_other_addresses_and_events_go_on(serve):
     serving = Serving()
 
     def read(request: gr.Request) -> str:
@@ -149,23 +155,17 @@ def test_a_paced_event_is_refused_at_the_front_past_its_addresss_bucket_and_othe
         board, show, other = gr.Markdown(), gr.Button(), gr.Button()
         serving.paced(serving.work(show.click, read, None, [board], api_name="leaderboard"), 2, 0.01)
         serving.work(other.click, read, None, [board], api_name="other")
-    serving.queue(demo)
-    server = serving.server(demo, css="", port=free_port(), forwarded_allow_ips="127.0.0.1")
-    start_in_thread(server)
-    try:
-        url = f"http://127.0.0.1:{server.config.port}/gradio_api/queue/join"
+    url = f"http://127.0.0.1:{serve(serving, demo, forwarded_allow_ips='127.0.0.1')}/gradio_api/queue/join"
 
-        def join(fn_index: int, address: str) -> httpx.Response:
-            body = {"data": [], "fn_index": fn_index, "session_hash": os.urandom(8).hex()}
-            return httpx.post(url, json=body, headers={"X-Forwarded-For": address})
+    def join(fn_index: int, address: str) -> httpx.Response:
+        body = {"data": [], "fn_index": fn_index, "session_hash": os.urandom(8).hex()}
+        return httpx.post(url, json=body, headers={"X-Forwarded-For": address})
 
-        assert [join(0, "192.0.2.1").status_code for _ in range(2)] == [200, 200]  # the burst
-        refused = join(0, "192.0.2.1")
-        assert refused.status_code == 429 and "/leaderboard" in refused.text and "\n" not in refused.text.strip()
-        assert join(0, "198.51.100.7").status_code == 200  # another address: its own bucket
-        assert join(1, "192.0.2.1").status_code == 200  # another event of the same address: not paced
-    finally:
-        server.should_exit = True
+    assert [join(0, "192.0.2.1").status_code for _ in range(2)] == [200, 200]  # the burst
+    refused = join(0, "192.0.2.1")
+    assert refused.status_code == 429 and "/leaderboard" in refused.text and "\n" not in refused.text.strip()
+    assert join(0, "198.51.100.7").status_code == 200  # another address: its own bucket
+    assert join(1, "192.0.2.1").status_code == 200  # another event of the same address: not paced
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")

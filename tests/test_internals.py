@@ -87,6 +87,8 @@ def test_a_closed_session_unused_long_enough_is_forgotten_from_gradios_state_hol
 
 
 def test_kept_threads_reach_gradios_limiter(page):
+    # The queue's calls at once, read from the same number when `queue()` makes the queue, are checked on a served page:
+    # tests/test_serving.py::test_every_call_within_the_limit_is_in_its_callback_at_once_none_held_in_gradios_queue.
     demo, _ = page
     internals.keep_threads(demo, 77)
     with TestClient(gr.mount_gradio_app(FastAPI(), demo, path="")):  # the app's start-up makes the limiter

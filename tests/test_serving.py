@@ -3,10 +3,13 @@
 The whole app behind them: tests/test_app_server.py."""
 
 import ctypes
+import json
 import os
 import platform
 import socket
+import threading
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import gradio as gr
@@ -15,7 +18,7 @@ import pytest
 import uvicorn
 from test_app_server import free_port
 
-from benchmarks.page_clients import Page
+from benchmarks.page_clients import Page, in_parallel
 from transformer_en_de.app.serving import Limits, Serving, memory, start_in_thread
 from transformer_en_de.app.serving.server import bounded_protocol
 from transformer_en_de.app.serving.serving import WORK
@@ -110,6 +113,32 @@ def test_a_closed_pages_state_is_forgotten_and_an_open_pages_kept(monkeypatch, s
     answer = staying.ask(0, ["a cat"])
     assert answer.get("output", {}).get("data") == ["A CAT"], answer
     staying.close()
+
+
+def test_every_call_within_the_limit_is_in_its_callback_at_once_none_held_in_gradios_queue(serve):
+    # Past Gradio's own 40 calls at once, a visitor's call would wait in Gradio's first-come queue behind a class's
+    # (where the scheduler cannot put it first): all 50 here must be in their callbacks together.
+    calls = 50
+    serving, together = Serving(Limits(threads=calls + 4, concurrent_jobs=calls)), threading.Barrier(calls)
+
+    def meet(request: gr.Request) -> str:
+        with serving.admitted(request):
+            together.wait(timeout=30)  # broken (an error) unless every call is in a callback within 30 s
+            return "met"
+
+    with gr.Blocks() as demo:
+        text, button = gr.Textbox(), gr.Button()
+        serving.work(button.click, meet, None, [text], api_name="meet")
+    url = f"http://127.0.0.1:{serve(serving, demo)}/"
+
+    def page_meets() -> str:
+        page = Page(url)
+        try:
+            return json.dumps(page.ask(0, []).get("output", {}).get("data"))
+        finally:
+            page.close()
+
+    assert in_parallel(calls, page_meets) == Counter({'["met"]': calls})
 
 
 def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_reads_and_others_do(serve):

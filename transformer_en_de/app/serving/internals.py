@@ -14,9 +14,10 @@ Each is here because nothing public does the same job (checked on gradio 6.31, u
   `is_closed` Gradio sets when the page's heartbeat ends), `time_last_used`, `lock` and `delete_state()`. Gradio
   keeps a closed page's state until `state_session_capacity` newer sessions push it out (only its `gr.State` values
   go after an hour), and has no setting that forgets it sooner.
-- gradio `Blocks.max_threads`: what `launch(max_threads=...)` sets, the threads its callbacks run in (an anyio
-  capacity limiter made at start-up); `mount_gradio_app` has no such setting, and its 40 would hold the work group's
-  callbacks below the calls a class or a flood has in flight.
+- gradio `Blocks.max_threads`: what `launch(max_threads=...)` sets: the calls its queue runs at once (read when
+  `queue()` makes the queue) and the threads their callbacks run in (an anyio capacity limiter made at start-up);
+  `mount_gradio_app` has no such setting, and its 40 would keep every call past the 40th in Gradio's first-come queue,
+  a visitor's translation behind a class's or a flood's calls, where the scheduler cannot put it first.
 - uvicorn `H11Protocol`, its `conn` (the h11 connection: `their_state` says whether the client's request is in) and
   `on_response_complete()`: uvicorn has no deadline for a whole request (headers and body) and no cap that closes the
   connection of a client still sending (`limit_concurrency` answers 503 but keeps every connection open).
@@ -74,7 +75,8 @@ def forget_closed_sessions(demo, closed_seconds: float, reopened=lambda session:
 
 
 def keep_threads(demo, threads: int) -> None:
-    """Run the callbacks in up to `threads` threads, as `launch(max_threads=...)` would."""
+    """Run up to `threads` calls at once, each callback in a thread of its own, as `launch(max_threads=...)` would;
+    before `demo.queue()`, which takes the number from here."""
     demo.max_threads = threads
 
 

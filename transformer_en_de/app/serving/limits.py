@@ -56,7 +56,9 @@ class Limits:
     # another visitor's call waits in Gradio's first-come queue, where the scheduler cannot put it first.
     concurrent_jobs: int = 96
     queue_size: int = 64
-    threads: int = 128  # Gradio's threads for callbacks: the work group's and the events outside the queue
+    # The calls Gradio runs at once (its queue's slots: the work group's and every other event's) and the threads their
+    # callbacks run in; one past them waits in Gradio's first-come queue, out of the scheduler's reach.
+    threads: int = 128
     # A call whose results no stream reads within this long of its arrival, and whose page is not open (a script's), is
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0

@@ -33,7 +33,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from .guard import Gate, RequestGuard
-from .internals import H11Protocol, keep_sessions, keep_threads, request_received
+from .internals import H11Protocol, keep_sessions, request_received
 from .limits import Limits
 from .memory import giving_back
 from .uploads import UploadQuota
@@ -116,7 +116,6 @@ def build_server(
     app = FastAPI(lifespan=giving_back(demo, limits, gate.readers.is_read))  # memory given back (memory.py)
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
     keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
-    keep_threads(demo, limits.threads)  # a thread for every call in a callback, as launch() would set
     app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
     config = uvicorn.Config(
         app,

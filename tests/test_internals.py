@@ -31,41 +31,37 @@ def page():
     return demo, go
 
 
-def test_the_page_config_is_what_config_serves_with_events_and_components(page):
+def test_the_config_a_page_serves_has_its_events_and_components(page):
     demo, listener = page
-    config = internals.page_config(demo)
+    with TestClient(gr.mount_gradio_app(FastAPI(), demo, path="")) as client:
+        config = client.get("/config").json()  # what every page and client reads, and the HTTP front asks for
     events = {event["api_name"]: event for event in config["dependencies"]}
-    assert set(events) == {"go", "example"}, f"get_config_file() dependencies' api_name {UPGRADE}"
+    assert set(events) == {"go", "example"}, f"/config dependencies' api_name {UPGRADE}"
     go, example = events["go"], events["example"]
-    assert go["api_visibility"] == "public", f"get_config_file() dependencies' api_visibility {UPGRADE}"
-    assert listener["id"] == go["id"], f"an event listener's result (Dependency) and its config's id {UPGRADE}"
+    assert go["api_visibility"] == "public", f"/config dependencies' api_visibility {UPGRADE}"
+    assert listener["id"] == go["id"], f"an event listener's result (Dependency) and /config's id {UPGRADE}"
     components = {component["id"]: component for component in config["components"]}
     inputs = [components[number] for number in go["inputs"]]
     assert [component["type"] for component in inputs] == ["textbox", "state", "file"], (
-        f"get_config_file() dependencies' inputs, components' type {UPGRADE}"
+        f"/config dependencies' inputs, components' type {UPGRADE}"
     )
     skip = [component.get("skip_api", False) for component in inputs]
-    assert skip == [False, True, False], f"get_config_file() components' skip_api {UPGRADE}"
+    assert skip == [False, True, False], f"/config components' skip_api {UPGRADE}"
     dataset = components[example["inputs"][0]]
     assert dataset["type"] == "dataset" and len(dataset["props"]["samples"]) == 3, f"Dataset samples {UPGRADE}"
     # The public API description leaves the State out too: the two agree on which values a client sends.
     parameters = demo.get_api_info()["named_endpoints"]["/go"]["parameters"]
-    assert len(parameters) == 2, f"get_api_info() and the config's skip_api disagree: {UPGRADE}"
-    # What /config serves to every page and client is this config: the fn_index a page sends is its events' id.
-    from fastapi.testclient import TestClient
-
-    with TestClient(gr.mount_gradio_app(FastAPI(), demo, path="")) as client:
-        served = client.get("/config").json()
-    assert [(event["id"], event["api_name"], event["inputs"]) for event in served["dependencies"]] == [
-        (event["id"], event["api_name"], event["inputs"]) for event in config["dependencies"]
-    ], f"/config and get_config_file() {UPGRADE}"
+    assert len(parameters) == 2, f"get_api_info() and /config's skip_api disagree: {UPGRADE}"
 
 
-def test_kept_sessions_reach_gradios_state_holder(page):
+def test_kept_sessions_bound_gradios_state_holder(page):
     demo, _ = page
-    internals.keep_sessions(demo, 7)
     gr.mount_gradio_app(FastAPI(), demo, path="")
-    assert demo.state_holder.capacity == 7, f"Blocks.state_session_capacity {UPGRADE}"
+    internals.keep_sessions(demo, 3)
+    holder = demo.state_holder
+    for session in ("first", "second", "third", "fourth"):
+        holder[session]  # a session's state, made as a call makes it
+    assert list(holder.session_data) == ["second", "third", "fourth"], f"StateHolder's capacity {UPGRADE}"
 
 
 def test_a_closed_session_unused_long_enough_is_forgotten_from_gradios_state_holder(page):

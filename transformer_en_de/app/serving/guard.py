@@ -35,8 +35,7 @@ import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
 
-from .http_answers import RecordedAnswer, TooLarge, answer, contained, drain, read_body, refuse, replay
-from .internals import page_config
+from .http_answers import RecordedAnswer, TooLarge, answer, asked_of, contained, drain, read_body, refuse, replay
 from .limits import Limits
 from .streams import Open, Stalls
 from .uploads import file_values_problem
@@ -238,6 +237,8 @@ class RequestGuard:
         self.demo = demo
         self.gate = gate
         self.uploads = uploads  # uploads.UploadQuota, or None for Gradio's own cap only
+        self.page: tuple[dict, dict] | None = None  # the page's events and components (`read_page`)
+        self._page_read = asyncio.Lock()
 
     @staticmethod
     def address(scope) -> str:
@@ -275,6 +276,8 @@ class RequestGuard:
             return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), error.drained)
         if body is None:
             return
+        if self.page is None:
+            await self.read_page(scope)
         status, problem, payload, event = self.check_call(path, body)
         if problem:
             return await refuse(send, status, problem)
@@ -347,13 +350,16 @@ class RequestGuard:
         built once, at the first call that needs them (the page's events do not change while it is served)."""
         return self.demo.get_api_info()["named_endpoints"]
 
-    @functools.cached_property
-    def page(self) -> tuple[dict, dict]:
-        """The page's events by fn_index and its components by id, as `/config` serves them to every page and client
-        (`internals.page_config`): built once, like `endpoints`."""
-        config = page_config(self.demo)
-        return ({event["id"]: event for event in config["dependencies"]},
-                {component["id"]: component for component in config["components"]})  # fmt: skip
+    async def read_page(self, scope) -> None:
+        """The page's events by fn_index and its components by id (`page`), as its `/config` serves them to every page
+        and client (gradio_client reads the same): asked of the page once, at the first call (`scope`'s connection)."""
+        async with self._page_read:
+            if self.page is None:
+                config = await asked_of(self.app, scope, "/config")
+                if config is None:
+                    raise RuntimeError("the page did not answer /config: the front cannot check calls")
+                self.page = ({event["id"]: event for event in config["dependencies"]},
+                             {component["id"]: component for component in config["components"]})  # fmt: skip
 
     def event(self, api_name: str | None, fn_index=None) -> dict | None:
         """The page's event called by its API name, or without one by its index; None if it has no such event."""

@@ -101,6 +101,20 @@ async def read_body(receive, most: int) -> bytes | None:
     return b"".join(parts)
 
 
+async def asked_of(app, scope, path: str):
+    """The JSON the wrapped `app` answers to a GET of `path` (None if it is not JSON), asked in-process, as a client on
+    the connection of `scope` (the request now served) would ask it."""
+    headers = [(key, value) for key, value in scope.get("headers", []) if key == b"host"]
+    request = dict(scope, method="GET", path=path, raw_path=path.encode(), query_string=b"", headers=headers)
+    answered = RecordedAnswer()
+
+    async def no_body():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    await app(request, no_body, answered)
+    return answered.value() if answered.status == 200 else None
+
+
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:
     """Read and drop the rest of a refused body (so that the client, still sending, reads the answer instead of a
     broken pipe), up to `most` bytes; True if it was all read."""

@@ -2,18 +2,12 @@
 
 Each is here because nothing public does the same job (checked on gradio 6.31, uvicorn 0.54):
 
-- gradio `Blocks.get_config_file()`: the page's config as the `/config` route serves it to every page and client
-  (gradio_client maps API names to the fn_index it sends with it): each event's `id` (that fn_index), `api_name` and
-  `inputs`, and each component's `type`, `skip_api` (a `gr.State` takes no value from an API client) and a Dataset's
-  `samples`. The HTTP front checks a raw call against the event it will run before the call reaches the queue;
-  `get_api_info()` (public) lists the named endpoints, but not the index the page's own calls send. An event
-  listener's result (`gr.events.Dependency`, documented as the listener's config) carries the same `id`.
-- gradio `Blocks.state_session_capacity`: what `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no
-  such setting, and without it Gradio keeps 10,000 sessions' state in memory.
-- gradio `Blocks.state_holder` (set when the page is mounted): its `session_data` (each session's `SessionState`, whose
-  `is_closed` Gradio sets when the page's heartbeat ends), `time_last_used`, `lock` and `delete_state()`. Gradio
-  keeps a closed page's state until `state_session_capacity` newer sessions push it out (only its `gr.State` values
-  go after an hour), and has no setting that forgets it sooner.
+- gradio `Blocks.state_holder` (set when the page is mounted or queued): its `capacity` (what
+  `launch(state_session_capacity=...)` sets; `mount_gradio_app` has no such setting, and without it Gradio keeps
+  10,000 sessions' state in memory), `session_data` (each session's `SessionState`, whose `is_closed` Gradio sets when
+  the page's heartbeat ends), `time_last_used`, `lock` and `delete_state()`. Gradio keeps a closed page's state until
+  `capacity` newer sessions push it out (only its `gr.State` values go after an hour), and has no setting that
+  forgets it sooner.
 - gradio `Blocks.max_threads`: what `launch(max_threads=...)` sets: the calls its queue runs at once (read when
   `queue()` makes the queue) and the threads their callbacks run in (an anyio capacity limiter made at start-up);
   `mount_gradio_app` has no such setting, and its 40 would keep every call past the 40th in Gradio's first-come queue,
@@ -22,8 +16,15 @@ Each is here because nothing public does the same job (checked on gradio 6.31, u
   `on_response_complete()`: uvicorn has no deadline for a whole request (headers and body) and no cap that closes the
   connection of a client still sending (`limit_concurrency` answers 503 but keeps every connection open).
 
-And one documented behaviour the app mirrors: uploads are stored under `$GRADIO_TEMP_DIR`, else `<tmp>/gradio`
-(Gradio's "File access" guide); the check that a file value is an upload compares with it.
+And two things outside Python that the app reads or mirrors:
+- the page's config as its `/config` route serves it to every page and client (gradio_client reads it as its
+  `config`): each event's `id` (the fn_index a page sends), `api_name` and `inputs`, and each component's `type`,
+  `skip_api` (a `gr.State` takes no value from an API client) and a Dataset's `samples`. The HTTP front asks the page
+  for it once (`guard.RequestGuard.read_page`) and checks a raw call against the event it will run before the call
+  reaches the queue; `get_api_info()` (public) lists the named endpoints, but not the index the page's own calls send.
+  An event listener's result (`gr.events.Dependency`, documented as the listener's config) carries the same `id`.
+- the documented place of uploads, `$GRADIO_TEMP_DIR`, else `<tmp>/gradio` (Gradio's
+  "File access" guide); the check that a file value is an upload compares with it.
 
 tests/test_internals.py checks each of them on the installed releases and fails with the name of what changed.
 """
@@ -41,14 +42,10 @@ def upload_folder() -> str:
     return os.environ.get("GRADIO_TEMP_DIR") or os.path.realpath(os.path.join(tempfile.gettempdir(), "gradio"))
 
 
-def page_config(demo) -> dict:
-    """The page's config as `/config` serves it: "dependencies" (the events) and "components", each with its `id`."""
-    return demo.get_config_file()
-
-
 def keep_sessions(demo, sessions: int) -> None:
-    """Keep the state of the `sessions` latest sessions in memory, as `launch(state_session_capacity=...)` would."""
-    demo.state_session_capacity = sessions
+    """Keep the state of the `sessions` latest sessions in memory, as `launch(state_session_capacity=...)` would; once
+    the page is mounted or queued (its state holder is made then)."""
+    demo.state_holder.capacity = sessions
 
 
 def forget_closed_sessions(demo, closed_seconds: float, reopened=lambda session: False) -> int:

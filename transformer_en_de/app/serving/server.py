@@ -115,8 +115,8 @@ def build_server(
     (addresses or networks, comma-separated; "" for none)."""
     app = FastAPI(lifespan=giving_back(demo, limits, gate.readers.is_read))  # memory given back (memory.py)
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
-    keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set
     app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css)
+    keep_sessions(demo, limits.sessions_kept)  # bounded sessions in memory, as launch() would set, once mounted
     config = uvicorn.Config(
         app,
         host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

@@ -9,6 +9,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data import MULTI30K_HUB_ID
 from ..evaluation import read_eval_results
+from ..markdown import markdown_table
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
 
@@ -22,40 +23,26 @@ CARD_TEMPLATE = """\
 {{ article }} {{ direction }} ({{ pair }}) Transformer (Vaswani et al. 2017, "Attention Is All You Need") written from scratch in
 PyTorch and trained on {{ dataset_title ~ " only" if corpora|length <= 1 else dataset_title ~ " and the corpora below" }}. It loads with `transformers>=5.10.4,<6` (custom code, `trust_remote_code=True`).
 
-| | |
-|---|---|
-| parameters | {{ "{:,}".format(num_parameters) }} |
-| layers (encoder + decoder) | {{ config.encoder_layers }} + {{ config.decoder_layers }} |
-| d_model / heads / d_ff | {{ config.d_model }} / {{ config.num_attention_heads }} / {{ config.d_ff }} |
-| dropout | {{ config.dropout }} |
-| normalisation | {{ config.norm_placement }}-norm |
-| vocabulary | {{ config.vocab_size }} joint byte-level BPE tokens, shared embeddings and output projection |
-| max length | {{ config.max_position_embeddings }} tokens (source and target) |
+{{ tables.architecture }}
 
 ## Results
 
 {% if scores %}{{ dataset_title }}, every sentence of each split in file order, translated with the model's own decoding (beam {{ decoding.num_beams }},
 length penalty {{ decoding.length_penalty }}, at most {{ decoding.max_new_tokens_ratio }} × source tokens + {{ decoding.max_new_tokens_offset }} new tokens, cap {{ decoding.max_new_tokens }}), detokenised cased sacreBLEU:
 
-| split | sentences | BLEU | chrF |
-|---|---|---|---|
-{% for split, score in scores.items() %}| {{ split }}{{ " (validation)" if split == validation_split else "" }} | {{ score.num_sentences }} | {{ score.bleu }} | {{ score.chrf }} |
-{% endfor %}
+{{ tables.scores }}
+
 Signatures: `{{ signatures.bleu }}`, `{{ signatures.chrf }}`. The model was chosen on {{ validation_split }} only.
 {% else %}No split was scored in this run.
 {% endif %}
 {% if candidates %}Checkpoint averages tried (validation BLEU; the best one is this model):
 
-| candidate | checkpoints | BLEU | chrF |
-|---|---|---|---|
-{% for c in candidates %}| {{ c.name }}{{ " ✓" if c.name == chosen else "" }} | {{ c.checkpoints | join(", ") }} | {{ c.validation.bleu }} | {{ c.validation.chrf }} |
-{% endfor %}
+{{ tables.candidates }}
+
 {% endif %}{% if curve %}Validation during training ({{ dataset_title }} {{ validation_split }}, every sentence through the same engine and decoding) after each evaluation:
 
-| epoch | step | loss | BLEU | chrF |
-|---|---|---|---|---|
-{% for point in curve %}| {{ point.epoch }} | {{ point.step }} | {{ point.loss }} | {{ point.bleu }} | {{ point.chrf }} |
-{% endfor %}{% endif %}
+{{ tables.curve }}
+{% endif %}
 ## Use
 
 ```python
@@ -85,10 +72,8 @@ so that all-caps or lower-case input translates like normal text.{% endif %}
 {% if corpora|length > 1 %}
 Training corpora (pairs after cleaning; weight = times each pair is seen per epoch):
 
-| corpus | pairs | weight | tagged |
-|---|---|---|---|
-{% for c in corpora %}| {{ c.name }} | {{ c.pairs }} | {{ c.weight }} | {{ c.tag or "" }} |
-{% endfor %}
+{{ tables.corpora }}
+
 {% if corpora|selectattr("tag")|list %}
 Tagged sources start with the reserved token {{ tag_token }} (tagged back-translation, Caswell et al. 2019): the model
 tells synthetic sources from real ones; never put the tag in front of real input.
@@ -206,6 +191,41 @@ def hub_metadata(results: dict, model_name: str, direction: str, dataset: Traine
     )
 
 
+def card_tables(results: dict, config) -> dict[str, str]:
+    """The card's tables, each through the one Markdown table writer: the architecture, the scores, the checkpoint
+    averages tried, the validation curve and the training corpora (empty where the results have none)."""
+    training = results["training"]
+    validation_split, chosen = training.get("validation_split", "val"), training.get("chosen_average")
+    architecture = [
+        ["parameters", f"{results['num_parameters']:,}"],
+        ["layers (encoder + decoder)", f"{config.encoder_layers} + {config.decoder_layers}"],
+        ["d_model / heads / d_ff", f"{config.d_model} / {config.num_attention_heads} / {config.d_ff}"],
+        ["dropout", config.dropout],
+        ["normalisation", f"{config.norm_placement}-norm"],
+        ["vocabulary", f"{config.vocab_size} joint byte-level BPE tokens, shared embeddings and output projection"],
+        ["max length", f"{config.max_position_embeddings} tokens (source and target)"],
+    ]
+    scores = [
+        [f"{split}{' (validation)' if split == validation_split else ''}", score["num_sentences"], score["bleu"],
+         score["chrf"]]
+        for split, score in results["scores"].items()
+    ]  # fmt: skip
+    candidates = [
+        [f"{c['name']}{' ✓' if c['name'] == chosen else ''}", ", ".join(map(str, c["checkpoints"])), c["validation"]["bleu"],
+         c["validation"]["chrf"]]
+        for c in training.get("average_candidates", [])
+    ]  # fmt: skip
+    curve = [[p["epoch"], p["step"], p["loss"], p["bleu"], p["chrf"]] for p in training.get("validation_curve", [])]
+    corpora = [[c["name"], c["pairs"], c["weight"], c.get("tag") or ""] for c in training.get("corpora", [])]
+    return {
+        "architecture": markdown_table(["", ""], architecture),
+        "scores": markdown_table(["split", "sentences", "BLEU", "chrF"], scores) if scores else "",
+        "candidates": markdown_table(["candidate", "checkpoints", "BLEU", "chrF"], candidates) if candidates else "",
+        "curve": markdown_table(["epoch", "step", "loss", "BLEU", "chrF"], curve) if curve else "",
+        "corpora": markdown_table(["corpus", "pairs", "weight", "tagged"], corpora) if corpora else "",
+    }
+
+
 def write_model_card(
     folder: str | Path,
     *,
@@ -248,14 +268,13 @@ def write_model_card(
         target=target,
         example=examples.get(source, examples["en"]),
         config=config,
-        num_parameters=results["num_parameters"],
+        tables=card_tables(results, config),
         decoding=results["decoding"],
         scores=scores,
         signatures={"bleu": first_score.get("bleu_signature"), "chrf": first_score.get("chrf_signature")},
         validation_split=validation_split,
         curve=training.get("validation_curve", []),
         candidates=training.get("average_candidates", []),
-        chosen=training.get("chosen_average"),
         averaged=training.get("averaged_checkpoints"),
         corpora=training.get("corpora", []),
         tag_token=training.get("tag_token", ""),

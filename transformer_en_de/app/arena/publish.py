@@ -17,9 +17,10 @@ from pathlib import Path
 
 from huggingface_hub import CommitScheduler, HfApi, get_token, is_offline_mode
 
+from ...markdown import markdown_table
 from .votes import VoteStore
 
-DATASET_CARD = """---
+DATASET_CARD_TEMPLATE = """---
 license: cc-by-4.0
 task_categories:
 - translation
@@ -41,26 +42,33 @@ may be published here.
 
 Each line of `votes/*.jsonl` is one vote:
 
-| field | what it is |
-|---|---|
-| `id` | the vote's number in the arena's database (unique, increasing) |
-| `time` | when the vote was cast, UTC, ISO-8601 |
-| `battle_id` | a random id of the battle (one vote per battle) |
-| `system_a`, `system_b` | the systems shown as A and as B |
-| `decoding_a`, `decoding_b` | how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`) |
-| `source_text` | the English text the visitor typed |
-| `translation_a`, `translation_b` | the two translations shown |
-| `choice` | `A`, `B`, `tie` or `both bad` |
-| `visitor` | a salted hash of the visitor's browser session (16 hex characters), never an address |
-| `source` | who the leaderboard counts the vote for: a salted hash of the voter's Hugging Face account when signed in, else of the network the vote came from (an IPv4 address, an IPv6 /64); empty for votes cast before this field existed |
-| `signed_in` | whether the voter was signed in with Hugging Face |
-| `seconds_to_vote` | seconds from the two translations being shown to the vote (null for votes cast before this field existed) |
+{fields}
 
 The votes of one session share a `visitor`, those of one account or network a `source`; the salt is a secret of the
 arena, so a hash cannot be traced back to a session, an account or an address. The arena's leaderboard bounds each
 source's weight (an account at most 20 battles, an anonymous network 10) and sets aside votes cast within 4 s of their
 battle; the votes themselves are all here.
 """
+
+# What each line of votes/*.jsonl holds: (field, what it is), the dataset card's table.
+VOTE_FIELDS = [
+    ('`id`', "the vote's number in the arena's database (unique, increasing)"),
+    ('`time`', 'when the vote was cast, UTC, ISO-8601'),
+    ('`battle_id`', 'a random id of the battle (one vote per battle)'),
+    ('`system_a`, `system_b`', 'the systems shown as A and as B'),
+    ('`decoding_a`, `decoding_b`', 'how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`)'),
+    ('`source_text`', 'the English text the visitor typed'),
+    ('`translation_a`, `translation_b`', 'the two translations shown'),
+    ('`choice`', '`A`, `B`, `tie` or `both bad`'),
+    ('`visitor`', "a salted hash of the visitor's browser session (16 hex characters), never an address"),
+    ('`source`', "who the leaderboard counts the vote for: a salted hash of the voter's Hugging Face account when "
+     "signed in, else of the network the vote came from (an IPv4 address, an IPv6 /64); empty for votes cast before "
+     "this field existed"),
+    ('`signed_in`', 'whether the voter was signed in with Hugging Face'),
+    ('`seconds_to_vote`', "seconds from the two translations being shown to the vote (null for votes cast before this "
+     "field existed)"),
+]
+DATASET_CARD = DATASET_CARD_TEMPLATE.format(fields=markdown_table(["field", "what it is"], VOTE_FIELDS))
 
 
 class _VoteScheduler(CommitScheduler):

@@ -6,7 +6,8 @@ all from 127.0.0.1, the attackers start, and half a second later an ordinary vis
 sends `--ordinary` one-sentence requests at the page's defaults (beam 4, 128 tokens), `--pause` seconds apart; then the
 attackers stop. The visitor runs in its own process, as on its own machine (the attackers' threads would otherwise hold
 its interpreter). Server and clients share the cores this runs on (`taskset -c 0`: one), unless `--split-cores` gives
-the server the first and the clients the others, as a server and remote clients would be. The attacks:
+the server (and the ordinary visitor, whose work is light) the first and the attackers the others, as a server and
+remote clients would be. The attacks:
 - none: the visitor alone, for reference;
 - queue flood: 4 threads POSTing `/gradio_api/call/translate` (3,000 capitals, beam 8) and never reading;
 - session eviction: a visitor's file job (2,000 lines, read) runs while 4 threads send cheap raw calls, each without
@@ -87,7 +88,8 @@ def options(parser):
     parser.add_argument("--backend", choices=["torch", "ctranslate2"], default="torch", help="what decodes")
     parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's requests per attack")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
-    parser.add_argument("--split-cores", action="store_true", help="the server on the first core, clients on the rest")
+    parser.add_argument("--split-cores", action="store_true",
+                        help="the server and the ordinary visitor on the first core, the attackers on the rest")
     parser.add_argument("--slow", type=int, default=5_000, help="slow connections (headers never finished)")
     parser.add_argument("--attacks", nargs="*", default=None, help="only these attacks (names as printed)")
 
@@ -860,12 +862,14 @@ def attacks(http, url: str, scratch: Path, args, server=None, log: Path | None =
 class Visitor:
     """The ordinary visitor in a process of its own (`visitor_process`): one gradio_client session for the whole run."""
 
-    def __init__(self, url: str, address: str | None = None):
-        """`address`: the visitor's, in X-Forwarded-For (a server that trusts the benchmark's proxy); else its own."""
+    def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
+        """`address`: the visitor's, in X-Forwarded-For (a server that trusts the benchmark's proxy); else its own.
+        `cores`: where its process runs (default: where this one does)."""
         code = "from benchmarks.hostile_clients import visitor_process; visitor_process()"
         command = [sys.executable, "-c", code, url, *([address] if address else [])]
+        pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
         self.process = subprocess.Popen(command, cwd=harness.ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True)  # fmt: skip
+                                        text=True, preexec_fn=pinned)  # fmt: skip
 
     def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
         self.process.stdin.write(json.dumps({"sentences": sentences, "pause": pause}) + "\n")
@@ -934,7 +938,8 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
         url = f"http://127.0.0.1:{port}/"
         wait_until_up(url, server)
         http = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=64))
-        ordinary = Visitor(url)
+        # Split, the visitor is not on the attackers' core (a browser elsewhere): beside the server, its work is light.
+        ordinary = Visitor(url, cores=server_cores if args.split_cores else None)
         ordinary.visit(sentences[:1], 0.0)  # warm-up
         memory["at start"] = (rss_mib(server.pid), folder_mb(uploads))
         chosen = attacks(http, url, scratch, args, server=server, log=log)
@@ -987,7 +992,7 @@ def main():
     print(
         f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
         f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1; server on CPU {cpus(server)}, "
-        f"clients on CPU {cpus(clients)})"
+        f"clients on CPU {cpus(clients)}{', the ordinary visitor beside the server' if args.split_cores else ''})"
     )
     print(
         f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam 4, 128 tokens, "

@@ -72,6 +72,9 @@ class Limits:
     # heap are swept this often.
     closed_session_seconds: float = 300.0
     memory_sweep_seconds: float = 60.0
+    # A block of this many bytes or more gets pages of its own, handed back when freed (memory.py): a view's answer, a
+    # batch's tensors, never carved from the heap where what outlives them pins its pages.
+    own_pages_bytes: int = 262_144
     # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
     # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
     new_sessions_per_address_per_second: float = 2.0

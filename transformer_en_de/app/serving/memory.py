@@ -13,6 +13,11 @@ Two things grew without bound in an hour of mixed use (benchmarks/mixed_use.py; 
   loop; what it cannot return is free memory in fragments between live objects (RESULTS.md, round 14: telling glibc
   to keep 2 arenas, `mallopt(M_ARENA_MAX)`, did not shrink it and was not kept). Where the C library is not glibc
   (musl, macOS) this part does nothing.
+- **Large blocks carved from the heap.** glibc gives an allocation of 128 kB or more pages of its own (mmap), returned
+  to the system when it is freed, but each time such a block is freed it raises that threshold to the block's size
+  (up to 32 MiB): after the first big answer or batch, a view's JSON or a batch's tensors are carved from the heap, and
+  whatever small object outlives them there pins their pages. The server fixes the threshold at start
+  (`large_blocks_apart`, `Limits.own_pages_bytes`), which also ends glibc's raising it.
 """
 
 import asyncio
@@ -23,6 +28,8 @@ import ctypes.util
 from .internals import forget_closed_sessions
 from .limits import Limits
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter: the size from which a block gets pages of its own
+
 
 def glibc(name: str, argtypes: list):
     """The C library's function `name` (returning int), or None where it has none (not glibc)."""
@@ -32,6 +39,13 @@ def glibc(name: str, argtypes: list):
         return None
     function.argtypes, function.restype = argtypes, ctypes.c_int
     return function
+
+
+def large_blocks_apart(size: int) -> bool:
+    """Every allocation of `size` bytes or more in pages of its own, handed back when freed, from now on; False where
+    the C library is not glibc."""
+    mallopt = glibc("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and mallopt(M_MMAP_THRESHOLD, size) == 1
 
 
 async def give_back(demo, limits: Limits, is_open) -> None:
@@ -46,10 +60,11 @@ async def give_back(demo, limits: Limits, is_open) -> None:
 
 
 def giving_back(demo, limits: Limits, is_open):
-    """A FastAPI lifespan that runs `give_back` while the server runs."""
+    """A FastAPI lifespan that keeps large blocks apart from the heap and runs `give_back` while the server runs."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        large_blocks_apart(limits.own_pages_bytes)
         task = asyncio.create_task(give_back(demo, limits, is_open))
         try:
             yield

@@ -170,6 +170,11 @@ def write_eval_results(
     return path
 
 
+def validation_split_of(results: dict) -> str:
+    """The split a model in eval_results.json was chosen on (files written before the field: "val")."""
+    return results["training"].get("validation_split", "val")
+
+
 def read_eval_results(folder: str | Path) -> dict | None:
     """`folder/eval_results.json` checked against the shape above; None if the folder has none."""
     path = Path(folder) / EVAL_RESULTS

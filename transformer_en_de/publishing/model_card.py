@@ -8,7 +8,7 @@ from typing import NamedTuple
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data import MULTI30K_HUB_ID
-from ..evaluation import read_eval_results
+from ..evaluation import read_eval_results, validation_split_of
 from ..markdown import markdown_table
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"}
@@ -163,7 +163,7 @@ def hub_metadata(results: dict, model_name: str, direction: str, dataset: Traine
     """The card's metadata the Hub reads: languages, license, tags, and each test score but validation's as an
     `EvalResult` (the Hub's model-index)."""
     source, target = results["languages"]["source"], results["languages"]["target"]
-    validation_split = results["training"].get("validation_split", "val")
+    validation_split = validation_split_of(results)
     common = dict(
         task_type="translation",
         task_name=f"Translation {direction}",
@@ -195,7 +195,7 @@ def card_tables(results: dict, config) -> dict[str, str]:
     """The card's tables, each through the one Markdown table writer: the architecture, the scores, the checkpoint
     averages tried, the validation curve and the training corpora (empty where the results have none)."""
     training = results["training"]
-    validation_split, chosen = training.get("validation_split", "val"), training.get("chosen_average")
+    validation_split, chosen = validation_split_of(results), training.get("chosen_average")
     architecture = [
         ["parameters", f"{results['num_parameters']:,}"],
         ["layers (encoder + decoder)", f"{config.encoder_layers} + {config.decoder_layers}"],
@@ -242,7 +242,7 @@ def write_model_card(
     source, target = results["languages"]["source"], results["languages"]["target"]
     direction = f"{LANGUAGE_NAMES.get(source, source)}→{LANGUAGE_NAMES.get(target, target)}"
     training = results["training"]
-    validation_split = training.get("validation_split", "val")
+    validation_split = validation_split_of(results)
     scores = results["scores"]
     dataset = trained_on(results)
     card_data = hub_metadata(results, model_name, direction, dataset)

@@ -218,3 +218,56 @@ class TransformerMTModelTest(ModelTesterMixin, unittest.TestCase):
                 logits_4d = model(**common, decoder_attention_mask=decoder_4d).logits
                 real = decoder_mask.bool()
                 self.assertTrue(torch.allclose(logits_2d[real], logits_4d[real], atol=1e-5))
+
+
+class DeepShallowModelTester(TransformerMTModelTester):
+    """Model round 7's shape scaled down: a deeper encoder than decoder (3 + 1 layers here, 6 + 1 shipped)."""
+
+    encoder_layers, decoder_layers = 3, 1
+
+    def get_config(self) -> TransformerMTConfig:
+        config = super().get_config()
+        config.encoder_layers, config.decoder_layers = self.encoder_layers, self.decoder_layers
+        return config
+
+
+class DeepShallowModelTest(TransformerMTModelTest):
+    """The whole common suite again on a model whose stacks differ in depth. Two of transformers' tests count one
+    `num_hidden_layers` for both stacks (every model they were written for has equal stacks); they are replaced by
+    the same checks counted per stack."""
+
+    def setUp(self):
+        super().setUp()
+        self.model_tester = DeepShallowModelTester(self)
+
+    def _outputs(self, model_class):
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        model = model_class(config).eval()
+        with torch.no_grad():
+            return model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=True)
+
+    def test_attention_outputs(self):
+        tester = self.model_tester
+        batch, heads, length = tester.batch_size, tester.num_attention_heads, tester.seq_length
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class=model_class.__name__):
+                outputs = self._outputs(model_class)
+                self.assertEqual(len(outputs.encoder_attentions), tester.encoder_layers)
+                self.assertEqual(len(outputs.decoder_attentions), tester.decoder_layers)
+                self.assertEqual(len(outputs.cross_attentions), tester.decoder_layers)
+                for attentions in (outputs.encoder_attentions, outputs.decoder_attentions, outputs.cross_attentions):
+                    for layer in attentions:
+                        self.assertEqual(tuple(layer.shape), (batch, heads, length, length))
+                        self.assertTrue(torch.allclose(layer.sum(-1), torch.ones(batch, heads, length), atol=1e-5))
+                causal = outputs.decoder_attentions[0][..., torch.ones(length, length).triu(1).bool()]
+                self.assertEqual(causal.abs().max().item(), 0.0)  # no decoder position sees a later one
+
+    def test_hidden_states_output(self):
+        tester = self.model_tester
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class=model_class.__name__):
+                outputs = self._outputs(model_class)
+                self.assertEqual(len(outputs.encoder_hidden_states), tester.encoder_layers + 1)  # embeddings too
+                self.assertEqual(len(outputs.decoder_hidden_states), tester.decoder_layers + 1)
+                for state in outputs.encoder_hidden_states + outputs.decoder_hidden_states:
+                    self.assertEqual(tuple(state.shape), (tester.batch_size, tester.seq_length, tester.hidden_size))

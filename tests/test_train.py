@@ -528,6 +528,22 @@ def test_tag_is_one_special_token_on_synthetic_sources_only(mixed_corpus, tmp_pa
     assert tokenizer.decode([tag_id, *plain[0]["input_ids"]], skip_special_tokens=True) == pairs.sources[0]
 
 
+def test_a_mix_is_tokenized_in_chunks_into_the_same_rows(mixed_corpus, tmp_path, monkeypatch):
+    """The mix is encoded a chunk at a time (memory); the rows, their order and the tags are those of one pass."""
+    folder, synthetic = mixed_corpus
+    data_args, tokenizer_args, *_, training_args = train.parse_arguments(
+        ["--data_dir", str(folder), "--output_dir", "unused", "--vocab_size", "400",
+         "--extra_train", f"{synthetic}:tagged", "--case_augmentation", "0.5"]
+    )
+    pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
+    tokenizer = prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
+    one_pass = training_data.encode_pairs(tokenizer, pairs.sources, pairs.targets, data_args, pairs.tagged)
+    monkeypatch.setattr(training_data, "TOKENIZE_CHUNK", 7)
+    assert len(pairs.sources) > 3 * 7 and len(pairs.sources) % 7  # several chunks, the last one short
+    chunked = tokenize_pairs(tokenizer, pairs.sources, pairs.targets, data_args, pairs.tagged)
+    assert chunked.to_dict() == one_pass and any(pairs.tagged)
+
+
 def test_tag_keeps_the_shipped_tokenizer_ids(tmp_path):
     from tokenizer import load_tokenizer
 

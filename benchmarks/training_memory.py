@@ -1,0 +1,85 @@
+"""Peak memory of a training run's start: the first start, which reads, mixes and tokenizes the corpora, against a
+second start of the same mix, which reads the tokenized mix the first one kept (`PreparedMix`, memory-mapped).
+
+Each start is `train.py` in a process of its own, one training step, one thread; its peak resident memory is read
+from /proc (VmHWM) while it runs. The second start is the reference: what a run holds besides its data pipeline
+(model, optimizer, Trainer, validation), so the difference is what preparing the mix costs and keeps.
+
+    python -m benchmarks.training_memory [--mix CORPUS ...] [--start MODEL_FOLDER]
+
+The default mix is task 1 twice with teacher-big and the tagged back-translation (528,000 pairs an epoch with the
+case variants); the round-7 run's mix adds the three other teachers (1.26 million).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks import harness
+
+ROOT = Path(__file__).resolve().parent.parent
+DISTILL = ROOT.parent / "shared" / "data" / "multi30k-distill"
+DEFAULT_MIX = [str(DISTILL / "teacher-big"), f"{DISTILL / 'bt-beam'}:tagged"]
+
+
+def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
+    """(peak RSS in bytes, seconds) of a child process, its VmHWM polled until it exits."""
+    started = time.time()
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak = [0]
+
+    def poll():
+        while process.poll() is None:
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text()
+            except OSError:
+                break
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    output, _ = process.communicate()
+    watcher.join()
+    if process.returncode:
+        sys.exit(f"train.py failed ({process.returncode}):\n{output[-3000:]}")
+    return peak[0], time.time() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mix", nargs="+", default=DEFAULT_MIX, help="--extra_train corpora (PREFIX[:tagged])")
+    parser.add_argument("--start", default=str(ROOT / "models" / "transformer-en-de"), help="model folder to train")
+    parser.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, TRANSFORMER_MT_CACHE=str(Path(scratch) / "cache"), OMP_NUM_THREADS="1",
+                   HF_HUB_OFFLINE="1")  # fmt: skip
+        rows = []
+        for number, start in enumerate(("first start (prepares the mix)", "second start (reads it)")):
+            # The same tokenizer file both times (it is part of the kept mix's fingerprint), another output folder.
+            command = [sys.executable, "train.py", "--model_name_or_path", args.start, "--tokenizer_name", args.start,
+                       "--data_dir", args.data_dir,
+                       "--train_weight", "2", "--extra_train", *args.mix, "--case_augmentation", "0.4",
+                       "--max_tokens", "4300", "--max_steps", "1", "--save_strategy", "no", "--eval_strategy", "no",
+                       "--test_split", "", "--average_last", "0", "--load_best_model_at_end", "false",
+                       "--disable_tqdm", "true", "--output_dir", str(Path(scratch) / f"run-{number}")]  # fmt: skip
+            peak, seconds = peak_rss_of_run(command, env)
+            rows.append([start, f"{peak / 2**30:.2f}", f"{seconds:.0f}"])
+            print(f"{start}: peak {peak / 2**30:.2f} GiB in {seconds:.0f} s", flush=True)
+    print(f"\n{harness.describe_machine(1)}; mix: task 1 x2 + {' '.join(Path(m).name for m in args.mix)}")
+    harness.print_table(["train.py", "peak RSS (GiB)", "seconds"], rows)
+    first, second = (float(row[1]) for row in rows)
+    print(f"\nthe first start holds {first / second:.2f}x the second's peak ({first - second:+.2f} GiB)")
+
+
+if __name__ == "__main__":
+    main()

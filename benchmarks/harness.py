@@ -231,3 +231,12 @@ def describe_machine(threads: int) -> str:
     return (f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
             f"{precision.describe(use_cpu=True)}")
 
+
+def peak_rss_bytes(pid: int | str = "self") -> int:
+    """A process's peak RSS so far (VmHWM; this process by default). Not ru_maxrss: that one carries over the
+    parent's peak across fork+exec. OSError once the process has exited."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")

@@ -36,12 +36,9 @@ def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
     def poll():
         while process.poll() is None:
             try:
-                status = Path(f"/proc/{process.pid}/status").read_text()
-            except OSError:
+                peak[0] = max(peak[0], harness.peak_rss_bytes(process.pid))
+            except OSError:  # it has just exited
                 break
-            for line in status.splitlines():
-                if line.startswith("VmHWM:"):
-                    peak[0] = max(peak[0], int(line.split()[1]) * 1024)
             time.sleep(0.2)
 
     watcher = threading.Thread(target=poll, daemon=True)

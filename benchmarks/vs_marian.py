@@ -90,15 +90,6 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize()
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak RSS (VmHWM). Not ru_maxrss: that one carries over the parent's peak across fork+exec."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # reported in kB
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 def measure_memory(which: str, folder: Path, num_beams: int, new_tokens: int) -> None:
     """Child process: load one model, translate the saved batch, print the peak RSS increase as JSON."""
     baseline = rss_bytes()
@@ -109,7 +100,7 @@ def measure_memory(which: str, folder: Path, num_beams: int, new_tokens: int) ->
     else:
         model = load_ours(TransformerMTConfig.from_pretrained(folder))
     translate(model, inputs, num_beams, new_tokens)
-    print(json.dumps({"peak": peak_rss_bytes() - baseline}))
+    print(json.dumps({"peak": harness.peak_rss_bytes() - baseline}))
 
 
 def memory_in_child(which: str, inputs: dict[str, torch.Tensor], config: TransformerMTConfig, args) -> dict[str, int]:

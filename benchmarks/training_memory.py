@@ -22,8 +22,8 @@ from pathlib import Path
 
 from benchmarks import harness
 
-ROOT = Path(__file__).resolve().parent.parent
-DISTILL = ROOT.parent / "shared" / "data" / "multi30k-distill"
+ROOT = harness.ROOT
+DISTILL = harness.DATA_DIR.parent / "multi30k-distill"
 DEFAULT_MIX = [str(DISTILL / "teacher-big"), f"{DISTILL / 'bt-beam'}:tagged"]
 
 
@@ -53,14 +53,14 @@ def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mix", nargs="+", default=DEFAULT_MIX, help="--extra_train corpora (PREFIX[:tagged])")
-    parser.add_argument("--start", default=str(ROOT / "models" / "transformer-en-de"), help="model folder to train")
-    parser.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    parser.add_argument("--start", default=str(harness.SHIPPED_DIR), help="model folder to train")
+    parser.add_argument("--data_dir", default=str(harness.DATA_DIR))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, TRANSFORMER_MT_CACHE=str(Path(scratch) / "cache"), OMP_NUM_THREADS="1",
                    HF_HUB_OFFLINE="1")  # fmt: skip
-        rows = []
+        rows, peaks = [], []
         for number, start in enumerate(("first start (prepares the mix)", "second start (reads it)")):
             # The same tokenizer file both times (it is part of the kept mix's fingerprint), another output folder.
             command = [sys.executable, "train.py", "--model_name_or_path", args.start, "--tokenizer_name", args.start,
@@ -70,11 +70,12 @@ def main() -> None:
                        "--test_split", "", "--average_last", "0", "--load_best_model_at_end", "false",
                        "--disable_tqdm", "true", "--output_dir", str(Path(scratch) / f"run-{number}")]  # fmt: skip
             peak, seconds = peak_rss_of_run(command, env)
-            rows.append([start, f"{peak / 2**30:.2f}", f"{seconds:.0f}"])
+            peaks.append(peak / 2**30)
+            rows.append([start, f"{peaks[-1]:.2f}", f"{seconds:.0f}"])
             print(f"{start}: peak {peak / 2**30:.2f} GiB in {seconds:.0f} s", flush=True)
     print(f"\n{harness.describe_machine(1)}; mix: task 1 x2 + {' '.join(Path(m).name for m in args.mix)}")
     harness.print_table(["train.py", "peak RSS (GiB)", "seconds"], rows)
-    first, second = (float(row[1]) for row in rows)
+    first, second = peaks
     print(f"\nthe first start holds {first / second:.2f}x the second's peak ({first - second:+.2f} GiB)")
 
 

@@ -406,12 +406,11 @@ TOKENIZE_CHUNK = 20_000
 
 def tokenize_pairs(tokenizer, sources, targets, data_args, tagged: list[bool] | None = None) -> Dataset:
     """A `Dataset` of `encode_pairs` rows, encoded `TOKENIZE_CHUNK` pairs at a time."""
-    chunks = [
-        Dataset.from_dict(encode_pairs(tokenizer, sources[start:start + TOKENIZE_CHUNK],
-                                       targets[start:start + TOKENIZE_CHUNK], data_args,
-                                       None if tagged is None else tagged[start:start + TOKENIZE_CHUNK]))
-        for start in range(0, max(len(sources), 1), TOKENIZE_CHUNK)
-    ]  # fmt: skip
+    chunks = []
+    for start in range(0, max(len(sources), 1), TOKENIZE_CHUNK):  # no pairs: one empty chunk, as one pass had
+        part = slice(start, start + TOKENIZE_CHUNK)
+        part_tagged = None if tagged is None else tagged[part]
+        chunks.append(Dataset.from_dict(encode_pairs(tokenizer, sources[part], targets[part], data_args, part_tagged)))
     return chunks[0] if len(chunks) == 1 else concatenate_datasets(chunks)
 
 

@@ -43,8 +43,9 @@ from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTraini
 from transformer_en_de import evaluation
 from transformer_en_de.publishing.model_card import write_model_card
 from transformer_en_de.publishing.push import PublishError, push_folder
-from transformer_en_de.training import checkpoints, dataset, loop, precision
+from transformer_en_de.training import checkpoints, dataset, distillation, loop, precision
 from transformer_en_de.training.dataset import DataArguments, TokenizerArguments
+from transformer_en_de.training.distillation import DistillationArguments
 from transformer_en_de.training.flags import HelpFormatter, brief_help, model_arguments, recipe
 from transformer_en_de.training.loop import REGULARISATION_FIELDS
 
@@ -157,19 +158,20 @@ EVERYDAY_TRAINER_FLAGS = {
     "gradient_accumulation_steps", "report_to", "push_to_hub", "hub_model_id",
 }
 ARGUMENT_GROUPS = (
-    DataArguments, TokenizerArguments, ModelArguments, StartArguments, SelectionArguments, TrainingArguments
+    DataArguments, TokenizerArguments, ModelArguments, StartArguments, DistillationArguments, SelectionArguments,
+    TrainingArguments,
 )
 
 
 def parse_arguments(argv: list[str]):
-    """The six argument groups, parsed once; the values left to other sources resolved."""
+    """The seven argument groups, parsed once; the values left to other sources resolved."""
     parser = HfArgumentParser(
         ARGUMENT_GROUPS, usage="python train.py --output_dir DIR [--data_dir DIR] [flags below]", description=__doc__,
         formatter_class=HelpFormatter,
     )
     ours = {name for group in ARGUMENT_GROUPS[:-1] for name in group.__dataclass_fields__}
     brief_help(parser, ours | set(TrainingArguments.__annotations__) | EVERYDAY_TRAINER_FLAGS)
-    data_args, tokenizer_args, model_args, start_args, selection_args, training_args = (
+    data_args, tokenizer_args, model_args, start_args, distillation_args, selection_args, training_args = (
         parser.parse_args_into_dataclasses(args=argv)
     )
     dataset.check_data_arguments(data_args, training_args)
@@ -186,7 +188,7 @@ def parse_arguments(argv: list[str]):
     if selection_args.average_last and training_args.save_total_limit:
         # The last N checkpoints, and the best one besides them (the Trainer never deletes the best).
         training_args.save_total_limit = max(training_args.save_total_limit, selection_args.average_last + 1)
-    return data_args, tokenizer_args, model_args, start_args, selection_args, training_args
+    return data_args, tokenizer_args, model_args, start_args, distillation_args, selection_args, training_args
 
 
 # ----------------------------------------------------------------------------------------------------------------- run
@@ -194,10 +196,10 @@ def parse_arguments(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    data_args, tokenizer_args, model_args, start_args, selection_args, training_args = parse_arguments(argv)
-    output_dir = Path(training_args.output_dir)
+    arguments = parse_arguments(argv)
+    output_dir = Path(arguments[-1].output_dir)
     try:
-        return run(argv, data_args, tokenizer_args, model_args, start_args, selection_args, training_args)
+        return run(argv, *arguments)
     except Exception as error:  # a failed write may come from any writer (safetensors and tokenizers are Rust)
         message = loop.write_failure(error, output_dir)
         if message is None:
@@ -205,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(message) from None
 
 
-def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args, training_args) -> dict:
+def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_args, selection_args,
+        training_args) -> dict:
     set_seed(training_args.seed)
 
     # Checks before any work: the push, the lengths, the output folder (never overwrite a run by accident)
@@ -230,6 +233,10 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
     model = loop.model_to_train(model_args, start_args.folder, tokenizer, tag_token)
     num_parameters = model.num_parameters()
     print(f"[model] {num_parameters:,} parameters: {json.dumps(dataclasses.asdict(model_args))}")
+    teacher = distillation.load_teacher(distillation_args, tokenizer)
+    if teacher is not None:
+        print(f"[distillation] teacher {teacher.name}, {teacher.model.num_parameters():,} parameters, weight "
+              f"{teacher.weight}")
     chosen = precision.name(training_args.bf16, training_args.fp16)
     print(f"[precision] {chosen} ({precision.describe(training_args.use_cpu)})")
 
@@ -254,6 +261,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
         callbacks=[starting_step := loop.StartingStep(), loop.ShortRunLogging()],
         validation=validation,
         max_tokens=training_args.max_tokens,
+        teacher=teacher,
     )
     started = time.time()
     train_result = trainer.train(resume_from_checkpoint=resume)
@@ -266,6 +274,8 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, selection_args,
     facts = loop.training_facts(
         trainer, starting_step.step, data_args, training_set, start_args.model_name_or_path, tag_token
     )
+    if teacher is not None:
+        facts.update(teacher.facts())
     model, val_scores, choice = checkpoints.model_to_ship(trainer, selection_args.average_last, tokenizer, validation)
     facts.update(choice)
     checkpoints.restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config

@@ -840,7 +840,7 @@ def hub_shaped_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
 
 def test_wmt14_command_parses_to_the_papers_base_model():
     argv = WMT14_COMMAND.split()[4:]  # after "torchrun --nproc_per_node 8 train.py"
-    data_args, tokenizer_args, model_args, _, selection_args, training_args = train.parse_arguments(argv)
+    data_args, tokenizer_args, model_args, _, _, selection_args, training_args = train.parse_arguments(argv)
     assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.num_attention_heads,
             model_args.d_ff, model_args.dropout, model_args.label_smoothing) == (512, 6, 6, 8, 2048, 0.1, 0.1)
     assert tokenizer_args.vocab_size == 37000 and training_args.warmup_steps == 4000

@@ -29,6 +29,7 @@ from ..evaluation import score_model
 from ..hub_access import hub_is_reachable
 from .checkpoints import complete_checkpoints, damaged_checkpoint, restore_translation_defaults, validation_curve
 from .dataset import dataset_facts
+from .distillation import Teacher, kl_to_teacher
 from .flags import CONFIG_DEFAULTS
 
 # ------------------------------------------------------------------------------------------------------------ batching
@@ -89,16 +90,26 @@ class TranslationTrainer(Seq2SeqTrainer):
     each shard in other batches.) The other processes wait for the scores, so every process chooses the same best
     checkpoint. With `max_tokens`, training batches hold about that many tokens instead of a number of sentences."""
 
-    def __init__(self, *args, validation: tuple[list[str], list[str]], max_tokens: int | None = None, **kwargs):
+    def __init__(self, *args, validation: tuple[list[str], list[str]], max_tokens: int | None = None,
+                 teacher: Teacher | None = None, **kwargs):
         super().__init__(*args, compute_loss_func=self.smoothed_loss, **kwargs)
         self.validation = validation
         self.max_tokens = max_tokens
+        self.teacher = teacher
+        if teacher is not None:
+            teacher.model.to(self.args.device)
 
     def smoothed_loss(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's loss from the logits: label-smoothed while training (section 5.4), the plain cross-entropy in
         evaluation (the model's own loss, comparable across models)."""
         epsilon = self.model.config.label_smoothing if self.model.training else 0.0
-        return label_smoothed_cross_entropy(outputs.logits, labels, epsilon, num_items_in_batch)
+        loss = label_smoothed_cross_entropy(outputs.logits, labels, epsilon, num_items_in_batch)
+        if self.teacher is None or not self.model.training:
+            return loss
+        # A DDP-wrapped model, called whole by compute_loss: the teacher reads the batch compute_loss kept for it.
+        inputs = {**self.teacher_batch, "labels": labels}
+        with self.accelerator.autocast():
+            return distilled(loss, outputs.logits[labels != -100], inputs, self.teacher, num_items_in_batch)
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens:
@@ -126,10 +137,11 @@ class TranslationTrainer(Seq2SeqTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if return_outputs or not model.training or model is not self.accelerator.unwrap_model(model):
             # Evaluation wants the logits; a DDP-wrapped model must be called whole, or its gradients are not synced.
+            self.teacher_batch = dict(inputs)  # the Trainer takes the labels out of `inputs`
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         # Mixed precision wraps the model's forward only; scored_loss calls the model's parts, so it asks for it itself.
         with self.accelerator.autocast():
-            return scored_loss(model, inputs, num_items_in_batch)
+            return scored_loss(model, inputs, num_items_in_batch, self.teacher)
 
     def _save_checkpoint(self, model, trial) -> None:
         """A checkpoint that could not be written to the end (a full disk, a kill) is removed, not left for a resume to
@@ -166,13 +178,30 @@ def as_saved(model):
     return copy.eval()
 
 
-def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
-    """The label-smoothed training loss (section 5.4), the output projection applied to the real target tokens only.
+def scored_loss(model, inputs: dict, num_items_in_batch=None, teacher: Teacher | None = None) -> torch.Tensor:
+    """The label-smoothed training loss (section 5.4), the output projection applied to the real target tokens only;
+    with a `teacher`, mixed with the word-level distillation term (`distillation.py`).
 
     `model(**inputs).loss` projects every position, padding too, onto the vocabulary before the loss drops the padded
     ones: the largest matrix multiply of a step (d_model x vocab per position, forward and backward), a third of it
     wasted on padding in a Multi30k batch. Same loss, same gradients.
     """
+    logits, labels = scored_logits(model, inputs)
+    loss = label_smoothed_cross_entropy(logits, labels, model.config.label_smoothing, num_items_in_batch)
+    return loss if teacher is None else distilled(loss, logits, inputs, teacher, num_items_in_batch)
+
+
+def distilled(loss: torch.Tensor, logits: torch.Tensor, inputs: dict, teacher: Teacher, num_items_in_batch=None):
+    """`loss` mixed with the teacher's term: (1 - w) * loss + w * KL(teacher || student) over the batch's scored
+    tokens, whose (N, vocab) student `logits` are given."""
+    with torch.no_grad():
+        teacher_logits, _ = scored_logits(teacher.model, inputs)
+    kl = kl_to_teacher(logits, teacher_logits, num_items_in_batch)
+    return (1 - teacher.weight) * loss + teacher.weight * kl
+
+
+def scored_logits(model, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (N, vocab) logits of the N real target tokens of a batch (teacher forcing), and those N labels."""
     labels = inputs["labels"]
     decoder_input_ids = inputs.get("decoder_input_ids")
     if decoder_input_ids is None:
@@ -182,8 +211,7 @@ def scored_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
         use_cache=False,
     ).last_hidden_state  # (B, T, d_model)
     scored = labels != -100  # (B, T)
-    logits = model.lm_head(hidden[scored])  # (N, vocab): real target tokens only
-    return label_smoothed_cross_entropy(logits, labels[scored], model.config.label_smoothing, num_items_in_batch)
+    return model.lm_head(hidden[scored]), labels[scored]
 
 
 # ------------------------------------------------------------------------------------------------------------- model

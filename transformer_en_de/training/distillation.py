@@ -1,0 +1,86 @@
+"""Word-level knowledge distillation: a trained teacher's whole next-token distribution as a second training target.
+
+The distillation mixes (`--extra_train`) are sequence-level: a teacher's beam translations stand in for references, so
+the student learns the teacher's single best output (Kim & Rush, 2016). Word-level distillation adds what the beam
+throws away: at every target position the student is also pulled towards the teacher's probabilities over the whole
+vocabulary (Hinton et al., 2015), which say how sure the teacher is and which other words it would accept. The loss
+of a step is
+
+    (1 - w) * label-smoothed cross-entropy with the target tokens + w * KL(teacher || student)
+
+summed over the real target tokens and divided by their number, so w = 0 is the usual run. The teacher reads the
+same batch (teacher forcing on the same targets), in evaluation mode and without gradients; it must share the
+student's vocabulary, token for token.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from modeling import TransformerMTForConditionalGeneration
+from tokenizer import load_tokenizer
+
+from ..decoding.loading import model_folder
+
+
+@dataclass
+class DistillationArguments:
+    teacher: str | None = field(
+        default=None,
+        metadata={
+            "help": "Word-level distillation: a trained model of the project (a folder or a Hub id) whose next-token "
+            "probabilities the student also learns at every target position, beside the target tokens. It must have "
+            "the student's vocabulary. Costs the teacher's forward pass each step."
+        },
+    )
+    teacher_weight: float = field(
+        default=0.5,
+        metadata={"help": "With --teacher: the share w of the teacher's term in the loss, (1 - w) * cross-entropy + "
+                  "w * KL(teacher || student); between 0 and 1."},
+    )
+
+
+@dataclass
+class Teacher:
+    """A frozen teacher and its share of the loss."""
+
+    model: TransformerMTForConditionalGeneration
+    weight: float
+    name: str
+
+    def facts(self) -> dict:
+        """What eval_results.json records of it."""
+        return {"teacher": self.name, "teacher_weight": self.weight}
+
+
+def load_teacher(args: DistillationArguments, tokenizer) -> Teacher | None:
+    """The teacher named by --teacher, frozen, or None; a teacher the run cannot use is refused before any training."""
+    if args.teacher is None:
+        return None
+    if not 0.0 <= args.teacher_weight <= 1.0:
+        raise SystemExit(f"error: --teacher_weight {args.teacher_weight}: give a share between 0 and 1.")
+    try:
+        folder = model_folder(args.teacher)
+        model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True)
+        teacher_vocabulary = load_tokenizer(folder).get_vocab()
+    except (RuntimeError, OSError, ValueError) as error:
+        raise SystemExit(f"error: --teacher {args.teacher}: {error}") from None
+    # The same ids for the same tokens, or the KL term would compare unrelated words.
+    if teacher_vocabulary != tokenizer.get_vocab() or model.config.vocab_size != len(tokenizer):
+        raise SystemExit(
+            f"error: --teacher {args.teacher} has another vocabulary than the run's tokenizer "
+            f"({model.config.vocab_size} embeddings against {len(tokenizer)} tokens, or other tokens): distil from a "
+            "model trained with the same tokenizer, or train the student with the teacher's (--tokenizer_name TEACHER)."
+        )
+    model.eval().requires_grad_(False)
+    return Teacher(model, args.teacher_weight, args.teacher)
+
+
+def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """KL(teacher || student) summed over the vocabulary, per scored token: (N, vocab) logits of the same N tokens.
+    In float32, as the cross-entropy is: a bf16 log-softmax over the vocabulary is too coarse."""
+    student_log_probs = F.log_softmax(student_logits.float(), dim=-1)
+    teacher_log_probs = F.log_softmax(teacher_logits.float(), dim=-1)
+    kl = F.kl_div(student_log_probs, teacher_log_probs, log_target=True, reduction="sum")
+    return kl / (num_items_in_batch if num_items_in_batch is not None else student_logits.shape[0])

@@ -142,6 +142,9 @@ def test_a_distilled_student_is_closer_to_its_teacher_and_says_so(teacher_run):
                                          "--teacher_weight", "1.0"))
     assert "teacher" not in plain["training"]
     assert (distilled["training"]["teacher"], distilled["training"]["teacher_weight"]) == (str(teacher), 1.0)
+    card = (data_dir / "distilled" / "README.md").read_text()
+    assert "next-token probabilities of the model teacher " in card and str(teacher) not in card.split("```bash")[0]
+    assert "Word-level distillation" not in (data_dir / "plain" / "README.md").read_text()
     kl_plain = kl_on_the_pairs(data_dir / "plain", teacher, data_dir)
     kl_distilled = kl_on_the_pairs(data_dir / "distilled", teacher, data_dir)
     assert kl_distilled < 0.85 * kl_plain, (kl_plain, kl_distilled)

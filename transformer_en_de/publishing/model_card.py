@@ -68,7 +68,9 @@ the weights of checkpoints {{ averaged | join(", ") }} (the paper averages its l
 keeping {{ averaged[0] }} alone: it scored higher on validation BLEU than the averages of the last checkpoints{% else %}, keeping the
 checkpoint with the best validation BLEU{% endif %}.{% if case_augmentation %} Case augmentation: {{ case_augmentation }} of the
 training pairs were added again with the English source in upper case or lower case and the German target as written,
-so that all-caps or lower-case input translates like normal text.{% endif %}
+so that all-caps or lower-case input translates like normal text.{% endif %}{% if teacher %} Word-level distillation: at every
+target position the model also learned the next-token probabilities of the model {{ teacher }} (Hinton et al. 2015), the loss
+(1 - {{ teacher_weight }}) × cross-entropy + {{ teacher_weight }} × KL(teacher ‖ model).{% endif %}
 {% if corpora|length > 1 %}
 Training corpora (pairs after cleaning; weight = times each pair is seen per epoch):
 
@@ -279,6 +281,10 @@ def write_model_card(
         corpora=training.get("corpora", []),
         tag_token=training.get("tag_token", ""),
         case_augmentation=training.get("case_augmentation"),
+        # a Hub id as it is; a local folder by its name only
+        teacher=training.get("teacher") and (Path(training["teacher"]).name if Path(training["teacher"]).exists()
+                                             else training["teacher"]),
+        teacher_weight=training.get("teacher_weight"),
         command="\n".join(results["command"]),
     )
     card.save(folder / "README.md")

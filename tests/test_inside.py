@@ -3,6 +3,8 @@ of a real server against `/translate`, and the tab in a real Chromium."""
 
 import math
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -43,8 +45,36 @@ def marian(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """The deep-encoder, shallow-decoder shape (6 + 1 layers), made from the shipped model by its recipe."""
+    folder = tmp_path_factory.mktemp("deep") / "six-plus-one"
+    subprocess.run([sys.executable, str(ROOT / "recipes" / "deep_shallow_init.py"), str(SHIPPED), str(folder),
+                    "--encoder_layers", "6", "--decoder_layers", "1"], check=True, capture_output=True)
+    translator = translators.load_our_translator(str(folder))
+    translator.model.set_attn_implementation("eager")
+    return translator
+
+
+def test_the_layer_choice_reaches_a_deep_encoders_last_layer(deep, ours):
+    import gradio as gr
+
+    from transformer_en_de.app.page.inside import attention_controls
+
+    with gr.Blocks():
+        _, deep_layers, _ = attention_controls([deep])
+        _, both_layers, _ = attention_controls([ours, deep])
+    assert [value for _, value in deep_layers.choices] == [1, 2, 3, 4, 5, 6]  # the encoder's six, not the decoder's one
+    assert [value for _, value in both_layers.choices] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.fixture(scope="module")
 def views(ours):
     return [view_inside(ours, sentence, DecodingSettings(num_beams=4)) for sentence in SENTENCES]
+
+
+@pytest.fixture(scope="module")
+def deep_views(deep):
+    return [view_inside(deep, sentence, DecodingSettings(num_beams=4)) for sentence in SENTENCES[:2]]
 
 
 def attention_tensors(view: dict) -> dict[str, torch.Tensor]:
@@ -54,8 +84,12 @@ def attention_tensors(view: dict) -> dict[str, torch.Tensor]:
 ROUNDED = 0.5 * 10**-DECIMALS + 1e-6  # how far a rounded encoding may be from its value
 
 
-def test_attention_has_every_layer_and_head_and_rows_sum_to_one(views, ours):
-    config = ours.model.config
+@pytest.mark.parametrize("shape", ["shipped", "6+1"])
+def test_attention_has_every_layer_and_head_and_rows_sum_to_one(shape, request):
+    translator, views = (request.getfixturevalue(name) for name in (
+        ("ours", "views") if shape == "shipped" else ("deep", "deep_views")))
+    config = translator.model.config
+    assert (config.encoder_layers, config.decoder_layers) == ((3, 3) if shape == "shipped" else (6, 1))
     for view in views:
         sources, decoder = len(view["source_ids"]), len(view["target_ids"])  # the decoder reads <s> and all but </s>
         shapes = {
@@ -244,7 +278,7 @@ def test_the_beam_search_is_one_table_a_row_a_step_a_column_a_beam(ours, marian)
         assert [row[1] for row in finished[2:]] == [as_text(item["text"]) for item in model["finished"]]
 
 
-def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
+def test_the_pictures_keep_every_label_inside_and_apart(views, deep_views, marian, ours):
     """The layout is fixed before drawing (no layout engine measures the labels), so check what one would: everything
     drawn (each panel with its tick labels, axis labels and title; the legend; the figure's title) lies inside its
     figure, and no panel's labels run into another panel's heatmap."""
@@ -252,9 +286,15 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, marian, ours):
 
     marian_view = view_inside(marian, "A dog runs in the park.", DecodingSettings(num_beams=2, max_new_tokens=20))
     long = view_inside(ours, " ".join(["The old fisherman repairs his colourful nets"] * 4), DecodingSettings())
-    for view in [*views, marian_view, long]:
+    for view in [*views, *deep_views, marian_view, long]:
         figures = [plot_positions(view)]
-        figures += [plot_attention_heads(view, kind, 0, head) for kind in KINDS for head in (None, 0)]
+        # the first and the last layer of each kind: a deep encoder's sixth, a one-layer decoder's only one
+        last = {kind: len(view["attention"][kind]) - 1 for kind in KINDS}
+        figures += [plot_attention_heads(view, kind, layer, head)
+                    for kind in KINDS for layer in {0, last[kind]} for head in (None, 0)]
+        for kind in KINDS:
+            title = plot_attention_heads(view, kind, 99, None).texts[0].get_text()
+            assert f"layer {last[kind] + 1} of {last[kind] + 1}," in title, title  # a layer past them: the last
         for figure in figures:
             renderer = FigureCanvasAgg(figure).get_renderer()
             figure.draw(renderer)

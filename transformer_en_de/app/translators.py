@@ -61,8 +61,11 @@ class Translator:
 
     @property
     def num_layers(self) -> int:
+        """The layers of the deeper stack: a deep-encoder, shallow-decoder model (6 + 1) has six to look inside."""
         config = self.model.config
-        return getattr(config, "decoder_layers", None) or getattr(config, "num_decoder_layers", None) or 1
+        encoder = getattr(config, "encoder_layers", None) or getattr(config, "num_layers", None) or 1
+        decoder = getattr(config, "decoder_layers", None) or getattr(config, "num_decoder_layers", None) or encoder
+        return max(encoder, decoder)
 
     @property
     def max_new_tokens(self) -> int:

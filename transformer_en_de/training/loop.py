@@ -1,8 +1,8 @@
 """What train.py adds to transformers' `Seq2SeqTrainer`: validation BLEU/chrF through the engine, a loss that projects
-only real target tokens onto the vocabulary, batches of about N tokens (fairseq's --max-tokens), a loss line even in
-short runs, the model to train (new, or a trained one to fine-tune), and an output folder that loses nothing (a
-finished run is never overwritten by accident; resuming passes over a damaged checkpoint; a failed write is one clear
-line; a push that could not happen is refused before training).
+only real target tokens onto the vocabulary (and adds a teacher's term on request), batches of about N tokens
+(fairseq's --max-tokens), a loss line even in short runs, the model to train (new, or a trained one to fine-tune), and
+an output folder that loses nothing (a finished run is never overwritten by accident; resuming passes over a damaged
+checkpoint; a failed write is one clear line; a push that could not happen is refused before training).
 """
 
 import dataclasses
@@ -96,6 +96,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.validation = validation
         self.max_tokens = max_tokens
         self.teacher = teacher
+        self.teacher_batch: dict = {}  # the batch a DDP-wrapped model is called on whole, for its teacher
         if teacher is not None:
             teacher.model.to(self.args.device)
 

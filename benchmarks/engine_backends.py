@@ -30,11 +30,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness import DATA_DIR, ROOT, SHIPPED_DIR
 from transformer_en_de.markdown import markdown_table
 
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
-DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 SPLIT = "test_2016_flickr"
 SYSTEMS = {
     "PyTorch float32": ["--backend", "torch"],

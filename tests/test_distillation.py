@@ -14,7 +14,7 @@ from test_train import fine_tune_flags, real_lines, tiny_run_flags, write_pair
 
 import train
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from tokenizer import load_tokenizer
+from tokenizer import load_tokenizer, train_tokenizer
 from transformer_en_de.evaluation import read_eval_results
 from transformer_en_de.training.distillation import Teacher
 from transformer_en_de.training.loop import scored_loss
@@ -81,19 +81,27 @@ def test_distillation_alone_pulls_the_student_to_the_teacher_and_leaves_the_teac
     assert all(torch.equal(tensor, teacher_weights[name]) for name, tensor in teacher.state_dict().items())
 
 
-def test_a_teacher_the_run_cannot_use_is_refused_before_training(tmp_path):
+def test_a_teacher_the_run_cannot_use_is_refused_before_the_run_writes_anything(tmp_path):
     write_pair(tmp_path, "train", real_lines("en", 0, 96), real_lines("de", 0, 96))
     write_pair(tmp_path, "val", real_lines("en", 2000, 8), real_lines("de", 2000, 8))
     write_pair(tmp_path, "test_2016_flickr", real_lines("en", 3000, 8), real_lines("de", 3000, 8))
-    # the shipped model's 8,001 tokens against the 300 of the tokenizer this run trains
+    own_tokenizer = tmp_path / "own-tokenizer"
+    train_tokenizer(texts=real_lines("en", 0, 96) + real_lines("de", 0, 96), vocab_size=300).save_pretrained(
+        own_tokenizer)
+    # the shipped model's 8,001 tokens against the 300 of the run's own tokenizer
     with pytest.raises(SystemExit, match=r"--teacher .*transformer-en-de has another vocabulary than the run's "
                                          r"tokenizer \(8001 embeddings against 300 tokens"):
-        train.main(tiny_run_flags(tmp_path, tmp_path / "a", "--teacher", str(SHIPPED)))
+        train.main(tiny_run_flags(tmp_path, tmp_path / "a", "--teacher", str(SHIPPED),
+                                  "--tokenizer_name", str(own_tokenizer)))
     with pytest.raises(SystemExit, match="--teacher ./no-such-model: could not be loaded: there is no model folder"):
         train.main(tiny_run_flags(tmp_path, tmp_path / "b", "--teacher", "./no-such-model"))
+    with pytest.raises(SystemExit, match="--teacher someone/not-cached: .*Hub is unreachable .offline. and "
+                                         "someone/not-cached"):
+        train.main(tiny_run_flags(tmp_path, tmp_path / "d", "--teacher", "someone/not-cached"))
     with pytest.raises(SystemExit, match="--teacher_weight 1.5: give a share between 0 and 1"):
         train.main(tiny_run_flags(tmp_path, tmp_path / "c", "--teacher", str(SHIPPED), "--teacher_weight", "1.5"))
-    assert not [path for name in "abc" for path in (tmp_path / name).glob("checkpoint-*")]
+    # nothing written: the same command, corrected, runs in the same folder
+    assert not [path for name in "abcd" if (tmp_path / name).is_dir() for path in (tmp_path / name).iterdir()]
 
 
 # ------------------------------------------------------------------------------------- whole runs from a real teacher
@@ -116,8 +124,10 @@ def teacher_run(tmp_path_factory):
 
 
 def student_flags(data_dir, output_dir, teacher, *extra: str) -> list[str]:
-    """A new student (not a fine-tune: its own architecture) with the teacher's tokenizer, trained briefly."""
-    return [*tiny_run_flags(data_dir, output_dir), "--tokenizer_name", str(teacher), "--num_train_epochs", "30",
+    """A new student (not a fine-tune: its own architecture), trained briefly; without --teacher, with the teacher's
+    tokenizer named (with --teacher it is the default)."""
+    tokenizer = [] if "--teacher" in extra else ["--tokenizer_name", str(teacher)]
+    return [*tiny_run_flags(data_dir, output_dir), *tokenizer, "--num_train_epochs", "30",
             "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--load_best_model_at_end", "false",
             "--save_strategy", "no", "--test_split", "", *extra]
 
@@ -142,6 +152,7 @@ def test_a_distilled_student_is_closer_to_its_teacher_and_says_so(teacher_run):
                                          "--teacher_weight", "1.0"))
     assert "teacher" not in plain["training"]
     assert (distilled["training"]["teacher"], distilled["training"]["teacher_weight"]) == (str(teacher), 1.0)
+    assert load_tokenizer(data_dir / "distilled").get_vocab() == load_tokenizer(teacher).get_vocab()
     card = (data_dir / "distilled" / "README.md").read_text()
     assert "next-token probabilities of the model teacher " in card and str(teacher) not in card.split("```bash")[0]
     assert "Word-level distillation" not in (data_dir / "plain" / "README.md").read_text()

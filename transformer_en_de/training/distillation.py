@@ -14,6 +14,7 @@ student's vocabulary, token for token.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,8 @@ class DistillationArguments:
         metadata={"help": "With --teacher: the share w of the teacher's term in the loss, (1 - w) * cross-entropy + "
                   "w * KL(teacher || student); between 0 and 1."},
     )
+    # Where the teacher's files are on this machine (the folder itself, or the Hub download): set by check_teacher.
+    folder: Path | None = field(default=None, init=False)
 
 
 @dataclass
@@ -54,24 +57,44 @@ class Teacher:
         return {"teacher": self.name, "teacher_weight": self.weight}
 
 
-def load_teacher(args: DistillationArguments, tokenizer) -> Teacher | None:
-    """The teacher named by --teacher, frozen, or None; a teacher the run cannot use is refused before any training."""
+def check_teacher(args: DistillationArguments, tokenizer_args) -> None:
+    """Before any work (train.py's flags): the weight, and the teacher's folder (a Hub id downloaded, or one line
+    saying why not). A run with no tokenizer of its own (a new model without --tokenizer_name) takes the teacher's:
+    a tokenizer trained afresh would never share its vocabulary."""
     if args.teacher is None:
-        return None
+        return
     if not 0.0 <= args.teacher_weight <= 1.0:
         raise SystemExit(f"error: --teacher_weight {args.teacher_weight}: give a share between 0 and 1.")
     try:
-        folder = model_folder(args.teacher)
-        model = TransformerMTForConditionalGeneration.from_pretrained(folder, use_safetensors=True)
-        teacher_vocabulary = load_tokenizer(folder).get_vocab()
-    except (RuntimeError, OSError, ValueError) as error:
+        args.folder = model_folder(args.teacher)
+    except RuntimeError as error:
         raise SystemExit(f"error: --teacher {args.teacher}: {error}") from None
+    if not tokenizer_args.tokenizer_name:
+        tokenizer_args.tokenizer_name = str(args.folder)
+        print(f"[distillation] the teacher's tokenizer is the run's: {args.teacher}")
+
+
+def load_teacher(args: DistillationArguments, tokenizer_name: str, tag_token: str | None) -> Teacher | None:
+    """The teacher named by --teacher, frozen, or None. Called before the run writes anything: a teacher whose
+    vocabulary is not the run's tokenizer's (`tokenizer_name`, with `tag_token` added where it is new) is refused,
+    and the same command, corrected, can run in the same folder."""
+    if args.teacher is None:
+        return None
+    try:
+        model = TransformerMTForConditionalGeneration.from_pretrained(args.folder, use_safetensors=True)
+        teacher_vocabulary = load_tokenizer(args.folder).get_vocab()
+        vocabulary = load_tokenizer(tokenizer_name).get_vocab()
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: --teacher {args.teacher}: {error}") from None
+    if tag_token is not None and tag_token not in vocabulary:
+        vocabulary[tag_token] = len(vocabulary)  # the run adds the tag as its next id
     # The same ids for the same tokens, or the KL term would compare unrelated words.
-    if teacher_vocabulary != tokenizer.get_vocab() or model.config.vocab_size != len(tokenizer):
+    if teacher_vocabulary != vocabulary or model.config.vocab_size != len(vocabulary):
         raise SystemExit(
             f"error: --teacher {args.teacher} has another vocabulary than the run's tokenizer "
-            f"({model.config.vocab_size} embeddings against {len(tokenizer)} tokens, or other tokens): distil from a "
-            "model trained with the same tokenizer, or train the student with the teacher's (--tokenizer_name TEACHER)."
+            f"({model.config.vocab_size} embeddings against {len(vocabulary)} tokens, or other tokens): distil from a "
+            "model trained with the run's tokenizer, or train the student with the teacher's (--tokenizer_name "
+            "TEACHER, the default for a new model)."
         )
     model.eval().requires_grad_(False)
     return Teacher(model, args.teacher_weight, args.teacher)

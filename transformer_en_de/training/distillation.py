@@ -32,7 +32,8 @@ class DistillationArguments:
         metadata={
             "help": "Word-level distillation: a trained model of the project (a folder or a Hub id) whose next-token "
             "probabilities the student also learns at every target position, beside the target tokens. It must have "
-            "the student's vocabulary. Costs the teacher's forward pass each step."
+            "the student's vocabulary (a new model without --tokenizer_name takes the teacher's tokenizer). Costs the "
+            "teacher's forward pass each step."
         },
     )
     teacher_weight: float = field(

@@ -176,7 +176,7 @@ def parse_arguments(argv: list[str]):
     )
     dataset.check_data_arguments(data_args, training_args)
     start_args.folder = loop.resolve_architecture(model_args, start_args, tokenizer_args)
-    distillation.check_teacher(distillation_args, tokenizer_args)
+    distillation.check_teacher(distillation_args, tokenizer_args, training_args)
     if training_args.learning_rate is None:
         # The paper's peak rate: d_model^-0.5 * warmup^-0.5, reached at the end of the linear warm-up.
         training_args.learning_rate = model_args.d_model**-0.5 * max(training_args.warmup_steps, 1) ** -0.5
@@ -226,7 +226,8 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
 
     # Tokenizer: one process trains (or loads) it and saves it; the others wait, then load what it saved
     tag_token = data_args.tag_token if training_set.has_tagged else None
-    teacher = distillation.load_teacher(distillation_args, tokenizer_args.tokenizer_name, tag_token)
+    # the run's tokenizer: the one named, or the one an earlier start kept in the output folder
+    teacher = distillation.load_teacher(distillation_args, tokenizer_args.tokenizer_name or output_dir, tag_token)
     if teacher is not None:
         print(f"[distillation] teacher {teacher.name}, {teacher.model.num_parameters():,} parameters, weight "
               f"{teacher.weight}")

@@ -181,3 +181,18 @@ def test_a_fine_tune_distils_in_two_processes(teacher_run):
     assert results["training"]["teacher"] == str(teacher)
     assert json.loads((output_dir / "config.json").read_text())["d_model"] == 32  # the start's, not the teacher's
     assert kl_on_the_pairs(output_dir, teacher, data_dir) < 0.8 * kl_on_the_pairs(start, teacher, data_dir)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_own_tokenizer_and_a_teacher_of_another_is_refused(teacher_run, tmp_path):
+    """A run that trained its own tokenizer, resumed with --teacher: the tokenizer stays the run's (its checkpoints'
+    embeddings are in its ids), so a teacher with other tokens is refused, and nothing of the run changes."""
+    data_dir, teacher = teacher_run
+    own = tmp_path / "own"
+    flags = [*tiny_run_flags(data_dir, own), "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no",
+             "--load_best_model_at_end", "false", "--test_split", ""]
+    train.main(flags)  # a tokenizer of its own, trained on the students' pairs
+    kept = {path.name: path.read_bytes() for path in own.iterdir() if path.is_file()}
+    with pytest.raises(SystemExit, match="has another vocabulary than the run's tokenizer"):
+        train.main([*flags, "--max_steps", "6", "--resume_from_checkpoint", "last", "--teacher", str(teacher)])
+    assert {path.name: path.read_bytes() for path in own.iterdir() if path.is_file()} == kept

@@ -58,10 +58,11 @@ class Teacher:
         return {"teacher": self.name, "teacher_weight": self.weight}
 
 
-def check_teacher(args: DistillationArguments, tokenizer_args) -> None:
+def check_teacher(args: DistillationArguments, tokenizer_args, training_args) -> None:
     """Before any work (train.py's flags): the weight, and the teacher's folder (a Hub id downloaded, or one line
-    saying why not). A run with no tokenizer of its own (a new model without --tokenizer_name) takes the teacher's:
-    a tokenizer trained afresh would never share its vocabulary."""
+    saying why not). A run with no tokenizer of its own (a new model without --tokenizer_name, and no tokenizer kept
+    in the output folder by an earlier start it goes on from) takes the teacher's: a tokenizer trained afresh would
+    never share its vocabulary."""
     if args.teacher is None:
         return
     if not 0.0 <= args.teacher_weight <= 1.0:
@@ -70,15 +71,16 @@ def check_teacher(args: DistillationArguments, tokenizer_args) -> None:
         args.folder = model_folder(args.teacher)
     except RuntimeError as error:
         raise SystemExit(f"error: --teacher {args.teacher}: {error}") from None
-    if not tokenizer_args.tokenizer_name:
+    kept = (Path(training_args.output_dir) / "tokenizer.json").is_file() and not training_args.overwrite_output_dir
+    if not tokenizer_args.tokenizer_name and not kept:
         tokenizer_args.tokenizer_name = str(args.folder)
         print(f"[distillation] the teacher's tokenizer is the run's: {args.teacher}")
 
 
-def load_teacher(args: DistillationArguments, tokenizer_name: str, tag_token: str | None) -> Teacher | None:
+def load_teacher(args: DistillationArguments, tokenizer_name: str | Path, tag_token: str | None) -> Teacher | None:
     """The teacher named by --teacher, frozen, or None. Called before the run writes anything: a teacher whose
-    vocabulary is not the run's tokenizer's (`tokenizer_name`, with `tag_token` added where it is new) is refused,
-    and the same command, corrected, can run in the same folder."""
+    vocabulary is not that of the run's tokenizer (`tokenizer_name`, a folder; with `tag_token` added where it is new)
+    is refused, and the same command, corrected, can run in the same folder."""
     if args.teacher is None:
         return None
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from transformer_en_de.decoding.backends import BackendError, load_backend, resolve_backend
 from transformer_en_de.decoding.engine import max_target_tokens
 from transformer_en_de.decoding.int8 import int8_dynamic
-from transformer_en_de.decoding.loading import load_listed_model
+from transformer_en_de.decoding.loading import display_id, load_listed_model
 
 OURS_NAME = "Transformer (ours)"
 
@@ -70,16 +70,6 @@ class Translator:
     @property
     def max_new_tokens(self) -> int:
         return max_target_tokens(self.model)
-
-
-def display_id(model_id: str) -> str:
-    """What the page shows for a model: a Hub id as it is, a local folder by its name only (no server paths)."""
-    if not model_id.strip():
-        return ""  # Path("") is the current folder: an empty id must never show (or load) it
-    path = Path(model_id).expanduser()
-    if path.exists() or model_id.startswith((".", "/", "~")):
-        return path.resolve().name
-    return model_id
 
 
 # transformers' from_pretrained builds a model on the meta device through process-wide state: two loads at once

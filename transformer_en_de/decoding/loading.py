@@ -55,6 +55,17 @@ def check_safetensors(folder: str | Path, name: str | None = None) -> None:
         raise RuntimeError(f"could not be loaded: {name or folder} {pickle_only_message(str(folder))}")
 
 
+def display_id(model_id: str) -> str:
+    """What others are shown of a model id (the page, a model card): a Hub id as it is, a local folder by its name only
+    (no server or build-machine paths)."""
+    if not model_id.strip():
+        return ""  # Path("") is the current folder: an empty id must never show (or load) it
+    path = Path(model_id).expanduser()
+    if path.exists() or model_id.startswith((".", "/", "~")):
+        return path.resolve().name
+    return model_id
+
+
 def split_revision(model_id: str) -> tuple[str, str | None]:
     """("owner/name", "revision") from "owner/name@revision"; a local folder or an id without "@" has no revision."""
     if "@" not in model_id or Path(model_id).expanduser().exists():

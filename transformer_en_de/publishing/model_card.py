@@ -8,6 +8,7 @@ from typing import NamedTuple
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data import MULTI30K_HUB_ID
+from ..decoding.loading import display_id
 from ..evaluation import read_eval_results, validation_split_of
 from ..markdown import markdown_table
 
@@ -281,9 +282,7 @@ def write_model_card(
         corpora=training.get("corpora", []),
         tag_token=training.get("tag_token", ""),
         case_augmentation=training.get("case_augmentation"),
-        # a Hub id as it is; a local folder by its name only
-        teacher=training.get("teacher") and (Path(training["teacher"]).name if Path(training["teacher"]).exists()
-                                             else training["teacher"]),
+        teacher=display_id(training.get("teacher") or ""),
         teacher_weight=training.get("teacher_weight"),
         command="\n".join(results["command"]),
     )

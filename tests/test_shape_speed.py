@@ -1,0 +1,55 @@
+"""The shape benchmark: outputs held to given lengths through the model's own beam search, and the whole script."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from transformers import LogitsProcessorList
+
+from benchmarks.shape_speed import HeldLength, new_tokens_of, parse_shape
+
+SHIPPED = ROOT / "models" / "transformer-en-de"
+SOURCES = ["A dog runs in the park.", "Two men are working.", "A woman reads a book.", "The cat sleeps on the sofa."]
+
+
+def test_every_beam_of_every_sentence_ends_where_it_is_held(tiny_model, tiny_tokenizer):
+    # Lengths that differ, so that the beam search lets sentences leave the batch at different steps (the processor is
+    # narrowed to the ones left); 1 is an output of </s> alone.
+    batch = tiny_tokenizer(SOURCES, padding=True, return_tensors="pt")
+    for held in ([3, 7, 1, 12], [12, 12, 12, 12], [5, 2, 9, 4]):
+        processor = HeldLength(torch.tensor(held), tiny_model.generation_config.eos_token_id)
+        with torch.inference_mode():
+            output = tiny_model.generate(**batch, logits_processor=LogitsProcessorList([processor]))
+        assert new_tokens_of(output, tiny_model.generation_config.eos_token_id) == held
+    with torch.inference_mode():
+        free = tiny_model.generate(**batch)
+    assert new_tokens_of(free, tiny_model.generation_config.eos_token_id) != [3, 7, 1, 12]  # the hold did it
+
+
+def test_shapes_are_read_or_refused_in_one_line():
+    assert parse_shape("12x2") == {"encoder_layers": 12, "decoder_layers": 2}
+    assert parse_shape("6x1:d_ff=2048,num_attention_heads=8") == {
+        "encoder_layers": 6, "decoder_layers": 1, "d_ff": 2048, "num_attention_heads": 8}  # fmt: skip
+    for bad in ("6y1", "6x", "6x1:d_ff", "x"):
+        with pytest.raises(ValueError, match="a shape is ENCxDEC"):
+            parse_shape(bad)
+
+
+@pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the shipped model is not in this checkout")
+def test_the_script_times_a_shape_against_the_shipped_model_at_its_lengths():
+    command = [sys.executable, "-m", "benchmarks.shape_speed", "1x1", "--candidate", str(SHIPPED),
+               "--sentences", "32", "--batch1", "2", "--rounds", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in done.stdout.splitlines() if "x)" in line}
+    assert set(rows) == {f"{SHIPPED} (its weights)", "1x1", str(SHIPPED)}
+    assert rows[f"{SHIPPED} (its weights)"][2].endswith("(1.00x)")
+    # A 1+1 model has fewer parameters than the shipped 3+3, and the same folder as a candidate the same count.
+    parameters = {name: float(row[1].rstrip("M")) for name, row in rows.items()}
+    assert parameters["1x1"] < parameters[str(SHIPPED)] == parameters[f"{SHIPPED} (its weights)"]
+
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.shape_speed", "6y1"], capture_output=True, text=True,
+                             cwd=ROOT, timeout=60)  # fmt: skip
+    assert refused.returncode != 0 and "a shape is ENCxDEC" in refused.stderr

@@ -2,18 +2,21 @@
 
 The rule (a) of a model round asks a candidate to decode at least 1.3x as fast as the shipped model through
 `generate()` at batch 32 and at batch 1 (`benchmarks.model_speed` measures two trained folders). What a decoding costs
-depends on the shape and on how long each output is, not on what the weights say; but a shape with random weights
+depends on the shape and on how long each output is, hardly on what the weights say; but a shape with random weights
 writes outputs of any length. So here every sentence's output is held to the length of the shipped model's own
 translation of it (the end token forbidden before that length and forced at it, for every beam; the tokens themselves
-are the model's own choice), and the shipped model is timed the same way: each ratio is the shape's, at the shipped
-model's output lengths. A trained folder can stand beside the shapes (`--candidate`): held to the same lengths its
-figure should equal its shape's, and its free-running ratio (`benchmarks.model_speed`) differs from the held one only
-as far as its own outputs are longer or shorter.
+are the model's own choice), and every model is timed that way.
 
-Each shape runs in a process of its own (built from the shipped model's config with its depths and any other field
-changed: `6x1`, `12x2`, `6x1:d_ff=2048`), one after the other in every round; the median over rounds is printed.
+Weights still move a timing by a few percent (random ones decode a little faster than trained ones, at the same
+lengths), so each shape, built from the shipped model's config with random weights, is compared with the shipped
+shape built the same way (the row `shipped shape, random weights`); a trained folder (`--candidate`) is compared with
+the shipped model's own weights, which is the ratio `benchmarks.model_speed` gives but for the candidate's own output
+lengths (a longer-writing model is slower free-running than held).
 
-    OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 3x3 6x1 6x2 8x1 12x1 12x2 --threads 1
+Each model runs in a process of its own, one after the other in every round; the median over rounds is printed.
+Shapes are `ENCxDEC[:field=value,...]`, e.g. `6x1`, `12x2`, `6x1:d_ff=2048`.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 6x1 6x2 8x1 12x1 12x2 --candidate runs/NAME --threads 1
 """
 
 import argparse
@@ -30,6 +33,7 @@ import torch
 from benchmarks import harness
 
 REFERENCE = "reference"  # the shipped model's own weights
+SHIPPED_SHAPE = "shipped shape"  # its config, random weights: what the shapes are compared with
 
 
 def parse_shape(shape: str) -> dict:
@@ -87,7 +91,7 @@ def load(spec: str, reference: str):
     if spec == REFERENCE or Path(spec).is_dir():
         return TransformerMTForConditionalGeneration.from_pretrained(reference if spec == REFERENCE else spec).eval()
     config = TransformerMTConfig.from_pretrained(reference)
-    for name, value in parse_shape(spec).items():
+    for name, value in ({} if spec == SHIPPED_SHAPE else parse_shape(spec)).items():
         if not hasattr(config, name):
             raise SystemExit(f"{spec!r}: the config has no field {name!r}")
         setattr(config, name, value)
@@ -146,7 +150,7 @@ def main():
     parser.add_argument("--reference", default=str(harness.SHIPPED_DIR), help="the shipped model's folder")
     parser.add_argument("--candidate", action="append", default=[], help="a trained folder timed beside the shapes")
     parser.add_argument("--sentences", type=int, default=256, help="val sentences in batches of 32")
-    parser.add_argument("--batch1", type=int, default=64, help="the first of them, one at a time")
+    parser.add_argument("--batch1", type=int, default=96, help="the first of them, one at a time")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lengths", default="", help=argparse.SUPPRESS)
@@ -168,7 +172,7 @@ def main():
             parser.error(f"--candidate {folder}: not a model folder (no config.json)")
 
     new_tokens = run_child(REFERENCE, args)["new_tokens"]
-    specs = [REFERENCE, *args.shapes, *args.candidate]
+    specs = [REFERENCE, SHIPPED_SHAPE, *args.shapes, *args.candidate]
     runs = {spec: [] for spec in specs}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as lengths:
         lengths.write(json.dumps(new_tokens))
@@ -188,10 +192,15 @@ def main():
           f"rounds, each model in its own process")  # fmt: skip
     rows = []
     for spec in specs:
+        trained = spec == REFERENCE or spec in args.candidate
         name = f"{args.reference} (its weights)" if spec == REFERENCE else spec
-        figures = [f"{median[spec][path]:.1f} ({median[spec][path] / median[REFERENCE][path]:.2f}x)" for path in paths]
-        rows.append([name, f"{runs[spec][0]['parameters'] / 1e6:.2f}M", *figures])
-    harness.print_table(["model", "parameters", "batch 32", "batch 1"], rows)
+        if spec == SHIPPED_SHAPE:
+            name += ", random weights"
+        base = REFERENCE if trained else SHIPPED_SHAPE
+        figures = [f"{median[spec][path]:.1f} ({median[spec][path] / median[base][path]:.2f}x)" for path in paths]
+        rows.append([name, "trained" if trained else "random", f"{runs[spec][0]['parameters'] / 1e6:.2f}M", *figures])
+    print("# (ratio): a trained model's to the shipped model's; a random shape's to the shipped shape's, random too")
+    harness.print_table(["model", "weights", "parameters", "batch 32", "batch 1"], rows)
     print(f"# {harness.describe_machine(args.threads)}")
 
 

@@ -216,6 +216,15 @@ def spread(values: list[float]) -> str:
     return f"{median(values):.4g} [{q1:.4g}, {q3:.4g}]"
 
 
+def paired_ratio(runs: dict[str, list[dict]], model: str, base: str, figure: str) -> str:
+    """`model`'s `figure` over `base`'s, round by round (each round runs both, one after the other, so a slow
+    stretch of the machine slows both alike), as text: the median, and the lowest and highest round's when there are
+    several, which say how far one round's ratio can be trusted."""
+    ratios = [mine[figure] / theirs[figure] for mine, theirs in zip(runs[model], runs[base], strict=True)]
+    text = f"{median(ratios):.2f}x"
+    return text if len(ratios) < 2 else f"{text} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def print_table(header: list[str], rows: list[list[object]]) -> None:
     """A Markdown table on stdout, ready for the README."""
     print(markdown_table(header, rows))

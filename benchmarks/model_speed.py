@@ -80,9 +80,9 @@ def main():
     print(f"# sentences per second on val (first {args.sentences}; batch 1: first {args.batch1}), median of "
           f"{args.rounds} rounds, {args.threads} thread(s), each model in its own process")  # fmt: skip
     harness.print_table(
-        ["path", args.reference, args.candidate, "ratio"],
+        ["path", args.reference, args.candidate, "ratio (lowest-highest round)"],
         [[path, f"{median[args.reference][path]:.1f}", f"{median[args.candidate][path]:.1f}",
-          f"{median[args.candidate][path] / median[args.reference][path]:.2f}x"] for path in paths],
+          harness.paired_ratio(runs, args.candidate, args.reference, path)] for path in paths],
     )  # fmt: skip
     print(f"# {harness.describe_machine(args.threads)}")
 

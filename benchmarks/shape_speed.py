@@ -197,10 +197,12 @@ def main():
         if spec == SHIPPED_SHAPE:
             name += ", random weights"
         base = REFERENCE if trained else SHIPPED_SHAPE
-        figures = [f"{median[spec][path]:.1f} ({median[spec][path] / median[base][path]:.2f}x)" for path in paths]
+        figures = [cell for path in paths
+                   for cell in (f"{median[spec][path]:.1f}", harness.paired_ratio(runs, spec, base, path))]  # fmt: skip
         rows.append([name, "trained" if trained else "random", f"{runs[spec][0]['parameters'] / 1e6:.2f}M", *figures])
-    print("# (ratio): a trained model's to the shipped model's; a random shape's to the shipped shape's, random too")
-    harness.print_table(["model", "weights", "parameters", "batch 32", "batch 1"], rows)
+    print("# ratio: a trained model's to the shipped model's, a random shape's to the shipped shape's (random too); "
+          "the median of the rounds' ratios (lowest-highest round)")  # fmt: skip
+    harness.print_table(["model", "weights", "parameters", "batch 32", "ratio", "batch 1", "ratio"], rows)
     print(f"# {harness.describe_machine(args.threads)}")
 
 

@@ -43,14 +43,17 @@ def test_the_script_times_a_shape_against_the_shipped_model_at_its_lengths():
                "--sentences", "32", "--batch1", "2", "--rounds", "1"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in done.stdout.splitlines() if "x)" in line}
+    table = [line.strip("| ").split(" | ") for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert table[0] == ["model", "weights", "parameters", "batch 32", "ratio", "batch 1", "ratio"]
+    rows = {row[0]: row for row in table[1:]}
     reference, shipped_shape = f"{SHIPPED} (its weights)", "shipped shape, random weights"
     assert set(rows) == {reference, shipped_shape, "1x1", str(SHIPPED)}
     # Each is compared with its own kind: the trained ones with the shipped weights, the random ones with the shipped
     # shape's random weights.
     assert [rows[name][1] for name in (reference, shipped_shape, "1x1", str(SHIPPED))] == [
         "trained", "random", "random", "trained"]  # fmt: skip
-    assert rows[reference][3].endswith("(1.00x)") and rows[shipped_shape][3].endswith("(1.00x)")
+    assert rows[reference][4] == rows[shipped_shape][4] == rows[reference][6] == rows[shipped_shape][6] == "1.00x"
+    assert float(rows["1x1"][3]) > 0 and rows["1x1"][4].endswith("x")
     # A 1+1 model has fewer parameters than the shipped 3+3; the same folder as a candidate, or its shape, as many.
     parameters = {name: float(row[2].rstrip("M")) for name, row in rows.items()}
     assert parameters["1x1"] < parameters[str(SHIPPED)] == parameters[reference] == parameters[shipped_shape]

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import harness
+from tokenizer import load_tokenizer
 
 REFERENCE = "reference"  # the shipped model's own weights
 SHIPPED_SHAPE = "shipped shape"  # its config, random weights: what the shapes are compared with
@@ -170,6 +171,9 @@ def main():
     for folder in args.candidate:
         if not (Path(folder) / "config.json").is_file():
             parser.error(f"--candidate {folder}: not a model folder (no config.json)")
+        # Its outputs are held to lengths counted in the reference's tokens: only the same tokens make them comparable.
+        if load_tokenizer(folder).get_vocab() != load_tokenizer(args.reference).get_vocab():
+            parser.error(f"--candidate {folder}: its tokenizer is not the reference's, so its output lengths differ")
 
     new_tokens = run_child(REFERENCE, args)["new_tokens"]
     specs = [REFERENCE, SHIPPED_SHAPE, *args.shapes, *args.candidate]

@@ -61,3 +61,10 @@ def test_the_script_times_a_shape_against_the_shipped_model_at_its_lengths():
     refused = subprocess.run([sys.executable, "-m", "benchmarks.shape_speed", "6y1"], capture_output=True, text=True,
                              cwd=ROOT, timeout=60)  # fmt: skip
     assert refused.returncode != 0 and "a shape is ENCxDEC" in refused.stderr
+
+
+@pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the shipped model is not in this checkout")
+def test_a_candidate_of_other_tokens_is_refused_before_any_timing(tiny_model_dir):
+    command = [sys.executable, "-m", "benchmarks.shape_speed", "6x1", "--candidate", str(tiny_model_dir)]
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert refused.returncode != 0 and "its tokenizer is not the reference's" in refused.stderr

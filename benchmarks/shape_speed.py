@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import harness
+from modeling.length_bound import force_eos
 from tokenizer import load_tokenizer
 
 REFERENCE = "reference"  # the shipped model's own weights
@@ -47,8 +48,7 @@ def parse_shape(shape: str) -> dict:
             name, value = item.split("=")
             fields[name] = json.loads(value)
     except ValueError as error:
-        raise ValueError(f"{shape!r}: a shape is ENCxDEC[:field=value,...], e.g. 6x1 or "
-                                         "6x1:d_ff=2048") from error  # fmt: skip
+        raise ValueError(f"{shape!r}: a shape is ENCxDEC[:field=value,...], e.g. 6x1 or 6x1:d_ff=2048") from error
     return fields
 
 
@@ -64,8 +64,6 @@ class HeldLength:
         return HeldLength(self.new_tokens[sentences], self.eos_token_id, self.prompt_length)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        from modeling.length_bound import force_eos
-
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
         generated = input_ids.shape[1] - self.prompt_length
@@ -76,10 +74,10 @@ class HeldLength:
 
 
 def new_tokens_of(sequences: torch.Tensor, eos_token_id: int) -> list[int]:
-    """How many tokens each returned sequence wrote after its decoder prompt (one token), its `</s>` included."""
-    written = sequences[:, 1:]
-    ends = (written == eos_token_id).int().argmax(dim=1)
-    return [int(end) + 1 for end in ends]
+    """How many tokens each returned sequence wrote after its decoder prompt (one token), its `</s>` included (all of
+    its row where it has none)."""
+    ends = sequences[:, 1:] == eos_token_id
+    return [int(row.int().argmax()) + 1 if row.any() else row.numel() for row in ends]
 
 
 def load(spec: str, reference: str):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness import DATA_DIR, ROOT, SHIPPED_DIR
+from benchmarks.harness import DATA_DIR, ROOT, SHIPPED_DIR, json_from_child
 from transformer_en_de.markdown import markdown_table
 
 SPLIT = "test_2016_flickr"
@@ -160,12 +160,9 @@ def one_process_part(args) -> None:
     rates: dict[str, list[dict]] = {mode: [] for mode in ONE_PROCESS}
     for number in range(args.rounds):
         for mode, extra in ONE_PROCESS.items():
-            command = [sys.executable, "-m", "benchmarks.engine_backends", "--child", mode, "--limit", str(count),
-                       "--repeats", str(args.repeats), "--threads", str(args.threads)]  # fmt: skip
-            answer = subprocess.run(
-                command, check=True, env=environment(args.threads, extra), cwd=ROOT, capture_output=True, text=True
-            )
-            rates[mode].append(json.loads(answer.stdout.strip().splitlines()[-1]))
+            rates[mode].append(json_from_child(
+                "benchmarks.engine_backends", "--child", mode, "--limit", str(count), "--repeats", str(args.repeats),
+                "--threads", str(args.threads), env=environment(args.threads, extra)))  # fmt: skip
             print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
     alone = rates["alone"]
     print(f"\n# 2. The engine with PyTorch (beam 4, batches of 32, {count} sentences of {SPLIT}) beside CTranslate2; "

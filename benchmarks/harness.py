@@ -9,9 +9,12 @@ so that a background load on the machine slows both alike: absolute times drift,
 """
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -214,6 +217,17 @@ def spread(values: list[float]) -> str:
         return f"{median(values):.4g}"
     q1, _, q3 = statistics.quantiles(values, n=4)
     return f"{median(values):.4g} [{q1:.4g}, {q3:.4g}]"
+
+
+def json_from_child(module: str, *arguments: str, env: dict | None = None) -> dict:
+    """Run `python -m module arguments...` from the repository root in a process of its own (nothing of this one: no
+    model, allocator state or thread pool) and return the JSON object its last line of output prints. A child that
+    fails stops the benchmark with the last line it wrote to stderr."""
+    done = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise SystemExit(f"{module} {' '.join(arguments)}: exit {done.returncode}: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def paired_ratio(runs: dict[str, list[dict]], model: str, base: str, figure: str) -> str:

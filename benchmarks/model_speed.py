@@ -13,8 +13,6 @@ sentences per second per model and path, the median over rounds, and the candida
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 
 from benchmarks import harness
@@ -70,10 +68,9 @@ def main():
     runs = {args.reference: [], args.candidate: []}
     for _ in range(args.rounds):
         for folder in runs:
-            command = [sys.executable, "-m", "benchmarks.model_speed", "-", folder, "--child"]
-            command += [f"--sentences={args.sentences}", f"--batch1={args.batch1}", f"--threads={args.threads}"]
-            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=harness.ROOT)
-            runs[folder].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            runs[folder].append(harness.json_from_child(
+                "benchmarks.model_speed", "-", folder, "--child", f"--sentences={args.sentences}",
+                f"--batch1={args.batch1}", f"--threads={args.threads}"))  # fmt: skip
     paths = list(runs[args.reference][0])
     median = {folder: {path: statistics.median(run[path] for run in done) for path in paths}
               for folder, done in runs.items()}  # fmt: skip

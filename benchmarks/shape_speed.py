@@ -22,8 +22,6 @@ Shapes are `ENCxDEC[:field=value,...]`, e.g. `6x1`, `12x2`, `6x1:d_ff=2048`.
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -134,13 +132,9 @@ def child(spec: str, reference: str, lengths_file: str, sentences: int, batch1: 
 
 
 def run_child(spec: str, args, lengths_file: str = "") -> dict:
-    command = [sys.executable, "-m", "benchmarks.shape_speed", spec, "--child", f"--reference={args.reference}",
-               f"--lengths={lengths_file}", f"--sentences={args.sentences}", f"--batch1={args.batch1}",
-               f"--threads={args.threads}"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=harness.ROOT)
-    if done.returncode:
-        raise SystemExit(f"{spec}: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return harness.json_from_child("benchmarks.shape_speed", spec, "--child", f"--reference={args.reference}",
+                                   f"--lengths={lengths_file}", f"--sentences={args.sentences}",
+                                   f"--batch1={args.batch1}", f"--threads={args.threads}")  # fmt: skip
 
 
 def main():

@@ -15,8 +15,6 @@ the weights (ours memory-mapped from safetensors, MarianMT's built in memory), a
 
 import json
 import resource
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -108,10 +106,9 @@ def memory_in_child(which: str, inputs: dict[str, torch.Tensor], config: Transfo
     with tempfile.TemporaryDirectory() as folder:
         torch.save(dict(inputs), Path(folder) / "inputs.pt")
         config.save_pretrained(folder)
-        command = [sys.executable, "-m", __spec__.name, "--threads", str(args.threads), "--memory-of", which]
-        command += ["--memory-folder", folder, "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens)]
-        result = subprocess.run(command, capture_output=True, text=True, check=True, cwd=harness.ROOT)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        return harness.json_from_child(
+            __spec__.name, "--threads", str(args.threads), "--memory-of", which, "--memory-folder", folder,
+            "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens))  # fmt: skip
 
 
 def options(parser):

@@ -260,7 +260,7 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
         eval_dataset=eval_dataset,
         data_collator=data_collator,
         processing_class=tokenizer,
-        callbacks=[starting_step := loop.StartingStep(), loop.ShortRunLogging()],
+        callbacks=[starting_step := loop.StartingStep(), loop.ShortRunLogging(), loop.FreeHeapGivenBack()],
         validation=validation,
         max_tokens=training_args.max_tokens,
         teacher=teacher,

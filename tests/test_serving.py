@@ -2,13 +2,9 @@
 (`server.py`'s h11 protocol), each on its own: a page of one button, a loopback uvicorn serving a two-route ASGI app.
 The whole app behind them: tests/test_app_server.py."""
 
-import ctypes
 import json
 import os
-import platform
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,7 +17,7 @@ import uvicorn
 from test_app_server import free_port
 
 from benchmarks.page_clients import Page, in_parallel
-from transformer_en_de.app.serving import Limits, Serving, memory, start_in_thread
+from transformer_en_de.app.serving import Limits, Serving, start_in_thread
 from transformer_en_de.app.serving.server import bounded_protocol
 from transformer_en_de.app.serving.serving import WORK
 
@@ -197,36 +193,6 @@ def test_a_paced_event_is_refused_at_the_front_past_its_addresss_bucket_and_othe
     assert refused.status_code == 429 and "/leaderboard" in refused.text and "\n" not in refused.text.strip()
     assert join(0, "198.51.100.7").status_code == 200  # another address: its own bucket
     assert join(1, "192.0.2.1").status_code == 200  # another event of the same address: not paced
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
-def test_glibc_gives_free_memory_back_when_asked():
-    trim = memory.glibc("malloc_trim", [ctypes.c_size_t])
-    assert trim is not None and trim(0) in (0, 1)  # 1: memory was given back, 0: there was none to give
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
-@pytest.mark.parametrize("apart", [False, True])
-def test_a_large_block_gets_pages_of_its_own_after_a_larger_one_was_freed_only_when_kept_apart(apart):
-    # In a fresh process: glibc's default raises its threshold to 8 MiB when the first block is freed, and carves the
-    # second from the heap; kept apart, the second has pages of its own (counted in mallinfo2's hblkhd).
-    code = f"""
-import ctypes
-from transformer_en_de.app.serving import memory
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = Info
-assert {apart} is False or memory.large_blocks_apart(256 * 1024)
-first = bytearray(8 << 20)
-del first
-before = libc.mallinfo2().hblkhd
-second = bytearray(4 << 20)
-print(libc.mallinfo2().hblkhd - before >= 4 << 20)
-"""
-    own_pages = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert own_pages.strip() == str(apart)
 
 
 # ------------------------------------------------------------------------------------------ bounds on connections

@@ -24,6 +24,7 @@ from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
 from tokenizer import config_token_fields
 
+from .. import heap
 from ..decoding.loading import model_folder
 from ..evaluation import score_model
 from ..hub_access import hub_is_reachable
@@ -321,6 +322,20 @@ class ShortRunLogging(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         state.logging_steps = max(1, min(state.logging_steps, state.max_steps // 10))
+
+
+class FreeHeapGivenBack(TrainerCallback):
+    """glibc's free heap returned to the system every `every` steps (`heap.give_back`). Each batch has its own shape,
+    so its tensors seldom fit where the last batch's were freed: on round 7's run the heap held 5.2 GB, 4.3 GB of it
+    free yet resident, after 1,900 steps, and one trim took the process from 6.3 to 2.5 GB (RESULTS.md, model round
+    7). A trim costs milliseconds and the page faults of the pages touched again."""
+
+    def __init__(self, every: int = 50):
+        self.every = every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            heap.give_back()
 
 
 # ------------------------------------------------------------------------------------------------------ output folder

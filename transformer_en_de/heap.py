@@ -15,14 +15,21 @@ Where the C library is not glibc (musl, macOS) both do nothing.
 
 import ctypes
 import ctypes.util
+import functools
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter: the size from which a block gets pages of its own
+
+
+@functools.cache
+def c_library() -> ctypes.CDLL:
+    """The C library, looked up once (`find_library` may run `ldconfig`; a trim runs every minute or 50 steps)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or None)
 
 
 def glibc(name: str, argtypes: list):
     """The C library's function `name` (returning int), or None where it has none (not glibc)."""
     try:
-        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or None), name)
+        function = getattr(c_library(), name)
     except (OSError, AttributeError):
         return None
     function.argtypes, function.restype = argtypes, ctypes.c_int

@@ -13,7 +13,12 @@
 # with average_checkpoints.py on validation (recipes/validation_curve.sh scores each checkpoint). One thread, pinned to
 # CORE. Environment: ENCODER_LAYERS (6), DECODER_LAYERS (1), MIX (the --extra_train list; default the four teachers
 # and the tagged beam back-translation), DATA, DISTILL, RUNS, LEARNING_RATE (6e-4), WARMUP_STEPS (1000), SAVE_STEPS
-# (250), EXTRA_FLAGS (appended to train.py's flags).
+# (250), EXTRA_FLAGS (appended to train.py's flags), FORK.
+#
+# FORK=RUNS/OTHER/checkpoint-N starts NAME as a fork of another run of this recipe: its start (RUNS/OTHER-init) and that
+# checkpoint (weights, optimizer state, schedule, step) are copied and NAME goes on from there with its own MIX or
+# EXTRA_FLAGS, so the two runs' checkpoints compare at the same steps. Once NAME has a checkpoint of its own, FORK is
+# not read again (the same command resumes the fork).
 set -euo pipefail
 start=${1:?usage: $0 START NAME [CORE]}
 name=${2:?usage: $0 START NAME [CORE]}
@@ -28,6 +33,17 @@ export OMP_NUM_THREADS=1
 mkdir -p "$RUNS"
 
 init="$RUNS/$name-init"
+if [ -n "${FORK:-}" ] && ! compgen -G "$RUNS/$name/checkpoint-*/trainer_state.json" >/dev/null; then
+    parent=$(dirname "$FORK")
+    [ -f "$FORK/trainer_state.json" ] ||
+        { echo "error: FORK=$FORK is not a complete checkpoint of a run (no trainer_state.json in it)" >&2; exit 1; }
+    [ -f "$parent-init/config.json" ] ||
+        { echo "error: FORK=$FORK: no $parent-init/config.json, the start of the run it belongs to" >&2; exit 1; }
+    [ -f "$init/config.json" ] || { rm -rf "$init"; cp -r "$parent-init" "$init"; }
+    mkdir -p "$RUNS/$name"
+    cp -r "$FORK" "$RUNS/$name/"
+    cp "$parent"/tokenizer*.json "$RUNS/$name/"
+fi
 if [ ! -f "$init/config.json" ]; then
     taskset -c "$core" "$PYTHON" recipes/deep_shallow_init.py "$start" "$init" \
         --encoder_layers "${ENCODER_LAYERS:-6}" --decoder_layers "${DECODER_LAYERS:-1}"

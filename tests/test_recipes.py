@@ -1,6 +1,6 @@
-"""recipes/distill_gpu.sh, run for real on the CPU with a tiny model: teachers side by side, each averaged and
-translating the training sources and its share of monolingual English; a student on all of it, stopped by the clock
-and averaged from what it saved."""
+"""The recipes, run for real on the CPU with a tiny model. recipes/distill_gpu.sh: teachers side by side, each averaged
+and translating the training sources and its share of monolingual English; a student on all of it, stopped by the
+clock and averaged from what it saved. The CPU recipes: a second round, a cool-down, a deep-encoder run and its fork."""
 
 import json
 import os
@@ -151,3 +151,41 @@ def test_cooldown_fine_tunes_with_the_rate_falling_linearly_to_zero(small_data, 
     rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
     # The rate each step trained with: LEARNING_RATE at the first (no warm-up), a quarter less at each next one.
     assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4]), rates
+
+
+@pytest.mark.slow
+def test_deep_shallow_starts_resumes_and_forks_at_the_same_step(small_data, app_model_dir, tmp_path):
+    data, _ = small_data
+    runs = tmp_path / "runs"
+    other_mix = tmp_path / "other"  # a second mix for the fork: the first 60 pairs only
+    for language in ("en", "de"):
+        lines = (data / f"train.{language}").read_text(encoding="utf-8").splitlines()[:60]
+        (other_mix.parent / f"other.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), RUNS=str(runs),
+                       MIX=str(data / "val"), ENCODER_LAYERS="3", DECODER_LAYERS="1", SAVE_STEPS="2",
+                       EXTRA_FLAGS="--max_steps 4 --max_tokens 400 --max_source_length 48 --max_target_length 48")
+
+    log = run_in_background("deep_shallow.sh", app_model_dir, "parent", environment)
+    init = json.loads((runs / "parent-init" / "config.json").read_text())
+    assert (init["encoder_layers"], init["decoder_layers"]) == (3, 1)
+    assert (runs / "parent" / "checkpoint-4" / "trainer_state.json").is_file(), log[-2000:]
+
+    bad = subprocess.run(["bash", str(ROOT / "recipes" / "deep_shallow.sh"), str(app_model_dir), "stray"], cwd=ROOT,
+                         env=dict(environment, FORK=str(runs / "parent")), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "not a complete checkpoint" in bad.stderr and not (runs / "stray").exists()
+
+    fork = dict(environment, FORK=str(runs / "parent" / "checkpoint-2"), MIX=str(other_mix),
+                EXTRA_FLAGS=environment["EXTRA_FLAGS"].replace("--max_steps 4", "--max_steps 6"))
+    log = run_in_background("deep_shallow.sh", app_model_dir, "fork", fork)
+    assert "[train] resumed at step 2 of 6" in log and f"--extra_train {other_mix} " in log
+    assert (runs / "fork-init" / "model.safetensors").read_bytes() == (
+        runs / "parent-init" / "model.safetensors").read_bytes()
+    weights = [runs / run / "checkpoint-4" / "model.safetensors" for run in ("parent", "fork")]
+    assert weights[0].read_bytes() != weights[1].read_bytes()  # the same step, two mixes
+    assert (runs / "fork" / "checkpoint-6").is_dir() and not (runs / "parent" / "checkpoint-6").exists()
+
+    # The same command again resumes the fork from its own newest checkpoint; FORK is not read again.
+    fork["EXTRA_FLAGS"] = fork["EXTRA_FLAGS"].replace("--max_steps 6", "--max_steps 8")
+    log = run_in_background("deep_shallow.sh", app_model_dir, "fork", fork)
+    assert log.count("[train] resumed at step") == 2 and "[train] resumed at step 6 of 8" in log
+    assert (runs / "fork" / "checkpoint-8").is_dir()

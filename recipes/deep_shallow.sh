@@ -33,7 +33,8 @@ export OMP_NUM_THREADS=1
 mkdir -p "$RUNS"
 
 init="$RUNS/$name-init"
-if [ -n "${FORK:-}" ] && ! compgen -G "$RUNS/$name/checkpoint-*/trainer_state.json" >/dev/null; then
+has_checkpoint() { compgen -G "$RUNS/$name/checkpoint-*/trainer_state.json" >/dev/null; }
+if [ -n "${FORK:-}" ] && ! has_checkpoint; then
     parent=$(dirname "$FORK")
     [ -f "$FORK/trainer_state.json" ] ||
         { echo "error: FORK=$FORK is not a complete checkpoint of a run (no trainer_state.json in it)" >&2; exit 1; }
@@ -54,7 +55,7 @@ tokenizer="$start"
 [ -f "$start/tokenizer.json" ] || tokenizer="$init"
 
 resume=()
-if compgen -G "$RUNS/$name/checkpoint-*/trainer_state.json" >/dev/null; then
+if has_checkpoint; then
     resume=(--resume_from_checkpoint last)
 fi
 # shellcheck disable=SC2086  # MIX and EXTRA_FLAGS are lists of words

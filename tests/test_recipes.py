@@ -160,7 +160,7 @@ def test_deep_shallow_starts_resumes_and_forks_at_the_same_step(small_data, app_
     other_mix = tmp_path / "other"  # a second mix for the fork: the first 60 pairs only
     for language in ("en", "de"):
         lines = (data / f"train.{language}").read_text(encoding="utf-8").splitlines()[:60]
-        (other_mix.parent / f"other.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        Path(f"{other_mix}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), RUNS=str(runs),
                        MIX=str(data / "val"), ENCODER_LAYERS="3", DECODER_LAYERS="1", SAVE_STEPS="2",
                        EXTRA_FLAGS="--max_steps 4 --max_tokens 400 --max_source_length 48 --max_target_length 48")

@@ -260,7 +260,8 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
         eval_dataset=eval_dataset,
         data_collator=data_collator,
         processing_class=tokenizer,
-        callbacks=[starting_step := loop.StartingStep(), loop.ShortRunLogging(), loop.FreeHeapGivenBack()],
+        callbacks=[starting_step := loop.StartingStep(), rate := loop.ResumedAtRequestedRate(), loop.ShortRunLogging(),
+                   loop.FreeHeapGivenBack()],
         validation=validation,
         max_tokens=training_args.max_tokens,
         teacher=teacher,
@@ -278,6 +279,8 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
     )
     if teacher is not None:
         facts.update(teacher.facts())
+    if rate.change:
+        facts["learning_rate_changed"] = rate.change
     model, val_scores, choice = checkpoints.model_to_ship(trainer, selection_args.average_last, tokenizer, validation)
     facts.update(choice)
     checkpoints.restore_translation_defaults(model)  # the Trainer's evaluation rewrote the generation config

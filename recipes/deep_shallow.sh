@@ -18,7 +18,8 @@
 # FORK=RUNS/OTHER/checkpoint-N starts NAME as a fork of another run of this recipe: its start (RUNS/OTHER-init) and that
 # checkpoint (weights, optimizer state, schedule, step) are copied and NAME goes on from there with its own MIX or
 # EXTRA_FLAGS, so the two runs' checkpoints compare at the same steps. Once NAME has a checkpoint of its own, FORK is
-# not read again (the same command resumes the fork).
+# not read again (the same command resumes the fork). A resume or fork with another LEARNING_RATE goes on at that
+# peak: the same schedule from the same step, scaled.
 set -euo pipefail
 start=${1:?usage: $0 START NAME [CORE]}
 name=${2:?usage: $0 START NAME [CORE]}

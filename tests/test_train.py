@@ -295,6 +295,45 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     assert final.name == "checkpoint-60"
 
 
+def logged_rates(run_folder: Path) -> dict[int, float]:
+    state = json.loads((run_folder / "checkpoint-12" / "trainer_state.json").read_text())
+    return {entry["step"]: entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry}
+
+
+def test_a_resumed_run_goes_on_at_the_learning_rate_its_command_asks(tmp_path, capsys):
+    """The Trainer restores the schedule's peak from the checkpoint; a resume that asks another peak gets it, on the
+    same schedule from the same step, and one that asks the same peak goes on exactly as the run would have."""
+    flags = tiny_run_flags(
+        DATA_DIR, tmp_path / "first", "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
+        "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt",
+    )
+    train.main(flags)
+    straight = logged_rates(tmp_path / "first")
+    assert straight[8] != straight[10] != straight[12]  # the rate decays over the resumed steps
+    for name, rate in (("same", "3e-3"), ("halved", "1.5e-3")):
+        output_dir = tmp_path / name  # the first run as it stood at step 6
+        shutil.copytree(tmp_path / "first", output_dir, ignore=shutil.ignore_patterns("checkpoint-12"))
+        capsys.readouterr()
+        results = train.main([*tiny_run_flags(
+            DATA_DIR, output_dir, "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
+            "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt",
+            "--learning_rate", rate, "--resume_from_checkpoint", "last",
+        )])
+        resumed = logged_rates(output_dir)
+        printed = capsys.readouterr().out
+        if name == "same":
+            assert resumed == straight
+            assert "learning rate:" not in printed and "learning_rate_changed" not in results["training"]
+        else:
+            assert resumed[6] == pytest.approx(straight[6])  # logged before the resume, kept in the checkpoint
+            for step in (8, 10, 12):
+                assert resumed[step] == pytest.approx(straight[step] / 2, rel=1e-6)
+            assert "peaks at 0.003, the command asks 0.0015" in printed
+            assert results["training"]["learning_rate_changed"] == {
+                "at_step": 6, "peak_before": 3e-3, "peak_after": 1.5e-3,
+            }
+
+
 def test_resume_last_skips_a_checkpoint_cut_off_while_saving(tmp_path):
     for step, complete in ((6, True), (12, True), (18, False)):
         folder = tmp_path / f"checkpoint-{step}"

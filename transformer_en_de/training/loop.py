@@ -1,8 +1,9 @@
 """What train.py adds to transformers' `Seq2SeqTrainer`: validation BLEU/chrF through the engine, a loss that projects
 only real target tokens onto the vocabulary (and adds a teacher's term on request), batches of about N tokens
-(fairseq's --max-tokens), a loss line even in short runs, the model to train (new, or a trained one to fine-tune), and
-an output folder that loses nothing (a finished run is never overwritten by accident; resuming passes over a damaged
-checkpoint; a failed write is one clear line; a push that could not happen is refused before training).
+(fairseq's --max-tokens), a loss line even in short runs, a resume at the learning rate its command asks, the model to
+train (new, or a trained one to fine-tune), and an output folder that loses nothing (a finished run is never
+overwritten by accident; resuming passes over a damaged checkpoint; a failed write is one clear line; a push that
+could not happen is refused before training).
 """
 
 import dataclasses
@@ -315,6 +316,32 @@ class StartingStep(TrainerCallback):
         self.step = state.global_step
         if self.step:
             print(f"[train] resumed at step {self.step} of {state.max_steps}")
+
+
+class ResumedAtRequestedRate(TrainerCallback):
+    """A resumed run goes on at the peak learning rate its command asks for. The Trainer rebuilds the schedule's shape
+    (warm-up, decay) from the command but restores its scale, the peak, from the checkpoint: without this a resume
+    with a new `--learning_rate` went on at the old rate, silently, while a new `--warmup_steps` took effect. The
+    schedule keeps its step; every rate of it is scaled by requested / saved peak, and the run says so."""
+
+    change: dict | None = None
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate may wrap it
+        saved = getattr(scheduler, "base_lrs", None)
+        if not state.global_step or not saved or abs(args.learning_rate / saved[0] - 1) < 1e-6:
+            return
+        factor = args.learning_rate / saved[0]
+        scheduler.base_lrs = [rate * factor for rate in saved]
+        scheduler._last_lr = [rate * factor for rate in scheduler.get_last_lr()]
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+            if "initial_lr" in group:
+                group["initial_lr"] *= factor
+        self.change = {"at_step": state.global_step, "peak_before": saved[0], "peak_after": args.learning_rate}
+        print(f"[train] learning rate: the checkpoint's schedule peaks at {saved[0]:.3g}, the command asks "
+              f"{args.learning_rate:.3g}: the same schedule scaled by {factor:.3g} from step {state.global_step} "
+              f"(now {scheduler.get_last_lr()[0]:.3g})")
 
 
 class ShortRunLogging(TrainerCallback):

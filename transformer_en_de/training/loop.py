@@ -329,7 +329,7 @@ class ResumedAtRequestedRate(TrainerCallback):
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate may wrap it
         saved = getattr(scheduler, "base_lrs", None)
-        if not state.global_step or not saved or abs(args.learning_rate / saved[0] - 1) < 1e-6:
+        if not state.global_step or not saved or not saved[0] or abs(args.learning_rate / saved[0] - 1) < 1e-6:
             return
         factor = args.learning_rate / saved[0]
         scheduler.base_lrs = [rate * factor for rate in saved]

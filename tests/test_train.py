@@ -303,22 +303,20 @@ def logged_rates(run_folder: Path) -> dict[int, float]:
 def test_a_resumed_run_goes_on_at_the_learning_rate_its_command_asks(tmp_path, capsys):
     """The Trainer restores the schedule's peak from the checkpoint; a resume that asks another peak gets it, on the
     same schedule from the same step, and one that asks the same peak goes on exactly as the run would have."""
-    flags = tiny_run_flags(
-        DATA_DIR, tmp_path / "first", "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
-        "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt",
-    )
-    train.main(flags)
+    def run_flags(output_dir: Path, *extra: str) -> list[str]:
+        return tiny_run_flags(
+            DATA_DIR, output_dir, "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
+            "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt", *extra,
+        )
+
+    train.main(run_flags(tmp_path / "first"))
     straight = logged_rates(tmp_path / "first")
     assert straight[8] != straight[10] != straight[12]  # the rate decays over the resumed steps
     for name, rate in (("same", "3e-3"), ("halved", "1.5e-3")):
         output_dir = tmp_path / name  # the first run as it stood at step 6
         shutil.copytree(tmp_path / "first", output_dir, ignore=shutil.ignore_patterns("checkpoint-12"))
         capsys.readouterr()
-        results = train.main([*tiny_run_flags(
-            DATA_DIR, output_dir, "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
-            "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt",
-            "--learning_rate", rate, "--resume_from_checkpoint", "last",
-        )])
+        results = train.main(run_flags(output_dir, "--learning_rate", rate, "--resume_from_checkpoint", "last"))
         resumed = logged_rates(output_dir)
         printed = capsys.readouterr().out
         if name == "same":

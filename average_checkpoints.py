@@ -15,6 +15,10 @@ averages the last n checkpoints of the run for n in 1, 2, 5, 10, scores each on 
 `train.py --average_last 10` does at the end of a run (for a run stopped before its end); every candidate's score goes
 into eval_results.json. (--choose_last is the old name of --average_last; flags take dashes or underscores.)
 
+Checkpoints of several runs that forked from one start (recipes/deep_shallow.sh FORK=...) average the same way, a
+"soup": the record names each checkpoint with its run (fork-a/checkpoint-7500, fork-b/checkpoint-7500), keeps every
+run's commands, and gives no validation curve, since none of the runs' curves is the averaged model's.
+
     python average_checkpoints.py --rescore models/transformer-en-de --data_dir ../shared/data/multi30k
 
 re-measures the scores of an existing folder with its current generation config, keeping its commands and training
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="*", type=Path,
-                        help="checkpoint folders of one run (with --average_last: the run folder)")
+                        help="checkpoint folders of one run, or of forks of one start (a soup: each run's checkpoints "
+                        "are named with their run); with --average_last: the run folder")
     parser.add_argument("--output_dir", "--output-dir", type=Path, default=None)
     parser.add_argument("--tokenizer_name", "--tokenizer-name", "--tokenizer", type=Path, default=None,
                         help="default: the run folder of the first checkpoint")
@@ -125,8 +130,30 @@ def average(checkpoints: list[Path], output_dir: Path, tokenizer_name: Path | No
     model = average_checkpoints(checkpoints).to(scoring.device)
     tokenizer = load_tokenizer(tokenizer_name or run_dir)
     print(f"averaged {len(checkpoints)} checkpoints into {output_dir}")
-    save(output_dir, model, tokenizer, run_facts(run_dir, checkpoints[-1]), checkpoints, scoring)
+    save(output_dir, model, tokenizer, runs_facts(checkpoints), checkpoints, scoring)
     return 0
+
+
+def runs_facts(checkpoints: list[Path]) -> dict:
+    """`run_facts` of the checkpoints' run; of several runs (forks of one start averaged, a "soup"), the first run's
+    facts with every run's commands, and no validation curve, since no one run's curve is this model's."""
+    run_dirs = list(dict.fromkeys(path.parent for path in checkpoints))
+    facts = run_facts(run_dirs[0], [path for path in checkpoints if path.parent == run_dirs[0]][-1])
+    if len(run_dirs) == 1:
+        return facts
+    commands = list(facts["command"])
+    for run_dir in run_dirs[1:]:
+        newest = [path for path in checkpoints if path.parent == run_dir][-1]
+        commands += [command for command in run_facts(run_dir, newest)["command"] if command not in commands]
+    training = {name: value for name, value in facts["training"].items() if name != "validation_curve"}
+    return dict(facts, command=commands, training=training)
+
+
+def checkpoint_names(checkpoints: list[Path]) -> list[str]:
+    """checkpoint-N for checkpoints of one run; RUN/checkpoint-N when they come from several (the same N can recur)."""
+    if len({path.parent for path in checkpoints}) == 1:
+        return [path.name for path in checkpoints]
+    return [f"{path.parent.name}/{path.name}" for path in checkpoints]
 
 
 def choose(run_dir: Path, average_last: int, output_dir: Path, tokenizer_name: Path | None, scoring: Scoring) -> int:
@@ -157,7 +184,7 @@ def save(output_dir: Path, model, tokenizer, run: dict, checkpoints: list[Path],
         return
     languages = (run["languages"]["source"], run["languages"]["target"])
     training = dict(run["training"], validation_split=scoring.validation_split,
-                    averaged_checkpoints=[path.name for path in checkpoints])
+                    averaged_checkpoints=checkpoint_names(checkpoints))
     training.pop("average_candidates", None)  # the run's own choice; this model is another one
     training.pop("chosen_average", None)
     training.update(chosen or {})

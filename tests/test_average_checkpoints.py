@@ -2,6 +2,7 @@
 the engine into the one eval_results.json, with the run's commands and this one after them; --rescore re-measures."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,28 @@ def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir
         assert results["scores"][split] == score_split(translate(model, tokenizer, sources).texts, references)
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     assert TRAIN_COMMAND in card and "checkpoint-20, checkpoint-30" in card
+
+
+def test_a_soup_of_two_runs_names_each_checkpoint_with_its_run(run_dir, data_dir, tmp_path, tiny_tokenizer):
+    # A fork of the run with its own command, averaged with the run at the same step: the two "checkpoint-20" are told
+    # apart, both commands are kept, and neither run's validation curve is given as this model's.
+    fork = tmp_path / "fork"
+    save_checkpoint(fork, 20, tiny_tokenizer, seed=5)
+    fork_command = "python train.py --data_dir data --output_dir fork --resume_from_checkpoint last"
+    write_eval_results(fork, num_parameters=1, decoding={}, scores={}, command=[TRAIN_COMMAND, fork_command],
+                       training={"validation_curve": [{"epoch": 1.0, "step": 20, "loss": 4.0, "bleu": 2.0}]})
+    output_dir = tmp_path / "soup"
+    argv = [str(run_dir / "checkpoint-20"), str(fork / "checkpoint-20"), "--output_dir", str(output_dir),
+            "--data_dir", str(data_dir), "--test_split", ""]
+    assert average_checkpoints.main(argv) == 0
+    results = read_eval_results(output_dir)
+    assert results["training"]["averaged_checkpoints"] == ["run/checkpoint-20", "fork/checkpoint-20"]
+    assert results["command"] == [TRAIN_COMMAND, fork_command, "python average_checkpoints.py " + shlex.join(argv)]
+    assert "validation_curve" not in results["training"]
+    assert "run/checkpoint-20, fork/checkpoint-20" in (output_dir / "README.md").read_text(encoding="utf-8")
+    expected = average([run_dir / "checkpoint-20", fork / "checkpoint-20"]).state_dict()
+    saved = TransformerMTForConditionalGeneration.from_pretrained(output_dir).state_dict()
+    assert all(torch.equal(saved[name], expected[name]) for name in expected)
 
 
 def test_average_last_saves_the_best_candidate_on_validation_only(run_dir, data_dir, tmp_path):

@@ -17,7 +17,8 @@ into eval_results.json. (--choose_last is the old name of --average_last; flags 
 
 Checkpoints of several runs that forked from one start (recipes/deep_shallow.sh FORK=...) average the same way, a
 "soup": the record names each checkpoint with its run (fork-a/checkpoint-7500, fork-b/checkpoint-7500), keeps every
-run's commands, and gives no validation curve, since none of the runs' curves is the averaged model's.
+run's commands and training data, and gives no validation curve, since none of the runs' curves is the averaged
+model's.
 
     python average_checkpoints.py --rescore models/transformer-en-de --data_dir ../shared/data/multi30k
 
@@ -136,16 +137,20 @@ def average(checkpoints: list[Path], output_dir: Path, tokenizer_name: Path | No
 
 def runs_facts(checkpoints: list[Path]) -> dict:
     """`run_facts` of the checkpoints' run; of several runs (forks of one start averaged, a "soup"), the first run's
-    facts with every run's commands, and no validation curve, since no one run's curve is this model's."""
+    facts with every run's commands and training corpora, and no validation curve, since no one run's curve is this
+    model's."""
     run_dirs = list(dict.fromkeys(path.parent for path in checkpoints))
-    facts = run_facts(run_dirs[0], [path for path in checkpoints if path.parent == run_dirs[0]][-1])
-    if len(run_dirs) == 1:
+    every = [run_facts(run_dir, [path for path in checkpoints if path.parent == run_dir][-1]) for run_dir in run_dirs]
+    facts = every[0]
+    if len(every) == 1:
         return facts
-    commands = list(facts["command"])
-    for run_dir in run_dirs[1:]:
-        newest = [path for path in checkpoints if path.parent == run_dir][-1]
-        commands += [command for command in run_facts(run_dir, newest)["command"] if command not in commands]
+    commands, corpora = [], []
+    for other in every:
+        commands += [command for command in other["command"] if command not in commands]
+        corpora += [corpus for corpus in other["training"].get("corpora", []) if corpus not in corpora]
     training = {name: value for name, value in facts["training"].items() if name != "validation_curve"}
+    if corpora:
+        training["corpora"] = corpora
     return dict(facts, command=commands, training=training)
 
 

@@ -110,13 +110,16 @@ def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir
 
 
 def test_a_soup_of_two_runs_names_each_checkpoint_with_its_run(run_dir, data_dir, tmp_path, tiny_tokenizer):
-    # A fork of the run with its own command, averaged with the run at the same step: the two "checkpoint-20" are told
-    # apart, both commands are kept, and neither run's validation curve is given as this model's.
+    # A fork of the run with its own command and data, averaged with the run at the same step: the two "checkpoint-20"
+    # are told apart, both commands and the fork's data are kept, and neither run's validation curve is given as this
+    # model's.
     fork = tmp_path / "fork"
     save_checkpoint(fork, 20, tiny_tokenizer, seed=5)
     fork_command = "python train.py --data_dir data --output_dir fork --resume_from_checkpoint last"
+    fork_corpus = {"name": "teacher-translations", "pairs": 12, "weight": 1.0, "tag": None}
     write_eval_results(fork, num_parameters=1, decoding={}, scores={}, command=[TRAIN_COMMAND, fork_command],
-                       training={"validation_curve": [{"epoch": 1.0, "step": 20, "loss": 4.0, "bleu": 2.0}]})
+                       training={"validation_curve": [{"epoch": 1.0, "step": 20, "loss": 4.0, "bleu": 2.0}],
+                                 "corpora": [fork_corpus]})  # fmt: skip
     output_dir = tmp_path / "soup"
     argv = [str(run_dir / "checkpoint-20"), str(fork / "checkpoint-20"), "--output_dir", str(output_dir),
             "--data_dir", str(data_dir), "--test_split", ""]
@@ -125,6 +128,7 @@ def test_a_soup_of_two_runs_names_each_checkpoint_with_its_run(run_dir, data_dir
     assert results["training"]["averaged_checkpoints"] == ["run/checkpoint-20", "fork/checkpoint-20"]
     assert results["command"] == [TRAIN_COMMAND, fork_command, "python average_checkpoints.py " + shlex.join(argv)]
     assert "validation_curve" not in results["training"]
+    assert results["training"]["corpora"] == [fork_corpus]  # the run itself recorded none
     assert "run/checkpoint-20, fork/checkpoint-20" in (output_dir / "README.md").read_text(encoding="utf-8")
     expected = average([run_dir / "checkpoint-20", fork / "checkpoint-20"]).state_dict()
     saved = TransformerMTForConditionalGeneration.from_pretrained(output_dir).state_dict()

@@ -14,7 +14,9 @@ the shipped model's own weights, which is the ratio `benchmarks.model_speed` giv
 lengths (a longer-writing model is slower free-running than held).
 
 Each model runs in a process of its own, one after the other in every round; the median over rounds is printed.
-Shapes are `ENCxDEC[:field=value,...]`, e.g. `6x1`, `12x2`, `6x1:d_ff=2048`.
+Shapes are `ENCxDEC[:field=value,...]`, e.g. `6x1`, `12x2`, `6x1:d_ff=2048`; a field of the generation config rather
+than the model's config sets that model's decoding (`6x2:num_beams=2`, `3x3:num_beams=2` for the shipped shape at two
+beams), every output still held to the reference's lengths.
 
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 6x1 6x2 8x1 12x1 12x2 --candidate runs/NAME --threads 1
 """
@@ -88,13 +90,17 @@ def load(spec: str, reference: str):
     if spec == REFERENCE or Path(spec).is_dir():
         return TransformerMTForConditionalGeneration.from_pretrained(reference if spec == REFERENCE else spec).eval()
     config = TransformerMTConfig.from_pretrained(reference)
+    decoding = GenerationConfig.from_pretrained(reference)  # the shipped decoding, beam 4 and all, unless the spec says
     for name, value in ({} if spec == SHIPPED_SHAPE else parse_shape(spec)).items():
-        if not hasattr(config, name):
-            raise SystemExit(f"{spec!r}: the config has no field {name!r}")
-        setattr(config, name, value)
+        if hasattr(config, name):
+            setattr(config, name, value)
+        elif hasattr(decoding, name):
+            setattr(decoding, name, value)
+        else:
+            raise SystemExit(f"{spec!r}: neither the config nor the generation config has a field {name!r}")
     torch.manual_seed(0)
     model = TransformerMTForConditionalGeneration(config).eval()
-    model.generation_config = GenerationConfig.from_pretrained(reference)  # the shipped decoding, beam 4 and all
+    model.generation_config = decoding
     return model
 
 

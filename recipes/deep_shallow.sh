@@ -11,7 +11,8 @@
 # START is a trained model folder (its depth is changed to ENCODER_LAYERS + DECODER_LAYERS in runs/NAME-init) or an
 # existing runs/NAME-init. Writes runs/NAME/checkpoint-* every SAVE_STEPS steps and runs/NAME.log; choose afterwards
 # with average_checkpoints.py on validation (recipes/validation_curve.sh scores each checkpoint). One thread, pinned to
-# CORE. Environment: ENCODER_LAYERS (6), DECODER_LAYERS (1), MIX (the --extra_train list; default the four teachers
+# CORE. Environment: ENCODER_LAYERS (6), DECODER_LAYERS (1), NUM_BEAMS (the start's default beam width; START's if
+# unset), MIX (the --extra_train list; default the four teachers
 # and the tagged beam back-translation), DATA, DISTILL, RUNS, LEARNING_RATE (6e-4), WARMUP_STEPS (1000), SAVE_STEPS
 # (250), EXTRA_FLAGS (appended to train.py's flags), FORK.
 #
@@ -48,7 +49,8 @@ if [ -n "${FORK:-}" ] && ! has_checkpoint; then
 fi
 if [ ! -f "$init/config.json" ]; then
     taskset -c "$core" "$PYTHON" recipes/deep_shallow_init.py "$start" "$init" \
-        --encoder_layers "${ENCODER_LAYERS:-6}" --decoder_layers "${DECODER_LAYERS:-1}"
+        --encoder_layers "${ENCODER_LAYERS:-6}" --decoder_layers "${DECODER_LAYERS:-1}" \
+        ${NUM_BEAMS:+--num_beams "$NUM_BEAMS"}
 fi
 
 # START's own tokenizer.json (the same bytes on every machine, so the kept tokenized mix is found again).

@@ -9,15 +9,17 @@ from random weights (hours on a CPU), this starts it from the trained one:
   "Efficient Training of BERT by Progressively Stacking": a stacked model starts near the trained one and trains on);
 - the decoder keeps the trained layers spread evenly over its depth, the first always (Shleifer and Rush 2020,
   "Pre-trained Summarization Distillation": shrink, then fine-tune; one layer keeps layer 0).
-Embeddings, positions, the output projection and the generation config are taken as they are. Fine-tune the result on
-the distillation data (recipes/deep_shallow.sh).
+Embeddings, positions, the output projection and the generation config are taken as they are, but for `--num_beams`:
+the beams the new model decodes with by default (a one- or two-layer decoder can lose nothing with two beams where the
+trained model needed four, and decodes faster still; choose on val). Fine-tune the result on the distillation data
+(recipes/deep_shallow.sh).
 """
 
 import argparse
 import copy
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 
 def kept_decoder_layers(trained: int, kept: int) -> list[int]:
@@ -43,7 +45,11 @@ def main(argv=None):
     parser.add_argument("output_dir", help="where the new model folder is written (must not exist)")
     parser.add_argument("--encoder_layers", type=int, default=6)
     parser.add_argument("--decoder_layers", type=int, default=1)
+    parser.add_argument("--num_beams", type=int, default=None,
+                        help="the new model's default beam width (its generation config); default the trained model's")
     args = parser.parse_args(argv)
+    if args.num_beams is not None and args.num_beams < 1:
+        parser.error(f"--num_beams {args.num_beams}: give 1 (greedy) or more")
     output = Path(args.output_dir)
     if output.exists():
         raise SystemExit(f"error: {output} exists: give a new folder.")
@@ -67,10 +73,17 @@ def main(argv=None):
         new_state[name] = state[source].clone()
     model.load_state_dict(new_state, strict=True)
     model.generation_config = copy.deepcopy(trained.generation_config)
+    if args.num_beams is not None:
+        model.generation_config.num_beams = args.num_beams
+        if args.num_beams == 1:  # greedy: transformers refuses to save beam search's own settings beside one beam
+            defaults = GenerationConfig()
+            model.generation_config.early_stopping = defaults.early_stopping
+            model.generation_config.length_penalty = defaults.length_penalty
 
     model.save_pretrained(output)
     AutoTokenizer.from_pretrained(args.model, trust_remote_code=True).save_pretrained(output)
-    print(f"{output}: encoder layers from {encoder_from}, decoder layers from {decoder_from} of {args.model}")
+    print(f"{output}: encoder layers from {encoder_from}, decoder layers from {decoder_from} of {args.model}, "
+          f"{model.generation_config.num_beams} beams")
 
 
 if __name__ == "__main__":

@@ -162,13 +162,17 @@ def test_deep_shallow_starts_resumes_and_forks_at_the_same_step(small_data, app_
         lines = (data / f"train.{language}").read_text(encoding="utf-8").splitlines()[:60]
         Path(f"{other_mix}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     environment = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", DATA=str(data), RUNS=str(runs),
-                       MIX=str(data / "val"), ENCODER_LAYERS="3", DECODER_LAYERS="1", SAVE_STEPS="2",
+                       MIX=str(data / "val"), ENCODER_LAYERS="3", DECODER_LAYERS="1", NUM_BEAMS="1", SAVE_STEPS="2",
                        EXTRA_FLAGS="--max_steps 4 --max_tokens 400 --max_source_length 48 --max_target_length 48")
 
     log = run_in_background("deep_shallow.sh", app_model_dir, "parent", environment)
     init = json.loads((runs / "parent-init" / "config.json").read_text())
     assert (init["encoder_layers"], init["decoder_layers"]) == (3, 1)
     assert (runs / "parent" / "checkpoint-4" / "trainer_state.json").is_file(), log[-2000:]
+    # The start decodes greedily, and so does every checkpoint of the run (the start's model had more beams).
+    beams = [json.loads((folder / "generation_config.json").read_text())["num_beams"]
+             for folder in (app_model_dir, runs / "parent-init", runs / "parent" / "checkpoint-4")]  # fmt: skip
+    assert beams[0] > 1 and beams[1:] == [1, 1], beams
 
     bad = subprocess.run(["bash", str(ROOT / "recipes" / "deep_shallow.sh"), str(app_model_dir), "stray"], cwd=ROOT,
                          env=dict(environment, FORK=str(runs / "parent")), capture_output=True, text=True, timeout=60)

@@ -8,7 +8,7 @@ import torch
 from conftest import ROOT
 from transformers import LogitsProcessorList
 
-from benchmarks.shape_speed import HeldLength, new_tokens_of, parse_shape
+from benchmarks.shape_speed import HeldLength, load, new_tokens_of, parse_shape
 
 SHIPPED = ROOT / "models" / "transformer-en-de"
 SOURCES = ["A dog runs in the park.", "Two men are working.", "A woman reads a book.", "The cat sleeps on the sofa."]
@@ -35,6 +35,20 @@ def test_shapes_are_read_or_refused_in_one_line():
     for bad in ("6y1", "6x", "6x1:d_ff", "x"):
         with pytest.raises(ValueError, match="a shape is ENCxDEC"):
             parse_shape(bad)
+
+
+@pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the shipped model is not in this checkout")
+def test_a_shape_can_set_its_decoding_as_well_as_its_layers():
+    shipped = load("shipped shape", str(SHIPPED))
+    fewer_beams = load("6x2:num_beams=2,length_penalty=1.0", str(SHIPPED))
+    assert (fewer_beams.config.encoder_layers, fewer_beams.config.decoder_layers) == (6, 2)
+    assert (fewer_beams.generation_config.num_beams, fewer_beams.generation_config.length_penalty) == (2, 1.0)
+    # Everything else is the shipped model's: its decoding's other settings and the config's other fields.
+    assert shipped.generation_config.num_beams == 4
+    assert fewer_beams.generation_config.max_new_tokens_ratio == shipped.generation_config.max_new_tokens_ratio
+    assert fewer_beams.config.d_model == shipped.config.d_model
+    with pytest.raises(SystemExit, match="neither the config nor the generation config has a field 'beams'"):
+        load("6x1:beams=2", str(SHIPPED))
 
 
 @pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the shipped model is not in this checkout")

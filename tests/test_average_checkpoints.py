@@ -84,6 +84,19 @@ def test_average_restores_the_translation_defaults(run_dir):
     assert model.generation_config.num_beams == 4 and model.generation_config.max_new_tokens_ratio == 1.5
 
 
+def test_a_run_started_with_fewer_beams_averages_into_a_model_that_keeps_them(run_dir):
+    # A checkpoint as the Trainer writes one for a model started with 2 beams: the model config's fields mixed in.
+    checkpoints = complete_checkpoints(run_dir)[:2]
+    for checkpoint in checkpoints:
+        generation = json.loads((checkpoint / "generation_config.json").read_text())
+        generation.update(_from_model_config=False, num_beams=2, length_penalty=1.0, early_stopping=True,
+                          max_new_tokens_ratio=1.5, max_new_tokens_offset=10, dropout=0.1, label_smoothing=0.1)
+        (checkpoint / "generation_config.json").write_text(json.dumps(generation))
+    generation = average(checkpoints).generation_config
+    assert (generation.num_beams, generation.length_penalty, generation.early_stopping) == (2, 1.0, True)
+    assert generation.max_new_tokens_offset == 10 and not hasattr(generation, "label_smoothing")
+
+
 def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "averaged"
     argv = [str(run_dir / "checkpoint-20"), str(run_dir / "checkpoint-30"), "--output_dir", str(output_dir),

@@ -169,10 +169,11 @@ def test_deep_shallow_starts_resumes_and_forks_at_the_same_step(small_data, app_
     init = json.loads((runs / "parent-init" / "config.json").read_text())
     assert (init["encoder_layers"], init["decoder_layers"]) == (3, 1)
     assert (runs / "parent" / "checkpoint-4" / "trainer_state.json").is_file(), log[-2000:]
-    # The start decodes greedily, and so does every checkpoint of the run (the start's model had more beams).
+    # The start decodes greedily, and so do every checkpoint and the model the run ends with (the start's model had
+    # more beams).
     beams = [json.loads((folder / "generation_config.json").read_text())["num_beams"]
-             for folder in (app_model_dir, runs / "parent-init", runs / "parent" / "checkpoint-4")]  # fmt: skip
-    assert beams[0] > 1 and beams[1:] == [1, 1], beams
+             for folder in (app_model_dir, runs / "parent-init", runs / "parent" / "checkpoint-4", runs / "parent")]
+    assert beams[0] > 1 and beams[1:] == [1, 1, 1], beams
 
     bad = subprocess.run(["bash", str(ROOT / "recipes" / "deep_shallow.sh"), str(app_model_dir), "stray"], cwd=ROOT,
                          env=dict(environment, FORK=str(runs / "parent")), capture_output=True, text=True, timeout=60)

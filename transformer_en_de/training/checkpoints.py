@@ -132,11 +132,23 @@ def validation_curve(log_history: list[dict]) -> list[dict]:
     ]
 
 
+# How a trained folder chose to search (a student started with fewer beams, recipes/deep_shallow_init.py
+# --num_beams): kept through training and averaging, where everything else of the generation config is rebuilt.
+SEARCH_CHOICES = ("num_beams", "length_penalty", "early_stopping")
+
+
 def restore_translation_defaults(model):
-    """The Trainer leaves checkpoints with the cache off and the evaluation loop's generation config: undo both."""
+    """The Trainer leaves checkpoints with the cache off and a generation config with the model config's fields mixed
+    in: undo both. A model that already decodes as a folder of ours does (its length bound is set: it was trained or
+    started from one) keeps its own search settings; any other gets the paper's (beam 4, length penalty 0.6)."""
+    previous = model.generation_config
+    ours = getattr(previous, "max_new_tokens_ratio", None) is not None
+    chosen = {name: getattr(previous, name) for name in SEARCH_CHOICES} if ours else {}
     model.config.use_cache = True
     model.generation_config = GenerationConfig()
     set_translation_defaults(model.generation_config, model.config)
+    for name, value in chosen.items():
+        setattr(model.generation_config, name, value)
     return model
 
 

@@ -18,6 +18,7 @@ from transformers import GenerationConfig
 from transformers.trainer_pt_utils import safe_globals
 
 from modeling import TransformerMTForConditionalGeneration
+from modeling.length_bound import saved_bound
 from modeling.modeling_transformer_mt import set_translation_defaults
 
 from ..decoding.engine import DecodingSettings
@@ -142,7 +143,7 @@ def restore_translation_defaults(model):
     in: undo both. A model that already decodes as a folder of ours does (its length bound is set: it was trained or
     started from one) keeps its own search settings; any other gets the paper's (beam 4, length penalty 0.6)."""
     previous = model.generation_config
-    ours = getattr(previous, "max_new_tokens_ratio", None) is not None
+    ours = saved_bound(previous) != (None, None)
     chosen = {name: getattr(previous, name) for name in SEARCH_CHOICES} if ours else {}
     model.config.use_cache = True
     model.generation_config = GenerationConfig()

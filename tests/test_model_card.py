@@ -79,6 +79,45 @@ def test_card_says_when_one_checkpoint_beat_every_average(tmp_path, tiny_tokeniz
     assert "averaging\nthe weights" not in card.text
 
 
+def test_card_of_a_deep_encoder_and_shallow_decoder_says_why_and_what_it_measured(tmp_path, tiny_tokenizer):
+    speed = {"reference": "the 3 + 3 model shipped before (4 beams)", "cpu": "AMD EPYC, AVX512", "batch_32": 1.63,
+             "batch_1": 1.44, "command": "python -m benchmarks.model_speed old new --threads 1"}
+    write_results(tmp_path, speed=speed)
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=6, decoder_layers=1))
+    assert "| layers (encoder + decoder) | 6 + 1 |" in card.text
+    assert "Why 6 + 1: a deep encoder and a shallow decoder (Kasai et al. 2021)" in card.text
+    assert "the decoder here has one layer." in card.text
+    assert "1.63× the sentences a second of the 3 + 3 model shipped before (4 beams)" in card.text
+    assert "1.44× one sentence at a time" in card.text and "(AMD EPYC, AVX512)" in card.text
+    assert "`python -m benchmarks.model_speed old new --threads 1`" in card.text
+    assert "@inproceedings{kasai2021deep," in card.text
+
+    # without a measurement the card still says why, and claims no speed
+    write_results(tmp_path)
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=6, decoder_layers=2))
+    assert "Why 6 + 2:" in card.text and "the decoder here has 2 layers." in card.text and "×" not in card.text.split(
+        "## Results")[0].split("Why 6 + 2")[1]
+
+
+def test_card_of_the_papers_even_split_gives_no_shape_paragraph(tmp_path, tiny_tokenizer):
+    write_results(tmp_path)
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=3, decoder_layers=3))
+    assert "| layers (encoder + decoder) | 3 + 3 |" in card.text
+    assert "Why 3 + 3" not in card.text and "kasai2021deep" not in card.text
+
+
+def test_card_of_a_greedy_model_says_greedy_not_one_beam(tmp_path, tiny_tokenizer):
+    write_eval_results(
+        tmp_path, num_parameters=1, decoding={"num_beams": 1, "length_penalty": 1.0, "max_new_tokens": 255,
+                                              "max_new_tokens_ratio": 1.5, "max_new_tokens_offset": 10},
+        scores={"val": dict(SCORE, num_sentences=1014)}, command=["python train.py"], training={},
+    )
+    card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
+    assert "translated with the model's own decoding (greedy, at most 1.5" in card.text
+    assert "`generate()` defaults to greedy search" in card.text and "`num_beams=4` for beam search" in card.text
+    assert "1 beams" not in card.text and "beam 1," not in card.text
+
+
 def test_card_without_eval_results_is_a_clear_error(tmp_path, tiny_tokenizer):
     with pytest.raises(FileNotFoundError, match="No eval_results.json"):
         write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))

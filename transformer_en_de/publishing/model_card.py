@@ -25,11 +25,15 @@ CARD_TEMPLATE = """\
 PyTorch and trained on {{ dataset_title ~ " only" if corpora|length <= 1 else dataset_title ~ " and the corpora below" }}. It loads with `transformers>=5.10.4,<6` (custom code, `trust_remote_code=True`).
 
 {{ tables.architecture }}
-
+{% if shape %}
+{{ shape.why }}{% if shape.speed %} Measured ({{ shape.speed.cpu }}), `generate()` with each model's own decoding, one
+thread, each model in its own process: {{ shape.speed.batch_32 }}× the sentences a second of {{ shape.speed.reference }}
+in batches of 32 and {{ shape.speed.batch_1 }}× one sentence at a time (`{{ shape.speed.command }}`).{% endif %}
+{% endif %}
 ## Results
 
-{% if scores %}{{ dataset_title }}, every sentence of each split in file order, translated with the model's own decoding (beam {{ decoding.num_beams }},
-length penalty {{ decoding.length_penalty }}, at most {{ decoding.max_new_tokens_ratio }} × source tokens + {{ decoding.max_new_tokens_offset }} new tokens, cap {{ decoding.max_new_tokens }}), detokenised cased sacreBLEU:
+{% if scores %}{{ dataset_title }}, every sentence of each split in file order, translated with the model's own decoding ({% if decoding.num_beams > 1 %}beam {{ decoding.num_beams }},
+length penalty {{ decoding.length_penalty }}{% else %}greedy{% endif %}, at most {{ decoding.max_new_tokens_ratio }} × source tokens + {{ decoding.max_new_tokens_offset }} new tokens, cap {{ decoding.max_new_tokens }}), detokenised cased sacreBLEU:
 
 {{ tables.scores }}
 
@@ -56,8 +60,8 @@ batch = tokenizer(["{{ example }}"], return_tensors="pt")
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-`generate()` defaults to beam search ({{ decoding.num_beams }} beams, length penalty {{ decoding.length_penalty }}; the paper: 4 and 0.6) with each sentence bounded by its source
-length (`max_new_tokens_ratio`, `max_new_tokens_offset` in the generation config); pass `num_beams=1` for greedy.
+`generate()` defaults to {% if decoding.num_beams > 1 %}beam search ({{ decoding.num_beams }} beams, length penalty {{ decoding.length_penalty }}; the paper: 4 and 0.6){% else %}greedy search (the paper: beam search with 4 beams, length penalty 0.6){% endif %} with each sentence bounded by its source
+length (`max_new_tokens_ratio`, `max_new_tokens_offset` in the generation config); pass {% if decoding.num_beams > 1 %}`num_beams=1` for greedy{% else %}`num_beams=4` for beam search{% endif %}.
 This needs `transformers>=5.10.4,<6` (5.10.4, 5.15.1, 5.17.0, 5.20.2, 5.23.0 and 5.24.0 run; older releases stop at loading with one line naming the version). Version 5 has no `translation` pipeline (`pipeline("translation")` was removed): call
 `generate()` as above.
 
@@ -122,7 +126,14 @@ own terms of use apply; see its page.
   volume    = {30},
   year      = {2017}
 }
-{% if multi30k %}
+{% if shape %}
+@inproceedings{kasai2021deep,
+  title     = {Deep Encoder, Shallow Decoder: Reevaluating Non-autoregressive Machine Translation},
+  author    = {Kasai, Jungo and Pappas, Nikolaos and Peng, Hao and Cross, James and Smith, Noah A.},
+  booktitle = {International Conference on Learning Representations},
+  year      = {2021}
+}
+{% endif %}{% if multi30k %}
 @inproceedings{elliott2016multi30k,
   title     = {Multi30K: Multilingual {E}nglish-{G}erman Image Descriptions},
   author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
@@ -192,6 +203,28 @@ def hub_metadata(results: dict, model_name: str, direction: str, dataset: Traine
         model_name=model_name,
         eval_results=eval_results,
     )
+
+
+class Shape(NamedTuple):
+    """Why a model's encoder is deeper than its decoder, and (where eval_results.json keeps one) what it measured."""
+
+    why: str
+    speed: dict | None  # training["speed"]: reference, cpu, batch_32, batch_1, command
+
+
+def shape_of(results: dict, config) -> Shape | None:
+    """The card's paragraph on a deep encoder with a shallow decoder; None for the paper's even split."""
+    encoder, decoder = config.encoder_layers, config.decoder_layers
+    if decoder >= encoder:
+        return None
+    layers = "one layer" if decoder == 1 else f"{decoder} layers"
+    why = (
+        f"Why {encoder} + {decoder}: a deep encoder and a shallow decoder (Kasai et al. 2021). The encoder reads the "
+        f"source once per sentence; the decoder runs again for every generated token of every beam, so most of "
+        f"generation's time is the decoder and the output projection. Layers moved from the decoder to the encoder keep "
+        f"most of the quality and make every decoding step cheaper; the decoder here has {layers}."
+    )
+    return Shape(why, results["training"].get("speed"))
 
 
 def card_tables(results: dict, config) -> dict[str, str]:
@@ -272,6 +305,7 @@ def write_model_card(
         example=examples.get(source, examples["en"]),
         config=config,
         tables=card_tables(results, config),
+        shape=shape_of(results, config),
         decoding=results["decoding"],
         scores=scores,
         signatures={"bleu": first_score.get("bleu_signature"), "chrf": first_score.get("chrf_signature")},

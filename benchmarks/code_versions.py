@@ -3,7 +3,7 @@
 Copies of the shipped folder are written to a temporary directory: one with `modeling/` as it was at `--baseline`
 (any git revision), one with today's. Each system below runs in a Python process of its own (`--worker`), which
 loads its folder with the code in that folder, as `trust_remote_code` loads it from the Hub, and translates
-test_2016_flickr with `generate()` and the saved defaults (beam 4, the per-sentence bound) at batch 1 and at batch 32
+test_2016_flickr with `generate()` and the saved defaults (its beams, the per-sentence bound) at batch 1 and at batch 32
 (sorted by length). The processes take turns, round after round, so that a background load slows all alike; the
 table gives sentences/s (the median round), the ratio to the first system and whether the ids equal its ids.
 

@@ -1,6 +1,6 @@
 """Where a decoding step's time goes: torch's operators by input shape, and the Python around them.
 
-1. The shipped model's `generate()` with its saved defaults (beam 4, the per-sentence bound) on the first sentences
+1. The shipped model's `generate()` with its saved defaults (its beams, the per-sentence bound) on the first sentences
    of test_2016_flickr, at `--batch-size` (sorted by length when above 1), under `torch.profiler` with shapes
    recorded: the operators with the most self time, each with its calls, time per call and share of the profile.
 2. The cost of one step outside the operators: a model of the same layout (layers, heads, the same search) with

@@ -1,12 +1,12 @@
 """The engine's two backends, PyTorch and CTranslate2: speed and BLEU, and what sharing one process costs.
 
-1. backends: `translate_corpus.py` on test_2016_flickr (the model's saved decoding: beam 4, length penalty 0.6, the
+1. backends: `translate_corpus.py` on test_2016_flickr (the model's saved decoding: its beams and length penalty, the
    bound per sentence; batches of 64) with `--backend torch`, `--backend ctranslate2` and `--backend ctranslate2
    --int8`, each run in a process of its own, the three back to back in every round (a shared machine slows them
    alike); translation seconds from the run's record (the conversion, made once and cached, is not timed), BLEU
    against the references. Ratios are each round's, then their median.
-2. one process: the engine with PyTorch (beam 4, batches of 32) in a process where CTranslate2 is loaded and has
-   translated, in these ways, each a process of its own, back to back:
+2. one process: the engine with PyTorch (saved decoding, batches of 32) in a process where CTranslate2 is loaded and
+   has translated, in these ways, each a process of its own, back to back:
    - alone: no CTranslate2 in the process (the reference);
    - in-process: `CTranslate2Backend(process=False)`, CTranslate2 in the same process, as it comes;
    - in-process, OMP_WAIT_POLICY=PASSIVE: the same with both OpenMP runtimes told not to spin while they wait;
@@ -95,8 +95,8 @@ def backends_part(args) -> None:
                 runs[system].append(corpus_run(system, output, args.threads, args.limit))
                 print(f"  round {number + 1}: {system} {runs[system][-1]}", file=sys.stderr, flush=True)
     base = runs["PyTorch float32"]
-    print(f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, beam 4, batches of 64; "
-          f"each system a process of its own, back to back, {args.rounds} round(s)")  # fmt: skip
+    print(f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, saved decoding, "
+          f"batches of 64; each system a process of its own, back to back, {args.rounds} round(s)")  # fmt: skip
     rows = []
     for system, results in runs.items():
         ratios = [other["seconds"] / result["seconds"] for result, other in zip(results, base, strict=True)]
@@ -165,7 +165,8 @@ def one_process_part(args) -> None:
                 "--threads", str(args.threads), env=environment(args.threads, extra)))  # fmt: skip
             print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
     alone = rates["alone"]
-    print(f"\n# 2. The engine with PyTorch (beam 4, batches of 32, {count} sentences of {SPLIT}) beside CTranslate2; "
+    print(f"\n# 2. The engine with PyTorch (saved decoding, batches of 32, {count} sentences of {SPLIT}) "
+          f"beside CTranslate2; "
           f"each way a process of its own, back to back, {args.rounds} round(s) x {args.repeats} repeats")  # fmt: skip
     print("| CTranslate2 loaded | PyTorch sentences/s | PyTorch speed / alone (per round) | median | same, per "
           "CPU-second | CTranslate2 sentences/s (per CPU-second) |")  # fmt: skip

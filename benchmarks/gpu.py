@@ -11,7 +11,7 @@ Sections (`--sections 1,2,3`, default all; an error in one is printed and the ne
    one optimizer step on this one GPU at about 25,000 source + 25,000 target tokens (random tokens, 27 a side;
    gradient accumulation only if the batch does not fit), its median time and the hours 100,000 steps take.
 3. `generate()` of the shipped model (models/transformer-en-de) with float32 and bf16 weights and the saved
-   generation defaults (beam 4), on the first sentences of test_2016_flickr.en: batch 32 sorted by length and
+   generation defaults (its beams), on the first sentences of test_2016_flickr.en: batch 32 sorted by length and
    batch 1, sentences/s; and whether CTranslate2 with CUDA is usable here.
 
 Timing: a warm-up, then timed rounds (harness.alternate), each ending in `torch.cuda.synchronize()`; medians.

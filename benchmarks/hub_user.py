@@ -5,7 +5,7 @@
 The folder is loaded in this process with `AutoTokenizer` / `AutoModelForSeq2SeqLM` and `trust_remote_code=True`;
 the project's packages are never imported, so the folder's own copy of the modeling code runs, as it does for someone
 who downloads the model. Sentences go through `model.generate(**batch)` in batches of 32 sorted by length, with no
-argument: the saved generation config decides (beam 4, length penalty 0.6, the per-sentence bound). Printed:
+argument: the saved generation config decides (its beams, length penalty, the per-sentence bound). Printed:
 
 1. cased sacreBLEU BLEU and chrF on each split (val by default; add test_2016_flickr once, for the shipped model);
 2. runaway outputs: the longest output against its source, in characters, and how many exceed 3x;

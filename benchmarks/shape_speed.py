@@ -90,7 +90,8 @@ def load(spec: str, reference: str):
     if spec == REFERENCE or Path(spec).is_dir():
         return TransformerMTForConditionalGeneration.from_pretrained(reference if spec == REFERENCE else spec).eval()
     config = TransformerMTConfig.from_pretrained(reference)
-    decoding = GenerationConfig.from_pretrained(reference)  # the shipped decoding, beam 4 and all, unless the spec says
+    # the shipped decoding, its beams and all, unless the spec says
+    decoding = GenerationConfig.from_pretrained(reference)
     for name, value in ({} if spec == SHIPPED_SHAPE else parse_shape(spec)).items():
         if hasattr(config, name):
             setattr(config, name, value)

@@ -2,9 +2,9 @@
 
 Converts the shipped model (`decoding.ctranslate2_backend.convert`, float32), checks that CTranslate2 and
 our model give the same greedy tokens on the first sentences, then translates test_2016_flickr (speed and BLEU
-parity only; nothing is tuned on it) with beam 4:
-- ours: the engine (`decoding.engine.translate`) with the model's saved defaults: beam 4, its length penalty
-  (4.0), each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
+parity only; nothing is tuned on it) with the model's saved beams:
+- ours: the engine (`decoding.engine.translate`) with the model's saved defaults: its beams, its length penalty,
+  each sentence bounded by 1.5 x source tokens + 10; our beam search lets finished sentences leave the batch;
 - ours, transformers' beam search: the same engine and settings with `model.drop_finished_sentences = False` (the
   ids must be identical to ours);
 - generate(): what a Hub user runs, `model.generate(**tokenizer(batch, padding=True, return_tensors="pt"))` with
@@ -205,7 +205,8 @@ def main():
         32,
         1,
     )
-    print(f"# The per-sentence bound: ours on val, {len(val_sources)} sentences, beam 4, batches of 32")
+    beams = model.generation_config.num_beams
+    print(f"# The per-sentence bound: ours on val, {len(val_sources)} sentences, {beams} beams, batches of 32")
     rows = []
     for name in bounded:
         scores = corpus_scores(texts[name], val_references)

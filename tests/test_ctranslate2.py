@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import DATA_DIR, ROOT, tiny_config
 from tiny_marian import build_tiny_marian
 
 from modeling import TransformerMTForConditionalGeneration
@@ -30,19 +30,19 @@ SOURCES = [
 NEW_TOKENS = 12
 
 
-def greedy_pairs(model, tokenizer, folder):
+def greedy_pairs(model, tokenizer, folder, sources=SOURCES, new_tokens=NEW_TOKENS):
     """(ours, CTranslate2's) greedy new tokens per source, without the start token and </s>."""
     translator = ctranslate2_backend.load(ctranslate2_backend.convert(model, tokenizer, folder))
-    ids = tokenizer(SOURCES)["input_ids"]
-    theirs = ctranslate2_backend.translate_ids(translator, tokenizer, ids, beam_size=1, max_decoding_length=NEW_TOKENS)
+    ids = tokenizer(sources)["input_ids"]
+    theirs = ctranslate2_backend.translate_ids(translator, tokenizer, ids, beam_size=1, max_decoding_length=new_tokens)
     pairs = []
     for source_ids, other in zip(ids, theirs, strict=True):
         with torch.inference_mode():
             output = model.generate(
-                torch.tensor([source_ids]), num_beams=1, max_new_tokens=NEW_TOKENS + 1, max_new_tokens_ratio=None
+                torch.tensor([source_ids]), num_beams=1, max_new_tokens=new_tokens + 1, max_new_tokens_ratio=None
             )
         mine = [token for token in output[0, 1:].tolist() if token != model.config.eos_token_id]
-        pairs.append((mine[:NEW_TOKENS], other[:NEW_TOKENS]))
+        pairs.append((mine[:new_tokens], other[:new_tokens]))
     return pairs
 
 
@@ -57,6 +57,27 @@ def test_converted_model_writes_our_greedy_tokens(tiny_tokenizer, tmp_path, norm
     pairs = greedy_pairs(model, tiny_tokenizer, tmp_path / "ct2")
     assert all(mine == other for mine, other in pairs), pairs
     assert len({tuple(mine) for mine, _ in pairs}) > 1
+
+
+def test_the_shipped_model_converts_to_its_own_greedy_tokens_and_to_int8(tmp_path):
+    """The shipped folder (a deep encoder, a shallow decoder) through our converter: CTranslate2 writes PyTorch's greedy
+    tokens on real validation sentences, and its int8 conversion translates them nearly as well."""
+    folder = ROOT / "models" / "transformer-en-de"
+    model, tokenizer = load_model(str(folder))
+    sources = (DATA_DIR / "val.en").read_text(encoding="utf-8").splitlines()[:16]
+    pairs = greedy_pairs(model, tokenizer, tmp_path / "ct2", sources, new_tokens=40)
+    assert all(mine == other for mine, other in pairs), pairs
+    assert len({tuple(mine) for mine, _ in pairs}) == len(sources)  # real, different translations
+
+    greedy = DecodingSettings(num_beams=1)
+    float32 = translate(model, tokenizer, sources, greedy).texts
+    converted = backends.convert_cached(str(folder), model, tokenizer, int8=True, cache=tmp_path / "cache")
+    int8 = backends.CTranslate2Backend(converted, tokenizer, int8=True)
+    try:
+        quantized = translate(model, tokenizer, sources, greedy, backend=int8).texts
+    finally:
+        int8.close()
+    assert all(quantized) and sum(a == b for a, b in zip(quantized, float32, strict=True)) >= len(sources) // 2
 
 
 def test_converted_logits_match_ours(tiny_tokenizer, tmp_path):

@@ -21,8 +21,8 @@ from .plan import DecodingPlan, DecodingSettings, model_bound, plan_decoding
 
 @dataclass(frozen=True)
 class StepCost:
-    """CPU seconds of one decoder step: `fixed + per_row * rows`. Measured on the shipped model (d_model 256, 3+3
-    layers), one thread: 4.6 ms + 0.24 ms per row over beams 1/4/8 x batches 1/8/32 of Multi30k val."""
+    """CPU seconds of one decoder step: `fixed + per_row * rows`. Measured on the model shipped in round 5 (d_model
+    256, 3+3 layers), one thread: 4.6 ms + 0.24 ms per row over beams 1/4/8 x batches 1/8/32 of Multi30k val."""
 
     fixed: float = 0.005
     per_row: float = 0.00025

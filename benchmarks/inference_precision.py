@@ -1,8 +1,7 @@
 """Lower-precision inference on the CPU: BLEU/chrF on test_2016_flickr and speed, against float32.
 
 Variants of one trained model, all decoding the same sentences with the same settings through the one engine
-(`transformer_en_de.decoding.engine.translate`: the model's saved decoding and its per-sentence length
-bound):
+(`transformer_en_de.decoding.engine.translate`: the model's saved decoding and its per-sentence length bound):
 - float32: the model as loaded;
 - bf16 weights: `model.to(torch.bfloat16)` (half the bytes to read per step);
 - int8 dynamic: `torch.ao.quantization.quantize_dynamic` of every `nn.Linear` (int8 weights, activations

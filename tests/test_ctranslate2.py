@@ -60,7 +60,7 @@ def test_converted_model_writes_our_greedy_tokens(tiny_tokenizer, tmp_path, norm
 
 
 def test_the_shipped_model_converts_to_its_own_greedy_tokens_and_to_int8(tmp_path):
-    """The shipped folder (a deep encoder, a shallow decoder) through our converter: CTranslate2 writes PyTorch's greedy
+    """The shipped folder through our converter: CTranslate2 writes PyTorch's greedy
     tokens on real validation sentences, and its int8 conversion translates them nearly as well."""
     folder = ROOT / "models" / "transformer-en-de"
     model, tokenizer = load_model(str(folder))

@@ -86,15 +86,14 @@ def test_everyday_sentences_are_flagged_and_captions_are_not(shipped):
 def test_a_confident_everyday_translation_is_flagged_with_its_reason(shipped):
     """Everyday sentences the model translates into nonsense it is sure of: the confidence alone (above LOW_SCORE)
     would pass every one; the wording unlike any caption, or a translation that loops, flags nearly all, and says
-    which. (The shipped 6+2's two misses among its 13 confident ones: "Press the green button to start the machine."
-    and "I am tired and I want to go home.", both in words captions use; the 3+3 before it was unsure of the second.
-    The rate over the held-out half is the test above's.)"""
+    which. (The shipped model's one miss among them: "Press the green button to start the machine.", worded like a
+    caption, translated into nonsense at 79%.)"""
     sentences = everyday_sentences()[0][:40]  # the ones the flags were chosen on
     scores, checks = checked(shipped, sentences)
     confident = [check for score, check in zip(scores, checks, strict=True) if score > LOW_SCORE]
     assert confident  # the model is sure of some of them
     flagged = [check for check in confident if check.flagged]
-    assert len(confident) - len(flagged) <= 2, [check for check in confident if not check.flagged]
+    assert len(flagged) >= 0.9 * len(confident)
     assert all(check.reason.startswith("Unlike the photo descriptions") or check.reason == LOOP_REASON
                for check in flagged)  # fmt: skip
     (_,), (named,) = checked(shipped, ["Please find the invoice attached to this email."])

@@ -46,8 +46,7 @@ def test_shipped_folder_runs_the_code_of_modeling():
 def test_shipped_generation_config_bounds_each_sentence(shipped):
     model, tokenizer = shipped
     generation = model.generation_config
-    # Beam search at the width the model was chosen and timed with (its card and eval_results.json say it): 2 beams
-    # for the deep-encoder, shallow-decoder model, as good as 4 on val and faster (RESULTS.md, model round 7).
+    # The search the folder saves is the one its record scored (eval_results.json, written by the scoring command).
     decoding = read_eval_results(SHIPPED)["decoding"]
     assert generation.num_beams == decoding["num_beams"] >= 2
     assert generation.length_penalty == decoding["length_penalty"]

@@ -380,7 +380,7 @@ def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
     assert "--d-model" not in help_text  # one spelling each (the dashed one still works)
     for shown in ("output_dir", "max_tokens", "average_last", "case_augmentation", "extra_train", "max_steps", "seed"):
         assert f"  --{shown} " in help_text
-    assert "d_model 256, 6+2 layers" in help_text and "recipes/distill_gpu.sh" in help_text  # the shipped model
+    assert "d_model 256, 3+3 layers" in help_text and "recipes/distill_gpu.sh" in help_text  # the shipped model
     everything = subprocess.run([sys.executable, "train.py", "--help-all"], cwd=ROOT, capture_output=True, text=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True).stdout
     assert "  --fsdp " in everything and "(default: 20.0)" in everything

@@ -44,7 +44,7 @@ from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown
 from transformer_en_de.app.arena.board_reads import BoardReads  # noqa: E402
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
 from transformer_en_de.app.arena.votes import VoteStore  # noqa: E402
-from transformer_en_de.app.corpus_report import corpus_markdown, corpus_table  # noqa: E402
+from transformer_en_de.app.corpus_report import corpus_markdown, corpus_table, bleu_by_model  # noqa: E402
 from transformer_en_de.app.files import translate_file  # noqa: E402
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside  # noqa: E402
 from transformer_en_de.app.inside_tab.pictures import rendered  # noqa: E402
@@ -351,7 +351,8 @@ class TranslationApp:
     def leaderboard_table(self) -> tuple[list, str]:
         """(the board's rows, its Markdown table), from the votes and each system's corpus BLEU."""
         _, rows = self.corpus()
-        bleu = {row[0]: float(row[3]) for row in rows if row[1] == "test 2016 flickr" and row[3] not in ("", "-")}
+        # each system's test 2016 BLEU from the Corpus tab's own rows (ours: its record's), so the two never disagree
+        bleu = {model: score for model, (score, _) in bleu_by_model(rows).items()}
         board, agreement = self.arena.leaderboard(bleu)
         return board, leaderboard_markdown(board, agreement)
 

@@ -897,7 +897,7 @@ def test_corpus_table_reads_both_files(tmp_path):
     evaluation.write_eval_results(
         model,
         num_parameters=44_000_000,
-        decoding={"num_beams": 4},
+        decoding={"num_beams": 4, "length_penalty": 0.6},
         scores={
             "test_2016_flickr": {"bleu": 36.51, "chrf": 62.3, "num_sentences": 1000},
             "val": {"bleu": 38.0, "chrf": 64.0},
@@ -910,7 +910,8 @@ def test_corpus_table_reads_both_files(tmp_path):
             {
                 "source_file": "data/test_2016_flickr.en",
                 "num_sentences": 1000,
-                "num_beams": 4,
+                "num_beams": 2,
+                "length_penalty": None,
                 "systems": [
                     {
                         "model": "models/transformer-en-de",
@@ -928,16 +929,47 @@ def test_corpus_table_reads_both_files(tmp_path):
 
     summary, rows = corpus_report.corpus_table(model, comparison, ours="transformer-en-de")
 
-    # One row per model and test set: compare.py's figures for our model fill the row of eval_results.json.
+    # One row per model, test set and decoding: compare.py's figures for our model fill the record's row only where
+    # the decoding is the record's and the scores agree; here compare.py ran another decoding, so its row stands apart.
+    record = "its record (eval_results.json)"
     assert rows == [
-        [translators.OURS_NAME, "val", "", "38.00", "64.00", "44.0M", ""],
-        [translators.OURS_NAME, "test 2016 flickr", "1,000", "36.50", "62.30", "44.0M", "20.0"],
-    ]
-    assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(4 beams)" in summary
+        [translators.OURS_NAME, "val", "beam 4, length penalty 0.6", record, "", "38.00", "64.00", "44.0M", ""],
+        [translators.OURS_NAME, "test 2016 flickr", "beam 4, length penalty 0.6", record, "1,000", "36.51", "62.30",
+         "44.0M", ""],
+        [translators.OURS_NAME, "test 2016 flickr", "beam 2, length penalty 0.6", "compare.py", "1,000", "36.50",
+         "62.30", "44.0M", "20.0"],
+    ]  # fmt: skip
+    assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(beam 2, each model's" in summary
     assert "BLEU counts the word sequences" in summary and "*val* is the Multi30k validation set" in summary
+    assert corpus_report.bleu_by_model(rows) == {translators.OURS_NAME: (36.51, "beam 4, length penalty 0.6")}
     table = corpus_report.corpus_markdown(rows)
-    assert table.splitlines()[0] == "| Model | Test set | Sentences | BLEU | chrF | Parameters | Sentences per second |"
-    assert r"| Transformer \(ours\) | test 2016 flickr | 1,000 | 36\.50 |" in table
+    assert table.splitlines()[0] == (
+        "| Model | Test set | Decoding | Scored by | Sentences | BLEU | chrF | Parameters | Sentences per second |"
+    )
+    assert r"| Transformer \(ours\) | test 2016 flickr | beam 2, length penalty 0\.6 | compare\.py | 1,000 | 36\.50 |" in table
+
+    # The same decoding and the same figures: one row, scored by both.
+    data = json.loads(comparison.read_text())
+    data["num_beams"], data["systems"][0]["bleu"] = 4, 36.51
+    comparison.write_text(json.dumps(data))
+    _, rows = corpus_report.corpus_table(model, comparison, ours="transformer-en-de")
+    assert rows[1][2:] == [
+        "beam 4, length penalty 0.6", f"{record} and compare.py", "1,000", "36.51", "62.30", "44.0M", "20.0"
+    ]
+    assert len(rows) == 2
+
+
+def test_corpus_table_says_when_the_folder_no_longer_decodes_as_it_was_scored(tmp_path):
+    evaluation.write_eval_results(
+        tmp_path, num_parameters=1000, decoding={"num_beams": 4, "length_penalty": 0.6},
+        scores={"val": {"bleu": 38.0}}, command=["python train.py"],
+    )  # fmt: skip
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 4, "length_penalty": 0.6}))
+    assert "now decodes with" not in corpus_report.corpus_table(tmp_path, tmp_path / "none.json")[0]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 2, "length_penalty": 0.6}))
+    summary, rows = corpus_report.corpus_table(tmp_path, tmp_path / "none.json")
+    assert "The folder now decodes with beam 2, length penalty 0.6, not as its scores were made" in summary
+    assert rows[0][2] == "beam 4, length penalty 0.6"  # the score keeps the decoding that made it
 
 
 def test_corpus_table_old_absent_or_broken_files_are_notes(tmp_path):

@@ -9,12 +9,24 @@ from transformer_en_de.markdown import markdown_table
 from .text_checks import as_text
 from .translators import OURS_NAME, display_id
 
-HEADERS = ["Model", "Test set", "Sentences", "BLEU", "chrF", "Parameters", "Sentences per second"]
+HEADERS = [
+    "Model",
+    "Test set",
+    "Decoding",
+    "Scored by",
+    "Sentences",
+    "BLEU",
+    "chrF",
+    "Parameters",
+    "Sentences per second",
+]
 EXPLAINED = (
     "BLEU and chrF say how close a model's translations come to a person's, from 0 to 100 (higher is closer): BLEU "
     "counts the word sequences they share, chrF the character sequences. *val* is the Multi30k validation set, used "
     "to choose our model while it trained; *test* sets were kept apart until the final score."
 )
+RECORD = "its record (eval_results.json)"
+COMPARISON = "compare.py"
 
 
 def _number(value, digits: int = 2) -> str:
@@ -35,41 +47,74 @@ def test_set_name(split: str) -> str:
     return split if split == "val" else split.replace("_", " ")
 
 
+def decoding_label(decoding: dict) -> str:
+    """How a score was decoded, in words: "greedy", or "beam 4, length penalty 0.6" ("each model's own length
+    penalty" where a comparison left it to each model)."""
+    beams = decoding.get("num_beams")
+    if not isinstance(beams, int) or isinstance(beams, bool):
+        return "unknown"
+    if beams == 1:
+        return "greedy"
+    penalty = decoding.get("length_penalty")
+    return f"beam {beams}, " + (
+        f"length penalty {penalty:g}" if penalty is not None else "each model's own length penalty"
+    )
+
+
 class Rows:
-    """The table's rows, one per model and test set: values from either file fill the same row."""
+    """The table's rows, one per model, test set and decoding: a run scored with another decoding is a row of its own,
+    so that a score never stands under another run's label."""
 
     def __init__(self):
-        self.rows: dict[tuple[str, str], dict] = {}
+        self.rows: dict[tuple[str, str, str], dict] = {}
 
-    def put(self, model: str, split: str, **values) -> None:
-        row = self.rows.setdefault((model, test_set_name(split)), {})
-        row.update({name: value for name, value in values.items() if value not in (None, "")})
+    def put(self, model: str, split: str, decoding: str, scored_by: str, **values) -> None:
+        values = {name: value for name, value in values.items() if value not in (None, "")}
+        key = (model, test_set_name(split), decoding)
+        row = self.rows.get(key)
+        if row is not None and any(
+            name in row and round(row[name], 2) != round(value, 2)
+            for name, value in values.items()
+            if name in ("bleu", "chrf")
+        ):  # the same decoding scored twice with other figures (another run): both rows, each named by its source
+            key = (*key[:2], f"{decoding} ")
+            row = None
+        if row is None:
+            row = self.rows.setdefault(key, {"scored_by": []})
+        row["scored_by"].append(scored_by)
+        row.update(values)
 
     def table(self) -> list[list[str]]:
-        def order(key):  # ours first, then the others by name; val before the test sets
-            model, split = key
-            return (model != OURS_NAME, model, split != "val", split)
+        def order(item):  # ours first, then the others by name; val before the test sets; the record's row first
+            (model, split, decoding), row = item
+            return (model != OURS_NAME, model, split != "val", split, RECORD not in row["scored_by"], decoding)
 
         return [
             [
                 model,
                 split,
+                decoding.strip(),
+                " and ".join(row["scored_by"]),
                 _count(row.get("sentences")),
                 _number(row.get("bleu")),
                 _number(row.get("chrf")),
                 _millions(row.get("parameters")),
                 _number(row.get("speed"), 1),
             ]
-            for (model, split), row in sorted(self.rows.items(), key=lambda item: order(item[0]))
+            for (model, split, decoding), row in sorted(self.rows.items(), key=order)
         ]
 
 
 def evaluation_rows(results: dict, rows: Rows) -> None:
-    """Our model's scored splits from eval_results.json (the shape `evaluation.write_eval_results` writes)."""
+    """Our model's scored splits from eval_results.json (the shape `evaluation.write_eval_results` writes), each under
+    the decoding the record says it was scored with."""
+    decoding = decoding_label(results["decoding"])
     for split, score in results["scores"].items():
         rows.put(
             OURS_NAME,
             split,
+            decoding,
+            RECORD,
             sentences=score.get("num_sentences"),
             bleu=score["bleu"],
             chrf=score.get("chrf"),
@@ -77,10 +122,23 @@ def evaluation_rows(results: dict, rows: Rows) -> None:
         )
 
 
-def comparison_rows(comparison: dict, rows: Rows, ours: str | None, origins: list[str] | None = None) -> list[str]:
-    """compare.py's JSON: a row per system scored (ours under our name); the names of those that were not. `origins`
-    gets a line for each Hub model scored: the commit, and its weights when they were not main's safetensors."""
+def comparison_rows(
+    comparison: dict,
+    rows: Rows,
+    ours: str | None,
+    origins: list[str] | None = None,
+    our_decoding: dict | None = None,
+) -> list[str]:
+    """compare.py's JSON: a row per system scored (ours under our name), under the comparison's one decoding; the
+    names of those that were not. Where the comparison left the length penalty to each model, our row names ours
+    (`our_decoding`, the record's). `origins` gets a line for each Hub model scored: the commit, and its weights when
+    they were not main's safetensors."""
     split = str(comparison.get("source_file") or "?")
+    decoding = decoding_label(comparison)
+    if our_decoding and comparison.get("length_penalty") is None:
+        our_label = decoding_label({**comparison, "length_penalty": our_decoding.get("length_penalty")})
+    else:
+        our_label = decoding
     missing = []
     for system in comparison.get("systems", []):
         if not isinstance(system, dict):
@@ -93,6 +151,8 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None, origins: lis
         rows.put(
             name,
             split,
+            our_label if name == OURS_NAME else decoding,
+            COMPARISON,
             sentences=comparison.get("num_sentences"),
             bleu=system.get("bleu"),
             chrf=system.get("chrf"),
@@ -105,12 +165,22 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None, origins: lis
     return missing
 
 
+def bleu_by_model(rows: list[list[str]], split: str = "test 2016 flickr") -> dict[str, tuple[float, str]]:
+    """Each model's BLEU on `split` and the decoding it was scored with, from the table's rows: the first row of each
+    model (ours: its record's, which lists first when it has the split)."""
+    found: dict[str, tuple[float, str]] = {}
+    for model, row_split, decoding, _, _, bleu, *_ in rows:
+        if row_split == split and bleu and model not in found:
+            found[model] = (float(bleu), decoding)
+    return found
+
+
 def corpus_markdown(rows: list[list[str]]) -> str:
     """The rows as a Markdown table under `HEADERS` (each cell shown as text, numbers right-aligned); "" when there
     are none."""
     if not rows:
         return ""
-    return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], "ll" + "r" * 5)
+    return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], "llll" + "r" * 5)
 
 
 def _read_json(path: Path) -> tuple[dict | None, str]:
@@ -122,6 +192,16 @@ def _read_json(path: Path) -> tuple[dict | None, str]:
     except (OSError, ValueError) as error:
         return None, f"{path.name} could not be read ({str(error).splitlines()[0]})."
     return (data, "") if isinstance(data, dict) else (None, f"{path.name} is not a JSON object.")
+
+
+def saved_decoding(folder: Path) -> dict | None:
+    """The search the folder's generation_config.json saves (beams, length penalty); None where it has none."""
+    config, _ = _read_json(folder / "generation_config.json")
+    return (
+        {"num_beams": config.get("num_beams", 1), "length_penalty": config.get("length_penalty", 1.0)}
+        if config
+        else None
+    )
 
 
 def corpus_table(
@@ -140,19 +220,27 @@ def corpus_table(
             f"Our model's eval_results.json is not in the expected shape, so its scores are not shown "
             f"({str(error).replace(str(folder), display_id(str(folder)))})."
         )
-    beams = None
     if results:
         evaluation_rows(results, rows)
-        beams = results["decoding"].get("num_beams")
+        notes.append(
+            f"Our model's rows scored by its record were measured by the command that scored the folder, with the "
+            f"decoding it was saved with ({decoding_label(results['decoding'])})."
+        )
+        saved = saved_decoding(folder)
+        if saved and decoding_label(saved) != decoding_label(results["decoding"]):
+            notes.append(
+                f"The folder now decodes with {decoding_label(saved)}, not as its scores were made: rescore it "
+                "(`python average_checkpoints.py --rescore FOLDER`) before reading them as this model's."
+            )
     comparison, problem = _read_json(comparison_path)
     notes += [problem] if problem else []
     if comparison:
         origins: list[str] = []
-        missing = comparison_rows(comparison, rows, ours, origins)
-        beams = beams or comparison.get("num_beams")
+        missing = comparison_rows(comparison, rows, ours, origins, results["decoding"] if results else None)
         notes.append(
-            f"Every model translated with the same beam search ({beams} beams) and the same length limit, on the same "
-            "machine (`python compare.py`); cased, detokenised sacreBLEU."
+            f"The rows scored by compare.py come from one run in which every model translated the same sentences with "
+            f"the same decoding ({decoding_label(comparison)}) and the same length limit, on one machine; cased, "
+            "detokenised sacreBLEU. A row scored by both agrees in both."
         )
         notes += [as_text(" ".join(origins))] if origins else []
         if missing:

@@ -44,7 +44,7 @@ from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown
 from transformer_en_de.app.arena.board_reads import BoardReads  # noqa: E402
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
 from transformer_en_de.app.arena.votes import VoteStore  # noqa: E402
-from transformer_en_de.app.corpus_report import corpus_markdown, corpus_table, bleu_by_model  # noqa: E402
+from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table  # noqa: E402
 from transformer_en_de.app.files import translate_file  # noqa: E402
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside  # noqa: E402
 from transformer_en_de.app.inside_tab.pictures import rendered  # noqa: E402

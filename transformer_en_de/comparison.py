@@ -19,7 +19,7 @@ from .decoding.backends import BackendError, load_backend
 from .decoding.engine import DecodingSettings, translate
 from .decoding.int8 import int8_dynamic
 from .decoding.loading import load_listed_model
-from .evaluation import score_split
+from .evaluation import decoding_label, score_split
 from .markdown import markdown_table
 
 
@@ -101,7 +101,9 @@ def comparison_report(comparison: dict) -> str:
     ]  # fmt: skip
     lines = [
         f"Scored on {comparison['num_sentences']} sentences of `{comparison['source_file']}` against "
-        f"`{comparison['reference_file']}` (beam {comparison['num_beams']}, cased sacreBLEU"
+        f"`{comparison['reference_file']}` (every model decoded the same way: {decoding_label(comparison)}, at most "
+        f"{comparison['max_new_tokens_ratio']} × source tokens + {comparison['max_new_tokens_offset']} new tokens; "
+        "cased sacreBLEU"
         f"{', decoded by ' + comparison['backend'] if comparison.get('backend', 'PyTorch') != 'PyTorch' else ''}"
         f"{', int8 dynamic weights' if comparison.get('weights') == 'int8 dynamic' else ''}).",
         "",

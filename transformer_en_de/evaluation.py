@@ -117,6 +117,20 @@ def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> d
     return record
 
 
+def decoding_label(decoding: dict) -> str:
+    """How a score was decoded, in words: "greedy", or "beam 4, length penalty 0.6" ("each model's own length
+    penalty" where a comparison left it to each model)."""
+    beams = decoding.get("num_beams")
+    if not isinstance(beams, int) or isinstance(beams, bool):
+        return "unknown"
+    if beams == 1:
+        return "greedy"
+    penalty = decoding.get("length_penalty")
+    return f"beam {beams}, " + (
+        f"length penalty {penalty:g}" if penalty is not None else "each model's own length penalty"
+    )
+
+
 # ----------------------------------------------------------------------------------------------- eval_results.json
 #
 # One shape, written by one function (train.py and average_checkpoints.py call it) and read by one (the card, the

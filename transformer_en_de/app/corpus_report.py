@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from transformer_en_de.evaluation import EvalResultsError, read_eval_results
+from transformer_en_de.evaluation import EvalResultsError, decoding_label, read_eval_results
 from transformer_en_de.markdown import markdown_table
 
 from .text_checks import as_text
@@ -45,20 +45,6 @@ def test_set_name(split: str) -> str:
     """ "val", or "test 2016 flickr" for test_2016_flickr (a file name such as test_2016_flickr.en too)."""
     split = Path(split).name.split(".")[0]
     return split if split == "val" else split.replace("_", " ")
-
-
-def decoding_label(decoding: dict) -> str:
-    """How a score was decoded, in words: "greedy", or "beam 4, length penalty 0.6" ("each model's own length
-    penalty" where a comparison left it to each model)."""
-    beams = decoding.get("num_beams")
-    if not isinstance(beams, int) or isinstance(beams, bool):
-        return "unknown"
-    if beams == 1:
-        return "greedy"
-    penalty = decoding.get("length_penalty")
-    return f"beam {beams}, " + (
-        f"length penalty {penalty:g}" if penalty is not None else "each model's own length penalty"
-    )
 
 
 class Rows:

@@ -322,3 +322,15 @@ def write_model_card(
     )
     card.save(folder / "README.md")
     return card
+
+
+if __name__ == "__main__":  # python -m transformer_en_de.publishing.model_card FOLDER: the card anew from the record
+    import argparse
+
+    from transformers import AutoConfig
+
+    parser = argparse.ArgumentParser(description="Write FOLDER/README.md anew from FOLDER/eval_results.json.")
+    parser.add_argument("folder", type=Path, help="a saved model folder with an eval_results.json")
+    folder = parser.parse_args().folder
+    write_model_card(folder, config=AutoConfig.from_pretrained(folder, trust_remote_code=True, local_files_only=True))
+    print(f"wrote {folder / 'README.md'}")

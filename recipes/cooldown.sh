@@ -5,7 +5,7 @@
 # linearly from LEARNING_RATE to zero over STEPS steps, and no warm-up. An inverse-square-root run levels off with its
 # rate still high; this lets it settle. Resumable: run the same command again and training goes on from its last
 # checkpoint.
-# Measured: it lowered val by 0.4 from the second-round student's best average on its mix (RESULTS.md, round 8)
+# Measured: it lowered val by 0.4 from the second-round student's best average on its mix (docs/notebook.md, round 8)
 # and from the first student's best average on the teachers' (round 9).
 #
 #   bash recipes/cooldown.sh START NAME [CORE]     e.g. bash recipes/cooldown.sh runs/r2-avg-4500 r2-cool 0

@@ -9,7 +9,8 @@ next, a freed block seldom fits the next one: the heap grows, and what is free i
 - `large_blocks_apart(size)`: the threshold fixed at `size` (which also ends glibc's raising it): blocks of that size
   or more never come from the heap. Each such block then costs a system call and fresh zeroed pages: nothing
   measurable for the server's answers, but about 1.5x the time of a training step, which allocates and frees its
-  activations every step (RESULTS.md, model round 7). So the server keeps large blocks apart, and a training run trims.
+  activations every step (docs/notebook.md, model round 7). So the server keeps large blocks apart, and a training
+  run trims.
 Where the C library is not glibc (musl, macOS) both do nothing.
 """
 

@@ -354,8 +354,8 @@ class ShortRunLogging(TrainerCallback):
 class FreeHeapGivenBack(TrainerCallback):
     """glibc's free heap returned to the system every `every` steps (`heap.give_back`). Each batch has its own shape,
     so its tensors seldom fit where the last batch's were freed: on round 7's run the heap held 5.2 GB, 4.3 GB of it
-    free yet resident, after 2,150 steps, and one trim took the process from 6.3 to 2.5 GB (RESULTS.md, model round
-    7). A trim costs milliseconds and the page faults of the pages touched again."""
+    free yet resident, after 2,150 steps, and one trim took the process from 6.3 to 2.5 GB (docs/notebook.md, model
+    round 7). A trim costs milliseconds and the page faults of the pages touched again."""
 
     def __init__(self, every: int = 50):
         self.every = every

@@ -9,8 +9,9 @@ the page is served and defended in `transformer_en_de/app/serving/`.
 Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de), the
 comparison models from `--comparison_models` / COMPARISON_MODELS (ids or folders; "" for none), loaded in background
 threads: the page is up before they are, and one that cannot be loaded says why in one line. `--backend` and `--int8`
-choose what decodes; `--sign_in` lets the arena's voters sign in with Hugging Face (on a Space whose metadata has
-`hf_oauth: true`, always; elsewhere as the account of the machine's token); `--forwarded_allow_ips` names the proxy
+choose what decodes; `--sign_in` lets the arena's voters sign in with Hugging Face, their votes counted as accounts'
+(on a Space whose metadata has `hf_oauth: true`, always; elsewhere only with a real OAuth app, else it stops in one
+line; `--sign_in stand-in` tries Gradio's local stand-in, its votes anonymous); `--forwarded_allow_ips` names the proxy
 whose X-Forwarded-For tells visitors apart (on a Space, the private networks its proxy connects from). How requests
 share the CPU and what the HTTP front refuses: docs/app.md and `transformer_en_de/app/serving/__init__.py`.
 
@@ -23,7 +24,8 @@ Named API endpoints (gradio_client), with one (translation, details) pair per co
         comparison model (pieces, positional encoding, attention by kind/layer/head, beam steps, translation)
     /comparison() -> (notes, table), both Markdown
     /status() -> status (Markdown: each comparison model's loading state, requests in progress)
-    /battle(text) -> (battle_id, translation_a, translation_b): two systems drawn at random, names hidden
+    /battle(text) -> (battle_id, translation_a, translation_b, message): two systems drawn at random, names hidden;
+        no battle: battle_id "" and the message says why
     /vote(battle_id, choice) -> (system_a, system_b, message): the names revealed once the vote is stored
     /leaderboard() -> (table: Markdown, plot)
 """
@@ -43,7 +45,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown, leaderboard_plot  # noqa: E402
 from transformer_en_de.app.arena.board_reads import BoardReads  # noqa: E402
 from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
-from transformer_en_de.app.arena.votes import VoteStore  # noqa: E402
+from transformer_en_de.app.arena.votes import StoreUnavailable, VoteStore  # noqa: E402
 from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table  # noqa: E402
 from transformer_en_de.app.files import translate_file  # noqa: E402
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside  # noqa: E402
@@ -63,7 +65,7 @@ from transformer_en_de.app.serving import (  # noqa: E402
     upload_folder,
     uploaded_path,
 )
-from transformer_en_de.app.sign_in import SignInUnavailable, sign_in_mode  # noqa: E402
+from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode  # noqa: E402
 from transformer_en_de.app.text_checks import default_settings  # noqa: E402
 from transformer_en_de.app.translation import RequestContext, format_details, format_notice, translate_text  # noqa: E402
 from transformer_en_de.app.translators import (  # noqa: E402
@@ -126,14 +128,19 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--sign_in",
         "--sign-in",
-        action="store_true",
-        default=os.environ.get("ARENA_SIGN_IN", "") not in ("", "0"),
+        nargs="?",
+        const="accounts",
+        choices=["accounts", "stand-in"],
+        default=asked_for(os.environ.get("ARENA_SIGN_IN")) or None,
         help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1): a signed-in vote counts as "
-        "its account's. On a Space whose metadata has `hf_oauth: true` it is there without this flag; elsewhere "
-        "Gradio's local stand-in signs every visitor in as the account of this machine's Hugging Face token (at "
-        "HF_ENDPOINT), so the app stops at once, in one line, if there is no token or the Hub cannot tell whose it is. "
-        "The sign-in cookie is a secure one: over plain HTTP a browser keeps it only at localhost or 127.0.0.1; "
-        "anywhere else serve HTTPS",
+        "its account's, and the leaderboard ranks signed-in accounts' votes, the anonymous ones apart. On a Space "
+        "whose metadata has `hf_oauth: true` it is there without this flag; elsewhere it needs a real OAuth app "
+        "(SYSTEM=spaces, SPACE_ID, OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, OAUTH_SCOPES, OPENID_PROVIDER_URL, as a Space "
+        "has: without them Gradio's sign-in is a stand-in anyone can forge), else the app stops at once in one line. "
+        "`--sign_in stand-in` (ARENA_SIGN_IN=stand-in) tries Gradio's local stand-in, which signs every visitor in as "
+        "the account of this machine's Hugging Face token (at HF_ENDPOINT; the app stops in one line if there is no "
+        "token or the Hub cannot tell whose it is); its votes count as anonymous. The sign-in cookie is a secure one: "
+        "over plain HTTP a browser keeps it only at localhost or 127.0.0.1; anywhere else serve HTTPS",
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
@@ -312,12 +319,13 @@ class TranslationApp:
     # ------------------------------------------------------------------ the arena: blind votes (app/arena/)
 
     # Gradio fills `profile` from the visitor's sign-in session (None when not signed in, or the page has no sign-in);
-    # it is not an input of the endpoint, so an API client cannot claim an account.
+    # it is not an input of the endpoint, and the arena counts it as an account only where the sign-in is a real OAuth
+    # app, whose secret signs the session cookie (`Arena.accounts`, `sign_in.py`): no one else can make that cookie.
     def battle(self, text, request: gr.Request, profile: gr.OAuthProfile | None):
         """Two systems drawn at random translate the text; their names are hidden until the vote.
 
         Args: text (str, English: one sentence or a few). Returns: battle_id (str; "" when there is no battle),
-        translation_a, translation_b (str; with no battle, translation_a says why in one line).
+        translation_a, translation_b (str; "" with no battle), message (one line; with no battle, why).
         """
         settings = default_settings(self.ours.model, self.limits)  # what the page starts with, for both systems
         voter = voter_of(request, profile)
@@ -349,12 +357,12 @@ class TranslationApp:
         return self.in_turn(request, read, unchanged(2))
 
     def leaderboard_table(self) -> tuple[list, str]:
-        """(the board's rows, its Markdown table), from the votes and each system's corpus BLEU."""
+        """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""
         _, rows = self.corpus()
         # each system's test 2016 BLEU from the Corpus tab's own rows (ours: its record's), so the two never disagree
         bleu = {model: score for model, (score, _) in bleu_by_model(rows).items()}
-        board, agreement = self.arena.leaderboard(bleu)
-        return board, leaderboard_markdown(board, agreement)
+        boards = self.arena.boards(bleu)
+        return boards[0].rows, leaderboard_markdown(boards)
 
     def cancel_visitor(self, request: gr.Request):
         if self.serving.scheduler.cancel(request.session_hash):
@@ -374,7 +382,7 @@ def build_app(
     int8: bool = False,
     votes_db: Path | None = None,
     votes_dataset: str | None = None,
-    sign_in: bool = False,
+    sign_in: SignIn | None = None,
 ) -> TranslationApp:
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`).
     `sign_in`: the Arena tab has a "Sign in with Hugging Face" button (`sign_in_mode` checked that it can work)."""
@@ -428,9 +436,9 @@ try:
         int8=OPTIONS.int8,
         votes_db=OPTIONS.votes_db,
         votes_dataset=OPTIONS.votes_dataset,
-        sign_in=SIGN_IN is not None,
+        sign_in=SIGN_IN,
     )
-except (ModelUnavailableError, SignInUnavailable) as error:
+except (ModelUnavailableError, SignInUnavailable, StoreUnavailable) as error:
     sys.exit(f"app.py: {error}")
 if SIGN_IN:
     print(f"app.py: the arena's voters can sign in {SIGN_IN}.", flush=True)

@@ -1,6 +1,7 @@
 """The arena through the real app server (our model and a tiny MarianMT, called by gradio_client): a blind battle,
-a vote that reveals the names and is stored, a second vote on the same battle refused, the leaderboard; and a page
-with one system, where /battle answers one line."""
+a vote that reveals the names and is stored, a second vote on the same battle refused, refused choices named by their
+kind (never echoed), the leaderboard, every output of /battle, /vote and /leaderboard named in the API; and a page
+with one system, where /battle answers one line and no battle."""
 
 import json
 import os
@@ -9,13 +10,18 @@ import sqlite3
 import threading
 import time
 
+import httpx
 import pytest
 from gradio_client import Client
 from test_app_server import free_port
 from tiny_marian import build_tiny_marian
 
 from benchmarks.arena_attacks import HOLD_THE_WRITE_LOCK  # another process holding the write lock
-from transformer_en_de.app.arena.ratings import READ_SECONDS
+from transformer_en_de.app.arena.arena import PAGE_LINE_CHARACTERS
+
+READ_SECONDS = 4  # how long a person takes to read both translations
+# Choices a client may send instead of one of the four: each refused by its kind, none of it echoed.
+HOSTILE_CHOICES = ["x" * 100_000, "<img src=x onerror=alert(1)><b>bold</b>", "[click](javascript:alert(1))"]
 
 pytestmark = pytest.mark.slow
 
@@ -41,16 +47,24 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
             assert time.monotonic() < deadline, "the comparison model did not load"
             time.sleep(0.5)
 
-        battle_id, first, second = visitor.predict("A dog runs in the park.", api_name="/battle")
+        battle_id, first, second, shown = visitor.predict("A dog runs in the park.", api_name="/battle")
+        hostile = [visitor.predict(battle_id, choice, api_name="/vote") for choice in HOSTILE_CHOICES]
+        time.sleep(READ_SECONDS)
         system_a, system_b, message = visitor.predict(battle_id, "A", api_name="/vote")
         time.sleep(3.2)  # a person's pace between votes
         again = visitor.predict(battle_id, "B", api_name="/vote")
         unknown = visitor.predict("not-a-battle", "tie", api_name="/vote")
         table, _ = visitor.predict(api_name="/leaderboard")
+        info = httpx.get(f"{url}gradio_api/info", timeout=30).json()["named_endpoints"]
+        described = visitor.view_api(print_info=False, return_format="dict")["named_endpoints"]
     finally:
         server.should_exit = True
 
-    assert len(battle_id) >= 16 and first and second
+    assert len(battle_id) >= 16 and first and second and shown and "\n" not in shown
+    for refused in hostile:  # named by kind, bounded, nothing of the choice in it
+        assert refused[:2] == ("", "") and refused[2].startswith("A vote is one of A, B, tie, both bad; this one was")
+        assert len(refused[2]) <= PAGE_LINE_CHARACTERS and "<" not in refused[2] and "javascript" not in refused[2]
+    assert "a text of 100,000 characters" in hostile[0][2]
     assert {system_a, system_b} == {"Transformer (ours)", "marian"} and "stored" in message
     assert again[:2] == ("", "") and "unknown or has expired" in again[2]  # single use
     assert unknown[:2] == ("", "") and "\n" not in unknown[2]
@@ -63,17 +77,28 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
     assert decoding_a["num_beams"] == decoding_b["num_beams"] >= 1
     assert all(decoding["max_new_tokens_ratio"] and decoding["max_new_tokens"] for decoding in (decoding_a, decoding_b))
     assert "Transformer (ours)" in table and "marian" in table
-    # voted as soon as the battle was shown: stored, and set aside from the ratings, which say so
-    assert "rest on 0 votes from 0 sources" in table and "1 cast within 4 s of their battle" in table
+    # no sign-in on this page: the board says it rests on anonymous votes, and from how many networks
+    assert "This page has no sign-in: the ratings rest on 1 vote from 1 source (1 anonymous network)" in table
+    assert "be the first" not in table and "1095-1095" not in table
+    # every output named, as a client reads the API (no `value_NN`)
+    expected = {"/battle": ["battle_id", "Translation A", "Translation B", "Message"],
+                "/vote": ["A was", "B was", "Message"], "/leaderboard": ["Leaderboard", "Ratings"]}  # fmt: skip
+    for endpoint, labels in expected.items():
+        assert [output["label"] for output in info[endpoint]["returns"]] == labels
+        assert [output["label"] for output in described[endpoint]["returns"]] == labels
 
 
 def test_with_one_system_the_battle_answers_one_line(app_model_dir, tmp_path):
     server, url = serve(app_model_dir, [], tmp_path / "votes.sqlite3")
     try:
-        battle_id, message, second = Client(url, verbose=False).predict("A dog runs.", api_name="/battle")
+        visitor = Client(url, verbose=False)
+        battle_id, first, second, message = visitor.predict("A dog runs.", api_name="/battle")
+        vote = visitor.predict(battle_id, "A", api_name="/vote")
     finally:
         server.should_exit = True
-    assert battle_id == "" and second == "" and "needs two systems" in message and "\n" not in message
+    # no battle: the translations are empty, the message says why once
+    assert battle_id == first == second == "" and "needs two systems" in message and "\n" not in message
+    assert vote == ("", "", "Start a battle first: there is nothing to vote on.")
 
 
 def preferred(first: str, second: str) -> str:
@@ -106,7 +131,7 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
     def visitor(url: str):
         client = Client(url, verbose=False)
         for caption in ("A dog runs in the park.", "Two men play football."):
-            battle_id, first, second = client.predict(caption, api_name="/battle")
+            battle_id, first, second, _ = client.predict(caption, api_name="/battle")
             time.sleep(READ_SECONDS)  # a person reads both translations
             revealed = client.predict(battle_id, preferred(first, second), api_name="/vote")
             with lock:
@@ -132,7 +157,7 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
 
     assert len(outcomes) == 12 and all(revealed[0] and "stored" in revealed[2] for _, revealed in outcomes)
     assert all(result[:2] == ("", "") and "\n" not in result[2] for result in refused + bad[1:])
-    assert bad[0][0] == "" and "Type an English sentence" in bad[0][1]
+    assert bad[0][0] == "" and "Type an English sentence" in bad[0][3]
     with sqlite3.connect(votes_db) as database:
         rows = database.execute("SELECT battle_id, visitor FROM votes").fetchall()
         everything = " ".join(str(value) for row in database.execute("SELECT * FROM votes") for value in row)
@@ -140,8 +165,8 @@ def test_six_visitors_vote_at_once_every_vote_once_and_a_killed_server_keeps_the
     assert "127.0.0.1" not in everything  # no address anywhere in the rows
     assert table.index("Transformer (ours)") < table.index("marian")
     # all from one address: one anonymous network's voice, its 12 votes sharing its bound
-    assert "rest on 12 votes from 1 source (0 signed-in accounts, 1 anonymous network)" in table
-    assert "2 beyond their source's bound" in table
+    assert "rest on 12 votes from 1 source (1 anonymous network)" in table
+    assert "2 votes' worth is beyond their sources' bounds" in table
 
 
 def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_after(app_model_dir, tmp_path):
@@ -152,7 +177,7 @@ def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_
     server, url = serve(app_model_dir, [str(build_tiny_marian(tmp_path / "marian"))], votes_db)
     try:
         visitor = Client(url, verbose=False)
-        battle_id, first, second = visitor.predict("A dog runs in the park.", api_name="/battle")
+        battle_id, first, second, _ = visitor.predict("A dog runs in the park.", api_name="/battle")
         holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "12"],
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert holder.stdout.readline().strip() == "held"

@@ -1,10 +1,13 @@
 """Publishing the arena's votes against a loopback Hub: the JSON lines of the votes and the card land, a second push
-appends, a restart continues where the last file stopped; without a way to the Hub, one line says votes stay local."""
+appends, a restart continues where the last file stopped; a new, restored or moved database beside the folder
+publishes every vote the folder lacks, once; a published row links as little as it can; without a way to the Hub,
+one line says votes stay local."""
 
 import json
 import os
 import socket
 import time
+from dataclasses import replace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub is imported; the loopback tests go online
 
@@ -53,7 +56,7 @@ def test_votes_and_card_land_and_a_second_push_appends(hub, store, tmp_path):
         publisher.push_now()
         first = published_votes(hub)
         assert [vote["battle_id"] for vote in first] == ["battle-1", "battle-2", "battle-3"]
-        assert first[0] == store.all_votes()[0].as_row()
+        assert first[0] == store.all_votes()[0].published(store.salt)
         assert first[0]["decoding_a"] == {"num_beams": 4} and first[0]["visitor"] == "visitor-1"
 
         add_votes(store, 4, 5)
@@ -88,7 +91,7 @@ def test_a_restart_writes_a_new_file_with_only_the_new_votes(hub, store, tmp_pat
     first = start_publisher(store, folder, hub)
     first.stop()
     with first.votes_file.open("a") as file:
-        file.write('{"id": 99, "cut short by a cra')  # a crash in the middle of a line
+        file.write('{"battle_id": "battle-99", "cut short by a cra')  # a crash in the middle of a line
 
     add_votes(store, 3)
     second = start_publisher(store, folder, hub)
@@ -97,7 +100,53 @@ def test_a_restart_writes_a_new_file_with_only_the_new_votes(hub, store, tmp_pat
     assert second.votes_file != first.votes_file
     assert [json.loads(line)["battle_id"] for line in second.votes_file.read_text().splitlines()] == ["battle-3"]
     # Two files now (one per start), the cut line gone from the first: every vote once.
-    assert sorted(vote["id"] for vote in published_votes(hub)) == [1, 2, 3]
+    assert sorted(vote["battle_id"] for vote in published_votes(hub)) == ["battle-1", "battle-2", "battle-3"]
+
+
+def test_a_new_restored_or_moved_database_publishes_every_vote_the_folder_lacks_once(hub, tmp_path):
+    folder = tmp_path / "published"
+    old = VoteStore(tmp_path / "old" / "votes.db")
+    add_votes(old, 1, 2, 3)
+    start_publisher(old, folder, hub).stop()
+    old.close()
+
+    # A database started afresh beside the folder: its ids start at 1 again, below the published ones' 3.
+    fresh = VoteStore(tmp_path / "fresh" / "votes.db")
+    add_votes(fresh, 4)
+    start_publisher(fresh, folder, hub).stop()
+    assert sorted(vote["battle_id"] for vote in published_votes(hub)) == [f"battle-{number}" for number in range(1, 5)]
+
+    # A copy restored from before vote 3 with a vote of its own since: only that one is new.
+    restored = VoteStore(tmp_path / "restored" / "votes.db")
+    add_votes(restored, 1, 2, 5)
+    publisher = start_publisher(restored, folder, hub)
+    try:
+        add_votes(restored, 6)
+        publisher.push_now()
+        assert publisher.write_new_votes() == 0  # nothing left to write
+    finally:
+        publisher.stop()
+    published = [vote["battle_id"] for vote in published_votes(hub)]
+    assert sorted(published) == [f"battle-{number}" for number in range(1, 7)]  # each once
+    for store in (fresh, restored):
+        store.close()
+
+
+def test_a_published_row_links_little_and_the_card_says_what_each_field_is(store):
+    add_votes(store, 1)
+    vote = store.all_votes()[0]
+    row = vote.published(store.salt)
+    assert "id" not in row  # a store's own numbering, which a new store starts again
+    assert row["time"] == vote.time[:13] + ":00Z"  # to the hour
+    assert row["source"] == ""  # none stored: none published
+    sourced = replace(vote, source=store.source_hash(None, "203.0.113.7"), seconds_to_vote=7.4)
+    same_day = replace(sourced, time=vote.time[:11] + "23:59:59.000+00:00")
+    next_day = replace(sourced, time="2031-01-02T00:00:00.000+00:00")
+    assert sourced.published(store.salt)["source"] == same_day.published(store.salt)["source"] != sourced.source
+    assert next_day.published(store.salt)["source"] != sourced.published(store.salt)["source"]  # not across days
+    assert sourced.published(store.salt)["seconds_to_vote"] == 7
+    for field in row:
+        assert f"`{field}`" in DATASET_CARD, field  # every published field is described
 
 
 def test_no_token_keeps_votes_local_in_one_line(online, store, tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ import pytest
 from transformer_en_de.app.arena.ratings import (
     ACCOUNT_WEIGHT,
     BASE_RATING,
+    INTERVAL_SOURCES,
     NETWORK_WEIGHT,
-    READ_SECONDS,
     Tally,
     kendall_tau,
     leaderboard_plot,
@@ -114,7 +114,7 @@ def test_no_votes_and_only_both_bad():
     assert leaderboard_rows([]) == []
     rows = leaderboard_rows(battles("ours", "marian", both_bad=3))
     summary = [(row["rating"], row["lower"], row["upper"], row["battles"]) for row in rows]
-    assert summary == [(BASE_RATING, BASE_RATING, BASE_RATING, 3)] * 2
+    assert summary == [(BASE_RATING, None, None, 3)] * 2  # no rated vote: no interval
 
 
 def test_the_bootstrap_is_seeded():
@@ -180,14 +180,19 @@ def test_unbounded_the_same_flood_would_have_decided_the_order():
     assert leaderboard_rows(flood + honest)[0]["system"] == "gibberish"
 
 
-def test_votes_faster_than_reading_are_stored_but_set_aside():
-    quick = battles("gibberish", "ours", source="network-script", seconds=0.8, A=500)
-    read = battles("ours", "gibberish", source="network-class", seconds=12.0, A=3)
-    tally = tally_of(quick + read)
-
-    assert [row["system"] for row in leaderboard_rows(tally)] == ["ours", "gibberish"]
-    assert tally.summary()["too_quick"] == 500
-    assert tally.summary()["sources"] == 1  # the script's network has no rated vote
+def test_an_interval_is_given_only_from_enough_sources():
+    # One vote, then four sources: a bootstrap over so few sources cannot say how far a rating could be off.
+    one = leaderboard_rows(battles("ours", "marian", source="net-1", A=1))
+    assert all(row["lower"] is None and row["upper"] is None for row in one)
+    few = leaderboard_rows(battles("ours", "marian", A=INTERVAL_SOURCES - 1))
+    assert all(row["lower"] is None and row["sources"] == INTERVAL_SOURCES - 1 for row in few)
+    enough = leaderboard_rows(battles("ours", "marian", A=INTERVAL_SOURCES + 3, B=2))
+    for row in enough:
+        assert row["sources"] == INTERVAL_SOURCES + 5
+        assert row["lower"] < row["rating"] < row["upper"]
+    # The plot draws a dot alone where there is no interval.
+    errorbars = leaderboard_plot(one).axes[0].containers[0]
+    assert errorbars.lines[0].get_xdata().tolist() == [row["rating"] for row in one]
 
 
 def test_a_source_s_votes_share_its_bound_an_account_s_larger_than_a_network_s():
@@ -206,10 +211,9 @@ def test_the_tally_of_a_store_read_as_votes_come_gives_what_one_count_of_them_gi
     for start in range(0, len(votes), 7):
         for vote in votes[start : start + 7]:
             store.add(vote)
-        last, counts = store.counts_since(running.last_id, READ_SECONDS)
+        last, counts = store.counts_since(running.last_id)
         running.add(counts, last)
     assert running.last_id == len(votes)
     assert leaderboard_rows(running) == leaderboard_rows(votes)
     assert running.summary() == tally_of(votes).summary()
-    assert running.summary()["too_quick"] == 4
     store.close()

@@ -12,9 +12,10 @@ the app's log never mentions it.
 Gradio's sign-in cookie is a `Secure` one: over plain HTTP a browser keeps it only where the page is a secure context,
 at localhost or 127.0.0.1 (the test opens the page at http://localhost), not at any other address.
 
-Sign-in that cannot work (no token, a Hub that cannot be reached, a Space without `hf_oauth`) stops `app.py` at once
-with one line; locally, `--sign_in` signs visitors in as the account of the machine's token, which the loopback Hub
-answers for (Gradio's local stand-in).
+Sign-in that cannot work (no real OAuth app off a Space, no token for the stand-in, a Hub that cannot be reached, a
+Space without `hf_oauth`) stops `app.py` at once with one line; locally, `--sign_in stand-in` signs visitors in as the
+account of the machine's token, which the loopback Hub answers for (Gradio's local stand-in), and their votes count as
+anonymous.
 """
 
 import os
@@ -32,6 +33,7 @@ from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app.arena.arena import vote_rules
 from transformer_en_de.app.arena.votes import VoteStore
+from transformer_en_de.app.page.arena import STAND_IN
 from transformer_en_de.app.translators import OURS_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -75,6 +77,7 @@ def battle_and_vote(page) -> tuple[str, str, str]:
     page.wait_for_function("() => (document.querySelector('#arena-a textarea')?.value ?? '') === ''", timeout=30_000)
     page.locator("#arena-battle").click()
     first, second = wait_for_value(page, "arena-a"), wait_for_value(page, "arena-b")
+    page.locator("#arena-vote:not([disabled])").wait_for(timeout=30_000)  # offered once the battle is there
     vote(page, "A")
     return first, second, wait_for_message(page, ("Thank you", *ONE_LINE_REFUSALS))
 
@@ -94,7 +97,7 @@ def test_a_visitor_signs_in_with_hugging_face_votes_signs_out_and_votes_anonymou
         sign_in = page.locator("#arena-sign-in")
         assert sign_in.inner_text().strip() == "Sign in with Hugging Face"
         assert "You are not signed in" in page.locator("#arena-signed-in").inner_text()
-        assert page.locator("#arena-vote-rules").inner_text().strip() == vote_rules().replace("**", "")
+        assert page.locator("#arena-vote-rules").inner_text().strip() == vote_rules(True).replace("**", "")
 
         with page.expect_navigation(url=f"http://localhost:{port}/", timeout=60_000):
             sign_in.click()  # to the Hub's authorize endpoint and back, the page loaded anew
@@ -177,6 +180,9 @@ def app_exit(env: dict, *flags: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "case, expected",
     [
+        ("no OAuth app", "--sign_in counts a vote as an account's only through a real OAuth app, and OAUTH_CLIENT_ID, "
+         "OAUTH_CLIENT_SECRET, OAUTH_SCOPES, OPENID_PROVIDER_URL are not set"),
+        ("an OAuth app off a Space", "Gradio serves its real sign-in only where SYSTEM=spaces and SPACE_ID are set"),
         ("no token", "there is none: run `hf auth login` or set HF_TOKEN"),
         ("unreachable Hub", "could not ask the Hub (http://127.0.0.1:"),
         ("Space without hf_oauth", "needs `hf_oauth: true` in its README's metadata (OAUTH_CLIENT_SECRET"),
@@ -184,11 +190,17 @@ def app_exit(env: dict, *flags: str) -> subprocess.CompletedProcess:
 )
 def test_a_sign_in_that_cannot_work_stops_the_app_in_one_line(case, expected, tmp_path):
     home = dict(HOME=str(tmp_path), HF_HUB_OFFLINE="0", VOTES_DB=str(tmp_path / "votes.sqlite3"))
-    if case == "no token":
-        result = app_exit(home, "--sign_in")
+    if case == "no OAuth app":  # even with a token: the stand-in's cookie key is sha256("-v4"), which anyone computes
+        result = app_exit(dict(home, HF_TOKEN="hf_some_token"), "--sign_in")
+    elif case == "an OAuth app off a Space":
+        oauth = dict(OAUTH_CLIENT_ID="id", OAUTH_CLIENT_SECRET="secret", OAUTH_SCOPES="openid profile",
+                     OPENID_PROVIDER_URL="https://huggingface.co")  # fmt: skip
+        result = app_exit(dict(home, **oauth), "--sign_in")
+    elif case == "no token":
+        result = app_exit(home, "--sign_in", "stand-in")
     elif case == "unreachable Hub":  # a port nobody listens on
         result = app_exit(dict(home, HF_TOKEN="hf_some_token", HF_ENDPOINT=f"http://127.0.0.1:{free_port()}"),
-                          "--sign_in")  # fmt: skip
+                          "--sign_in", "stand-in")  # fmt: skip
     else:  # OAUTH_CLIENT_ID alone: the Space's metadata asks for sign-in without the rest the Hub would set
         result = app_exit(dict(home, SYSTEM="spaces", SPACE_ID="someone/demo", OAUTH_CLIENT_ID="id"))
     assert result.returncode == 1
@@ -196,27 +208,40 @@ def test_a_sign_in_that_cannot_work_stops_the_app_in_one_line(case, expected, tm
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line, no traceback
 
 
-def test_locally_sign_in_plays_the_account_of_the_machines_token(app_model_dir, tmp_path, browser):
-    """`--sign_in` off a Space: Gradio's stand-in signs the visitor in as the account the Hub says the token is."""
-    token = "hf_loopback_user_token"
+def test_locally_the_stand_in_plays_the_account_of_the_machines_token_and_its_votes_are_anonymous(
+    app_model_dir, tmp_path, browser
+):
+    """`--sign_in stand-in` off a Space: Gradio's stand-in signs the visitor in as the account the Hub says the token
+    is; the page says that votes count as anonymous, and the vote is stored as the network's."""
+    token, votes_db = "hf_loopback_user_token", tmp_path / "votes.sqlite3"
+    marian = build_tiny_marian(tmp_path / MARIAN)
     with LoopbackHub() as hub:
         hub.add_account(ACCOUNT, FULL_NAME, token=token)
-        env = dict(ARENA_SIGN_IN="1", HF_TOKEN=token, HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path),
-                   VOTES_DB=str(tmp_path / "votes.sqlite3"))  # fmt: skip
-        with app_process(app_model_dir, tmp_path, offline=False, **env) as (port, log):
-            page = browser.new_page()
+        env = dict(ARENA_SIGN_IN="stand-in", HF_TOKEN=token, HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path),
+                   VOTES_DB=str(votes_db))  # fmt: skip
+        with app_process(app_model_dir, tmp_path, comparisons=(marian,), offline=False, **env) as (port, log):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"http://localhost:{port}/")
+            page.locator("#status-1").get_by_text("ready").wait_for(timeout=120_000)
             page.get_by_role("tab", name="Arena").click()
             with page.expect_navigation(url=f"http://localhost:{port}/", timeout=60_000):
                 page.locator("#arena-sign-in").click()
             page.get_by_role("tab", name="Arena").click()
-            page.locator("#arena-signed-in").get_by_text("You are signed in").wait_for(timeout=30_000)
             renamed(page)
             button = page.locator("#arena-sign-in").inner_text().strip()
+            line = page.locator("#arena-signed-in").inner_text().strip()
+            rules = page.locator("#arena-vote-rules").inner_text().strip()
+            *_, message = battle_and_vote(page)
             page.close()
             log_text = log.read_text()
         asked = list(hub.requests)
-    assert button == f"Logout ({ACCOUNT})"
+    assert button == f"Logout ({ACCOUNT})"  # Gradio's stand-in signed the visitor in
+    assert line == STAND_IN and rules == vote_rules(False).replace("**", "")  # and the page says what that counts for
+    assert message.startswith("Thank you"), message
     assert ("GET", "/api/whoami-v2") in asked and not any(path.startswith("/oauth/") for _, path in asked)
     assert f"can sign in as the account of this machine's Hugging Face token, at {hub.endpoint}" in log_text
     assert ACCOUNT not in log_text
+    with sqlite3.connect(votes_db) as database:
+        assert database.execute("SELECT signed_in, source FROM votes").fetchall() == [
+            (0, VoteStore(votes_db).source_hash(None, "127.0.0.1"))
+        ]  # the network's vote, not the account's

@@ -228,7 +228,7 @@ def cast_vote(
     `cast_at` (the book's clock) is when the vote was sent, if it waited in a queue before this call.
     """
     if ballot.choice not in CHOICES:
-        raise ValueError(f"A vote is one of {', '.join(CHOICES)}, not {ballot.choice!r}.")
+        raise ValueError(f"A vote is one of {', '.join(CHOICES)}; this one was not.")  # never echoed: any size
     paced = ballot.source if ballot.signed_in else ballot.visitor
     allowed = allowance if ballot.signed_in else None
     pace.admit(paced)

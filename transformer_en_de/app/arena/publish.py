@@ -1,9 +1,11 @@
 """Publishing the arena's votes to a Hub dataset, with `huggingface_hub.CommitScheduler`.
 
-The SQLite store stays the record; the publisher copies the votes stored since its last copy into an append-only
-JSON-lines file (one per process start: `votes/votes-<UTC time>-<random>.jsonl`, one vote a line) under the
-scheduler's lock, just before each of the scheduler's pushes, beside a dataset card. The folder should persist with
-the database (a Space's /data): at a start, the publisher reads which votes its earlier files already hold.
+The SQLite store stays the record; the publisher copies the votes not yet published into an append-only JSON-lines
+file (one per process start: `votes/votes-<UTC time>-<random>.jsonl`, one vote a line, in its published form:
+`Vote.published`) under the scheduler's lock, just before each of the scheduler's pushes, beside a dataset card. The
+folder should persist with the database (a Space's /data). What is published is known by the battles' ids in the
+folder's files, read at a start, never by the database's row ids: a database started afresh, restored from an older
+copy or moved beside the folder has every vote the folder lacks published, once.
 
 Without a way to the Hub (`HF_HUB_OFFLINE=1`, no token, no repo, the Hub refusing) `start` says so in one line in
 `status` and publishes nothing, at once: voting goes on, into the local database only.
@@ -44,29 +46,35 @@ Each line of `votes/*.jsonl` is one vote:
 
 {fields}
 
-The votes of one session share a `visitor`, those of one account or network a `source`; the salt is a secret of the
-arena, so a hash cannot be traced back to a session, an account or an address. The arena's leaderboard bounds each
-source's weight (an account at most 20 battles, an anonymous network 10) and sets aside votes cast within 4 s of their
-battle; the votes themselves are all here.
+Each field is here for a use: the texts, systems, decoding and choice are the comparison itself; `battle_id` makes a
+vote count once however often the files are copied; `visitor`, `source` and `signed_in` let a reader weigh votes as
+the arena does (one session, one account or network, is one voice) without naming anyone; `time` and
+`seconds_to_vote` show when and how the votes came. What need not be exact is rounded: the time to the hour, the
+seconds to whole ones. The salt of the hashes is a secret of the arena, so a hash cannot be traced back to a session,
+an account or an address; a `source` changes every UTC day, so one address's or account's votes are linked within a
+day and never across days. The visitors were asked before they voted (the page says that their text and vote are
+stored and may be published here). The arena's leaderboard bounds each source's weight (an account at most 20
+battles, an anonymous network 10) and, where visitors can sign in, ranks the signed-in accounts' votes apart from the
+anonymous ones; the votes themselves are all here.
 """
 
 # What each line of votes/*.jsonl holds: (field, what it is), the dataset card's table.
 VOTE_FIELDS = [
-    ('`id`', "the vote's number in the arena's database (unique, increasing)"),
-    ('`time`', 'when the vote was cast, UTC, ISO-8601'),
-    ('`battle_id`', 'a random id of the battle (one vote per battle)'),
-    ('`system_a`, `system_b`', 'the systems shown as A and as B'),
-    ('`decoding_a`, `decoding_b`', 'how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`)'),
-    ('`source_text`', 'the English text the visitor typed'),
-    ('`translation_a`, `translation_b`', 'the two translations shown'),
-    ('`choice`', '`A`, `B`, `tie` or `both bad`'),
-    ('`visitor`', "a salted hash of the visitor's browser session (16 hex characters), never an address"),
-    ('`source`', "who the leaderboard counts the vote for: a salted hash of the voter's Hugging Face account when "
-     "signed in, else of the network the vote came from (an IPv4 address, an IPv6 /64); empty for votes cast before "
-     "this field existed"),
-    ('`signed_in`', 'whether the voter was signed in with Hugging Face'),
-    ('`seconds_to_vote`', "seconds from the two translations being shown to the vote (null for votes cast before this "
-     "field existed)"),
+    ("`time`", "when the vote was cast, UTC, rounded down to the hour (e.g. `2026-11-28T21:00Z`)"),
+    ("`battle_id`", "a random id of the battle (one vote per battle): the vote's identity"),
+    ("`system_a`, `system_b`", "the systems shown as A and as B"),
+    ("`decoding_a`, `decoding_b`", 'how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`)'),
+    ("`source_text`", "the English text the visitor typed"),
+    ("`translation_a`, `translation_b`", "the two translations shown"),
+    ("`choice`", "`A`, `B`, `tie` or `both bad`"),
+    ("`visitor`", "a salted hash of the visitor's page session (16 hex characters; a new one each time the page is "
+     "opened), never an address"),
+    ("`source`", "who the leaderboard counts the vote for, hashed with the vote's UTC day: the voter's Hugging Face "
+     "account when signed in, else the network the vote came from (an IPv4 address, an IPv6 /64); the same within a "
+     "day, different across days; empty for votes cast before this field existed"),
+    ("`signed_in`", "whether the voter was signed in with Hugging Face (through the Space's OAuth app)"),
+    ("`seconds_to_vote`", "whole seconds from the two translations being shown to the vote (null for votes cast "
+     "before this field existed)"),
 ]
 DATASET_CARD = DATASET_CARD_TEMPLATE.format(fields=markdown_table(["field", "what it is"], VOTE_FIELDS))
 
@@ -99,7 +107,8 @@ class VotePublisher:
         self.status = "Votes are kept locally only: publishing has not started."
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.votes_file = self.folder / "votes" / f"votes-{stamp}-{secrets.token_hex(4)}.jsonl"
-        self.last_published_id = 0
+        self.published: set[str] = set()  # the battle ids of the votes in the folder
+        self.last_seen_id = 0  # the store's last vote already compared with `published`
 
     def start(self) -> "VotePublisher":
         """Start publishing, or say in `status` why votes stay local (checked before any request: no retries)."""
@@ -117,7 +126,7 @@ class VotePublisher:
         return self
 
     def _start_scheduler(self, token: str) -> "VotePublisher":
-        self.last_published_id = self._last_id_in_folder()
+        self.published, self.last_seen_id = self._published_in_folder(), 0
         card = self.folder / "README.md"
         if not card.exists() or card.read_text() != DATASET_CARD:  # rewritten only when changed: no empty commits
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -134,17 +143,18 @@ class VotePublisher:
         self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
         return self
 
-    def _last_id_in_folder(self) -> int:
-        """The last vote that earlier files of this folder hold; a line cut short by a crash is cut off."""
-        last = 0
+    def _published_in_folder(self) -> set[str]:
+        """The battle ids of the votes the files of this folder hold; a line cut short by a crash is cut off."""
+        published = set()
         for path in sorted((self.folder / "votes").glob("*.jsonl")):
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 data = data[: data.rfind(b"\n") + 1]
                 path.write_bytes(data)  # its vote is in the database: it goes into this process's file
             for line in data.splitlines():
-                last = max(last, json.loads(line)["id"])
-        return last
+                if line.strip():
+                    published.add(json.loads(line)["battle_id"])
+        return published
 
     def write_new_votes(self) -> int:
         """Append the votes stored since the last call to this process's file (each push does); returns how many."""
@@ -153,13 +163,17 @@ class VotePublisher:
     def _append_new_votes(self, scheduler: CommitScheduler) -> int:
         # The scheduler is passed in: its first push runs before its constructor has returned to `start`.
         with scheduler.lock:  # the scheduler lists and sizes the files under this lock: it never sees half a line
-            votes = self.store.votes_since(self.last_published_id)
+            stored = self.store.votes_since(self.last_seen_id)
+            votes = [vote for vote in stored if vote.battle_id not in self.published]
             if not votes:
+                self.last_seen_id = stored[-1].id if stored else self.last_seen_id
                 return 0
             self.votes_file.parent.mkdir(parents=True, exist_ok=True)
+            rows = [json.dumps(vote.published(self.store.salt), ensure_ascii=False) + "\n" for vote in votes]
             with self.votes_file.open("a", encoding="utf-8") as file:
-                file.write("".join(json.dumps(vote.as_row(), ensure_ascii=False) + "\n" for vote in votes))
-            self.last_published_id = votes[-1].id
+                file.write("".join(rows))
+            self.published.update(vote.battle_id for vote in votes)
+            self.last_seen_id = stored[-1].id  # only once written: a failed write is tried again at the next push
             # The scheduler uploads a file whose mtime changed; two writes within the file system's timestamp
             # granularity would look unchanged, so the file is marked as not uploaded.
             scheduler.last_uploaded.pop(self.votes_file, None)

@@ -10,11 +10,14 @@ which system is better, so it is left out of the ratings; it still counts as a b
 No one source decides the board. Each vote is counted for a source (`Vote.source`: a signed-in account, else the
 network it came from; a vote stored before sources existed, for its session): a source's rated votes weigh together at
 most `ACCOUNT_WEIGHT` battles for an account, `NETWORK_WEIGHT` for an anonymous network (each of its votes weighs
-min(1, bound / its votes)), and a vote cast faster than `READ_SECONDS` after its battle was shown is set aside. Nothing
-is thrown away: the votes stay stored and the board says how many it set aside and why.
+min(1, bound / its votes)). Nothing is thrown away: the votes stay stored and the board says how many weigh less and
+why. (Many networks are many sources: where sign-in is on, the arena ranks signed-in accounts' votes on a board of
+their own, `arena.py`.) There is no reading-time rule: how soon a vote follows its battle is something a script can
+simply wait out.
 
 The 95% interval is the 2.5th to 97.5th percentile of the ratings refitted on sources resampled with replacement (a
-cluster bootstrap: one source's votes are not independent evidence).
+cluster bootstrap: one source's votes are not independent evidence); it is given only for a system rated by at least
+`INTERVAL_SOURCES` sources (with fewer, resampling them cannot show how far the rating could be off).
 
 The counts are running (`Tally`): a new vote adds to its source's win matrix, so a leaderboard costs the number of
 sources times the systems squared, whatever the number of votes, and never reads the votes' texts.
@@ -35,10 +38,9 @@ BASE_RATING, SCALE = 1000.0, 400.0
 PRIOR_GAMES = 1.0
 SCORE_OF_A = {"A": 1.0, "B": 0.0, "tie": 0.5}
 # No one source decides the board: a signed-in account's rated votes weigh together at most ACCOUNT_WEIGHT battles,
-# all the anonymous votes from one network address at most NETWORK_WEIGHT; a vote cast under READ_SECONDS after its
-# battle was shown is stored and set aside (a person reads two translations slower than that).
+# all the anonymous votes from one network address at most NETWORK_WEIGHT.
 ACCOUNT_WEIGHT, NETWORK_WEIGHT = 20.0, 10.0
-READ_SECONDS = 4.0
+INTERVAL_SOURCES = 5  # a system's interval is shown once this many sources rated it
 
 
 def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1e-10) -> np.ndarray:
@@ -78,8 +80,8 @@ class SourceCount:
 
 
 class Tally:
-    """Running counts of the votes: each system's battles, wins, ties, losses and "both bad"; each source's rated votes
-    (`SourceCount`); the votes set aside. `add` takes the votes after `last_id` as the store counts them
+    """Running counts of the votes: each system's battles, wins, ties, losses and "both bad" (every vote, one by one);
+    each source's rated votes (`SourceCount`). `add` takes the votes after `last_id` as the store counts them
     (`VoteStore.counts_since`)."""
 
     def __init__(self):
@@ -87,7 +89,6 @@ class Tally:
         self.votes = 0
         self.outcomes: dict[str, Counter] = defaultdict(Counter)
         self.sources: dict[str, SourceCount] = {}
-        self.too_quick = 0  # rated choices cast under READ_SECONDS after their battle was shown
         self.unrated = 0  # "both bad", and a system against itself
 
     def add(self, counts: Iterable[VoteCount], last_id: int | None = None) -> None:
@@ -100,8 +101,6 @@ class Tally:
                 self.outcomes[system][outcome] += vote.count
             if vote.choice not in SCORE_OF_A or vote.system_a == vote.system_b:
                 self.unrated += vote.count
-            elif vote.quick:
-                self.too_quick += vote.count
             else:
                 source = self.sources.setdefault(vote.source, SourceCount(signed_in=vote.signed_in))
                 score = SCORE_OF_A[vote.choice]
@@ -116,12 +115,16 @@ class Tally:
         return sorted(self.outcomes)
 
     def summary(self) -> dict:
-        """What the ratings rest on: votes, sources (accounts, anonymous), votes set aside and why."""
+        """What the ratings rest on: votes, sources (accounts, anonymous), votes beyond their source's bound."""
         accounts = sum(source.signed_in for source in self.sources.values())
         over_bound = sum(max(0.0, source.rated - source.bound) for source in self.sources.values())
         return dict(votes=self.votes, rated=sum(source.rated for source in self.sources.values()),
                     sources=len(self.sources), accounts=accounts, anonymous=len(self.sources) - accounts,
-                    too_quick=self.too_quick, over_bound=round(over_bound), unrated=self.unrated)  # fmt: skip
+                    over_bound=round(over_bound), unrated=self.unrated)  # fmt: skip
+
+    def sources_rating(self, system: str) -> int:
+        """How many sources have a rated vote on `system`."""
+        return sum(any(system in pair for pair in source.wins) for source in self.sources.values())
 
     def source_matrices(self) -> tuple[np.ndarray, np.ndarray]:
         """(wins, weights): each source's win matrix over `systems`, (sources, k, k), and its votes' weight."""
@@ -138,7 +141,7 @@ class Tally:
 def tally_of(votes: Iterable[Vote]) -> Tally:
     """The tally of these votes (as the store would count them)."""
     tally = Tally()
-    tally.add(VoteCount.of(vote, READ_SECONDS) for vote in votes)
+    tally.add(VoteCount.of(vote) for vote in votes)
     return tally
 
 
@@ -146,8 +149,9 @@ def leaderboard_rows(
     votes: Iterable[Vote] | Tally, bleu: Mapping[str, float] | None = None, rounds: int = 200,
     seed: int = 0,
 ) -> list[dict]:  # fmt: skip
-    """One row per system, best first: rank, system, rating, lower, upper (the 95% interval), battles, wins, ties,
-    losses, both_bad, votes (those the rating rests on) and bleu (None where `bleu` has no score)."""
+    """One row per system, best first: rank, system, rating, lower, upper (the 95% interval; None for a system rated
+    by fewer than `INTERVAL_SOURCES` sources), battles, wins, ties, losses, both_bad (every vote, one by one), votes
+    (its rated ones), sources (how many sources rated it) and bleu (None where `bleu` has no score)."""
     tally = votes if isinstance(votes, Tally) else tally_of(votes)
     systems = tally.systems
     k = len(systems)
@@ -164,9 +168,12 @@ def leaderboard_rows(
     rows = []
     for number, system in enumerate(systems):
         counts = tally.outcomes[system]
-        row = dict(system=system, rating=float(ratings[number]), lower=float(lower[number]),
-                   upper=float(upper[number]), battles=counts["battles"], wins=counts["wins"], ties=counts["ties"],
-                   losses=counts["losses"], both_bad=counts["both_bad"])  # fmt: skip
+        sources = tally.sources_rating(system)
+        interval = sources >= INTERVAL_SOURCES and k > 1
+        row = dict(system=system, rating=float(ratings[number]),
+                   lower=float(lower[number]) if interval else None, upper=float(upper[number]) if interval else None,
+                   battles=counts["battles"], wins=counts["wins"], ties=counts["ties"], losses=counts["losses"],
+                   both_bad=counts["both_bad"], sources=sources)  # fmt: skip
         row["votes"] = row["wins"] + row["ties"] + row["losses"]
         row["bleu"] = (bleu or {}).get(system)
         rows.append(row)
@@ -205,11 +212,13 @@ def leaderboard_plot(rows: list[dict]) -> Figure:
         return figure
     positions = np.arange(len(rows))[::-1]  # rows come best first; the best goes on top
     ratings = np.array([row["rating"] for row in rows])
-    spread = [ratings - [row["lower"] for row in rows], [row["upper"] for row in rows] - ratings]
-    axes.errorbar(ratings, positions, xerr=spread, fmt="o", capsize=4)
+    # a system without an interval (too few sources) is a dot alone
+    lower = np.array([row["rating"] if row.get("lower") is None else row["lower"] for row in rows])
+    upper = np.array([row["rating"] if row.get("upper") is None else row["upper"] for row in rows])
+    axes.errorbar(ratings, positions, xerr=[ratings - lower, upper - ratings], fmt="o", capsize=4)
     labels = [f"{row['system']} ({row['battles']} battle{'s' if row['battles'] != 1 else ''})" for row in rows]
     axes.set_yticks(positions, labels=labels)
     axes.axvline(BASE_RATING, color="grey", linestyle=":", linewidth=1)
-    axes.set_xlabel("rating (Bradley–Terry on the Elo scale, 95% bootstrap interval)")
+    axes.set_xlabel(f"rating (Bradley–Terry on the Elo scale; 95% bootstrap interval from {INTERVAL_SOURCES} sources)")
     axes.set_ylim(-0.6, len(rows) - 0.4)
     return figure

@@ -6,9 +6,19 @@ lock instead of failing. The schema is the code's: `PRAGMA user_version` says wh
 and opening a file applies the rest, in order, in one transaction.
 
 A visitor is stored as `visitor_hash(session, salt)`, never as an address or an account name: the salt is a random
-secret in a file beside the database (`<database>.salt`, mode 0600), so a visitor's hash is stable across restarts but
-cannot be reversed or recomputed by someone who reads the published votes. A vote's `source` is the voter the ratings
-bound (`ratings.py`), hashed the same way: the Hub account of a signed-in visitor, else the network the vote came from.
+secret in a file beside the database (`<database>.salt`, mode 0600), so a hash cannot be reversed or recomputed by
+someone who reads the published votes. A vote's `source` is the voter the ratings bound (`ratings.py`), hashed the same
+way: the Hub account of a signed-in visitor, else the network the vote came from; it is stable across restarts (the
+bounds need that) and stays in this database: a published row holds it hashed again with its UTC day
+(`Vote.published`), so the published votes link one source's votes within a day, never across days.
+
+The salt and the database are checked when the store opens (`VoteStore.__init__`). A salt that is empty, too short or
+unreadable, or missing while votes exist (in the database or in the published folder beside it), stops the app in
+one line (`StoreUnavailable`): a new salt would make every source a new one, with a second weight. A damaged database
+(not a database, malformed, a folder in its place, 0 bytes while published votes exist) is set aside under a new name
+(`<database>.damaged-<UTC time>`, with its -wal and -shm files), nothing deleted, and the store starts on a fresh one;
+each of these, and a database that is new while its salt or published folder says votes existed, is one line in the
+log (`arena: ...`) and in `notes`.
 
 A vote that cannot be written (another process holds the write lock past `BUSY_TIMEOUT_SECONDS` and a retry, the disk
 is full, the file is read-only) raises `VoteNotStored`, whose message is one line for the visitor: the caller keeps the
@@ -33,6 +43,8 @@ CHOICES = ("A", "B", "tie", "both bad")
 # to vote again; a vote takes a millisecond or two to write, so a lock held longer than that is a stuck writer.
 BUSY_TIMEOUT_SECONDS, RETRIES = 1.5, 1
 NOT_STORED = "Your vote could not be stored just now ({why}); nothing was lost: vote again in a moment."
+PUBLISHED_FOLDER = "votes-dataset"  # beside the database: the votes the publisher wrote (`publish.py`)
+SALT_CHARACTERS = 32  # at least: the salt made here is 64 hex characters (256 bits)
 
 # Each entry moves a database from version i to i + 1; append, never edit one that has shipped.
 MIGRATIONS = [
@@ -67,8 +79,8 @@ _COLUMNS = ("id", "time", "battle_id", "system_a", "system_b", "decoding_a", "de
 # so a leaderboard reads one row per source, pair of systems and choice however many votes there are.
 _COUNTS = """
     SELECT system_a, system_b, choice, CASE WHEN source = '' THEN 'session:' || visitor ELSE source END,
-           signed_in, COALESCE(seconds_to_vote < :quick, 0), COUNT(*)
-    FROM votes WHERE id > :after AND id <= :last GROUP BY 1, 2, 3, 4, 5, 6
+           signed_in, COUNT(*)
+    FROM votes WHERE id > :after AND id <= :last GROUP BY 1, 2, 3, 4, 5
 """
 
 
@@ -80,8 +92,18 @@ class VoteNotStored(Exception):
     """A vote the database could not take now (locked, full, read-only); the message is one line for the visitor."""
 
 
+class StoreUnavailable(Exception):
+    """The vote store cannot open as it is (its salt empty, unreadable or missing while votes exist; the database
+    unreadable for a reason other than damage); the message is one line saying why and what to do."""
+
+
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def hour_of(time: str) -> str:
+    """An ISO-8601 UTC time rounded down to its hour ("2026-11-28T21:00Z"): what a published row says of when."""
+    return time[:13] + ":00Z" if len(time) >= 13 else time
 
 
 @dataclass(frozen=True)
@@ -106,33 +128,41 @@ class Vote:
 
     def __post_init__(self):
         if self.choice not in CHOICES:
-            raise ValueError(f"A vote is one of {', '.join(CHOICES)}, not {self.choice!r}.")
+            raise ValueError(f"A vote is one of {', '.join(CHOICES)}; this one was not.")  # never echoed: any size
 
     def as_row(self) -> dict:
-        """The vote as plain JSON-ready values (the published form)."""
+        """The vote as plain JSON-ready values (the stored form)."""
         return {name: getattr(self, name) for name in _COLUMNS} | {
             "decoding_a": dict(self.decoding_a), "decoding_b": dict(self.decoding_b), "signed_in": bool(self.signed_in)
         }  # fmt: skip
 
+    def published(self, salt: str) -> dict:
+        """The vote as a published row (`publish.py`, whose dataset card says what each field is and why): no row id
+        (a store's own numbering), the time to the hour, the seconds to the vote whole, and the source hashed again
+        with its UTC day, so that a row links to the same source's rows of that day only."""
+        row = self.as_row()
+        del row["id"]
+        daily = visitor_hash(f"day:{self.time[:10]}:{self.source}", salt) if self.source else ""
+        row.update(time=hour_of(self.time), source=daily,
+                   seconds_to_vote=None if self.seconds_to_vote is None else round(self.seconds_to_vote))  # fmt: skip
+        return row
+
 
 @dataclass(frozen=True)
 class VoteCount:
-    """`count` stored votes alike for the ratings (`VoteStore.counts_since`): the same systems, choice and source,
-    and all cast within, or all after, the reading time."""
+    """`count` stored votes alike for the ratings (`VoteStore.counts_since`): the same systems, choice and source."""
 
     system_a: str
     system_b: str
     choice: str
     source: str  # the vote's source; for a vote stored before sources existed, its session ("session:<visitor>")
     signed_in: bool
-    quick: bool  # cast within the reading time of its battle
     count: int = 1
 
     @classmethod
-    def of(cls, vote: Vote, quick_seconds: float) -> "VoteCount":
-        quick = vote.seconds_to_vote is not None and vote.seconds_to_vote < quick_seconds
+    def of(cls, vote: Vote) -> "VoteCount":
         source = vote.source or f"session:{vote.visitor}"
-        return cls(vote.system_a, vote.system_b, vote.choice, source, bool(vote.signed_in), quick)
+        return cls(vote.system_a, vote.system_b, vote.choice, source, bool(vote.signed_in))
 
 
 def visitor_hash(session_id: str, salt: str) -> str:
@@ -160,10 +190,17 @@ def source_hash(account: str | None, address: str, salt: str) -> str:
     return visitor_hash(f"account:{account}" if account else f"network:{network_of(address)}", salt)
 
 
-def load_or_create_salt(path: str | Path) -> str:
-    """The secret salt in `path`; made once (mode 0600), by whichever process gets there first."""
+def load_or_create_salt(path: str | Path, votes_exist: str = "") -> str:
+    """The secret salt in `path`; made once (mode 0600), by whichever process gets there first. `votes_exist`: where
+    votes are known to exist ("" if nowhere): then a missing salt is not made anew (`StoreUnavailable`)."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
+        if votes_exist:
+            raise StoreUnavailable(
+                f"the arena's salt {path} is missing while {votes_exist}: restore it (a new salt would make every "
+                "voter a new source, with a second weight), or move the database and its published folder aside to "
+                "start anew"
+            )
         # Written whole under a temporary name, then linked into place: a reader never sees a half-written salt,
         # and of two processes racing to create it, the second's link fails and it reads the first's.
         temporary = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
@@ -178,25 +215,137 @@ def load_or_create_salt(path: str | Path) -> str:
             pass
         finally:
             temporary.unlink()
-    return path.read_text().strip()
+    try:
+        salt = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        why = cause_of(error)
+        raise StoreUnavailable(f"the arena's salt {path} cannot be read ({why}): fix or restore it") from error
+    if len(salt) < SALT_CHARACTERS:
+        raise StoreUnavailable(
+            f"the arena's salt {path} is {'empty' if not salt else f'{len(salt)} characters, too short'}: a hash "
+            "salted with it could be recomputed for every address; restore the salt it had"
+        )
+    return salt
+
+
+def cause_of(error: BaseException) -> str:
+    """An error's first line, without the traceback."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def published_votes(folder: Path) -> int:
+    """How many votes the publisher's files in `folder` hold (its lines; 0 if there is none)."""
+    count = 0
+    for path in (folder / "votes").glob("*.jsonl"):
+        try:
+            with path.open("rb") as file:
+                count += sum(1 for line in file if line.strip())
+        except OSError:
+            continue
+    return count
+
+
+def is_damage(error: sqlite3.Error) -> bool:
+    """Whether SQLite says the file is not a database or is malformed (its primary codes CORRUPT and NOTADB)."""
+    return (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in (11, 26)
 
 
 class VoteStore:
     """The votes in an SQLite file: `add` one, read them all, or those after a row id."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, published: str | Path | None = None):
+        """`published`: the folder of published votes (default: `PUBLISHED_FOLDER` beside the database), read to know
+        whether votes existed before."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.salt = load_or_create_salt(self.path.with_name(self.path.name + ".salt"))
-        # One connection behind a lock, shared by every thread: votes come at a person's pace, a write takes a
-        # millisecond or two, and one connection is one file handle whatever the size of the server's thread pool.
-        self._lock = threading.Lock()
-        self._connection = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
-        )
-        self._connection.execute("PRAGMA journal_mode=WAL")
-        self._connection.execute("PRAGMA synchronous=FULL")
-        self._migrate()
+        self.published_folder = Path(published) if published else self.path.with_name(PUBLISHED_FOLDER)
+        self.notes: list[str] = []  # what the start-up checks found, one line each (also printed)
+        salt_path = self.path.with_name(self.path.name + ".salt")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            had_salt = salt_path.exists() or salt_path.is_symlink()
+            published_count = published_votes(self.published_folder)
+            size = self.path.stat().st_size if self.path.is_file() else None
+            damage = self._damage(size, published_count)
+            stored = self._stored_votes() if size and not damage else 0
+            existed = []
+            if stored:
+                existed.append(f"the database {self.path} holds {stored:,} votes")
+            if damage and size:
+                existed.append(f"a damaged database is at {self.path}")
+            if published_count:
+                existed.append(f"{published_count:,} votes are published in {self.published_folder}")
+            # the salt first: a store that stops for its salt has set nothing aside
+            self.salt = load_or_create_salt(salt_path, " and ".join(existed))
+            if damage:
+                self._set_aside(damage)
+                size = None
+            if not damage and not stored and (published_count or (had_salt and not size)):
+                self._note(
+                    f"the votes database {self.path} is {'empty' if size else 'new'} while "
+                    + (f"{published_count:,} votes are published in {self.published_folder}" if published_count
+                       else "its salt is from an earlier store")
+                    + ": votes stored before are not in it (published ones stay published)"
+                )  # fmt: skip
+            # One connection behind a lock, shared by every thread: votes come at a person's pace, a write takes a
+            # millisecond or two, and one connection is one file handle whatever the size of the server's thread pool.
+            self._lock = threading.Lock()
+            self._connection = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+            )
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=FULL")
+            self._migrate()
+        except (OSError, sqlite3.Error) as error:
+            raise StoreUnavailable(f"the votes database {self.path} cannot be opened ({cause_of(error)})") from error
+
+    def _note(self, line: str) -> None:
+        self.notes.append(line)
+        print(f"arena: {line}", flush=True)
+
+    def _damage(self, size: int | None, published_count: int) -> str:
+        """Why the database cannot be used as it is ("" if it can): a folder in its place, not a database, malformed
+        (SQLite's quick check), or 0 bytes while published votes exist."""
+        if self.path.is_dir():
+            return "a folder is in its place"
+        if size == 0:
+            return f"it is 0 bytes while {published_count:,} votes are published" if published_count else ""
+        if size is None:
+            return ""
+        try:
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS)
+            try:
+                found = [row[0] for row in connection.execute("PRAGMA quick_check(3)").fetchall()]
+            finally:
+                connection.close()
+        except sqlite3.DatabaseError as error:
+            if is_damage(error):
+                return cause_of(error)
+            raise
+        return "" if found == ["ok"] else f"malformed: {'; '.join(map(str, found))[:200]}"
+
+    def _stored_votes(self) -> int:
+        """How many votes the database holds (0 before its first migration)."""
+        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS)
+        try:
+            if not connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'votes'").fetchone():
+                return 0
+            return connection.execute("SELECT COUNT(*) FROM votes").fetchone()[0]
+        finally:
+            connection.close()
+
+    def _set_aside(self, why: str) -> None:
+        """Move the damaged database (and its -wal and -shm files) to a new name beside it; delete nothing."""
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        while aside.exists():
+            aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{secrets.token_hex(2)}")
+        for suffix in ("-wal", "-shm"):
+            companion = self.path.with_name(self.path.name + suffix)
+            if companion.exists():
+                os.rename(companion, aside.with_name(aside.name + suffix))
+        os.rename(self.path, aside)
+        self._note(f"the votes database {self.path} is damaged ({why}); set aside as {aside} (nothing deleted), "
+                   "starting on a fresh one")  # fmt: skip
 
     def _migrate(self) -> None:
         with self._lock:
@@ -206,8 +355,8 @@ class VoteStore:
             try:
                 version = self._connection.execute("PRAGMA user_version").fetchone()[0]
                 if version > len(MIGRATIONS):
-                    raise RuntimeError(f"{self.path} is at schema version {version}, newer than this code's "
-                                       f"{len(MIGRATIONS)}: update the app.")  # fmt: skip
+                    raise StoreUnavailable(f"{self.path} is at schema version {version}, newer than this code's "
+                                           f"{len(MIGRATIONS)}: update the app.")  # fmt: skip
                 for step in MIGRATIONS[version:]:
                     for statement in step.split(";"):
                         self._connection.execute(statement)
@@ -267,13 +416,13 @@ class VoteStore:
             votes.append(Vote(**values))
         return votes
 
-    def counts_since(self, row_id: int, quick_seconds: float) -> tuple[int, list[VoteCount]]:
+    def counts_since(self, row_id: int) -> tuple[int, list[VoteCount]]:
         """(the last vote's id, the votes after row `row_id` up to it, counted alike: `VoteCount`)."""
         with self._lock:
             last = self._connection.execute("SELECT COALESCE(MAX(id), 0) FROM votes").fetchone()[0]
-            rows = self._connection.execute(_COUNTS, {"quick": quick_seconds, "after": row_id, "last": last}).fetchall()
-        return last, [VoteCount(a, b, choice, source, bool(signed), bool(quick), count)
-                      for a, b, choice, source, signed, quick, count in rows]  # fmt: skip
+            rows = self._connection.execute(_COUNTS, {"after": row_id, "last": last}).fetchall()
+        return last, [VoteCount(a, b, choice, source, bool(signed), count)
+                      for a, b, choice, source, signed, count in rows]  # fmt: skip
 
     def all_votes(self) -> list[Vote]:
         return self._select()

@@ -1,5 +1,9 @@
 """The Arena tab: two anonymous translations of the same English, a vote, the names revealed; the leaderboard below;
-what a vote counts for, and whether the visitor is signed in. The battles and votes themselves: `app/arena/`."""
+what a vote counts for, and whether the visitor is signed in. The battles and votes themselves: `app/arena/`.
+
+Every output has a label, so that `/gradio_api/info` and `Client.view_api()` name what `/battle`, `/vote` and
+`/leaderboard` return. The arena's messages go to a text box, which renders nothing (no Markdown, no HTML, no link);
+the Vote button is offered only once a battle is there, so that a refused battle is said once."""
 
 import random
 
@@ -12,51 +16,72 @@ from ..arena.votes import CHOICES
 SIGNED_IN = "You are signed in with Hugging Face: your votes count as your account's."
 NOT_SIGNED_IN = "You are not signed in: your votes are anonymous. Sign in with Hugging Face to count as yourself."
 ANONYMOUS_ONLY = "Votes here are anonymous: this page has no sign-in."
+STAND_IN = (
+    "Sign-in here is Gradio's local stand-in (this machine's account, to try the page): every vote counts as "
+    "anonymous, by network."
+)
 
 
-def arena_tab(app, sign_in: bool = False) -> gr.Markdown | None:
-    """The tab, wired to `app.battle`, `app.vote` and `app.leaderboard` (`app`: app.py's `TranslationApp`). With
-    `sign_in`, a "Sign in with Hugging Face" button and the line saying whether the visitor is signed in (returned: the
-    page fills it when it loads, `signed_in_line`), else a line saying that votes here are anonymous."""
+def arena_tab(app, sign_in=None) -> gr.Markdown | None:
+    """The tab, wired to `app.battle`, `app.vote` and `app.leaderboard` (`app`: app.py's `TranslationApp`). `sign_in`
+    (`sign_in.SignIn`, or None): a "Sign in with Hugging Face" button; where it counts accounts, the line saying
+    whether the visitor is signed in (returned: the page fills it when it loads, `signed_in_line`); with the stand-in,
+    a line saying that votes count as anonymous; without sign-in, a line saying that votes here are anonymous."""
+    accounts = bool(getattr(sign_in, "accounts", False))
+    app.arena.accounts = accounts  # the arena, not the page, decides whom a vote counts for; it is told here
+    two = len(app.systems) > 1
+    alone = "" if two else " (The arena needs two systems: only ours is here, so there is no battle.)"
     gr.Markdown(
         "Two systems of this page, drawn at random, translate your English; their names stay hidden until you vote. "
-        f"Which German is better?{'' if len(app.systems) > 1 else ' (The arena needs two systems: only ours is here.)'}"
-        f"\n\n{CONSENT}"
+        f"Which German is better?{alone}\n\n{CONSENT}"
     )
     text = gr.Textbox(label="English", lines=2, elem_id="arena-english", placeholder="One sentence or a few.")
     with gr.Row():
         caption = gr.Button("A random caption", size="sm")
         everyday = gr.Button("A random everyday sentence", size="sm")
-        start = gr.Button("Translate blind", variant="primary", elem_id="arena-battle")
-    battle_id = gr.Textbox(visible=False, elem_id="arena-battle-id")  # the battle's id: what the vote names
+        start = gr.Button("Translate blind", variant="primary", elem_id="arena-battle", interactive=two)
+    battle_id = gr.Textbox(label="battle_id", visible=False, elem_id="arena-battle-id")  # what the vote names
     with gr.Row(equal_height=True):
         first = gr.Textbox(label="Translation A", lines=3, interactive=False, elem_id="arena-a", min_width=300)
         second = gr.Textbox(label="Translation B", lines=3, interactive=False, elem_id="arena-b", min_width=300)
     choice = gr.Radio(list(CHOICES), label="Which is better?", elem_id="arena-choice")
     with gr.Row(equal_height=True):
-        send = gr.Button("Vote", elem_id="arena-vote", min_width=160)
+        send = gr.Button("Vote", elem_id="arena-vote", min_width=160, interactive=False)
         if sign_in:
             gr.LoginButton(size="md", elem_id="arena-sign-in", min_width=240)
-    signed_in = gr.Markdown(NOT_SIGNED_IN if sign_in else ANONYMOUS_ONLY, elem_id="arena-signed-in")
-    gr.Markdown(vote_rules(), elem_id="arena-vote-rules")
+    line = NOT_SIGNED_IN if accounts else STAND_IN if sign_in else ANONYMOUS_ONLY
+    signed_in = gr.Markdown(line, elem_id="arena-signed-in")
+    gr.Markdown(vote_rules(accounts), elem_id="arena-vote-rules")
     with gr.Row():
         system_a = gr.Textbox(label="A was", interactive=False, elem_id="arena-system-a")
         system_b = gr.Textbox(label="B was", interactive=False, elem_id="arena-system-b")
-    message = gr.Markdown(elem_id="arena-message", latex_delimiters=[])
+    message = gr.Textbox(label="Message", interactive=False, elem_id="arena-message", max_lines=3)
     gr.Markdown("### Leaderboard")
-    board = gr.Markdown(elem_id="arena-leaderboard", latex_delimiters=[])
-    plot = gr.Plot(show_label=False, elem_id="arena-plot")
+    board = gr.Markdown(label="Leaderboard", elem_id="arena-leaderboard", latex_delimiters=[])
+    plot = gr.Plot(label="Ratings", show_label=False, elem_id="arena-plot")
     refresh = gr.Button("Show the leaderboard", size="sm", elem_id="arena-refresh")
     for button, kind in ((caption, "caption"), (everyday, "everyday")):
         button.click(
             lambda kind=kind: random.choice(example_sentences(kind)), None, text, queue=False, api_visibility="private"
         )
-    app.serving.work(start.click, app.battle, [text], [battle_id, first, second], api_name="battle")
-    app.serving.work(send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote")
+    battled = app.serving.work(start.click, app.battle, [text], [battle_id, first, second, message], api_name="battle")
+    battled.then(vote_offered, battle_id, send, queue=False, api_visibility="private")
+    voted = app.serving.work(send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote")
+    voted.then(vote_taken, system_a, send, queue=False, api_visibility="private")
     limits = app.serving.limits
     reads = app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard")
     app.serving.paced(reads, limits.board_reads_per_address_burst, limits.board_reads_per_address_per_second)
-    return signed_in if sign_in else None
+    return signed_in if accounts else None
+
+
+def vote_offered(battle_id: str):
+    """The Vote button, offered only when there is a battle to vote on."""
+    return gr.update(interactive=bool(battle_id))
+
+
+def vote_taken(system_a: str):
+    """The Vote button once the vote is stored (the names revealed): a battle takes one vote."""
+    return gr.update(interactive=not system_a)
 
 
 def signed_in_line(profile: gr.OAuthProfile | None) -> str:

@@ -1,8 +1,8 @@
 """Latency and throughput of the running app: one sentence through the "translate" endpoint with gradio_client.
 
 Starts `python app.py --model ... --port ...` as a server process, waits until it answers, then measures
-- latency: p50 / p95 over sequential requests, one English sentence each (test_2016_flickr, beam 4, the app's
-  default maximum of 128 new tokens), from the client's call to its result;
+- latency: p50 / p95 over sequential requests, one English sentence each (test_2016_flickr, `--num-beams`: the
+  shipped folder's by default; the app's default maximum of 128 new tokens), from the client's call to its result;
 - throughput: sentences/s with 8 clients sending requests concurrently (the app queues them, running at most
   its concurrency limit at once).
 Each backend in `--backends` (PyTorch, CTranslate2) is measured with its own server process, one after the other, and
@@ -17,45 +17,13 @@ the figures are our model's alone; pass `--comparison_models` to include some.
 """
 
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-from benchmarks import harness
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_up(url: str, server: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"app.py exited with code {server.returncode} before serving; see its output above.")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"app.py did not answer at {url} within {timeout:.0f} s.")
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """Linear-interpolated percentile (fraction in [0, 1])."""
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+from benchmarks import harness, load
 
 
 def options(parser):
@@ -69,25 +37,17 @@ def options(parser):
     )
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients for the throughput figure")
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"], choices=["torch", "ctranslate2"])
-    parser.add_argument("--num-beams", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--num-beams", type=int, default=load.BEAMS, help="default: the shipped folder's")
+    parser.add_argument("--max-new-tokens", type=int, default=load.PAGE_TOKENS, help="default: the page's")
 
 
 def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> dict:
     """One server process with `backend`: its start-up, sequential latencies and concurrent throughput."""
     from gradio_client import Client
 
-    port = free_port()
-    environment = dict(
-        os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(args.threads)
-    )
-    command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--backend", backend]
-    command += ["--comparison-models", *args.comparison_models, "--port", str(port)]
+    options = ["--model", model_folder, "--backend", backend, "--comparison-models", *args.comparison_models]
     launched = time.perf_counter()
-    server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_until_up(url, server)
+    with load.app_server(*options, threads=args.threads) as (_, url):
         startup_seconds = time.perf_counter() - launched  # offline start-up to a page that answers
 
         def call(client, sentence):
@@ -125,13 +85,10 @@ def measure(args, model_folder: Path, english: list[str], backend: str, requests
         concurrent_seconds = time.perf_counter() - start
         if errors:
             raise RuntimeError(f"{len(errors)} concurrent client(s) failed: {errors[0]!r}")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return dict(
         startup=startup_seconds,
         p50=statistics.median(latencies),
-        p95=percentile(latencies, 0.95),
+        p95=load.percentile(latencies, 0.95),
         sequential=requests / sum(latencies),
         concurrent=args.clients * per_client / concurrent_seconds,
     )

@@ -22,27 +22,28 @@ does. Sections (`--sections`):
 """
 
 import json
-import os
 import resource
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from benchmarks import harness
-from benchmarks.app_latency import free_port, percentile, wait_until_up
+from benchmarks import harness, load
 
 # documentation addresses, one per party
 SCRIPT, HONEST, ORDINARY, READERS = "198.51.100.7", "203.0.113.5", "192.0.2.10", "198.51.100.20"
-CAPTIONS = ["A dog runs in the park.", "Two men are working on a roof.", "A girl in a red dress is smiling.",
-            "The children play on the street.", "A woman reads a book in the garden."]  # fmt: skip
+CAPTIONS = [
+    "A dog runs in the park.",
+    "Two men are working on a roof.",
+    "A girl in a red dress is smiling.",
+    "The children play on the street.",
+    "A woman reads a book in the garden.",
+]
 HOLD_THE_WRITE_LOCK = """
 import sqlite3, sys, time
 connection = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -120,11 +121,9 @@ class Party:
 
 def ordinary_visits(url: str, seconds: float) -> list[float]:
     """An ordinary visitor's translations, one every 2 s, for about `seconds`: their latencies. The visitor runs in a
-    process of its own (`hostile_clients.Visitor`), as a browser would: the script's and the honest sessions' clients
-    in this process would otherwise slow its own calls (their start-up at once holds this process's GIL)."""
-    from benchmarks.hostile_clients import Visitor
-
-    visitor = Visitor(url, ORDINARY)
+    process of its own (`load.Visitor`), as a browser would: the script's and the honest sessions' clients in this
+    process would otherwise slow its own calls (their start-up at once holds this process's GIL)."""
+    visitor = load.Visitor(url, ORDINARY)
     try:
         sentences = [CAPTIONS[number % len(CAPTIONS)] for number in range(max(1, round(seconds / 2.5)))]
         latencies, _ = visitor.visit(sentences, 2.0)
@@ -151,31 +150,45 @@ def flood(url: str, votes_db: Path, args) -> None:
     order = [line.split("|")[2].strip() for line in board.splitlines() if line.startswith("| ") and "Rank" not in line]
     print("leaderboard order:", order)
     print("leaderboard says:", board.split("\n\n", 1)[-1])
-    print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
-          f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s")  # fmt: skip
+    print(f"ordinary visitor: {load.latencies_line(latencies)}")
     print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
+
+
+def leaderboard_readers(url: str, seconds: float, readers: int = 60) -> str:
+    """`readers` pages (one address) read the leaderboard (its table and plot) back to back for `seconds`."""
+    fn_index, until, reads, lock = (
+        load.events(url)[0]["leaderboard"],
+        time.monotonic() + seconds,
+        Counter(),
+        threading.Lock(),
+    )
+
+    def reader():
+        page = load.Page(url, address=READERS)
+        try:
+            while time.monotonic() < until:
+                label = load.outcome(page.ask(fn_index, []))
+                with lock:
+                    reads[label] += 1
+        finally:
+            page.close()
+
+    load.in_parallel(readers, reader)
+    return f"{readers} pages reading the leaderboard back to back for {seconds:g} s: {load.counted(reads)} reads"
 
 
 def readers(url: str, server, args) -> None:
     """60 pages (one address) read the leaderboard back to back while 4 honest visitors vote (the board changes every
     few seconds) and the ordinary visitor translates; the server's memory before and after."""
-    from benchmarks.hostile_clients import rss_mib
-    from benchmarks.page_clients import leaderboard_readers
-
-    named = {event["api_name"]: event["id"] for event in httpx.get(f"{url}config").json()["dependencies"]}
-    before = rss_mib(server.pid)
+    before = load.rss_mib(server.pid)
     honest = Party(url, HONEST, 4, better, args.read, 10.0 - args.read).start()
-    read: list[str] = []
-    reading = threading.Thread(target=lambda: read.append(
-        leaderboard_readers(url, named, readers=60, seconds=args.seconds, address=READERS)))  # fmt: skip
-    reading.start()
+    reading = load.in_background(lambda: leaderboard_readers(url, args.seconds))
     latencies = ordinary_visits(url, args.seconds)
-    reading.join()
-    honest_outcomes = honest.stop()
-    print(f"## readers: {read[0]}; honest told: {dict(honest_outcomes.most_common(3))}")
-    print(f"ordinary visitor: {len(latencies)} translations, median {statistics.median(latencies):.2f} s, "
-          f"p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s; server {before:.0f} -> "
-          f"{rss_mib(server.pid):.0f} MiB")  # fmt: skip
+    read, honest_outcomes = reading(), honest.stop()
+    print(f"## readers: {read}; honest told: {dict(honest_outcomes.most_common(3))}")
+    print(
+        f"ordinary visitor: {load.latencies_line(latencies)}; server {before:.0f} -> {load.rss_mib(server.pid):.0f} MiB"
+    )
     print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
@@ -183,8 +196,9 @@ def lock(url: str, votes_db: Path, args) -> None:
     visitor = client(url, HONEST)
     battle_id, first, second = visitor.predict("A man sings on a stage.", api_name="/battle")
     time.sleep(args.read)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "40"],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "40"], stdout=subprocess.PIPE, text=True
+    )
     holder.stdout.readline()
     asked = time.perf_counter()
     under_lock = visitor.predict(battle_id, better(first, second), api_name="/vote")
@@ -197,7 +211,7 @@ def lock(url: str, votes_db: Path, args) -> None:
 
 BOARD_CODE = """
 import json, os, sys, time
-from benchmarks.hostile_clients import rss_mib
+from benchmarks.load import rss_mib
 from transformer_en_de.app.arena.arena import Arena
 from transformer_en_de.app.arena.votes import VoteStore
 arena = Arena(VoteStore(sys.argv[1]))
@@ -216,47 +230,47 @@ def board(args, scratch: Path) -> None:
 
     path = scratch / "board.sqlite3"
     VoteStore(path).close()  # the schema
-    rows = []
+    rows, texts = [], ("A dog runs in the park.", "Ein Hund rennt im Park.", "Ein Hund läuft im Park.")
     for number in range(args.votes):
-        a, b = ("ours", "marian") if number % 3 else ("marian", "ours")
-        rows.append((f"2026-11-26T00:00:{number % 60:02d}.000+00:00", f"battle-{number}", a, b, "{}", "{}",
-                     "A dog runs in the park.", "Ein Hund rennt im Park.", "Ein Hund läuft im Park.",
-                     ("A", "B", "tie", "both bad")[number % 4], f"visitor-{number % 2000}", f"network-{number % 500}",
-                     0, 2.0 + number % 7))  # fmt: skip
+        pair, when = ("ours", "marian") if number % 3 else ("marian", "ours"), f"2026-11-26T00:00:{number % 60:02d}.000"
+        choice, who = ("A", "B", "tie", "both bad")[number % 4], (f"visitor-{number % 2000}", f"network-{number % 500}")
+        rows.append((when + "+00:00", f"battle-{number}", *pair, "{}", "{}", *texts, choice, *who, 0, 2.0 + number % 7))
     with sqlite3.connect(path) as database:
         database.executemany(
             "INSERT INTO votes (time, battle_id, system_a, system_b, decoding_a, decoding_b, source_text, "
             "translation_a, translation_b, choice, visitor, source, signed_in, seconds_to_vote) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", BOARD_CODE, str(path)], cwd=harness.ROOT, capture_output=True,
-                            text=True, check=True)  # fmt: skip
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+    result = subprocess.run(
+        [sys.executable, "-c", BOARD_CODE, str(path)], cwd=harness.ROOT, capture_output=True, text=True, check=True
+    )
     answer = json.loads(result.stdout.splitlines()[-1])
-    print(f"## board: {args.votes:,} votes: first leaderboard in {answer['seconds']:.2f} s, resident memory "
-          f"+{answer['grew_mib']:.0f} MiB; order {answer['order']}")
+    print(
+        f"## board: {args.votes:,} votes: first leaderboard in {answer['seconds']:.2f} s, resident memory "
+        f"+{answer['grew_mib']:.0f} MiB; order {answer['order']}"
+    )
     print("it says:", answer["line"])
 
 
+@contextmanager
 def serve(scratch: Path, args):
-    """`python app.py` with our model and the nonsense system, 127.0.0.1 trusted as the proxy; (process, url, db)."""
+    """`python app.py` with our model and the nonsense system, 127.0.0.1 trusted as the proxy, up and its comparison
+    system loaded: yields (process, url, votes database)."""
     sys.path.insert(0, str(harness.ROOT / "tests"))
     from tiny_marian import build_tiny_marian  # the tests' stand-in for MarianMT: random weights write nonsense
 
+    votes_db = scratch / "votes.sqlite3"
     nonsense = build_tiny_marian(scratch / "nonsense")
-    port, votes_db = free_port(), scratch / "votes.sqlite3"
-    command = [sys.executable, "app.py", "--comparison-models", str(nonsense), "--backend", args.backend,
-               "--port", str(port), "--votes-db", str(votes_db), "--forwarded-allow-ips", "127.0.0.1"]  # fmt: skip
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-                       OMP_NUM_THREADS=str(args.threads))  # fmt: skip
-    log = open(scratch / "app.log", "w")
-    server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    wait_until_up(url, server)
-    deadline = time.monotonic() + 180
-    while "ready" not in client(url, ORDINARY).predict(api_name="/status"):
-        if time.monotonic() > deadline:
-            raise SystemExit("the comparison system did not load: see " + str(scratch / "app.log"))
-        time.sleep(0.5)
-    return server, url, votes_db
+    options = ["--comparison-models", nonsense, "--backend", args.backend, "--votes-db", votes_db]
+    proxy = ["--forwarded-allow-ips", "127.0.0.1"]
+    with load.app_server(*options, *proxy, threads=args.threads, log=scratch / "app.log") as (server, url):
+        deadline = time.monotonic() + 180
+        while "ready" not in client(url, ORDINARY).predict(api_name="/status"):
+            if time.monotonic() > deadline:
+                raise SystemExit("the comparison system did not load: see " + str(scratch / "app.log"))
+            time.sleep(0.5)
+        yield server, url, votes_db
 
 
 def main():
@@ -266,21 +280,19 @@ def main():
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        if "flood" in sections or "lock" in sections or "readers" in sections:
-            server, url, votes_db = serve(scratch, args)
-            try:
+        if {"flood", "lock", "readers"} & set(sections):
+            with serve(scratch, args) as (server, url, votes_db):
                 if "flood" in sections:
                     flood(url, votes_db, args)
                 if "lock" in sections:
                     lock(url, votes_db, args)
                 if "readers" in sections:
                     readers(url, server, args)
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
             log = (scratch / "app.log").read_text()
-            print(f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; peak RSS of this "
-                  f"process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")  # fmt: skip
+            print(
+                f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; peak RSS of this "
+                f"process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+            )
         if "board" in sections:
             board(args, scratch)
 

@@ -57,7 +57,8 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
 
 
 def python_path_step_ms(layout: TransformerMTConfig, batch_size: int, source_length: int = 15) -> float:
-    """Milliseconds per decoding step of `generate()` (beam 4) with a model of this layout whose products are tiny."""
+    """Milliseconds per decoding step of `generate()` (the translation defaults' beams) with a model of this layout
+    whose products are tiny."""
     config = TransformerMTConfig(**{**layout.to_dict(), "d_model": 16, "d_ff": 16, "vocab_size": 64})
     model = TransformerMTForConditionalGeneration(config).eval()
     set_translation_defaults(model.generation_config, config)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 
-# The shipped model's settings, for when its folder is not there: d_model 256, 3+3 layers, 4 heads, d_ff 1024.
+# The shipped size, for when the shipped folder is not there (its config.json is read when it is).
 SHIPPED_SIZE = dict(
     d_model=256,
     encoder_layers=3,
@@ -117,7 +117,7 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
     tokenizer = benchmark_tokenizer()
     torch.manual_seed(0)
     model = TransformerMTForConditionalGeneration(shipped_config(tokenizer))
-    set_translation_defaults(model.generation_config, model.config)  # decodes as the shipped folder does: beam 4
+    set_translation_defaults(model.generation_config, model.config)  # the translation defaults the folder is saved with
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder, "random weights, shipped size"

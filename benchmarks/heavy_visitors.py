@@ -5,7 +5,8 @@ Starts `python app.py` (our model only, offline) on 127.0.0.1 and drives it with
   the maximum beams and new tokens (the text that made the model loop until its bound), and sending it again as soon
   as the answer comes, for `--heavy-seconds`: two heavy requests are in flight all that time. From the first tab,
   `--flood` more requests at once at the start;
-- an ordinary visitor sending one test sentence at a time (page defaults: beam 4, 128 new tokens), reading each answer
+- an ordinary visitor sending one test sentence at a time (the page's defaults: the shipped folder's beams, 128 new
+  tokens), reading each answer
   for `--pause` seconds before the next, for as long as heavy requests run.
 It reports the ordinary requests' p50 / p95 / max; the heavy requests' count, median and longest time, how many came
 back with a translation and how many were cut at the time limit; how the flood was answered; and the server's CPU
@@ -26,10 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks import harness
-from benchmarks.app_latency import free_port, percentile, wait_until_up
-
-HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY IN THE SNOW AND " * 40)[:3_000]
+from benchmarks import harness, load
+from benchmarks.hostile_clients import HEAVY_TEXT
 
 
 def options(parser):
@@ -44,103 +43,78 @@ def options(parser):
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on the same cores meanwhile")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def run_scenario(
-    model_folder: Path,
-    sentences: list[str],
-    *,
-    backend: str,
-    threads: int,
-    flood: int,
-    heavy_seconds: float,
-    seconds: float,
-    pause: float,
-    busy: int,
-) -> dict:
+def run_scenario(model_folder: Path, sentences: list[str], backend: str, args, flood: int, heavy_seconds: float):
     """One server, one scenario; returns the figures."""
+    # Each spins until terminated below, or for `seconds` at most if this process dies first.
+    spin = f"import time\nend = time.monotonic() + {args.seconds}\nwhile time.monotonic() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
+    options = ["--model", model_folder, "--comparison-models", "--backend", backend]
+    try:
+        with load.app_server(*options, threads=args.threads) as (server, url):
+            return dict(backend=backend, **scenario(server.pid, url, sentences, flood, heavy_seconds, args))
+    finally:
+        for spinner in spinners:
+            spinner.terminate()
+            spinner.wait(timeout=30)
+
+
+def scenario(server_pid: int, url: str, sentences: list[str], flood: int, heavy_seconds: float, args) -> dict:
+    """Two heavy tabs, a flood from the first, the ordinary visitor meanwhile: the figures."""
     from gradio_client import Client
 
-    port = free_port()
-    environment = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        GRADIO_ANALYTICS_ENABLED="False",
-        OMP_NUM_THREADS=str(threads),
-    )
-    command = [sys.executable, str(harness.ROOT / "app.py"), "--model", str(model_folder), "--comparison-models"]
-    command += ["--backend", backend, "--port", str(port)]
-    server = subprocess.Popen(command, cwd=harness.ROOT, env=environment, stdout=subprocess.DEVNULL)
-    # Each spins until terminated below, or for `seconds` at most if this process dies first.
-    spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
-    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(busy)]
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_until_up(url, server)
-        ordinary = Client(url, verbose=False)
-        tabs = [Client(url, verbose=False) for _ in range(2)]
-        ordinary.predict(sentences[0], "beam search", 4, 128, "", api_name="/translate")  # warm-up
+    ordinary = Client(url, verbose=False)
+    tabs = [Client(url, verbose=False) for _ in range(2)]
+    ordinary.predict(sentences[0], *load.ORDINARY[1:], api_name="/translate")  # warm-up
 
-        started = time.monotonic()
-        cpu_started = cpu_seconds(server.pid)
-        stop_heavy, deadline = started + heavy_seconds, started + seconds
-        heavy = []  # (seconds, our translation, our details + the notice) per heavy request
+    started = time.monotonic()
+    cpu_started = load.cpu_ticks(server_pid) / os.sysconf("SC_CLK_TCK")
+    stop_heavy, deadline = started + heavy_seconds, started + args.seconds
+    heavy = []  # (seconds, our translation, our details + the notice) per heavy request
 
-        def heavy_tab(number: int):
-            while time.monotonic() < stop_heavy:
-                asked = time.perf_counter()
-                job = tabs[number].submit(HEAVY_TEXT, "beam search", 8, 255, "", api_name="/translate")
-                try:
-                    answer = job.result(timeout=max(deadline - time.monotonic(), 1))
-                except Exception as error:  # a refusal or a timeout is a figure, not a crash of the benchmark
-                    heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
-                    continue
-                heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}".replace("\n", " ")))
-
-        heavy_threads = [threading.Thread(target=heavy_tab, args=(n,)) for n in range(2)]
-        for thread in heavy_threads:
-            thread.start()
-        time.sleep(0.5)  # both heavy requests are in flight
-        flood_sentences = (sentences * (flood // len(sentences) + 1))[:flood]
-        flood_jobs = [tabs[0].submit(s, "beam search", 4, 128, "", api_name="/translate") for s in flood_sentences]
-
-        latencies, errors = [], []
-        index = 1
-        while any(thread.is_alive() for thread in heavy_threads) and time.monotonic() < deadline:
-            sentence = sentences[index % len(sentences)]
-            index += 1
+    def heavy_tab(number: int):
+        while time.monotonic() < stop_heavy:
             asked = time.perf_counter()
-            try:
-                ordinary.predict(sentence, "beam search", 4, 128, "", api_name="/translate")
-                latencies.append(time.perf_counter() - asked)
-            except Exception as error:  # a refusal (queue full) is a figure, not a crash of the benchmark
-                errors.append(type(error).__name__ + ": " + str(error)[:120])
-            time.sleep(pause)
-        for thread in heavy_threads:
-            thread.join(timeout=max(deadline - time.monotonic(), 1))
-        wall = time.monotonic() - started
-        cpu = cpu_seconds(server.pid) - cpu_started
-
-        refused, answered, failed = 0, 0, 0
-        for job in flood_jobs:
+            job = tabs[number].submit(HEAVY_TEXT, "beam search", 8, 255, "", api_name="/translate")
             try:
                 answer = job.result(timeout=max(deadline - time.monotonic(), 1))
-                refused += "still running" in answer[-1]
-                answered += "still running" not in answer[-1]
-            except Exception:
-                failed += 1
-    finally:
-        for process in [server, *spinners]:
-            process.terminate()
-            process.wait(timeout=30)
-    flood_answers = (refused, answered, failed)
-    return dict(
-        backend=backend, latencies=latencies, errors=errors, heavy=heavy, flood=flood_answers, wall=wall, cpu=cpu
-    )
+            except Exception as error:  # a refusal or a timeout is a figure, not a crash of the benchmark
+                heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
+                continue
+            heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}".replace("\n", " ")))
+
+    heavy_threads = [threading.Thread(target=heavy_tab, args=(n,)) for n in range(2)]
+    for thread in heavy_threads:
+        thread.start()
+    time.sleep(0.5)  # both heavy requests are in flight
+    flood_sentences = (sentences * (flood // len(sentences) + 1))[:flood]
+    flood_jobs = [tabs[0].submit(s, *load.ORDINARY[1:], api_name="/translate") for s in flood_sentences]
+
+    latencies, errors = [], []
+    index = 1
+    while any(thread.is_alive() for thread in heavy_threads) and time.monotonic() < deadline:
+        sentence = sentences[index % len(sentences)]
+        index += 1
+        asked = time.perf_counter()
+        try:
+            ordinary.predict(sentence, *load.ORDINARY[1:], api_name="/translate")
+            latencies.append(time.perf_counter() - asked)
+        except Exception as error:  # a refusal (queue full) is a figure, not a crash of the benchmark
+            errors.append(type(error).__name__ + ": " + str(error)[:120])
+        time.sleep(args.pause)
+    for thread in heavy_threads:
+        thread.join(timeout=max(deadline - time.monotonic(), 1))
+    wall = time.monotonic() - started
+    cpu = load.cpu_ticks(server_pid) / os.sysconf("SC_CLK_TCK") - cpu_started
+
+    refused, answered, failed = 0, 0, 0
+    for job in flood_jobs:
+        try:
+            answer = job.result(timeout=max(deadline - time.monotonic(), 1))
+            refused += "still running" in answer[-1]
+            answered += "still running" not in answer[-1]
+        except Exception:
+            failed += 1
+    return dict(latencies=latencies, errors=errors, heavy=heavy, flood=(refused, answered, failed), wall=wall, cpu=cpu)
 
 
 def main():
@@ -150,15 +124,9 @@ def main():
     heavy_seconds = 15.0 if args.quick else args.heavy_seconds
     with tempfile.TemporaryDirectory() as scratch:
         model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
-        settings = dict(
-            threads=args.threads,
-            flood=flood,
-            heavy_seconds=heavy_seconds,
-            seconds=args.seconds,
-            pause=args.pause,
-            busy=args.busy,
-        )
-        scenarios = [run_scenario(model_folder, english, backend=backend, **settings) for backend in args.backends]
+        scenarios = [
+            run_scenario(model_folder, english, backend, args, flood, heavy_seconds) for backend in args.backends
+        ]
 
     print(
         f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), "
@@ -167,7 +135,7 @@ def main():
     print(
         f"# heavy: 2 tabs x 3,000 capitals without a full stop, beam 8, 255 new tokens, sent again on each answer for "
         f"{heavy_seconds:g} s; flood: {flood} more requests from the first tab; ordinary: one sentence at a time, "
-        f"beam 4, 128 tokens, {args.pause:g} s apart"
+        f"beam {load.BEAMS}, {load.PAGE_TOKENS} tokens, {args.pause:g} s apart"
     )
     rows = []
     for result in scenarios:
@@ -181,7 +149,7 @@ def main():
                 result["backend"],
                 str(len(result["latencies"])),
                 f"{statistics.median(latencies):.2f}",
-                f"{percentile(latencies, 0.95):.2f}",
+                f"{load.percentile(latencies, 0.95):.2f}",
                 f"{max(latencies):.2f}",
                 f"{len(result['heavy'])}: {statistics.median(heavy_times):.1f} / {max(heavy_times):.1f}",
                 f"{translated} translated, {cut} cut",

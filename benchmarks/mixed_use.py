@@ -2,7 +2,7 @@
 
 Starts `python app.py` offline as `benchmarks.arena_attacks` does (our model and, for the arena's second system, a tiny
 random MarianMT; its own votes database; 127.0.0.1 trusted as the proxy), with its own upload folder, then for
-`--minutes` runs page-like sessions (`benchmarks.page_clients.Page`: the heartbeat open while the page is, calls
+`--minutes` runs page-like sessions (`benchmarks.load.Page`: the heartbeat open while the page is, calls
 through queue/join, results read from the session's stream), each kind from its own address in X-Forwarded-For. A
 page opens as a browser opens it (the page, /config, the corpus table, the status line, the first timer tick) and
 closes when its visitor leaves; the next visitor of its kind comes a little later:
@@ -47,12 +47,15 @@ import httpx
 
 from benchmarks import harness
 from benchmarks.arena_attacks import CAPTIONS, better, serve
-from benchmarks.hostile_clients import events, folder_mb, rss_mib
-from benchmarks.page_clients import Page, outcome
+from benchmarks.load import BEAMS, PAGE_TOKENS, Page, events, folder_mb, outcome, rss_mib
 
 TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
-    "192.0.2.10", "203.0.113.5", "198.51.100.20", "192.0.2.30", "198.51.100.40"
-)  # fmt: skip
+    "192.0.2.10",
+    "203.0.113.5",
+    "198.51.100.20",
+    "192.0.2.30",
+    "198.51.100.40",
+)
 KINDS = ("open", "translate", "arena", "inside", "board", "file")
 ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds of attention
 
@@ -223,17 +226,19 @@ class Site:
 
     def __init__(self, url: str, sentences: list[str], tally: Tally, stopped: threading.Event):
         self.url, self.sentences, self.tally, self.stopped = url, sentences, tally, stopped
-        with httpx.Client(timeout=30) as http:
-            self.named, redraws = events(http, url)
-            dependencies = http.get(f"{url}config").json()["dependencies"]
+        self.named, redraws = events(url)
+        dependencies = httpx.get(f"{url}config", timeout=30).json()["dependencies"]
         inside = self.named["inside"]
         after_inside = {d.get("id", n) for n, d in enumerate(dependencies) if d.get("trigger_after") == inside}
         self.draw_inside = next(fn_index for fn_index, _ in redraws if fn_index in after_inside)
         self.redraws = [fn_index for fn_index, _ in redraws if fn_index not in after_inside]
         # The Translate tab's timer: a private event outside the queue with no inputs, which the page calls each second
         # until the comparison models are loaded (its first answer stops it).
-        ticks = [d.get("id", n) for n, d in enumerate(dependencies)
-                 if not d.get("queue", True) and not d.get("inputs") and not d.get("api_name")]  # fmt: skip
+        ticks = [
+            d.get("id", n)
+            for n, d in enumerate(dependencies)
+            if not d.get("queue", True) and not d.get("inputs") and not d.get("api_name")
+        ]
         self.tick = ticks[0] if ticks else None
 
     def open(self, address: str) -> Page:
@@ -283,7 +288,7 @@ def visits(site: Site, kind: str, address: str, visit, gap: tuple[float, float])
 def translator(site: Site, page: Page) -> None:
     ends = time.monotonic() + random.uniform(60, 240)
     while time.monotonic() < ends:
-        site.ask(page, "translate", site.named["translate"], [site.sentence(), "beam search", 4, 128, ""])
+        site.ask(page, "translate", site.named["translate"], [site.sentence(), "beam search", BEAMS, PAGE_TOKENS, ""])
         if site.pause(3, 8):
             return
 
@@ -301,7 +306,7 @@ def arena_player(site: Site, page: Page) -> None:
 def inside_user(site: Site, page: Page) -> None:
     ends = time.monotonic() + random.uniform(120, 240)
     while time.monotonic() < ends:
-        if site.ask(page, "inside", site.named["inside"], [site.sentence(), "beam search", 4, 128]):
+        if site.ask(page, "inside", site.named["inside"], [site.sentence(), "beam search", BEAMS, PAGE_TOKENS]):
             # The pictures: the button's `.then`, which the page runs once the view has come
             site.ask(page, "inside", site.draw_inside, [None, "cross", 1, 0])
             for _ in range(3):
@@ -331,7 +336,9 @@ def file_jobs(site: Site, lines: int) -> None:
                 site.tally.count("file", f"upload HTTP {stored.status_code}")
             else:
                 source = {"path": stored.json()[0], "meta": {"_type": "gradio.FileData"}}
-                result = site.ask(page, "file", site.named["translate_file"], [source, None, "beam search", 4, 128])
+                result = site.ask(
+                    page, "file", site.named["translate_file"], [source, None, "beam search", BEAMS, PAGE_TOKENS]
+                )
                 if result and result[0]:
                     download = page.http.get(result[0]["url"])  # counted only if it fails: the job was counted
                     if download.status_code != 200:
@@ -374,6 +381,50 @@ def traced(server_pid: int, trace: Path, number: int, when: str) -> None:
     print(f"## the server's report {when}\n{text}", flush=True)
 
 
+def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[list, "Tally", float]:
+    """The visitors for `--minutes`, a line a minute: (memory per minute, the tally, the upload folder's MB)."""
+    tally, stopped = Tally(), threading.Event()
+    site = Site(url, sentences, tally, stopped)
+    kinds = [(translator, "translate", TRANSLATORS, (5, 30))] * args.translators
+    kinds += [(arena_player, "arena", PLAYERS, (5, 30))] * args.players
+    kinds += [(inside_user, "inside", INSIDE_USERS, (5, 30)), (leaderboard_reader, "board", READERS, (20, 40))]
+    threads = [
+        threading.Thread(target=visits, args=(site, kind, address, visit, gap), daemon=True)
+        for visit, kind, address, gap in kinds
+    ]
+    threads.append(threading.Thread(target=file_jobs, args=(site, args.file_lines), daemon=True))
+    print(
+        f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(kinds)} visitors at once and a file job "
+        f"of {args.file_lines} lines every 30 s; calls answered/failed per kind",
+        flush=True,
+    )
+    print(
+        f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  "
+        + "  ".join(f"{kind:<6}" for kind in KINDS)
+        + "  visitor p50 / max s",
+        flush=True,
+    )
+    memory = [(0, rss_mib(server.pid))]
+    reports = sorted({args.warm_up, args.minutes})  # when the traced server reports
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    try:
+        for minute in range(1, args.minutes + 1):
+            time.sleep(max(0.0, started + 60 * minute - time.monotonic()))
+            if server.poll() is not None:
+                raise SystemExit(f"the server exited with code {server.returncode}: see its app.log")
+            memory.append((minute, rss_mib(server.pid)))
+            print(minute_line(minute, memory[-1][1], server_threads(server.pid), *tally.take()), flush=True)
+            if args.trace and minute in reports:
+                traced(server.pid, trace, reports.index(minute), f"at minute {minute}")
+    finally:
+        stopped.set()
+        for thread in threads:
+            thread.join(timeout=150)
+    return memory, tally, folder_mb(Path(os.environ["GRADIO_TEMP_DIR"]))  # before the server stops: Gradio empties it
+
+
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     data = harness.DATA_DIR / "test_2016_flickr.en"
@@ -386,57 +437,31 @@ def main():
             trace.parent.mkdir()
             (trace.parent / "sitecustomize.py").write_text(IN_THE_SERVER)
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(trace.parent), os.environ.get("PYTHONPATH")]))
-        if args.trace:
             os.environ["MIXED_USE_TRACE"] = str(trace)
         if args.trace == "allocations":
             os.environ["MIXED_USE_ALLOCATIONS"] = "1"
-        server, url, _ = serve(scratch, args)
-        tally, stopped = Tally(), threading.Event()
-        site = Site(url, sentences, tally, stopped)
-        crowd = [(translator, "translate", TRANSLATORS, (5, 30))] * args.translators
-        crowd += [(arena_player, "arena", PLAYERS, (5, 30))] * args.players
-        crowd += [(inside_user, "inside", INSIDE_USERS, (5, 30)), (leaderboard_reader, "board", READERS, (20, 40))]
-        threads = [threading.Thread(target=visits, args=(site, kind, address, visit, gap), daemon=True)
-                   for visit, kind, address, gap in crowd]  # fmt: skip
-        threads.append(threading.Thread(target=file_jobs, args=(site, args.file_lines), daemon=True))
-        print(f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(crowd)} visitors at once and a file job "
-              f"of {args.file_lines} lines every 30 s; calls answered/failed per kind", flush=True)  # fmt: skip
-        print(f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  " + "  ".join(f"{kind:<6}" for kind in KINDS)
-              + "  visitor p50 / max s", flush=True)  # fmt: skip
-        memory = [(0, rss_mib(server.pid))]
-        reports = sorted({args.warm_up, args.minutes})  # when the traced server reports
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        try:
-            for minute in range(1, args.minutes + 1):
-                time.sleep(max(0.0, started + 60 * minute - time.monotonic()))
-                if server.poll() is not None:
-                    raise SystemExit(f"the server exited with code {server.returncode}: see {scratch / 'app.log'}")
-                memory.append((minute, rss_mib(server.pid)))
-                print(minute_line(minute, memory[-1][1], server_threads(server.pid), *tally.take()), flush=True)
-                if args.trace and minute in reports:
-                    traced(server.pid, trace, reports.index(minute), f"at minute {minute}")
-        finally:
-            stopped.set()
-            for thread in threads:
-                thread.join(timeout=150)
-            uploads = folder_mb(scratch / "uploads")  # before the server stops: Gradio empties it then
-            server.terminate()
-            server.wait(timeout=60)
+        with serve(scratch, args) as (server, url, _):
+            memory, tally, uploads = crowd(server, url, sentences, args, trace)
         log = (scratch / "app.log").read_text(errors="replace")
         warm = dict(memory).get(args.warm_up, memory[-1][1])
         half = [point for point in memory if point[0] >= args.minutes / 2]
-        print(f"RSS at minute {args.warm_up}: {warm:,.0f} MiB; at the end (minute {memory[-1][0]}): "
-              f"{memory[-1][1]:,.0f} MiB ({memory[-1][1] - warm:+,.0f}); slope over the second half "
-              f"{slope(half):+.2f} MiB/minute")  # fmt: skip
+        print(
+            f"RSS at minute {args.warm_up}: {warm:,.0f} MiB; at the end (minute {memory[-1][0]}): "
+            f"{memory[-1][1]:,.0f} MiB ({memory[-1][1] - warm:+,.0f}); slope over the second half "
+            f"{slope(half):+.2f} MiB/minute"
+        )
         told = ", ".join(f"{kind}: {count:,} {label}" for (kind, label), count in tally.failures.most_common())
         print(f"failed calls: {told or 'none'}")
-        timed = ", ".join(f"{kind} {statistics.median(seconds):.2f} / {max(seconds):.2f}"
-                          for kind, seconds in tally.seconds.items() if seconds)  # fmt: skip
+        timed = ", ".join(
+            f"{kind} {statistics.median(seconds):.2f} / {max(seconds):.2f}"
+            for kind, seconds in tally.seconds.items()
+            if seconds
+        )
         print(f"queued calls' seconds over the run, median / max: {timed}")
-        print(f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; upload folder "
-              f"{uploads:,.1f} MB")  # fmt: skip
+        print(
+            f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; upload folder "
+            f"{uploads:,.1f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from benchmarks.load import Page, events
 from transformer_en_de.app.serving.limits import Limits
 
 pytestmark = pytest.mark.slow
@@ -35,64 +36,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def events(url: str) -> tuple[dict, list[int]]:
-    """From /config: {api_name: fn_index} of the named events, and the fn_index of each Inside redraw (a private event
-    of 4 inputs: the view's id, kind, layer, head)."""
-    dependencies = httpx.get(f"{url}config").json()["dependencies"]
-    named = {event["api_name"]: event["id"] for event in dependencies if event.get("api_visibility") != "private"}
-    redraws = [event["id"] for event in dependencies
-               if event.get("api_visibility") == "private" and len(event["inputs"]) == 4]  # fmt: skip
-    return named, redraws
-
-
-class Page:
-    """A page's session as the browser runs it: its heartbeat open while the page is (from `peer`, a loopback
-    address; `settle`: answered before the first call, else opened alongside it), calls posted to queue/join, their
-    results read from the session's event stream when `read` is called."""
-
-    def __init__(self, url: str, peer: str = "127.0.0.1", heartbeat: bool = True, settle: bool = True):
-        self.url, self.session = url, os.urandom(8).hex()
-        self.http = httpx.Client(timeout=httpx.Timeout(30, read=120),
-                                 transport=httpx.HTTPTransport(local_address=peer))  # fmt: skip
-        self.beating, self.closed = threading.Event(), threading.Event()
-        if heartbeat:
-            threading.Thread(target=self._heartbeat, daemon=True).start()
-            assert not settle or self.beating.wait(30), "the heartbeat did not open"
-
-    def _heartbeat(self) -> None:
-        try:
-            with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
-                self.beating.set()
-                for _ in beat.iter_raw():
-                    if self.closed.is_set():
-                        return
-        except httpx.HTTPError:  # its connection closed with the page (`close`)
-            pass
-
-    def join(self, fn_index: int, data: list) -> httpx.Response:
-        body = {"data": data, "fn_index": fn_index, "session_hash": self.session, "event_data": None,
-                "trigger_id": None}  # fmt: skip
-        return self.http.post(f"{self.url}gradio_api/queue/join", json=body)
-
-    def read(self, count: int = 1) -> list[dict]:
-        """The session's stream until `count` calls have completed: their `process_completed` messages."""
-        done = []
-        params = {"session_hash": self.session}
-        with self.http.stream("GET", f"{self.url}gradio_api/queue/data", params=params) as stream:
-            assert stream.status_code == 200, stream.read()
-            for line in stream.iter_lines():
-                message = json.loads(line[5:]) if line.startswith("data:") else {}
-                if message.get("msg") == "process_completed":
-                    done.append(message)
-                if len(done) == count:
-                    break
-        return done
-
-    def close(self) -> None:
-        self.closed.set()
-        self.http.close()
 
 
 def translation_of(message: dict) -> str:
@@ -209,8 +152,8 @@ def test_one_session_asking_for_many_views_does_not_push_out_another_visitors_vi
         look_inside(visitor, named)
         for number in range(translation_app.views.max_views + 2):  # one session, more views than the server keeps
             look_inside(other, named, f"A dog number {number} runs.")
-        drawn = redraw(visitor, redraws[-1], "cross", 1, 0)
-        theirs = redraw(other, redraws[-1], "cross", 1, 0)
+        drawn = redraw(visitor, redraws[-1][0], "cross", 1, 0)
+        theirs = redraw(other, redraws[-1][0], "cross", 1, 0)
     finally:
         visitor.close()
         other.close()
@@ -228,7 +171,7 @@ def test_redraws_with_values_outside_the_pages_choices_cost_no_traceback(served,
     try:
         look_inside(page, named)
         capfd.readouterr()
-        answers = [redraw(page, redraws[-1], *values) for values in odd * 4]
+        answers = [redraw(page, redraws[-1][0], *values) for values in odd * 4]
     finally:
         page.close()
     logged = capfd.readouterr()

@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from test_app_server import free_port
 
-from benchmarks.page_clients import Page, in_parallel
+from benchmarks.load import Page, in_parallel
 from transformer_en_de.app.serving import Limits, Serving, start_in_thread
 from transformer_en_de.app.serving.server import bounded_protocol
 from transformer_en_de.app.serving.serving import WORK

@@ -1,0 +1,490 @@
+"""The load harness the attack and load benchmarks share (and the app's tests import their page client from).
+
+- `app_server`: `python app.py ...` started on a free port of 127.0.0.1, waited for, stopped at the end;
+- `Page`: a session as the browser runs it: its heartbeat open while the page is, calls posted to queue/join, their
+  results read from the session's event stream; `events` reads the page's events from /config;
+- raw HTTP clients: `post`, `raw_translate`, `upload_from` and sockets that send part of a request (`connections`);
+- attackers: `attackers` runs a function in threads (again and again, at a rate, for a time, or once each) and counts
+  what it returns; `in_background` runs one scenario beside the visitor; `in_parallel` runs pages at once;
+- `Visitor`: the ordinary visitor (gradio_client) in a process of its own, timing its translations.
+Every attack here returns a `stop()` that ends it and says, in words, what the attackers got; `stop.running()` says
+whether an attack that ends by itself is still going (the visitor keeps visiting until it is not).
+"""
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
+
+SENTENCE = "A dog runs in the park."
+PAGE_TOKENS = 128  # the page's default "max new tokens"
+
+
+def shipped_beams(folder: Path = SHIPPED_DIR) -> int:
+    """The beams the shipped folder decodes with (its record's "decoding", else its generation_config), which the
+    page offers by default; when the folder is not there, the translation defaults' (those of the random model that
+    `harness.model_folder_to_serve` serves then)."""
+    for name, key in (("eval_results.json", "decoding"), ("generation_config.json", None)):
+        if (folder / name).is_file():
+            record = json.loads((folder / name).read_text())
+            return (record.get(key) if key else record)["num_beams"]
+    from types import SimpleNamespace
+
+    from modeling import TransformerMTConfig
+    from modeling.modeling_transformer_mt import set_translation_defaults
+
+    defaults = SimpleNamespace()
+    set_translation_defaults(defaults, TransformerMTConfig())
+    return defaults.num_beams
+
+
+BEAMS = shipped_beams()
+ORDINARY = [SENTENCE, "beam search", BEAMS, PAGE_TOKENS, ""]  # /translate at the page's defaults
+
+
+# --- the server -------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_up(url: str, server: subprocess.Popen, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"app.py exited with code {server.returncode} before serving; see its output.")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"app.py did not answer at {url} within {timeout:.0f} s.")
+
+
+@contextmanager
+def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[int] | None = None, **environment):
+    """`python app.py *options --port <free>` offline (its output into `log`, else this process's stderr; on `cores`;
+    `environment` added to this process's), up: yields (process, url); stopped at the end."""
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(threads))
+    output = open(log, "w") if log else subprocess.DEVNULL
+    pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
+    command = [sys.executable, str(ROOT / "app.py"), *map(str, options), "--port", str(port)]
+    server = subprocess.Popen(
+        command, cwd=ROOT, env=env | environment, stdout=output, stderr=output if log else None, preexec_fn=pinned
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_until_up(url, server)
+        yield server, url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        if log:
+            output.close()
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_ticks(pid: int) -> int:
+    """User + system CPU time of a process so far, in clock ticks (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def folder_mb(folder: Path) -> float:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / 1e6
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Linear-interpolated percentile (fraction in [0, 1])."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def latencies_line(latencies: list[float]) -> str:
+    return (
+        f"{len(latencies)} translations, median {percentile(latencies, 0.5):.2f} s, p95 "
+        f"{percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s"
+    )
+
+
+# --- pages ------------------------------------------------------------------------------------------------------
+
+
+def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
+    """From /config: {api_name: fn_index} of the events a client may call by name, and [(fn_index, name)] of the Inside
+    tab's redraws (private events with 4 inputs: the session's view, kind, layer, head). Gradio 6 numbers an event by
+    its dependency's "id" (the same as its place in the list, unless events were rendered later)."""
+    named, redraws = {}, []
+    for place, dependency in enumerate(httpx.get(f"{url}config", timeout=30).json()["dependencies"]):
+        fn_index, name = dependency.get("id", place), dependency.get("api_name")
+        if dependency.get("api_visibility") != "private" and name:
+            named[name] = fn_index
+        elif len(dependency.get("inputs", [])) == 4:
+            redraws.append((fn_index, name))
+    return named, redraws
+
+
+class Page:
+    """A page's session as the browser runs it: its heartbeat open while the page is (`settle`: open before the first
+    call, else alongside it; none with `heartbeat=False`, a script posting and leaving). From `peer`, a loopback
+    address the connections start from; with `address`, every request names it in X-Forwarded-For (a visitor behind a
+    proxy the server trusts)."""
+
+    def __init__(
+        self, url: str, address: str | None = None, peer: str | None = None, heartbeat: bool = True, settle: bool = True
+    ):
+        self.url, self.session = url, os.urandom(8).hex()
+        transport = httpx.HTTPTransport(local_address=peer) if peer else None
+        headers = {"X-Forwarded-For": address} if address else {}
+        self.http = httpx.Client(timeout=httpx.Timeout(30, read=120), headers=headers, transport=transport)
+        self.beating, self.closed = threading.Event(), threading.Event()
+        if heartbeat:
+            threading.Thread(target=self._heartbeat, daemon=True).start()
+            if settle and not self.beating.wait(30):
+                raise TimeoutError("the heartbeat did not open")
+
+    def _heartbeat(self) -> None:
+        try:
+            with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
+                self.beating.set()
+                for _ in beat.iter_raw():
+                    if self.closed.is_set():
+                        return
+        except httpx.HTTPError:  # its connection closed with the page (`close`)
+            pass
+
+    def body(self, fn_index: int, data: list) -> dict:
+        """A call of this page's session, as the page sends it."""
+        return {
+            "data": data,
+            "fn_index": fn_index,
+            "session_hash": self.session,
+            "event_data": None,
+            "trigger_id": None,
+        }
+
+    def join(self, fn_index: int, data: list) -> httpx.Response:
+        return self.http.post(f"{self.url}gradio_api/queue/join", json=self.body(fn_index, data))
+
+    def messages(self):
+        """The session's event stream, message by message; {"refused": status} if it is not opened."""
+        with self.http.stream("GET", f"{self.url}gradio_api/queue/data", params={"session_hash": self.session}) as data:
+            if data.status_code != 200:
+                yield {"refused": data.status_code}
+                return
+            for line in data.iter_lines():
+                if line.startswith("data:"):
+                    yield json.loads(line[5:])
+
+    def read(self, count: int = 1) -> list[dict]:
+        """The session's stream until `count` calls have completed: their `process_completed` messages."""
+        done = []
+        for message in self.messages():
+            if message.get("msg") == "process_completed" or "refused" in message:
+                done.append(message)
+            if len(done) == count or "refused" in message:
+                break
+        return done
+
+    def ask(self, fn_index: int, data: list) -> dict:
+        """One call, read: its completed message, or {"refused": status}."""
+        status = self.join(fn_index, data).status_code
+        return (self.read() or [{}])[0] if status == 200 else {"refused": status}
+
+    def run(self, fn_index: int, data: list) -> dict:
+        """An event outside the queue (`queue=False`), as the page calls it: its answer, or {"refused": status}."""
+        answer = self.http.post(f"{self.url}gradio_api/run/predict", json=self.body(fn_index, data))
+        return answer.json() if answer.status_code == 200 else {"refused": answer.status_code}
+
+    def close(self) -> None:
+        self.closed.set()
+        self.http.close()
+
+
+def outcome(message: dict) -> str:
+    """A page call's outcome in a word or two."""
+    if "refused" in message:
+        return f"HTTP {message['refused']}"
+    if not message.get("success"):
+        return "failed"
+    text = json.dumps(message["output"]["data"])
+    return "cancelled" if "Cancelled" in text else "expired view" if "no longer kept" in text else "answered"
+
+
+def page_call(url: str, fn_index: int, data: list, **page) -> str:
+    """A page opened, one call asked and read, the page closed: the call's outcome."""
+    visitor = Page(url, **page)
+    try:
+        return outcome(visitor.ask(fn_index, data))
+    finally:
+        visitor.close()
+
+
+def counted(outcomes: Counter) -> str:
+    return ", ".join(f"{count:,} {label}" for label, count in outcomes.most_common()) or "none"
+
+
+def in_parallel(count: int, target) -> Counter:
+    """`target()` in `count` threads at once; their outcomes counted."""
+    outcomes, lock = Counter(), threading.Lock()
+
+    def run():
+        try:
+            label = target()
+        except Exception as error:  # a page's own failure is an outcome
+            label = type(error).__name__
+        with lock:
+            outcomes[label] += 1
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return outcomes
+
+
+# --- raw HTTP clients -------------------------------------------------------------------------------------------
+
+
+def post(http: httpx.Client, url: str, route: str, body, **headers) -> httpx.Response:
+    """A POST to /gradio_api/`route` of a JSON body (bytes as they are, anything else encoded)."""
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **headers}
+    return http.post(f"{url}gradio_api/{route}", content=content, headers=headers)
+
+
+def raw_translate(http: httpx.Client, url: str, data: list, session: str | None = None, read: bool = True) -> str:
+    """A raw call of /translate (no page): its outcome in a word."""
+    posted = post(http, url, "call/translate", {"data": data} | ({"session_hash": session} if session else {}))
+    if posted.status_code != 200:
+        return f"HTTP {posted.status_code}"
+    if not read:
+        return "posted, never read"
+    stream = http.get(f"{url}gradio_api/call/translate/{posted.json()['event_id']}", timeout=300)
+    if stream.status_code != 200:
+        return f"read: HTTP {stream.status_code}"
+    return "translated" if "event: complete" in stream.text else "read: error"
+
+
+def join(http: httpx.Client, url: str, fn_index: int, data: list, session: str | None = None) -> str:
+    """A queue/join post in `session` (a new one if none), never read: its status."""
+    body = {
+        "data": data,
+        "fn_index": fn_index,
+        "session_hash": session or os.urandom(8).hex(),
+        "event_data": None,
+        "trigger_id": None,
+    }
+    return f"HTTP {post(http, url, 'queue/join', body).status_code}"
+
+
+def one_line(response: httpx.Response) -> str:
+    """A refusal's status, and whether its message is one line."""
+    try:
+        message = response.json().get("error") or response.json().get("detail")
+    except ValueError:
+        message = None
+    ok = isinstance(message, str) and message and "\n" not in message
+    return f"HTTP {response.status_code}, {'one line' if ok else 'NOT one line'}"
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].strip("/"))
+
+
+def upload_from(url: str, peer: str, number: int) -> str:
+    """One small upload over a connection from `peer` (a loopback address): its status, in words."""
+    part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="u.txt"\r\n\r\n'
+    body = part + f"A dog {number}.".encode() + b"\r\n--B--\r\n"
+    headers = "POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
+    headers += f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", port_of(url)), timeout=30, source_address=(peer, 0)) as connection:
+            connection.sendall(headers.encode() + b"\r\n" + body)
+            status = int(connection.recv(64).split()[1])
+    except Exception as error:
+        return f"an upload from {peer} failed ({type(error).__name__})"
+    return f"an upload from {peer}: HTTP {status} ({'accepted' if status == 200 else 'NOT accepted'})"
+
+
+def connections(url: str, count: int, request, peer: str = "127.0.0.1", receive_buffer: int | None = None) -> list:
+    """Up to `count` connections from `peer`, each sending `request` (bytes, or a function of its number) and nothing
+    more; as many as the machine lets open. `receive_buffer`: a small one makes a reader that never reads."""
+    opened = []
+    for number in range(count):
+        try:
+            connection = socket.create_connection(("127.0.0.1", port_of(url)), timeout=5, source_address=(peer, 0))
+            if receive_buffer:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            connection.sendall(request(number) if callable(request) else request)
+            opened.append(connection)
+        except OSError:
+            break
+    return opened
+
+
+def states(opened: list[socket.socket], close: bool = True, timeout: float = 0.001) -> Counter:
+    """Each connection: still open (nothing answered within `timeout`), answered (its status), or closed by the
+    server; then closed, unless `close` is False."""
+    found = Counter()
+    for connection in opened:
+        try:
+            connection.settimeout(timeout)
+            answer = connection.recv(64).split()
+            found[f"answered {answer[1].decode(errors='replace')}" if len(answer) > 1 else "closed by the server"] += 1
+        except TimeoutError:
+            found["still open"] += 1
+        except OSError:
+            found["closed by the server"] += 1
+        if close:
+            connection.close()
+    return found
+
+
+# --- attackers --------------------------------------------------------------------------------------------------
+
+
+def attackers(
+    *targets, repeat: bool = True, rate: float | None = None, seconds: float | None = None, unit: str | None = None
+):
+    """Each target in a thread of its own, called again and again until stopped (or once each, `repeat=False`); with
+    `rate`, that many calls a second in all (the threads take numbered turns), for `seconds` at most. What the calls
+    return (a label, or a list of labels) is counted; an exception counts as its name. With `unit`, what was counted
+    is said per `unit` made and at what pace."""
+    outcomes, done, lock, stopped = Counter(), Counter(), threading.Lock(), threading.Event()
+    turns, began = itertools.count(), time.monotonic()
+
+    def loop(target):
+        while not stopped.is_set():
+            if rate is not None:
+                due = next(turns) / rate
+                if (seconds is not None and due >= seconds) or stopped.wait(max(0.0, began + due - time.monotonic())):
+                    return
+            try:
+                labels = target()
+            except Exception as error:  # an attacker's own failure is an outcome, not the benchmark's end
+                labels = type(error).__name__
+            with lock:
+                done["calls"] += 1
+                outcomes.update([labels] if isinstance(labels, str) else labels)
+            if not repeat:
+                return
+
+    threads = [threading.Thread(target=loop, args=(target,), daemon=True) for target in targets]
+    for thread in threads:
+        thread.start()
+
+    def stop() -> str:
+        if repeat:
+            stopped.set()
+        for thread in threads:
+            thread.join(timeout=60 if repeat else 300)
+        if unit is None:
+            return counted(outcomes)
+        elapsed = time.monotonic() - began
+        return f"{done['calls']:,} {unit} in {elapsed:.0f} s ({done['calls'] / elapsed:.0f}/s): {counted(outcomes)}"
+
+    stop.running = lambda: seconds is not None and time.monotonic() - began < seconds and not stopped.is_set()
+    return stop
+
+
+def in_background(target):
+    """`target()` (returning its outcome in words) once in a thread; the visitor visits until it has returned."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(target())
+        except Exception as error:  # the benchmark goes on to the next attack
+            outcome.append(f"failed ({type(error).__name__}: {str(error)[:120]})")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def stop() -> str:
+        thread.join(timeout=600)
+        return outcome[0] if outcome else "still running after 600 s"
+
+    stop.running = thread.is_alive
+    return stop
+
+
+# --- the ordinary visitor ---------------------------------------------------------------------------------------
+
+
+class Visitor:
+    """The ordinary visitor in a process of its own (`visitor_process`): one gradio_client session for the whole run,
+    as on a machine of its own (attackers' threads in this process would otherwise hold its interpreter)."""
+
+    def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
+        """`address`: the visitor's, in X-Forwarded-For (a server that trusts the benchmark's proxy); else its own.
+        `cores`: where its process runs (default: where this one does)."""
+        code = "from benchmarks.load import visitor_process; visitor_process()"
+        command = [sys.executable, "-c", code, url, *([address] if address else [])]
+        pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pinned
+        )
+
+    def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
+        """Each sentence translated at the page's defaults, `pause` s apart: (latencies, failures)."""
+        self.process.stdin.write(json.dumps({"sentences": sentences, "pause": pause}) + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError("the visitor's process ended")
+        answer = json.loads(reply)
+        return answer["latencies"], answer["failures"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def visitor_process() -> None:
+    """The visitor's process: each line on stdin asks {"sentences": [...], "pause": seconds}; each is answered by one
+    line {"latencies": [...], "failures": n}. A failure: an answer without a translation, with a notice, or an error."""
+    from gradio_client import Client
+
+    headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
+    client = Client(sys.argv[1], verbose=False, headers=headers)
+    for line in sys.stdin:
+        asked, latencies, failures = json.loads(line), [], 0
+        for sentence in asked["sentences"]:
+            began = time.perf_counter()
+            try:
+                answer = client.predict(sentence, *ORDINARY[1:], api_name="/translate")
+                failures += not answer[0] or bool(answer[-1])
+            except Exception:
+                failures += 1
+            latencies.append(time.perf_counter() - began)
+            time.sleep(asked["pause"])
+        print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)

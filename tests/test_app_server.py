@@ -1,6 +1,7 @@
 """The real app server (`python app.py`, offline, three tiny models) called through gradio_client: every named
 endpoint, bad input answered in one line, the upload cap, one request per visitor, a closed client cancels."""
 
+import asyncio
 import contextlib
 import csv
 import json
@@ -94,6 +95,41 @@ def test_every_named_endpoint_is_listed(client):
         "max_new_tokens",
         "reference",
     ]
+
+
+def test_the_log_names_the_pages_url_once_the_server_is_ready(server):
+    url, log, _ = server
+    assert f"Uvicorn running on {url.rstrip('/')}" in log.read_text()
+
+
+def test_the_api_is_served_as_mcp_tools_and_translate_answers_through_an_mcp_client(client, server):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    url = server[0]
+    with urllib.request.urlopen(f"{url}gradio_api/mcp/schema", timeout=60) as response:
+        tools = {tool["name"]: tool for tool in json.load(response)}
+    assert "translate" in tools
+
+    async def translate_through_mcp():
+        async with streamablehttp_client(f"{url}gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = {tool.name for tool in (await session.list_tools()).tools}
+                arguments = dict(text="A dog runs.", decoding="greedy", num_beams=1, max_new_tokens=20, reference="")
+                return listed, await session.call_tool("translate", arguments)
+
+    listed, result = asyncio.run(translate_through_mcp())
+    texts = [part.text for part in result.content if part.type == "text"]
+    assert "translate" in listed and not result.isError, texts
+    assert texts and texts[0].strip(), texts  # our model's translation, first of the outputs
+    # A file inline (a data: URL) would be written to disk by Gradio's MCP server before any admission: refused.
+    call = {"name": "translate_file", "arguments": {"source_file": "data:text/plain;base64,QSBkb2cgcnVucy4="}}
+    inline = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+    request = urllib.request.Request(f"{url}gradio_api/mcp/", json.dumps(inline).encode(), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 422 and "takes no file inline" in refused.value.read().decode()
 
 
 def test_translate_endpoint_answers_every_model(client, translators_here, model_dirs):
@@ -618,6 +654,7 @@ def test_an_upload_that_is_no_file_is_refused_in_one_line(server, part, expected
     assert refusal.value.code == 400 and expected in answer and "\n" not in answer
     assert "Traceback" not in log.read_text()[len(before) :]
 
+
 # ------------------------------------------------------------------------------------------------ attacks, small scale
 
 
@@ -764,10 +801,12 @@ def test_a_call_that_waited_for_a_free_callback_keeps_to_its_time_limit(model_di
     assert "time limit" in answer[1], answer[1]
 
 
-def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descriptor_limit(model_dirs, tmp_path):
-    # The server may open 400 files; 600 connections that never finish their headers would take them all.
+def test_slow_connections_leave_a_visitor_room_under_a_low_soft_descriptor_limit(model_dirs, tmp_path):
+    # The server starts with a soft limit of 400 files (its hard limit 4,096): 600 connections that never finish their
+    # headers would take them all, were the soft limit not raised to the hard one (`server.raise_descriptor_limit`;
+    # uvicorn has no deadline on headers: serving/__init__.py).
     slow = []
-    with app_process(model_dirs[0], tmp_path, backend="auto", max_files=400) as (port, log):
+    with app_process(model_dirs[0], tmp_path, backend="auto", max_files=(400, 4_096)) as (port, log):
         try:
             for _ in range(600):
                 connection = socket.create_connection(("127.0.0.1", port))
@@ -789,8 +828,8 @@ def test_slow_connections_are_closed_and_a_visitor_still_gets_in_under_a_descrip
 def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files=None, offline=True, **env):
     """`python app.py` with our model and `comparisons` (none by default) on a free loopback port, its log and Gradio's
     cache in `folder`, offline unless `offline` is False (HF_HUB_OFFLINE, as a developer runs it), `env` added to the
-    environment last (and nothing of a Space's or a proxy's unless given), at most `max_files` descriptors; yields
-    (port, log)."""
+    environment last (and nothing of a Space's or a proxy's unless given), at most `max_files` descriptors (or a
+    (soft, hard) pair); yields (port, log)."""
     port, log = free_port(), folder / "app.log"
     command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir)]
     command += ["--comparison-models", *map(str, comparisons), "--port", str(port), "--backend", backend]
@@ -798,7 +837,8 @@ def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files
                    if key not in ("SPACE_ID", "FORWARDED_ALLOW_IPS")}  # fmt: skip
     environment.update(HF_HUB_OFFLINE="1" if offline else "0", OMP_NUM_THREADS="1")
     environment.update(GRADIO_TEMP_DIR=str(folder / "cache"), **env)
-    limit = None if max_files is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, max_files)))
+    limits = (max_files, max_files) if isinstance(max_files, int) else max_files  # (soft, hard)
+    limit = None if limits is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits))
     with open(log, "w") as output:
         process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True,
                                    preexec_fn=limit)  # fmt: skip
@@ -845,8 +885,9 @@ def test_a_class_behind_one_school_address_is_served(model_dirs, tmp_path):
 
 
 def test_a_thousand_unread_heartbeats_of_one_address_do_not_lock_out_a_visitor(model_dirs, tmp_path):
-    # Heartbeat responses never end: 1,000 of them held open would each be a request in progress, which the
-    # connection cap (1,000) never closes. The attacker is another loopback address (127.0.0.2) than the visitor.
+    # Heartbeat responses never end: 1,000 of them held open would each be a request in progress and a connection
+    # (uvicorn's `limit_concurrency` counts both). The attacker is another loopback address (127.0.0.2) than the
+    # visitor; past its share of open responses it is answered at once.
     held = []
     with app_process(model_dirs[0], tmp_path) as (port, log):
         try:

@@ -22,18 +22,34 @@ The modules, one job each:
 - `streams`: the responses that stay open, counted by key, and the event streams an address leaves unread.
 - `http_answers`: one-line answers and the small ASGI pieces the front and the uploads share.
 - `uploads`: uploads counted before they are stored, within a share per address, deleted after their time.
-- `memory`: what the running server gives back: closed pages' state, glibc's free heap.
-- `server`: the page mounted in our FastAPI app and served by uvicorn: its proxy rule, bounded connections (why in a
-  protocol subclass, not a middleware: its docstring).
-- `internals`: every undocumented part of gradio and uvicorn the app relies on, named, with an upgrade test.
+- `memory`: glibc's free heap given back while the server runs.
+- `server`: the page mounted in our FastAPI app (its API as MCP tools too) and served by uvicorn's public settings.
+
+Every part of Gradio and uvicorn used here is public. What they offer no public way to do, and what it costs:
+- A mounted page's queue runs at most 40 calls at once (`Blocks.launch(max_threads=...)` sets more; `mount_gradio_app`
+  has no such setting), so the work group has 38 (`Limits.concurrent_jobs`) and the 39th call of a burst waits in
+  Gradio's first-come queue, where the scheduler cannot put a visitor's first (hostile_clients: views at once; a class
+  of 60). Upstream: gradio-app/gradio#7734 brought `launch`'s `allowed_paths`, `blocked_paths`, `show_error` and
+  `favicon_path` to `mount_gradio_app`; `max_threads` and `state_session_capacity` were not among them, and no issue
+  asks for them yet (#1442 gave `launch` its `max_threads`).
+- A mounted page keeps 10,000 sessions' state (`launch(state_session_capacity=...)` is not offered either), and a closed
+  page's state stays until newer sessions push it out (only its `gr.State` values go, after an hour:
+  gradio-app/gradio#7829); nothing public forgets it sooner (gradio-app/gradio#3852, open). Memory grows with every
+  visitor who came and went until 10,000 have (mixed_use.py over an hour: RESULTS.md, round 13, before the sweep that
+  did this through Gradio's internals was dropped).
+- A mounted page does not check that a file value sent to a callback is an upload (Gradio's check is active only in an
+  app started by `launch()`): the front does (`uploads.file_values_problem`; hostile_clients: server files).
+- uvicorn has no deadline on a request's headers (Kludex/uvicorn#157, closed in 2026 asking for a new issue for what
+  is left), and ASGI sees a request only once its headers are in: a client that opens connections and never ends its
+  headers (hostile_clients: slow connections) holds a descriptor each until it leaves. The process raises its soft
+  descriptor limit to the hard one (`server.raise_descriptor_limit`); past that, new connections wait.
 """
 
-from .internals import upload_folder
 from .limits import Budget, Limits
 from .scheduler import Busy, Cancelled, FairScheduler
 from .server import SPACE_PROXY_NETWORKS, forwarded_allow_ips_by_default, start_in_thread
 from .serving import Serving
-from .uploads import uploaded_path
+from .uploads import upload_folder, uploaded_path
 
 __all__ = [
     "SPACE_PROXY_NETWORKS",

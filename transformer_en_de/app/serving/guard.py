@@ -1,29 +1,33 @@
-"""The app's HTTP front: what a raw client sends is bounded and checked before Gradio sees it, and no client's calls
-can crowd out another visitor's.
+"""The app's HTTP front, a Starlette (ASGI) middleware: what a raw client sends is bounded and checked before Gradio
+sees it, and no client's calls can crowd out another visitor's. Each defence names the attack of
+`benchmarks/hostile_clients.py` (or `page_clients.py`, `arena_attacks.py`) it answers.
 
-- Bodies over `max_body_bytes` are refused before they are read (uploads have their quota, `uploads.py`). JSON nested
-  too deep, a call to an event the page does not have (API name, fn_index), the wrong number of values, a file value
-  that is no upload, an example index out of range: one line each (404/422), never a traceback or `{"error": null}`.
-- Sessions: Gradio keeps the state of its 2,000 latest sessions, and every call without a known session makes one (a
+- Bad calls, heavy (a 5 MB reference), server files, slow bodies: bodies over `max_body_bytes` are refused before
+  they are read, and a body must be all in within `request_seconds` (uploads have their quota, `uploads.py`). JSON
+  nested too deep, a call to an event the page does not have (API name, fn_index), the wrong number of values, a file
+  value that is no upload, an example index out of range: one line each (404/422), never a traceback.
+- Session churn, join flood, churn then learners, session eviction: Gradio keeps the state of its 10,000 latest
+  sessions, and every call without a known session makes one (a
   raw call without a session is one named after its event id); new sessions are admitted per address
   (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at once: a backstop against one machine,
   never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs.
   Pages (their heartbeat open) draw on a bucket of their own: a script churning sessions it never uses spends its
   bucket, never the pages of a class behind its address. A session has at most `calls_per_session` calls queued or
   running. An event the page paces (`Gate.pace`: the leaderboard) has a bucket per address too, and a call beyond it
-  is refused at once, before Gradio's queue and event streams spend anything on it.
-- Raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS` posted within
-  `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the scheduler
-  drops each unread after that long, so a client that posts in a loop and never reads holds a few of the callbacks,
-  never the queue the others wait in. Calls without a session draw on their own bucket of new sessions: a script's
-  flood of them refuses its own calls, never a page opened from its address.
+  is refused at once, before Gradio's queue and event streams spend anything on it (arena_attacks: readers).
+- Queue flood, starvation stream: raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS`
+  posted within `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the
+  scheduler drops each unread after that long, so a client that posts in a loop and never reads holds a few of the
+  callbacks, never the queue the others wait in. Calls without a session draw on their own bucket of new sessions: a
+  script's flood of them refuses its own calls, never a page opened from its address.
 - The address is the connection's, or the visitor's where uvicorn was told to trust the proxy in front of the app
   (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
 - Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
-- `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by session: the scheduler
-  drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is served. `Gate.stalls`
-  watches each send to an event stream: an address that leaves `stalled_streams_per_address` unread gets no more side
-  work until it reads them (`streams.py`).
+- Held heartbeats: an address has at most `streams_per_address` responses open that stay open.
+- Slow links, unread views: `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by
+  session: the scheduler drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is
+  served. `Gate.stalls` watches each send to an event stream: an address that leaves `stalled_streams_per_address`
+  unread gets no more side work until it reads them (`streams.py`).
 """
 
 import asyncio
@@ -35,7 +39,7 @@ import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
 
-from .http_answers import RecordedAnswer, TooLarge, answer, asked_of, contained, drain, read_body, refuse, replay
+from .http_answers import RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
 from .limits import Limits
 from .streams import Open, Stalls
 from .uploads import file_values_problem
@@ -46,12 +50,15 @@ _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
 _JOIN = "/gradio_api/queue/join"
 _UPLOAD = "/gradio_api/upload"
 _DEEP_LINK = "/gradio_api/deep_link"
-# Responses that stay open as long as their client likes: event streams, heartbeats, file downloads.
-_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*)/?")
+# Responses that stay open as long as their client likes: event streams, heartbeats, file downloads, MCP streams.
+_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*|mcp/.*)/?")
+INLINE_FILE = "An MCP call here takes no file inline (a data: URL); upload it through /gradio_api/upload."
 MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
 # Raw calls an address may have posted and not begun to read: a few of the callbacks (`concurrent_jobs`), each waiting
 # for its reader, and the others' calls have the rest.
 UNREAD_CALLS = 8
+# Sessions, raw calls and buckets the front remembers (the least recent forgotten first): Gradio keeps 10,000 sessions.
+REMEMBERED = 10_000
 # How long a new session's first call, refused, waits for its page's heartbeat (sent alongside it) before the refusal.
 PAGE_OPENS_SECONDS = 1.0
 
@@ -146,10 +153,10 @@ class Gate:
         self._keep_latest(self._known, key, session)
 
     def _keep_latest(self, table: OrderedDict, key, value) -> None:
-        """`table[key] = value` as its newest entry, the least recent forgotten past 4 x `sessions_kept` (lock held)."""
+        """`table[key] = value` as its newest entry, the least recent forgotten past `REMEMBERED` (lock held)."""
         table[key] = value
         table.move_to_end(key)
-        while len(table) > 4 * self.limits.sessions_kept:
+        while len(table) > REMEMBERED:
             table.popitem(last=False)
 
     def unread_slot(self, address: str) -> object | None:
@@ -270,10 +277,8 @@ class RequestGuard:
             size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
             return await refuse(send, 413, self._too_large(size), await drain(receive))
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
-        try:
-            body = await read_body(receive, self.max_body_bytes)
-        except TooLarge as error:
-            return await refuse(send, 413, self._too_large(f"more than {self.max_body_bytes:,}"), error.drained)
+        too_large = self._too_large(f"more than {self.max_body_bytes:,}")
+        body = await body_within(receive, send, self.max_body_bytes, self.gate.limits.request_seconds, too_large)
         if body is None:
             return
         if self.page is None:
@@ -396,6 +401,8 @@ class RequestGuard:
         problem = file_values_problem(payload, self.gate.limits.max_file_bytes)
         if problem:
             return 422, problem, {}, None
+        if path.startswith("/gradio_api/mcp") and inline_file(payload):
+            return 422, INLINE_FILE, {}, None
         if call is None and path.rstrip("/") != _JOIN:
             return 0, "", {}, None
         if not isinstance(payload, dict):
@@ -420,6 +427,19 @@ class RequestGuard:
         else:
             problem = check_values(event, self.page[1], payload["data"])
         return 422 if problem else 0, problem, payload, event
+
+
+def inline_file(value) -> bool:
+    """Whether an MCP call carries a file inline (a base64 data: URL): Gradio's MCP server writes it to disk before the
+    call is admitted anywhere, outside the upload quota."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]:
+            return True
+        if isinstance(item, (list, dict)):
+            pending += item.values() if isinstance(item, dict) else item
+    return False
 
 
 def depth(value, limit: int = MAX_DEPTH + 1) -> int:

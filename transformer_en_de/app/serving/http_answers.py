@@ -86,18 +86,33 @@ class TooLarge(Exception):
         self.drained = drained
 
 
-async def read_body(receive, most: int) -> bytes | None:
-    """The whole body, or None if the client went away first; TooLarge past `most` bytes (the rest drained)."""
+async def body_within(receive, send, most: int, seconds: float, too_large: str) -> bytes | None:
+    """The whole body; or None once the client went away, or was refused in one line: past `most` bytes (413,
+    `too_large`), or not all in within `seconds` (408; hostile_clients: slow bodies: the answer closes the connection,
+    which frees its descriptor)."""
+    try:
+        return await read_body(receive, most, seconds)
+    except TooLarge as error:
+        await refuse(send, 413, too_large, error.drained)
+    except TimeoutError:
+        await refuse(send, 408, f"The request body did not arrive within {seconds:g} s; send it at once.", False)
+    return None
+
+
+async def read_body(receive, most: int, seconds: float) -> bytes | None:
+    """The whole body, or None if the client went away first; TooLarge past `most` bytes (the rest drained),
+    TimeoutError past `seconds`."""
     parts, seen, more = [], 0, True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        parts.append(message.get("body", b""))
-        seen += len(parts[-1])
-        more = message.get("more_body", False)
-        if seen > most:
-            raise TooLarge(not more or await drain(receive))
+    async with asyncio.timeout(seconds):
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            more = message.get("more_body", False)
+            if seen > most:
+                raise TooLarge(not more or await drain(receive))
     return b"".join(parts)
 
 

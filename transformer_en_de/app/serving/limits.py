@@ -51,14 +51,11 @@ class Limits:
     score_seconds_per_char: float = 2.5e-6
     # The admission point (`Serving.work`): the work group's callbacks at once and the calls that may wait beyond them
     # in Gradio's queue (past that, refused at once in one line). A call in its callback that waits for the CPU costs a
-    # thread and nothing else; what runs, and in what order, the scheduler decides. So the slots are many: a burst of
-    # one source's calls (a script's sessions' battles, a class's first translations) cannot hold every slot while
-    # another visitor's call waits in Gradio's first-come queue, where the scheduler cannot put it first.
-    concurrent_jobs: int = 96
+    # thread and nothing else; what runs, and in what order, the scheduler decides. So the slots are as many as a
+    # mounted page's queue runs at once (40, its threads: no public setting, `__init__.py`), less two for the events
+    # outside the group.
+    concurrent_jobs: int = 38
     queue_size: int = 64
-    # The calls Gradio runs at once (its queue's slots: the work group's and every other event's) and the threads their
-    # callbacks run in; one past them waits in Gradio's first-come queue, out of the scheduler's reach.
-    threads: int = 128
     # A call whose results no stream reads within this long of its arrival, and whose page is not open (a script's), is
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0
@@ -67,16 +64,12 @@ class Limits:
     # side work until they read: a 200 kB view drains in 5 s over a slow mobile link.
     stalled_send_seconds: float = 10.0
     stalled_streams_per_address: int = 8
-    sessions_kept: int = 2_000  # sessions whose page state is kept in memory (the oldest go first)
-    # Memory given back (memory.py): a closed page's state is forgotten once unused this long; that and glibc's free
-    # heap are swept this often.
-    closed_session_seconds: float = 300.0
-    memory_sweep_seconds: float = 60.0
+    memory_sweep_seconds: float = 60.0  # glibc's free heap is given back this often (memory.py)
     # A block of this many bytes or more gets pages of its own, handed back when freed (memory.py): a view's answer, a
     # batch's tensors, never carved from the heap where what outlives them pins its pages.
     own_pages_bytes: int = 262_144
     # New sessions per address (guard.py), a backstop against one machine: a class opening the page is within the
-    # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 2,000.
+    # burst; an address making sessions in a loop is far too slow to push a visitor's out of Gradio's 10,000.
     new_sessions_per_address_per_second: float = 2.0
     new_sessions_per_address_burst: int = 100
     # Leaderboard reads per address (app/page/arena.py; guard.py refuses beyond): a class shows it at once, then it
@@ -96,9 +89,9 @@ class Limits:
     upload_block_bytes: int = 4_096
     upload_disk_margin_bytes: int = 100_000_000
     upload_seconds: float = 900.0
-    # Connections (server.py): open at once, seconds to send a whole request (1 MB at 300 kbit/s), seconds a kept-alive
-    # connection may idle, bytes of headers.
-    max_connections: int = 1_000
+    # Connections (server.py): open at once (past them a request is answered 503), seconds to send a whole body (1 MB
+    # at 300 kbit/s), seconds a kept-alive connection may idle, bytes of headers.
+    max_connections: int = 10_000
     request_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
     max_header_bytes: int = 16_384

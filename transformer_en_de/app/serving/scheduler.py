@@ -1,4 +1,5 @@
-"""The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor.
+"""The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor
+(heavy_visitors.py; hostile_clients: heavy, busy clients, inside redraws, views at once; arena_attacks: flood).
 
 Every request is an event of Gradio's queue in one concurrency group (`Serving.work`): Gradio bounds how many are in
 their callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 import uvicorn
 
 from .guard import Gate
-from .internals import keep_threads
 from .limits import Limits
 from .scheduler import Cancelled, FairScheduler
 from .server import build_server
@@ -79,10 +78,9 @@ class Serving:
                 return dropped
 
     def queue(self, demo) -> None:
-        """Gradio's queue for the page `demo`: up to `threads` calls in their callbacks at once (the work group's
-        `concurrent_jobs` among them), and beyond them at most `queue_size` calls wait (a further one is refused at
-        once, in one line); the REST routes that would run a callback outside it (/run, /api) are closed."""
-        keep_threads(demo, self.limits.threads)  # before the queue is made: it reads the number then
+        """Gradio's queue for the page `demo`: the work group's `concurrent_jobs` calls in their callbacks at once, and
+        beyond them at most `queue_size` calls wait (a further one is refused at once, in one line); the REST routes
+        that would run a callback outside it (/run, /api) are closed."""
         demo.queue(max_size=self.limits.queue_size, api_open=False)
 
     def server(

@@ -1,24 +1,25 @@
-"""Uploads that one client cannot spend for everyone, and the check that a file value in a call names an upload.
+"""Uploads that one client cannot spend for everyone (hostile_clients: upload flood, many files, trickled uploads), and
+the check that a file value in a call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
 
-An upload's body (at most the file cap and its framing) is read into memory within the connection's deadline
-(`server.py`) and its file parts are counted before Gradio stores anything: at most `files_per_upload` files an upload
-and `uploads_in_progress_per_address` bodies being read at once per address; an address keeps at most
-`uploads_per_address` files and `upload_bytes_per_address` bytes (a file counts at least `upload_block_bytes`), a
-share of `upload_total_bytes`, so one address cannot fill the space the others upload into; the disk must keep room
-(else one line, nothing written). Each upload is deleted after `upload_seconds`, which frees its share.
+An upload's body (at most the file cap and its framing) is read into memory within `request_seconds` and its file parts
+are counted before Gradio stores anything: at most `files_per_upload` files an upload and
+`uploads_in_progress_per_address` bodies being read at once per address; an address keeps at most `uploads_per_address`
+files and `upload_bytes_per_address` bytes (a file counts at least `upload_block_bytes`), a share of
+`upload_total_bytes`, so one address cannot fill the space the others upload into; the disk must keep room (else one
+line, nothing written). Each upload is deleted after `upload_seconds`, which frees its share.
 """
 
 import os
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .http_answers import RecordedAnswer, contained, drain, read_body, refuse, replay
-from .internals import upload_folder
+from .http_answers import RecordedAnswer, body_within, contained, drain, refuse, replay
 from .limits import Limits
 
 # A multipart body holds the file and a few hundred bytes of framing a part; a body past the file cap and this is
@@ -29,6 +30,12 @@ MALFORMED = (
     "name."
 )
 NO_ROOM = "The server has no room for uploads now; try again later."
+
+
+def upload_folder() -> str:
+    """Where Gradio stores uploads and the files callbacks return: $GRADIO_TEMP_DIR, else <tmp>/gradio (Gradio's
+    "File access" guide)."""
+    return os.environ.get("GRADIO_TEMP_DIR") or os.path.realpath(os.path.join(tempfile.gettempdir(), "gradio"))
 
 
 def stored_upload(path, max_bytes: int) -> str | None:
@@ -173,7 +180,7 @@ class UploadQuota:
             message = f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
             return await refuse(send, 429, message, await drain(receive))
         try:  # the server delivers no more than the Content-Length checked above
-            body = await read_body(receive, int(length))
+            body = await body_within(receive, send, int(length), limits.request_seconds, "")
         finally:
             with self._lock:
                 self._reading[address] -= 1

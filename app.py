@@ -198,6 +198,9 @@ class TranslationApp:
     ):
         self.limits, self.comparison_path = limits, comparison_path
         self.serving = Serving(limits)  # the HTTP front, the upload quota, the scheduler; builds the server
+        # The arena's votes: a real database, committed at each vote; published to the Hub when asked. Opened before
+        # any model loads: a salt or database that stops the app (`StoreUnavailable`) does so at once.
+        votes = VoteStore(votes_db or default_votes_db())
         engine = dict(on_load=self.prepare_model, backend=backend, int8=int8)
         self.ours = load_our_translator(resolve_model(model_id), **engine)
         ids = parse_model_list(comparison_model_ids)
@@ -206,8 +209,6 @@ class TranslationApp:
         ]
         self.systems = [self.ours, *self.comparisons]
         self.views = ViewStore()  # the Inside tab's views, of which sessions keep only the ids
-        # The arena's votes: a real database, committed at each vote; published to the Hub when asked.
-        votes = VoteStore(votes_db or default_votes_db())
         self.arena = Arena(votes)
         self.board = BoardReads(self.leaderboard_table, lambda board: rendered(leaderboard_plot(board)))
         self.publisher = VotePublisher(votes, votes_dataset, Path(votes.path).parent / "votes-dataset").start()

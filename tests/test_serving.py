@@ -101,11 +101,13 @@ def test_an_event_of_work_takes_its_inputs_as_sent_runs_in_its_group_and_is_coun
     assert serving.gate.counted == {work["id"]} and other["id"] not in serving.gate.counted
 
 
-def test_every_call_within_the_work_groups_limit_is_in_its_callback_at_once(serve):
-    # A mounted page's queue runs 40 calls at once (serving/__init__.py): the work group's 38 must be in their
-    # callbacks together, none held in Gradio's first-come queue, where the scheduler cannot put a visitor's first.
-    calls = Limits().concurrent_jobs
-    serving, together = Serving(Limits()), threading.Barrier(calls)
+def test_side_work_fills_its_own_slots_and_every_translations_call_is_in_its_callback_at_once(serve):
+    # A mounted page's queue runs 40 calls at once (serving/__init__.py). Side work (looks inside, battles) has its
+    # own group: with all its slots held, the work group's calls must all be in their callbacks together too, none
+    # held in Gradio's first-come queue behind a class's views, where the scheduler cannot put a visitor's first.
+    limits = Limits()
+    calls = limits.concurrent_jobs + limits.side_jobs
+    serving, together = Serving(limits), threading.Barrier(calls)
 
     def meet(request: gr.Request) -> str:
         with serving.admitted(request):
@@ -114,13 +116,18 @@ def test_every_call_within_the_work_groups_limit_is_in_its_callback_at_once(serv
 
     with gr.Blocks() as demo:
         text, button = gr.Textbox(), gr.Button()
-        serving.work(button.click, meet, None, [text], api_name="meet")
+        work = serving.work(button.click, meet, None, [text], api_name="meet")
+        side = serving.work(button.click, meet, None, [text], api_name="meet_aside", side=True)
     url = f"http://127.0.0.1:{serve(serving, demo)}/"
+    events = iter([side["id"]] * limits.side_jobs + [work["id"]] * limits.concurrent_jobs)
+    lock = threading.Lock()
 
     def page_meets() -> str:
+        with lock:
+            event = next(events)
         page = Page(url)
         try:
-            return json.dumps(page.ask(0, []).get("output", {}).get("data"))
+            return json.dumps(page.ask(event, []).get("output", {}).get("data"))
         finally:
             page.close()
 

@@ -64,12 +64,16 @@ def arena_tab(app, sign_in=None) -> gr.Markdown | None:
         button.click(
             lambda kind=kind: random.choice(example_sentences(kind)), None, text, queue=False, api_visibility="private"
         )
-    battled = app.serving.work(start.click, app.battle, [text], [battle_id, first, second, message], api_name="battle")
+    battled = app.serving.work(
+        start.click, app.battle, [text], [battle_id, first, second, message], api_name="battle", side=True
+    )
     battled.then(vote_offered, battle_id, send, queue=False, api_visibility="private")
-    voted = app.serving.work(send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote")
+    voted = app.serving.work(
+        send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", side=True
+    )
     voted.then(vote_taken, system_a, send, queue=False, api_visibility="private")
     limits = app.serving.limits
-    reads = app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard")
+    reads = app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard", side=True)
     app.serving.paced(reads, limits.board_reads_per_address_burst, limits.board_reads_per_address_per_second)
     return signed_in if accounts else None
 

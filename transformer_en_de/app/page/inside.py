@@ -39,13 +39,15 @@ def inside_tab(app, controls: list, text: gr.Textbox) -> None:
     numbers, view_id = gr.JSON(label="Inside view", visible=False), gr.State()
     pictures = [notice, *pieces, *positions, *attention, caption, *beams]
     chosen = [view_id, kind, layer, head]
-    inside = app.serving.work(button.click, app.inside, [text, *controls], [numbers, view_id], api_name="inside")
+    inside = app.serving.work(
+        button.click, app.inside, [text, *controls], [numbers, view_id], api_name="inside", side=True
+    )
     # The controls' values as sent (`Serving.work`: no preprocessing): one outside their choices draws the defaults
     # (`draw_attention`), where Gradio's check would fail the call with a traceback in the log.
-    app.serving.work(inside.then, app.draw_inside, chosen, [*pictures, numbers], api_visibility="private")
+    app.serving.work(inside.then, app.draw_inside, chosen, [*pictures, numbers], api_visibility="private", side=True)
     for control in (kind, layer, head):
         app.serving.work(
-            control.input, app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private"
+            control.input, app.draw_inside_attention, chosen, [*attention, caption], api_visibility="private", side=True
         )
 
 

@@ -27,11 +27,12 @@ The modules, one job each:
 
 Every part of Gradio and uvicorn used here is public. What they offer no public way to do, and what it costs:
 - A mounted page's queue runs at most 40 calls at once (`Blocks.launch(max_threads=...)` sets more; `mount_gradio_app`
-  has no such setting), so the work group has 38 (`Limits.concurrent_jobs`) and the 39th call of a burst waits in
-  Gradio's first-come queue, where the scheduler cannot put a visitor's first (hostile_clients: views at once; a class
-  of 60). Upstream: gradio-app/gradio#7734 brought `launch`'s `allowed_paths`, `blocked_paths`, `show_error` and
-  `favicon_path` to `mount_gradio_app`; `max_threads` and `state_session_capacity` were not among them, and no issue
-  asks for them yet (#1442 gave `launch` its `max_threads`).
+  has no such setting): translations have 24 (`Limits.concurrent_jobs`) and side work a group of its own with 14
+  (`side_jobs`), so that 90 looks inside at once cannot hold a translation in Gradio's first-come queue, where the
+  scheduler cannot put it first (hostile_clients: views at once); the 25th translation of a class waits there in order
+  of arrival (a class of 60: churn then learners). Upstream: gradio-app/gradio#7734 brought `launch`'s `allowed_paths`,
+  `blocked_paths`, `show_error` and `favicon_path` to `mount_gradio_app`; `max_threads` and `state_session_capacity`
+  were not among them, and no issue asks for them yet (#1442 gave `launch` its `max_threads`).
 - A mounted page keeps 10,000 sessions' state (`launch(state_session_capacity=...)` is not offered either), and a closed
   page's state stays until newer sessions push it out (only its `gr.State` values go, after an hour:
   gradio-app/gradio#7829); nothing public forgets it sooner (gradio-app/gradio#3852, open). Memory grows with every

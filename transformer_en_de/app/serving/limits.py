@@ -53,9 +53,11 @@ class Limits:
     # in Gradio's queue (past that, refused at once in one line). A call in its callback that waits for the CPU costs a
     # thread and nothing else; what runs, and in what order, the scheduler decides. So the slots are as many as a
     # mounted page's queue runs at once (40, its threads: no public setting, `__init__.py`), less two for the events
-    # outside the group.
-    concurrent_jobs: int = 38
-    queue_size: int = 64
+    # outside the groups, shared between translations and side work (`side_jobs`: its own group, so that 90 looks
+    # inside at once leave translations their slots).
+    concurrent_jobs: int = 24
+    side_jobs: int = 14
+    queue_size: int = 128  # with the 38 in callbacks, about as many calls held as 96 + 64 were: 90 views at once wait
     # A call whose results no stream reads within this long of its arrival, and whose page is not open (a script's), is
     # dropped before it runs; a running one nobody reads any more stops after `unread_grace_seconds` (scheduler.py).
     stream_wait_seconds: float = 2.0

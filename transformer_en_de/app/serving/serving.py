@@ -20,7 +20,7 @@ from .scheduler import Cancelled, FairScheduler
 from .server import build_server
 from .uploads import UploadQuota
 
-WORK = "work"  # the concurrency group of every event that spends CPU: the admission point
+WORK, SIDE = "work", "side work"  # the concurrency groups of the events that spend CPU: the admission point
 
 
 class Serving:
@@ -40,14 +40,18 @@ class Serving:
             unread_grace_seconds=limits.unread_grace_seconds,
         )
 
-    def work(self, listener: Callable, fn: Callable, inputs, outputs, **options):
+    def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
         """`listener(fn, inputs, outputs, **options)` (a button's `click`, `demo.load`, an event's `then`) as an event
-        of work: in the `WORK` group, its inputs as sent, its calls counted by the HTTP front. Returns the event, to
-        chain on; `fn` runs its work inside `admitted`."""
+        of work: in the `WORK` group (`side`: the `SIDE` group), its inputs as sent, its calls counted by the HTTP
+        front. Returns the event, to chain on; `fn` runs its work inside `admitted`.
+
+        `side`: side work (a look inside, a picture, a battle, a vote, the leaderboard) has its group and its
+        `side_jobs` slots of Gradio's queue, so that a class's burst of it never holds the slots a translation needs
+        (hostile_clients: views at once; a mounted page's queue has 40 in all: `__init__.py`)."""
+        group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
         event = listener(
-            fn, inputs, outputs, concurrency_id=WORK, concurrency_limit=self.limits.concurrent_jobs, preprocess=False,
-            **options,
-        )  # fmt: skip
+            fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
+        )
         return self.gate.count(event)
 
     def paced(self, event, burst: int, per_second: float):

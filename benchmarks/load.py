@@ -335,13 +335,14 @@ def upload_from(url: str, peer: str, number: int) -> str:
     return f"an upload from {peer}: HTTP {status} ({'accepted' if status == 200 else 'NOT accepted'})"
 
 
-def connections(url: str, count: int, request, peer: str = "127.0.0.1", receive_buffer: int | None = None) -> list:
-    """Up to `count` connections from `peer`, each sending `request` (bytes, or a function of its number) and nothing
-    more; as many as the machine lets open. `receive_buffer`: a small one makes a reader that never reads."""
-    opened = []
+def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
+    """Up to `count` connections (from `peer`, a loopback address, if given), each sending `request` (bytes, or a
+    function of its number) and nothing more; as many as the machine lets open. `receive_buffer`: a small one makes a
+    reader that never reads."""
+    opened, source = [], (peer, 0) if peer else None
     for number in range(count):
         try:
-            connection = socket.create_connection(("127.0.0.1", port_of(url)), timeout=5, source_address=(peer, 0))
+            connection = socket.create_connection(("127.0.0.1", port_of(url)), timeout=5, source_address=source)
             if receive_buffer:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             connection.sendall(request(number) if callable(request) else request)

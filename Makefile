@@ -4,6 +4,7 @@
 #   make tiny-run    install, then a one-minute training run into runs/tiny (a try of train.py, not a good model)
 #   make test        install everything and run the test suite
 #   make lock        take in the newest releases the project's ranges allow, write space_requirements.lock anew
+#   make shipped-code  copy modeling/ into models/transformer-en-de (the code that folder carries to the Hub)
 # PyTorch, where .venv has none: with no GPU (no nvidia-smi), its CPU build from PyTorch's CPU index (the CUDA build
 # from PyPI is about 5 GB more), or from the default index where that index cannot be reached (it says so); with a GPU,
 # the default index. TORCH picks the version: e.g. TORCH=torch==2.13.0.
@@ -15,7 +16,7 @@ PORT ?= 7860
 DATA_DIR ?= ../shared/data/multi30k
 BIN := $(VENV)/bin
 
-.PHONY: torch install dev test demo tiny-run lint browser lock
+.PHONY: torch install dev test demo tiny-run lint browser lock shipped-code
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +76,13 @@ tiny-run: install
 		--max_train_samples 2000 --max_eval_samples 200 --max_test_samples 200 --num_train_epochs 1 \
 		--d_model 64 --d_ff 256 --encoder_layers 2 --decoder_layers 2 --vocab_size 2000 \
 		--per_device_train_batch_size 32 --warmup_steps 30 --generation_num_beams 1
+
+# The shipped folder loads with trust_remote_code from its own copy of modeling/ (without __init__.py, which registers
+# the classes inside the project); tests/test_shipped_model.py fails while the copy differs.
+SHIPPED_MODEL ?= models/transformer-en-de
+shipped-code:
+	rm -f $(SHIPPED_MODEL)/*.py
+	cp $(filter-out modeling/__init__.py,$(wildcard modeling/*.py)) $(SHIPPED_MODEL)/
 
 lint: dev
 	$(BIN)/ruff check .

@@ -105,6 +105,31 @@ def generate_length_settings(
     return SourceLengthBound(limits, eos_token_id)
 
 
+def empty_source_bound(generation_config, kwargs: dict, input_ids, pad_token_id: int | None):
+    """A bound of one token (the `</s>`) for the sentences of a `generate()` call that have nothing to translate (no
+    token but `</s>` and padding: an empty string), so that they get an empty translation instead of whatever an
+    untouched decoder writes; None when there is none, or when the call asks for a minimum length."""
+    eos_token_id = kwargs.get("eos_token_id", generation_config.eos_token_id)
+    if isinstance(eos_token_id, (list, tuple)):
+        eos_token_id = eos_token_id[0] if eos_token_id else None
+    if eos_token_id is None or not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        return None
+    if any(kwargs.get(name) for name in ("min_new_tokens", "min_length")):
+        return None
+    attention_mask = kwargs.get("attention_mask")
+    if attention_mask is not None and attention_mask.dim() == 2:
+        real = attention_mask.bool()
+    elif pad_token_id is not None and pad_token_id != eos_token_id:
+        real = input_ids != pad_token_id
+    else:
+        real = torch.ones_like(input_ids, dtype=torch.bool)
+    empty = ~(real & (input_ids != eos_token_id)).any(dim=-1)  # (batch,)
+    if not bool(empty.any()):
+        return None
+    limits = torch.where(empty.cpu(), 1, decoding_cap(None))  # the others: no limit from this bound
+    return SourceLengthBound(limits, eos_token_id)
+
+
 def saved_bound(generation_config) -> tuple[float | None, int | None]:
     """The bound a generation config saves, None for what it does not (a bare config saves neither)."""
     return (

@@ -1,5 +1,6 @@
 """The Transformer as a Hugging Face model: shapes, masks, loss, caching, generation, attentions, saving, config."""
 
+import copy
 import json
 import logging
 import math
@@ -420,6 +421,93 @@ def test_asking_for_more_tokens_than_the_positions_hold_fails_clearly(tiny_model
     long_source = torch.ones(1, positions + 1, dtype=torch.long)
     with pytest.raises(ValueError, match="Truncate the input"):
         tiny_model(input_ids=long_source, decoder_input_ids=long_source[:, :1])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Inputs a caller gets wrong: a clear answer each
+
+
+def library_warnings(call) -> list[str]:
+    """The warnings transformers' loggers give during `call()`. Its "once" warnings are cleared first (transformers'
+    `warning_once` is an `lru_cache`), so that a warning an earlier test gave is given again."""
+    logging.Logger.warning_once.cache_clear()
+    handler = _RecordWarnings()
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        call()
+    finally:
+        library_logger.removeHandler(handler)
+    return handler.messages
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [0, -1])
+def test_num_beams_below_one_is_refused_with_the_allowed_range(tiny_model, sources, num_beams):
+    with pytest.raises(ValueError, match=rf"num_beams must be at least 1 .*got {num_beams}\."):
+        tiny_model.generate(**sources, num_beams=num_beams)
+    config = copy.deepcopy(tiny_model.generation_config)
+    config.num_beams = num_beams
+    with pytest.raises(ValueError, match="num_beams must be at least 1"):
+        tiny_model.generate(**sources, generation_config=config)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(
+    "settings", [dict(num_beams=1), dict(num_beams=3), dict(do_sample=True, num_beams=1), dict(num_return_sequences=2)]
+)
+def test_an_empty_source_gets_an_empty_translation_beside_the_others(tiny_model, tiny_tokenizer, settings):
+    """An empty string (tokenised to `</s>` alone) ends at once, alone or in a batch, in every search; the other
+    sentences of its batch are decoded as without it. The untrained model never chooses `</s>` itself."""
+    eos, start = tiny_model.config.eos_token_id, tiny_model.config.decoder_start_token_id
+    batch = tiny_tokenizer(["", SOURCES[0], " "], padding=True, return_tensors="pt")
+    assert batch["input_ids"][0, 0] == eos and batch["attention_mask"][0].sum() == 1
+    torch.manual_seed(0)
+    output = tiny_model.generate(**batch, **settings)
+    rows_per_sentence = settings.get("num_return_sequences", 1)
+    for row in output[:rows_per_sentence].tolist():
+        assert row[:2] == [start, eos] and set(row[2:]) <= {tiny_model.config.pad_token_id, eos}  # beams pad with </s>
+    assert tiny_tokenizer.batch_decode(output[:rows_per_sentence], skip_special_tokens=True) == [""] * rows_per_sentence
+    torch.manual_seed(0)
+    alone = tiny_model.generate(**tiny_tokenizer([""], return_tensors="pt"), **settings)
+    assert alone[:, :2].tolist() == [[start, eos]] * rows_per_sentence
+    # The others are decoded as ever: a space is not nothing, and the bound of each stays its own.
+    for row in output[rows_per_sentence:].tolist():
+        assert eos not in row[1:2]
+    if not settings.get("do_sample"):
+        others = tiny_model.generate(**tiny_tokenizer([SOURCES[0], " "], padding=True, return_tensors="pt"), **settings)
+        assert torch.equal(output[rows_per_sentence:, : others.shape[1]], others)
+    tiny_model.drop_finished_sentences = False  # transformers' own beam search: the same
+    try:
+        again = tiny_model.generate(**batch, **settings)
+        assert torch.equal(again[:rows_per_sentence, :2], output[:rows_per_sentence, :2])
+    finally:
+        tiny_model.drop_finished_sentences = True
+
+
+@torch.no_grad()
+def test_an_empty_source_is_left_alone_when_the_call_asks_for_a_minimum_length(tiny_model, tiny_tokenizer):
+    output = tiny_model.generate(**tiny_tokenizer([""], return_tensors="pt"), num_beams=1, min_new_tokens=3)
+    assert tiny_model.config.eos_token_id not in output[0, 1:4].tolist()
+
+
+@torch.no_grad()
+def test_a_padded_batch_without_attention_mask_warns_as_transformers_models_do(trained_model, sources):
+    """Without the mask the encoder attends to the padding (a short sentence's translation changes: the shipped model's
+    test): transformers' own warning says so (`warn_if_padding_and_no_attention_mask`), from generate() and the
+    forward alike."""
+    padded = sources["input_ids"]
+    assert (padded == trained_model.config.pad_token_id).any()
+    settings = dict(num_beams=1, max_new_tokens=5)
+    messages = library_warnings(lambda: trained_model.generate(padded, **settings))
+    assert any("attention_mask" in message for message in messages), messages
+    messages = library_warnings(lambda: trained_model.get_encoder()(padded))
+    assert any("attention_mask" in message for message in messages), messages
+    # With its mask, or with no padding, nothing is said.
+    messages = library_warnings(lambda: trained_model.generate(**sources, **settings))
+    unpadded = padded[:1, : int(sources["attention_mask"][0].sum())]
+    messages += library_warnings(lambda: trained_model.generate(unpadded, **settings))
+    assert not any("attention_mask" in message for message in messages), messages
 
 
 # ---------------------------------------------------------------------------------------------------------------------

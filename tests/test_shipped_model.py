@@ -1,5 +1,6 @@
 """The committed default model: loads like a Hub download and translates Multi30k test sentences above a BLEU floor."""
 
+import logging
 import math
 
 import pytest
@@ -38,9 +39,9 @@ def test_shipped_folder_runs_the_code_of_modeling():
     modeling_files = [path for path in (ROOT / "modeling").glob("*.py") if path.name != "__init__.py"]
     project_code = {path.name: path.read_bytes() for path in modeling_files}
     shipped_code = {path.name: path.read_bytes() for path in SHIPPED.glob("*.py")}
-    assert sorted(shipped_code) == sorted(project_code), "copy modeling/*.py (without __init__.py) into the folder"
+    assert sorted(shipped_code) == sorted(project_code), "its files are not modeling/'s: run `make shipped-code`"
     stale = [name for name in project_code if shipped_code[name] != project_code[name]]
-    assert not stale, f"models/transformer-en-de has stale copies of {stale}: copy them from modeling/"
+    assert not stale, f"models/transformer-en-de has stale copies of {stale}: run `make shipped-code`"
 
 
 def test_shipped_generation_config_bounds_each_sentence(shipped):
@@ -59,6 +60,31 @@ def test_shipped_generation_config_bounds_each_sentence(shipped):
     lengths = batch["attention_mask"].sum(dim=-1).tolist()
     limit = math.ceil(generation.max_new_tokens_ratio * max(lengths)) + generation.max_new_tokens_offset
     assert output.shape[1] - 1 <= limit < generation.max_new_tokens
+
+
+def test_shipped_model_answers_inputs_a_caller_gets_wrong(shipped):
+    """num_beams below 1: a ValueError that names the range; an empty string: an empty translation; a padded batch
+    without its attention_mask: transformers' warning (a short sentence beside a long one translates otherwise)."""
+    model, tokenizer = shipped
+    long = "Two men are working on a long road near the river and a small girl watches them."
+    batch = tokenizer(["A dog.", long], return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match=r"num_beams must be at least 1 \(1: greedy"):
+            model.generate(**batch, num_beams=0)
+        empty = model.generate(**tokenizer(["", "A dog."], return_tensors="pt", padding=True))
+        assert tokenizer.batch_decode(empty, skip_special_tokens=True)[0] == ""
+        messages = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: messages.append(record.getMessage())
+        logging.Logger.warning_once.cache_clear()  # transformers warns once per process: this test's call warns again
+        logging.getLogger("transformers").addHandler(handler)
+        try:
+            unmasked = model.generate(batch["input_ids"])
+        finally:
+            logging.getLogger("transformers").removeHandler(handler)
+        masked = model.generate(**batch)
+    assert any("attention_mask" in message for message in messages), messages
+    assert not torch.equal(unmasked, masked)  # what the warning is for
 
 
 @pytest.mark.slow

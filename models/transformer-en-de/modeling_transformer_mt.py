@@ -49,7 +49,7 @@ except ImportError:  # transformers 5.0 and 5.1: the same decorator, before it m
 
 from .beam_search import compact_beam_search, grows_with_the_search, model_cache, row_wise, search_runs_here
 from .configuration_transformer_mt import TransformerMTConfig
-from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, decoding_cap, generate_length_settings
+from .length_bound import DEFAULT_OFFSET, DEFAULT_RATIO, decoding_cap, empty_source_bound, generate_length_settings
 
 # Earlier transformers 5 releases name the cache `past_key_values` (in arguments and outputs); later ones name it
 # `cache` and pass it so from generate(). The model takes either (`deprecate_kwarg`) and answers in the output field
@@ -445,7 +445,10 @@ class TransformerMTEncoder(TransformerMTPreTrainedModel):
     ) -> BaseModelOutput:
         """`output_hidden_states` / `output_attentions` (arguments, else the config's) are recorded by hooks on the
         layers and attentions (`_can_record_outputs`); `return_dict=False` gives a tuple. `attention_mask`: (B, S)
-        with 1 for real tokens, or a 4D mask of one's own."""
+        with 1 for real tokens, or a 4D mask of one's own; padded `input_ids` without it warn (once), as transformers'
+        own models do: the padding is then attended to, and the translation changes."""
+        if input_ids is not None and not _is_compiling():
+            self.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
         hidden_states = embed(self, input_ids, inputs_embeds)  # (B, S, d_model)
         keep_mask = wants_attentions(self.config, kwargs)  # eager attention: the mask may not be left out
         mask = bidirectional_mask(self.config, hidden_states, attention_mask, keep=keep_mask)
@@ -770,12 +773,23 @@ class TransformerMTForConditionalGeneration(TransformerMTPreTrainedModel, Genera
         A length the caller passes (`max_new_tokens`, `max_length`, `min_new_tokens`, `min_length`) replaces the
         bound unless the call also passes a ratio, and a `SourceLengthBound` the caller passes among its logits
         processors replaces it in any case (`length_bound.generate_length_settings`).
+
+        A sentence with nothing to translate (an empty string: only `</s>`) gets an empty translation
+        (`length_bound.empty_source_bound`). `num_beams` below 1 is refused with a `ValueError`.
         """
         config = generation_config if generation_config is not None else self.generation_config
+        num_beams = kwargs.get("num_beams", config.num_beams)
+        if num_beams is not None and num_beams < 1:
+            raise ValueError(
+                f"num_beams must be at least 1 (1: greedy search or sampling, 2 or more: beam search); got {num_beams}."
+            )
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        # Before the bound settles the lengths: a caller's minimum length is read from the call as given.
+        ends_empty = empty_source_bound(config, kwargs, input_ids, self.config.pad_token_id)
         bound = generate_length_settings(config, kwargs, input_ids, self.config.pad_token_id, logits_processor)
-        if bound is not None:
-            logits_processor = LogitsProcessorList([*(logits_processor or []), bound])
+        for processor in (bound, ends_empty):
+            if processor is not None:
+                logits_processor = LogitsProcessorList([*(logits_processor or []), processor])
         if self.drop_finished_sentences and kwargs.get("custom_generate") is None:
             call_config = copy.deepcopy(config)
             call_config.update(**kwargs)  # what the call asks for, as generate() will see it

@@ -38,6 +38,7 @@ import copy  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -96,6 +97,22 @@ class CorpusWriter:
         }
         self.state_path = output.with_name(f"{output.name}.progress.json")
         self.state: dict | None = None
+
+    def check_writable(self) -> None:
+        """Refuses, before any work, an output that cannot be written: its folder made and a file written in it for
+        real (permissions alone say nothing to root), and the files a resumed run appends to opened for appending."""
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.output.parent, prefix=f".{self.output.name}.", suffix=".probe"):
+                pass
+            for path in (*self.paths.values(), self.state_path):
+                if path.exists():
+                    with open(path, "ab"):
+                        pass
+        except OSError as error:
+            raise CorpusError(
+                f"--output {self.output} cannot be written ({error.strerror or error}): choose another --output."
+            ) from error
 
     def open(self, identity: dict, total_lines: int, chunk_size: int) -> dict:
         """Start or resume: the state to go on from. Refuses output of another command or with other settings."""
@@ -229,6 +246,8 @@ def translate_corpus(
         backend = resolve_backend(backend, device)
     except BackendError as error:
         raise CorpusError(f"--backend {backend}: {error}") from error
+    writer = CorpusWriter(Path(output), source_lang, target_lang)
+    writer.check_writable()  # before the input is read and the model loaded
     try:
         lines = read_lines(input_path)
     except DataError as error:
@@ -248,7 +267,6 @@ def translate_corpus(
         "target_lang": target_lang,
         "decoding": run_decoding(model, settings, chunk_size, seed) | backend_record(backend, int8),
     }
-    writer = CorpusWriter(Path(output), source_lang, target_lang)
     state = writer.open(identity, total, chunk_size)  # before any conversion: output of another run is refused first
     if state["lines_read"] >= total:
         print(f"{Path(output).name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing "
@@ -340,20 +358,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target_lang", "--target-lang", required=True, help="language of the translations, e.g. en")
     decoding = parser.add_argument_group("decoding (default: the model's saved generation config)")
     decoding.add_argument("--num_beams", "--num-beams", type=int, default=None, help="1 greedy, more beam search")
-    decoding.add_argument("--length_penalty", "--length-penalty", type=float, default=None)
+    decoding.add_argument("--length_penalty", "--length-penalty", type=float, default=None,
+                          help="beam search's length penalty")
     decoding.add_argument("--sample", action="store_true", help="sample instead of searching (num_beams 1 unless set)")
-    decoding.add_argument("--top_k", "--top-k", type=int, default=None)
-    decoding.add_argument("--top_p", "--top-p", type=float, default=None)
-    decoding.add_argument("--temperature", type=float, default=None)
-    decoding.add_argument("--seed", type=int, default=DEFAULT_SEED, help="chunk k samples with seed + k")
-    decoding.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None)
-    decoding.add_argument("--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=None)
-    decoding.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=None)
+    decoding.add_argument("--top_k", "--top-k", type=int, default=None,
+                          help="with --sample: among the K likeliest tokens")
+    decoding.add_argument("--top_p", "--top-p", type=float, default=None,
+                          help="with --sample: among the likeliest tokens that together hold probability P")
+    decoding.add_argument("--temperature", type=float, default=None, help="with --sample: the logits divided by T")
+    decoding.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                          help="chunk k samples with seed + k (default: %(default)s)")
+    decoding.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
+                          help="a hard cap besides the bound per sentence")
+    decoding.add_argument("--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=None, metavar="RATIO",
+                          help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens")
+    decoding.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=None,
+                          metavar="OFFSET", help="the OFFSET of that bound")
     run = parser.add_argument_group("running")
     run.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                     help=f"sentences per generate() call, length-sorted within a chunk (default {DEFAULT_BATCH_SIZE})")
+                     help="sentences per generate() call, length-sorted within a chunk (default: %(default)s)")
     run.add_argument("--chunk_size", "--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                     help=f"input lines per chunk: the unit that is written and resumed (default {DEFAULT_CHUNK_SIZE})")
+                     help="input lines per chunk: the unit that is written and resumed (default: %(default)s)")
     run.add_argument("--limit", type=int, default=None, help="translate only the first N input lines")
     run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
                      help="end this run after K chunks; the same command continues")

@@ -192,6 +192,35 @@ def test_output_files_without_a_progress_file_are_refused(tiny_model_dir, tmp_pa
     assert (tmp_path / "out.de").read_text(encoding="utf-8") == "someone else's file\n"
 
 
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(tmp_path, capsys):
+    """Refused before the input is read or the model loaded (neither exists here): a path under a regular file fails
+    for every user, root included."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n", encoding="utf-8")
+    for output in (blocker / "out", blocker / "deeper" / "out"):
+        assert run(tmp_path / "no-model", tmp_path / "missing.en", output) == 1
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --output {output} cannot be written (") and error.count("\n") == 1, error
+        assert "Traceback" not in error and "choose another --output" in error
+    assert blocker.read_text(encoding="utf-8") == "not a folder\n"
+
+
+def test_a_read_only_output_folder_is_one_line_before_any_work(tmp_path, capsys):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("this user (root) can write into a read-only folder")
+        assert run(tmp_path / "no-model", tmp_path / "missing.en", folder / "out") == 1
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --output {folder / 'out'} cannot be written (Permission denied)")
+        assert error.count("\n") == 1
+        assert not list(folder.iterdir())
+    finally:
+        folder.chmod(0o755)
+
+
 def test_sampling_is_reproducible_with_a_seed(tiny_model_dir, tmp_path):
     input_path = tmp_path / "input.en"
     write_input(input_path, 12)

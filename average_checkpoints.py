@@ -77,16 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoints", nargs="*", type=Path,
                         help="checkpoint folders of one run, or of forks of one start (a soup: each run's checkpoints "
                         "are named with their run); with --average_last: the run folder")
-    parser.add_argument("--output_dir", "--output-dir", type=Path, default=None)
+    parser.add_argument("--output_dir", "--output-dir", type=Path, default=None,
+                        help="the folder to write the averaged (or chosen) model to; needed unless --rescore")
     parser.add_argument("--tokenizer_name", "--tokenizer-name", "--tokenizer", type=Path, default=None,
                         help="default: the run folder of the first checkpoint")
     parser.add_argument("--data_dir", "--data-dir", type=Path, default=None,
                         help="score the splits below, write the card")
-    parser.add_argument("--validation_split", "--validation-split", default="val")
-    parser.add_argument("--test_split", "--test-split", default="test_2016_flickr", help="scored only, never to choose")
+    parser.add_argument("--validation_split", "--validation-split", default="val",
+                        help="the split that chooses (default: %(default)s)")
+    parser.add_argument("--test_split", "--test-split", default="test_2016_flickr",
+                        help="scored only, never to choose; '' to skip (default: %(default)s)")
     parser.add_argument("--average_last", "--average-last", "--choose_last", type=int, default=0, metavar="N",
                         help="average the last n checkpoints of the run for n = 1, 2, 5, 10 ... N, keep the best on "
-                        "validation (needs --data_dir), as train.py --average_last N does at the end of a run")
+                        "validation (needs --data_dir), as train.py --average_last N does at the end of a run "
+                        "(default: 0, average the checkpoints given)")
     parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
                         help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",

@@ -103,18 +103,45 @@ class TrainingArguments(Seq2SeqTrainingArguments):
     lr_scheduler_type: str = recipe("lr_scheduler_type", "inverse_sqrt")
     warmup_steps: float = recipe("warmup_steps", 4000)
     max_grad_norm: float = recipe("max_grad_norm", 1.0)
-    train_sampling_strategy: str = recipe("train_sampling_strategy", "group_by_length")
+    train_sampling_strategy: str = recipe(
+        "train_sampling_strategy", "group_by_length", help="How pairs are drawn into batches: 'group_by_length' "
+        "(pairs of about one length together, so little padding), 'random', 'sequential' or 'batch_rebalance'."
+    )
     per_device_train_batch_size: int = recipe("per_device_train_batch_size", 128)
     per_device_eval_batch_size: int = recipe("per_device_eval_batch_size", 128)
     num_train_epochs: float = recipe("num_train_epochs", 20.0)
     eval_strategy: str | None = recipe(
         "eval_strategy", None, "Default: epoch; steps (every --save_steps) when training is counted in --max_steps."
     )
-    save_strategy: str | None = recipe("save_strategy", None, "Default: as the default --eval_strategy.")
-    save_total_limit: int | None = recipe("save_total_limit", 2, "The best checkpoint is always kept besides.")
+    save_strategy: str | None = recipe(
+        "save_strategy", None, "Default: epoch; steps when training is counted in --max_steps (as --eval_strategy)."
+    )
+    save_total_limit: int | None = recipe(
+        "save_total_limit", 2, help="Checkpoints kept in --output_dir, the oldest deleted first; the best one is kept "
+        "besides (--load_best_model_at_end)."
+    )
     load_best_model_at_end: bool = recipe("load_best_model_at_end", True)
-    metric_for_best_model: str | None = recipe("metric_for_best_model", "bleu", "Validation BLEU through the engine.")
-    greater_is_better: bool | None = recipe("greater_is_better", True)
+    metric_for_best_model: str | None = recipe(
+        "metric_for_best_model", "bleu", help="The validation score that chooses the best checkpoint: 'bleu' (BLEU "
+        "of the translation engine's output), 'chrf', or 'loss' (with --no_greater_is_better)."
+    )
+    greater_is_better: bool | None = recipe(
+        "greater_is_better", True, help="Whether a higher --metric_for_best_model is better: true for bleu and chrf; "
+        "pass --no_greater_is_better with loss."
+    )
+    eval_steps: float | None = recipe(
+        "eval_steps", None, help="Update steps between evaluations when --eval_strategy is steps (a float below 1: a "
+        "share of all steps). Default: --save_steps."
+    )
+    resume_from_checkpoint: str | None = recipe(
+        "resume_from_checkpoint", None, help="Go on from a checkpoint of this run: 'last' (the newest one in "
+        "--output_dir that loads; damaged ones are passed over) or a checkpoint folder."
+    )
+    push_to_hub: bool = recipe(
+        "push_to_hub", False, help="At the end, push the folder train.py writes (model, tokenizer, card) to "
+        "--hub_model_id; checkpoints are never pushed."
+    )
+    hub_model_id: str | None = recipe("hub_model_id", None, help="The Hub repo --push_to_hub pushes to: user/model.")
     logging_steps: float = recipe("logging_steps", 50, "A run shorter than ten times this logs ten times.")
     ddp_find_unused_parameters: bool | None = recipe(
         "ddp_find_unused_parameters", False, "Every parameter takes part in every step."

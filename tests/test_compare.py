@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from conftest import DATA_DIR, tiny_config
+from conftest import DATA_DIR, ROOT, tiny_config
 from huggingface_hub import constants
 from tiny_marian import build_tiny_marian
 
@@ -206,3 +206,14 @@ def test_unwritable_output_is_one_line_before_any_scoring(tmp_path, capsys, test
     assert code == 2 and time.perf_counter() - started < 5  # refused before the model is loaded or anything scored
     message = capsys.readouterr().err.strip()
     assert message.startswith(f"error: --output {output} cannot be written") and "\n" not in message
+
+
+def test_help_gives_every_flag_and_the_beams_the_stored_comparison_ran_with(capsys):
+    with pytest.raises(SystemExit):
+        compare.main(["--help"])
+    flags = " ".join(capsys.readouterr().out.split())
+    stored = json.loads((ROOT / "results" / "comparison_test_2016_flickr.json").read_text(encoding="utf-8"))
+    saved = json.loads((ROOT / "models" / "transformer-en-de" / "generation_config.json").read_text(encoding="utf-8"))
+    assert stored["num_beams"] == saved["num_beams"]
+    assert f"(default: {saved['num_beams']}, the shipped model's)" in flags
+    assert "sorted by length (default: 32)" in flags and "the OFFSET of that bound (default: 10)" in flags

@@ -374,6 +374,14 @@ def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
     assert "d_model^-0.5 * warmup_steps^-0.5" in entry("learning_rate")
     assert "(default: epoch" not in entry("eval_strategy") and "Default: epoch" in entry("eval_strategy")
     assert "P_drop" in entry("dropout") and "(default: 0.1)" in entry("dropout")  # the config's doc and default
+    # Trainer flags whose default or use train.py changes say train.py's, not the Trainer's words.
+    assert entry("metric_for_best_model").endswith("(default: bleu)") and "'loss'" in entry("metric_for_best_model")
+    assert "Defaults to 'loss'" not in entry("metric_for_best_model")
+    assert entry("train_sampling_strategy").endswith("(default: group_by_length)")
+    assert "'random' (default)" not in entry("train_sampling_strategy")
+    assert "'last'" in entry("resume_from_checkpoint") and "Not directly used" not in entry("resume_from_checkpoint")
+    assert entry("eval_steps").endswith("Default: --save_steps.")  # not the Trainer's logging_steps
+    assert entry("no_load_best_model_at_end") == "--no_load_best_model_at_end Sets --load_best_model_at_end to false."
 
     # Short: the project's flags and the recipe's; the Trainer's other flags behind --help-all, which lists them all.
     assert help_text.count("\n") < 250 and "--fsdp" not in help_text and "--help-all" in help_text

@@ -42,10 +42,15 @@ def model_arguments() -> type:
     return dataclasses.make_dataclass("ModelArguments", flags, namespace={"__doc__": doc})
 
 
-def recipe(name: str, default, why: str = ""):
-    """A Trainer flag with the recipe's default instead of the Trainer's, and the Trainer's help."""
-    help_text = _TRAINER_FIELDS[name].metadata.get("help", "")
-    return field(default=default, metadata={"help": f"{help_text} {why}".strip()})
+def recipe(name: str, default, why: str = "", help: str | None = None):
+    """A Trainer flag with the recipe's default instead of the Trainer's, and the Trainer's help (`why` added), or
+    `help` in its place where the Trainer's would be untrue here (a default it names, a use train.py changes)."""
+    if help is None:
+        help = _TRAINER_FIELDS[name].metadata.get("help", "").strip()
+        if help and not help.endswith("."):
+            help += "."
+        help = f"{help} {why}".strip()
+    return field(default=default, metadata={"help": help})
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -56,7 +61,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         super().__init__(prog, **{"width": 120, "max_help_position": 40, **kwargs})  # as wide as the description
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        """A `--no_FLAG` (HfArgumentParser's for a flag that defaults to true) says what it does, not FLAG's help
+        again; a help that states its own default (or has none to state) is shown as written."""
+        negation = action.const is False and action.option_strings[:1] == [f"--no_{action.dest}"]
+        if negation:
+            return f"Sets --{action.dest} to false."
+        if action.default is None or "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
 
     def _format_action_invocation(self, action):
         """A flag under its underscore spelling only: the dashed one works too, and says nothing new."""

@@ -139,12 +139,12 @@ def test_long_source_is_cut_and_says_so(ours, marian):
 def test_plan_lowers_beams_then_cuts_sentences():
     per_row = dict(batch_size=64, cost=budget.StepCost(fixed=0.0, per_row=1.0))  # seconds = beams x tokens
 
-    assert budget.fitting([10, 10], 4, 100, **per_row) == (4, 2, "")
-    beams, count, notice = budget.fitting([10, 10, 10], 8, 100, **per_row)
+    assert budget.work_that_fits([10, 10], 4, 100, **per_row) == (4, 2, "")
+    beams, count, notice = budget.work_that_fits([10, 10, 10], 8, 100, **per_row)
     assert (beams, count) == (3, 3)
     assert "needs about 240.0 s of CPU time (3 sentences x 8 beams)" in notice
     assert "translated with 3 beams instead of 8" in notice
-    beams, count, notice = budget.fitting([30] * 10, 2, 100, unit="line", **per_row)
+    beams, count, notice = budget.work_that_fits([30] * 10, 2, 100, unit="line", **per_row)
     assert (beams, count) == (1, 3)
     assert "only the first 3 of 10 lines were translated" in notice
 
@@ -161,7 +161,9 @@ def test_decoding_cost_counts_steps_of_each_batch():
 
 def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     heavy = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE ON THE STREET. " * 60)[:3_000]
-    small = limits.Limits(text=limits.Budget(cpu_seconds=0.5, seconds=60))
+    # Room for some 200 steps of a batch of 8 (about half the text) at the cost of a step measured for our model when
+    # it was loaded.
+    small = limits.Limits(text=limits.Budget(cpu_seconds=200 * ours.step_cost.seconds(8), seconds=60))
     result = text(
         heavy, "beam search", LIMITS.max_beams, LIMITS.max_new_tokens, ours=ours, comparisons=[marian], limits=small
     )
@@ -170,7 +172,7 @@ def test_heavy_text_is_cut_to_its_budget_and_says_so(ours, marian):
     steps = list(engine.plan_decoding(ours.model, ours.tokenizer, result.sentences, settings).limits)
 
     def seconds(kept, beams):
-        return budget.decoding_seconds(steps[:kept], beams, small.batch_size, small.step_cost)
+        return budget.decoding_seconds(steps[:kept], beams, small.batch_size, ours.step_cost)
 
     assert seconds(len(steps), 1) > small.text.cpu_seconds
     # Greedy search of every sentence is still too much: the first sentences that fit are translated, with greedy.

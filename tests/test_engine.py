@@ -293,46 +293,59 @@ def test_no_deadline_changes_nothing(wide_model, tiny_tokenizer):
     assert not later.stopped_early and not any(t.cut for t in later.translations)
 
 
-def test_one_plan_per_request_narrowed_by_the_budget_without_tokenizing_again(wide_model, tiny_tokenizer, monkeypatch):
-    calls, copies = [], []
+def test_one_plan_per_request_cut_to_the_budget_without_tokenizing_again(wide_model, tiny_tokenizer, monkeypatch):
+    calls, copies, processors = [], [], []
     tokenize_call = type(tiny_tokenizer).__call__
     monkeypatch.setattr(type(tiny_tokenizer), "__call__", lambda *a, **k: calls.append(1) or tokenize_call(*a, **k))
     asked = DecodingSettings(batch_size=4)
     plan = plan_decoding(wide_model, tiny_tokenizer, SOURCES, asked)
     assert len(calls) == 1  # every sentence tokenized once, in one call
     assert (plan.num_beams, plan.generation_config.length_penalty, plan.backend) == (4, 0.6, "PyTorch")
-    # The config holds the bound as resolved (the model's own ratio and offset, kept): the engine applies it.
+    # The plan holds the bound as resolved (the model's own ratio and offset, kept): the engine applies it.
     assert plan.bound == (1.5, 10, 63)  # the cap: the tiny model's 64 positions, less the start token
     lengths = torch.tensor([len(ids) for ids in plan.source_ids])
     assert list(plan.limits) == new_token_limits(lengths, 1.5, 10, 63).tolist()
     assert 63 in plan.limits and plan.truncated == [False] * len(SOURCES)
 
-    # A budget too small for 4 beams: fewer beams, then only the first sentences; the plan narrowed once, and says so.
-    narrowed, seconds = fit_budget(plan, 0.1, cost=StepCost())  # in the plan's batches of 4
-    assert narrowed.num_beams == 1 and len(narrowed) < len(SOURCES)
-    assert seconds == decoding_seconds(list(narrowed.limits), 1, 4, StepCost())  # the estimate of what is left
-    assert narrowed.settings == replace(asked, num_beams=1) and narrowed.generation_config.length_penalty == 1.0
-    assert narrowed.bound == plan.bound
-    assert narrowed.limits == plan.limits[: len(narrowed)] and narrowed.source_ids == plan.source_ids[: len(narrowed)]
-    assert len(narrowed.notices) == 1 and "with greedy search" in narrowed.notices[0]
-    # Run as it is: nothing tokenized or planned again; generate() gets the plan's config, only the batch's cap set.
+    # A budget too small for 4 beams: fewer beams, then only the first sentences; the plan replaced once, and says so.
+    cost = StepCost(fixed=0.005, per_row=0.00025)
+    within_budget, seconds = fit_budget(plan, 0.1, cost)  # in the plan's batches of 4
+    assert within_budget.num_beams == 1 and len(within_budget) < len(SOURCES)
+    assert seconds == decoding_seconds(list(within_budget.limits), 1, 4, cost)  # the estimate of what is left
+    assert within_budget.settings == replace(asked, num_beams=1)
+    assert within_budget.generation_config.length_penalty == 1.0
+    assert within_budget.bound == plan.bound
+    kept = len(within_budget)
+    assert within_budget.limits == plan.limits[:kept] and within_budget.source_ids == plan.source_ids[:kept]
+    assert len(within_budget.notices) == 1 and "with greedy search" in within_budget.notices[0]
+    # Run as it is: nothing tokenized or planned again; generate() gets the plan's config, only the batch's cap set,
+    # and the plan's limits as one length bound.
     monkeypatch.setattr(engine, "plan_decoding", lambda *a, **k: pytest.fail("planned again"))
     generate = type(wide_model).generate
 
     def seen_generate(self, *args, **kwargs):
         copies.append(kwargs["generation_config"])
+        processors.append(kwargs["logits_processor"])
         return generate(self, *args, **kwargs)
 
     monkeypatch.setattr(type(wide_model), "generate", seen_generate)
-    run = run_plan(wide_model, tiny_tokenizer, narrowed)
+    run = run_plan(wide_model, tiny_tokenizer, within_budget)
+
     def but_the_cap(config):
         return {name: value for name, value in vars(config).items() if name != "max_new_tokens"}
 
     assert len(calls) == 1 and copies
-    assert all(but_the_cap(config) == but_the_cap(narrowed.generation_config) for config in copies)
-    assert run.plan.settings is narrowed.settings and run.plan.num_beams == 1
+    assert all(but_the_cap(config) == but_the_cap(within_budget.generation_config) for config in copies)
+    assert not any(hasattr(config, "max_new_tokens_ratio") for config in copies)  # generate() derives no bound
+    bounds = [[p for p in batch if isinstance(p, SourceLengthBound)] for batch in processors]
+    assert sorted(limit for batch in bounds for bound in batch for limit in bound.limits.tolist()) == sorted(
+        within_budget.limits
+    )
+    assert all(len(batch) == 1 for batch in bounds)
+    assert run.plan.settings is within_budget.settings and run.plan.num_beams == 1
     monkeypatch.undo()
-    assert run.texts == translate(wide_model, tiny_tokenizer, list(narrowed.sentences), narrowed.settings).texts
+    again = translate(wide_model, tiny_tokenizer, list(within_budget.sentences), within_budget.settings)
+    assert run.texts == again.texts
 
 
 def test_no_sentences_is_an_empty_run(wide_model, tiny_tokenizer):
@@ -437,8 +450,8 @@ def test_searches_it_does_not_cover_stay_with_transformers(wide_model, plain, ti
 def test_length_bound_narrows_to_a_subset_of_sentences():
     bound = SourceLengthBound(torch.tensor([3, 5, 7]), eos_token_id=2)
     bound.prompt_length = 1
-    narrowed = bound.select_sentences(torch.tensor([0, 2]))
-    assert narrowed.limits.tolist() == [3, 7] and narrowed.prompt_length == 1
+    first_and_third = bound.select_sentences(torch.tensor([0, 2]))
+    assert first_and_third.limits.tolist() == [3, 7] and first_and_third.prompt_length == 1
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ Our model's sentences are checked for being out of its depth (`out_of_depth.chec
 from dataclasses import dataclass, field
 
 from transformer_en_de.decoding.backends import BackendError
-from transformer_en_de.decoding.budget import fitted_plan, least_seconds
+from transformer_en_de.decoding.budget import fit_budget, least_seconds
 from transformer_en_de.decoding.engine import (
     DecodingPlan,
     DecodingSettings,
@@ -145,7 +145,7 @@ def run_system(
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
         output.notices.append(
-            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound_text()}) before it "
+            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound.text()}) before it "
             "ended: the translation is cut."
         )
     if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
@@ -164,18 +164,18 @@ def run_system(
 def admit(context: RequestContext, count: int, settings: DecodingSettings) -> None:
     """Busy at once, before anything costly (tokenizing, planning), when a request of `count` sentences could not be
     admitted now: the scheduler's room asked for with the least the request can cost (`budget.least_seconds`)."""
-    context.scheduler.check_room(least_seconds(context.ours.model, count, settings, context.limits.step_cost))
+    context.scheduler.check_room(least_seconds(context.ours.model, count, settings, context.ours.step_cost))
 
 
 def plan_request(
     context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
 ) -> tuple[DecodingPlan, float]:
     """The request's one plan (our model's `DecodingPlan` of `sentences` with the request's `settings`), narrowed once
-    to what fits `budget` (fewer beams, then only the first sentences), and its estimated CPU seconds: decoding's own
-    planning, in one call (`budget.fitted_plan`)."""
-    ours, cost = context.ours, context.limits.step_cost
-    backend = getattr(ours, "backend", None)
-    return fitted_plan(ours.model, ours.tokenizer, sentences, settings, budget.cpu_seconds, unit, cost, backend=backend)
+    to what fits `budget` (fewer beams, then only the first sentences) at the cost of a step measured for our model
+    (`Translator.step_cost`), and its estimated CPU seconds (`budget.fit_budget`)."""
+    ours = context.ours
+    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
+    return fit_budget(plan, budget.cpu_seconds, ours.step_cost, unit)
 
 
 def budget_plan(

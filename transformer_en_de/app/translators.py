@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer_en_de.decoding.backends import BackendError, load_backend, resolve_backend
+from transformer_en_de.decoding.budget import StepCost
 from transformer_en_de.decoding.engine import max_target_tokens
 from transformer_en_de.decoding.int8 import int8_dynamic
 from transformer_en_de.decoding.loading import display_id, load_listed_model
@@ -42,6 +43,13 @@ class Translator:
     decoder_name: str = "PyTorch"  # "PyTorch", "PyTorch int8", "CTranslate2 float32", "CTranslate2 int8"
     revision: str | None = None  # the Hub commit it was loaded at (None for a folder)
     weights: str = ""  # for the page, when the weights are not the safetensors of what was named (`LoadedModel`)
+    # What a decoder step of this model costs on this machine, which a request's budget is counted in: measured once
+    # it is loaded and prepared (`StepCost.measure`, a fraction of a second), unless given.
+    step_cost: StepCost | None = None
+
+    def __post_init__(self):
+        if self.step_cost is None:
+            self.step_cost = StepCost.measure(self.model)
 
     @property
     def backend(self):

@@ -6,16 +6,18 @@ with pretrained models is fair: the same batching, the same decoding settings, t
 
 - One `DecodingSettings` per request decides how every system decodes; for each model `plan_decoding` makes it a
   `DecodingPlan` once (`plan.py`: the settings resolved against the model's saved ones into its generation config,
-  each sentence as the model reads it, tokenized once, its limit of new tokens, the backend). `run_plan` runs the plan
-  as it is (`translate` is the two in one); a budget may narrow a plan once before (`budget.fit_budget`).
+  each sentence as the model reads it, tokenized once, the length bound and each sentence's limit of new tokens, the
+  backend). `run_plan` runs the plan as it is (`translate` is the two in one); a budget may replace a plan once before
+  by one of less work (`budget.fit_budget`).
 - Sentences are sorted by source length and decoded in batches (less padding); results come back in input order.
 - `DecodingSettings` is the one definition of greedy, beam search and sampling.
 - Two backends decode a plan: the model itself (PyTorch, `backend=None`) or CTranslate2 (`backend=` a
   `backends.CTranslate2Backend`), with the same bound per sentence, notices, progress and confidences; CTranslate2
   bounds a batch, so each sentence is cut at its own limit after it (exactly what the bound does for greedy search).
-- Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (`modeling/length_bound.py`), inside
-  its batch, for our model and for any other: the engine hands the same logits processor to every model, the one
-  place the bound is applied (our generate() leaves a call that brings its own bound to it).
+- Each sentence gets at most `ratio * (its source tokens) + offset` new tokens (the plan's `LengthBound`), inside
+  its batch, for our model and for any other: the engine hands the plan's limits to every model's `generate()` as
+  one logits processor, the one place the bound is applied (the plan's config carries no bound, so our generate()
+  adds none).
 - Our model's beam search lets each sentence leave its batch once it is done (`modeling/beam_search.py`): the ids of
   transformers' beam search, with less work; other models decode with transformers' own.
 - Text typed in capitals is read in sentence case (`casing.normalise_case`, on by default, for every model): a model
@@ -49,6 +51,7 @@ from .plan import (
     DEFAULT_BATCH_SIZE,
     DecodingPlan,
     DecodingSettings,
+    LengthBound,
     backend_name,
     generation_config_for,
     max_source_tokens,
@@ -356,9 +359,13 @@ def run_notices(plan: DecodingPlan, results: list[Translation | None], stopped: 
 
 
 def confidences(
-    model, translations: list[Translation | None], batch_size: int = DEFAULT_BATCH_SIZE, *, backend=None,
+    model,
+    translations: list[Translation | None],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
+    backend=None,
     should_stop=None,
-) -> list:  # fmt: skip
+) -> list:
     """Each translation's confidence: the geometric mean of the probabilities the model gives its own tokens, `</s>`
     included (a teacher-forced pass over the source and generated ids; None for a sentence not translated). The same
     measure for every model, from its own probabilities. A `</s>` the engine forced (at the length bound or the
@@ -442,6 +449,7 @@ __all__ = [
     "Deadline",
     "DecodingPlan",
     "DecodingSettings",
+    "LengthBound",
     "confidences",
     "eos_id_of",
     "Translation",

@@ -1,15 +1,17 @@
 """How a request decodes, planned once per model: the request's `DecodingSettings`, and each model's `DecodingPlan`.
 
-A plan holds a decoding in two forms, each setting once in each: the request's settings as asked (what every system's
-plan is made from) and the model's generation config (`generation_config_for`: the settings resolved against the
-model's saved ones, the length bound included, the one thing `generate()` reads). Each sentence's limit of new tokens
-is worked out once, here, from the bound the config holds (`modeling/length_bound.py`); the engine hands those limits
-to `generate()` as a logits processor (`engine.step_processors`), the one place the bound is applied, for every model.
-What a plan costs, and the beams and sentences that fit in a time, is `budget.py`'s; running it is `engine.run_plan`.
+A plan holds, each made once: the request's settings as asked (what every system's plan is made from), the model's
+generation config (`generation_config_for`: the settings resolved against the model's saved ones, the one thing
+`generate()` reads), the per-sentence length bound (`LengthBound`, resolved once against the model's saved bound) and
+each sentence's limit of new tokens worked out from it. The engine hands those limits to `generate()` as a logits
+processor (`engine.step_processors`), the one place the bound is applied, for every model; the config carries no bound
+of its own, so our `generate()` derives none. This module imports nothing of the budget: what a plan costs, and the
+plan that fits a request's time, is `budget.py`'s; running it is `engine.run_plan`.
 """
 
 import copy
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import torch
 
@@ -83,13 +85,15 @@ def max_target_tokens(model) -> int:
 
 
 def generation_config_for(model, settings: DecodingSettings):
-    """The model's generation config with `settings` applied and its length bound resolved (`model_bound`): the one
-    place where decoding is configured, and the one form of it that `generate()`, the plan and a record read."""
+    """The model's generation config with `settings` applied: the one place where the search is configured, and the
+    one form of it that `generate()` reads. The length bound is not in it: the plan carries that (`LengthBound`)."""
     config = copy.deepcopy(model.generation_config)
     config.max_length = None  # a checkpoint's max_length would clash (with a warning) with max_new_tokens
-    # The bound every model is held to (ours saves its own; any other gets the defaults), resolved once: the engine
-    # applies it (`engine.step_processors`), and our generate() leaves a call that brings it alone.
-    config.max_new_tokens_ratio, config.max_new_tokens_offset, config.max_new_tokens = model_bound(model, settings)
+    # Ours saves its bound in its config, for a Hub user's generate(); the plan's bound replaces it, so that generate()
+    # finds no second one to derive.
+    for name in SAVED_BOUND:
+        if hasattr(config, name):
+            delattr(config, name)
     if settings.num_beams is not None:
         config.num_beams = settings.num_beams
     if settings.length_penalty is not None:
@@ -101,6 +105,10 @@ def generation_config_for(model, settings: DecodingSettings):
     return without_unused_settings(config)
 
 
+# The bound as a generation config saves it (`modeling/length_bound.py`), besides its `max_new_tokens` (the cap).
+SAVED_BOUND = ("max_new_tokens_ratio", "max_new_tokens_offset")
+
+
 def without_unused_settings(config):
     """`config` without the settings its search does not use (transformers warns about each)."""
     if not config.do_sample:
@@ -110,26 +118,44 @@ def without_unused_settings(config):
     return config
 
 
-def model_bound(model, settings: DecodingSettings) -> tuple[float, int, int]:
-    """(ratio, offset, cap) of the per-sentence bound for `model` (`length_bound.decoding_bound`)."""
-    return decoding_bound(
-        model.generation_config,
-        settings.max_new_tokens_ratio,
-        settings.max_new_tokens_offset,
-        settings.max_new_tokens,
-        getattr(model.config, "max_position_embeddings", None),
-    )
+class LengthBound(NamedTuple):
+    """Each sentence's limit of new tokens: `ceil(ratio * its source tokens) + offset`, at most `cap`
+    (`modeling/length_bound.py`). Resolved once per plan (`for_model`) and carried by it."""
+
+    ratio: float
+    offset: int
+    cap: int
+
+    @classmethod
+    def for_model(cls, model, settings: DecodingSettings) -> "LengthBound":
+        """The bound `settings` ask of `model`: theirs, else the model's saved one, else the defaults; the cap never
+        past the decoder's positions (`length_bound.decoding_bound`)."""
+        positions = getattr(model.config, "max_position_embeddings", None)
+        bound = decoding_bound(
+            model.generation_config,
+            settings.max_new_tokens_ratio,
+            settings.max_new_tokens_offset,
+            settings.max_new_tokens,
+            positions,
+        )
+        return cls(*bound)
+
+    def limits(self, source_lengths: list[int]) -> tuple[int, ...]:
+        """The limit of new tokens of each sentence of `source_lengths` tokens (as the model reads them)."""
+        if not source_lengths:
+            return ()
+        limits = new_token_limits(torch.tensor(source_lengths), self.ratio, self.offset, self.cap)
+        return tuple(int(limit) for limit in limits.tolist())
+
+    def text(self) -> str:
+        """The bound in words, for a notice: "1.5 × its source tokens + 10, at most 255"."""
+        return f"{self.ratio:g} × its source tokens + {self.offset}, at most {self.cap}"
 
 
-def config_bound(config) -> tuple[float, int, int]:
-    """(ratio, offset, cap) of the bound a generation config made by `generation_config_for` holds."""
-    return config.max_new_tokens_ratio, config.max_new_tokens_offset, config.max_new_tokens
-
-
-def decoding_record(config, settings: DecodingSettings) -> dict:
-    """The decoding as a plain record (what a score and a vote store), read from the generation config that does it
-    (`generation_config_for`) and the settings it does not hold (the casing, the batches)."""
-    ratio, offset, cap = config_bound(config)
+def decoding_record(plan: "DecodingPlan") -> dict:
+    """The plan's decoding as a plain record (what a score and a vote store): its generation config, its bound and the
+    settings neither holds (the casing, the batches)."""
+    config, settings = plan.generation_config, plan.settings
     return {
         "num_beams": config.num_beams,
         "length_penalty": config.length_penalty,
@@ -137,27 +163,27 @@ def decoding_record(config, settings: DecodingSettings) -> dict:
         "top_k": config.top_k,
         "top_p": config.top_p,
         "temperature": config.temperature,
-        "max_new_tokens": cap,
-        "max_new_tokens_ratio": ratio,
-        "max_new_tokens_offset": offset,
+        "max_new_tokens": plan.bound.cap,
+        "max_new_tokens_ratio": plan.bound.ratio,
+        "max_new_tokens_offset": plan.bound.offset,
         "normalise_case": settings.normalise_case,
         "batch_size": settings.batch_size,
     }
 
 
 def resolved_settings(model, settings: DecodingSettings = DecodingSettings()) -> dict:
-    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records): a
-    plan's record (`decoding_record`) without the sentences."""
-    return decoding_record(generation_config_for(model, settings), settings)
+    """The decoding `translate` will use for `model`, the model's saved defaults filled in (what a score records): the
+    record of a plan of no sentences (nothing tokenized)."""
+    return decoding_record(plan_decoding(model, None, [], settings))
 
 
 @dataclass(frozen=True)
 class DecodingPlan:
     """One system's part of a request, made once (`plan_decoding`) and run as it is (`run_plan`): its sentences as the
-    model reads them (tokenized once), each sentence's limit of new tokens, the request's `DecodingSettings` (what
-    each system's plan is made from), the generation config made from them (the one place num_beams and the rest, the
-    bound included, become what `generate()` reads), and the backend that decodes. A budget may narrow it once
-    (`narrowed`: fewer beams, only its first sentences)."""
+    model reads them (tokenized once), the length bound and each sentence's limit of new tokens, the request's
+    `DecodingSettings` (what each system's plan is made from), the generation config made from them (the one place
+    num_beams and the rest become what `generate()` reads), and the backend that decodes. A budget may replace it once
+    by a plan of less work (`with_less_work`: fewer beams, only its first sentences)."""
 
     sentences: tuple[str, ...]  # as given
     sources: tuple[str, ...]  # as the model reads them: its task prefix, the casing applied
@@ -165,11 +191,12 @@ class DecodingPlan:
     source_ids: tuple[tuple[int, ...], ...]  # what the model reads (cut at `source_limit`), </s> included
     source_lengths: tuple[int, ...]  # tokens before the cut
     source_limit: int  # tokens the model reads
-    settings: DecodingSettings  # the request's, as asked (or as narrowed)
-    limits: tuple[int, ...]  # new tokens each sentence may take (`modeling.length_bound.new_token_limits`)
-    generation_config: object = field(repr=False, compare=False)  # the model's, the settings and bound applied
+    settings: DecodingSettings  # the request's, as asked (or with the budget's beams)
+    bound: LengthBound  # each sentence's limit of new tokens, as a rule
+    limits: tuple[int, ...]  # new tokens each sentence may take: `bound.limits` of what the model reads
+    generation_config: object = field(repr=False, compare=False)  # the model's, the settings applied
     backend: str = "PyTorch"  # what decodes it: "PyTorch", "CTranslate2 float32", "CTranslate2 int8"
-    notices: tuple[str, ...] = ()  # what narrowed the plan, in words (a budget's)
+    notices: tuple[str, ...] = ()  # why the plan does less than asked, in words (a budget's)
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -182,26 +209,19 @@ class DecodingPlan:
     def num_beams(self) -> int:
         return self.generation_config.num_beams
 
-    @property
-    def bound(self) -> tuple[float, int, int]:
-        """(ratio, offset, cap) of each sentence's limit, as the generation config holds them."""
-        return config_bound(self.generation_config)
-
-    def bound_text(self) -> str:
-        """The bound in words, for a notice: "1.5 × its source tokens + 10, at most 255"."""
-        ratio, offset, cap = self.bound
-        return f"{ratio:g} × its source tokens + {offset}, at most {cap}"
-
-    def narrowed(self, num_beams: int, count: int, notice: str) -> "DecodingPlan":
+    def with_less_work(self, num_beams: int, count: int, notice: str) -> "DecodingPlan":
         """This plan with `num_beams` and only its first `count` sentences (nothing tokenized or resolved again), and
         why: the request's settings say the beams for the other systems, the config for this one."""
         config = copy.deepcopy(self.generation_config)
         config.num_beams = num_beams
         first = {name: getattr(self, name)[:count] for name in _PER_SENTENCE}
         return replace(
-            self, **first, settings=replace(self.settings, num_beams=num_beams),
-            generation_config=without_unused_settings(config), notices=(*self.notices, notice),
-        )  # fmt: skip
+            self,
+            **first,
+            settings=replace(self.settings, num_beams=num_beams),
+            generation_config=without_unused_settings(config),
+            notices=(*self.notices, notice),
+        )
 
 
 _PER_SENTENCE = ("sentences", "sources", "recased", "source_ids", "source_lengths", "limits")
@@ -220,9 +240,7 @@ def plan_decoding(
         cut = encode(tokenizer, [sources[index] for index in long], truncation=True, max_length=limit)["input_ids"]
         for index, row in zip(long, cut, strict=True):
             ids[index] = row
-    config = generation_config_for(model, settings)
-    read = torch.tensor([min(length, limit) for length in lengths], dtype=torch.long)
-    limits = new_token_limits(read, *config_bound(config)).tolist() if lengths else []
+    bound = LengthBound.for_model(model, settings)
     return DecodingPlan(
         sentences=tuple(sentences),
         sources=tuple(sources),
@@ -231,8 +249,9 @@ def plan_decoding(
         source_lengths=tuple(lengths),
         source_limit=limit,
         settings=settings,
-        limits=tuple(int(value) for value in limits),
-        generation_config=config,
+        bound=bound,
+        limits=bound.limits([min(length, limit) for length in lengths]),
+        generation_config=generation_config_for(model, settings),
         backend=backend_name(backend),
     )
 

@@ -41,8 +41,9 @@ class StepCost:
     @classmethod
     def measure(cls, model, *, steps: int = 8, repeats: int = 2, source_tokens: int = 16) -> "StepCost":
         """`model`'s cost of a step on this machine, from its own searches (`CALIBRATION_SEARCHES`) run through
-        `generate()` as the engine runs them, `steps` steps each, the fastest of `repeats`: about 0.3 s of CPU for a
-        model of the shipped size.
+        `generate()` as the engine runs them, `steps` steps each, the fastest of `repeats`: for the shipped model 0.85 s
+        of CPU in one thread on a 2-core machine loaded 8 per core (with two threads there, 4 s: they wait on each
+        other), less on a quiet one.
 
         Measured when the app loads the model rather than stored with the folder by the scoring command: the budget
         is spent on the machine that serves (a Space's CPU is not the one that scored the folder), with the model as
@@ -51,12 +52,12 @@ class StepCost:
         every later request look dearer (on a machine loaded 8 per core, wall time read 3-4x the CPU time, and the
         CPU time of two calibrations differed by under 1%).
         """
-        (narrow_rows, narrow), (wide_rows, wide) = [
+        (few_rows, few_rows_seconds), (many_rows, many_rows_seconds) = [
             (sentences * beams, _seconds_per_step(model, sentences, beams, steps, repeats, source_tokens))
             for sentences, beams in CALIBRATION_SEARCHES
         ]
-        per_row = max(wide - narrow, 0.0) / (wide_rows - narrow_rows)
-        return cls(fixed=max(narrow - per_row * narrow_rows, 0.0), per_row=per_row)
+        per_row = max(many_rows_seconds - few_rows_seconds, 0.0) / (many_rows - few_rows)
+        return cls(fixed=max(few_rows_seconds - per_row * few_rows, 0.0), per_row=per_row)
 
     def seconds(self, rows: int) -> float:
         """Seconds of one step of a batch of `rows` rows (sentences x beams)."""

@@ -186,6 +186,8 @@ def test_an_interval_is_given_only_from_enough_sources():
     assert all(row["lower"] is None and row["upper"] is None for row in one)
     few = leaderboard_rows(battles("ours", "marian", A=INTERVAL_SOURCES - 1))
     assert all(row["lower"] is None and row["sources"] == INTERVAL_SOURCES - 1 for row in few)
+    alike = leaderboard_rows(battles("ours", "marian", A=INTERVAL_SOURCES + 2))  # enough sources, all voting alike
+    assert all(row["lower"] is None for row in alike)  # a zero-width interval would claim certainty
     enough = leaderboard_rows(battles("ours", "marian", A=INTERVAL_SOURCES + 3, B=2))
     for row in enough:
         assert row["sources"] == INTERVAL_SOURCES + 5

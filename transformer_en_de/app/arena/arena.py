@@ -308,9 +308,9 @@ def resting_on(summary: dict, key: str = "all") -> str:
 HEADER = ["Rank", "System", "Rating", "95% interval", "Battles", "Won", "Tied", "Lost", "Both bad", "BLEU (test 2016)"]
 CAPTION = (
     "Bradley-Terry ratings (ties as half a win; \"both bad\" counted as a battle, not in the rating); 95% bootstrap "
-    f"intervals over the sources, shown for a system rated by at least {INTERVAL_SOURCES} sources. Battles, Won, "
-    "Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes down "
-    "to its bound."
+    f"intervals over the sources, shown once at least {INTERVAL_SOURCES} sources rated a system and differ. Battles, "
+    "Won, Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes "
+    "down to its bound."
 )
 
 

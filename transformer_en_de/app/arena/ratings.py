@@ -17,7 +17,8 @@ simply wait out.
 
 The 95% interval is the 2.5th to 97.5th percentile of the ratings refitted on sources resampled with replacement (a
 cluster bootstrap: one source's votes are not independent evidence); it is given only for a system rated by at least
-`INTERVAL_SOURCES` sources (with fewer, resampling them cannot show how far the rating could be off).
+`INTERVAL_SOURCES` sources whose resampling moves its rating by a point or more (with fewer sources, or sources that
+all voted alike, resampling them cannot show how far the rating could be off).
 
 The counts are running (`Tally`): a new vote adds to its source's win matrix, so a leaderboard costs the number of
 sources times the systems squared, whatever the number of votes, and never reads the votes' texts.
@@ -169,7 +170,8 @@ def leaderboard_rows(
     for number, system in enumerate(systems):
         counts = tally.outcomes[system]
         sources = tally.sources_rating(system)
-        interval = sources >= INTERVAL_SOURCES and k > 1
+        # a zero-width interval (every source voted alike) would claim a certainty the votes do not have
+        interval = sources >= INTERVAL_SOURCES and k > 1 and upper[number] - lower[number] >= 1
         row = dict(system=system, rating=float(ratings[number]),
                    lower=float(lower[number]) if interval else None, upper=float(upper[number]) if interval else None,
                    battles=counts["battles"], wins=counts["wins"], ties=counts["ties"], losses=counts["losses"],

@@ -476,7 +476,13 @@ def visitor_process() -> None:
     from gradio_client import Client
 
     headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
-    client = Client(sys.argv[1], verbose=False, headers=headers)
+    for attempt in range(3):  # a page opened in a crowd's burst may wait past gradio_client's 5 s for /config: again
+        try:
+            client = Client(sys.argv[1], verbose=False, headers=headers)
+            break
+        except httpx.TimeoutException:
+            if attempt == 2:
+                raise
     for line in sys.stdin:
         asked, latencies, failures = json.loads(line), [], 0
         for sentence in asked["sentences"]:

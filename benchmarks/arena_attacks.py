@@ -95,7 +95,7 @@ class Party:
         while not self.stopped.is_set():
             turn += 1
             try:
-                battle_id, first, second = visitor.predict(CAPTIONS[turn % len(CAPTIONS)], api_name="/battle")
+                battle_id, first, second, _ = visitor.predict(CAPTIONS[turn % len(CAPTIONS)], api_name="/battle")
                 if not battle_id:
                     self.count("no battle: " + first[:40])
                     self.stopped.wait(1.0)
@@ -194,7 +194,7 @@ def readers(url: str, server, args) -> None:
 
 def lock(url: str, votes_db: Path, args) -> None:
     visitor = client(url, HONEST)
-    battle_id, first, second = visitor.predict("A man sings on a stage.", api_name="/battle")
+    battle_id, first, second, _ = visitor.predict("A man sings on a stage.", api_name="/battle")
     time.sleep(args.read)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "40"], stdout=subprocess.PIPE, text=True

@@ -114,7 +114,7 @@ def empty_source_bound(generation_config, kwargs: dict, input_ids, pad_token_id:
         eos_token_id = eos_token_id[0] if eos_token_id else None
     if eos_token_id is None or not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         return None
-    if any(kwargs.get(name) for name in ("min_new_tokens", "min_length")):
+    if any(kwargs.get(name, getattr(generation_config, name, None)) for name in ("min_new_tokens", "min_length")):
         return None
     attention_mask = kwargs.get("attention_mask")
     if attention_mask is not None and attention_mask.dim() == 2:

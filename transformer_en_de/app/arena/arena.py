@@ -314,9 +314,9 @@ CAPTION = (
 )
 
 
-def leaderboard_markdown(boards: list[Board]) -> str:
+def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
     """The leaderboards as Markdown, the first first: each a table, best first, with what it rests on and each
-    system's BLEU."""
+    system's BLEU (`bleu_line`: the decoding each was scored with)."""
     parts = []
     for board in boards:
         if board.heading:
@@ -332,7 +332,7 @@ def leaderboard_markdown(boards: list[Board]) -> str:
             for row in board.rows
         ]  # fmt: skip
         parts.append(markdown_table(HEADER, table, "rl" + "r" * 8))
-        parts.append(f"{CAPTION} {board.line}")
+        parts.append(" ".join(part for part in (CAPTION, bleu_line, board.line) if part))
     return "\n\n".join(parts)
 
 

@@ -361,9 +361,12 @@ class TranslationApp:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""
         _, rows = self.corpus()
         # each system's test 2016 BLEU from the Corpus tab's own rows (ours: its record's), so the two never disagree
-        bleu = {model: score for model, (score, _) in bleu_by_model(rows).items()}
+        scored = bleu_by_model(rows)
+        bleu = {model: score for model, (score, _) in scored.items()}
+        how = "; ".join(f"{model}: {decoding}" for model, (_, decoding) in scored.items())
+        bleu_line = f"BLEU: cased sacreBLEU on test 2016 flickr, decoded as scored ({how})." if scored else ""
         boards = self.arena.boards(bleu)
-        return boards[0].rows, leaderboard_markdown(boards)
+        return boards[0].rows, leaderboard_markdown(boards, bleu_line)
 
     def cancel_visitor(self, request: gr.Request):
         if self.serving.scheduler.cancel(request.session_hash):

@@ -56,7 +56,7 @@ from transformer_en_de.app.page.arena import arena_tab, signed_in_line  # noqa: 
 from transformer_en_de.app.page.file import file_tab  # noqa: E402
 from transformer_en_de.app.page.inside import inside_tab  # noqa: E402
 from transformer_en_de.app.page.style import page_css  # noqa: E402
-from transformer_en_de.app.page.translate import decoding_controls, intro_text, translate_tab  # noqa: E402
+from transformer_en_de.app.page.translate import decoding_controls, intro_text, page_title, translate_tab  # noqa: E402
 from transformer_en_de.app.serving import (  # noqa: E402
     SPACE_PROXY_NETWORKS,
     Limits,
@@ -94,7 +94,9 @@ def resolve_model(model_id: str | None) -> str:
 
 
 def parse_options(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Our Transformer beside pretrained models, English → German.")
+    parser = argparse.ArgumentParser(
+        description="Our Transformer beside other models (MarianMT by default), English → German."
+    )
     parser.add_argument(
         "--model",
         default=os.environ.get("TRANSFORMER_MT_MODEL", DEFAULT_MODEL),
@@ -105,7 +107,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "--comparison-models",
         nargs="*",
         default=parse_model_list(os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS)),
-        help="pretrained models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
+        help="models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
         f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
     )
     # env TRANSFORMER_MT_BACKEND sets the default backend
@@ -247,9 +249,11 @@ class TranslationApp:
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result))
 
+    # reference_file may be left out (None): its default makes it optional in the API. The page always sends the
+    # controls, whose own values are their defaults there; None here only lets the parameters follow it.
     def translate_file(
-        self, source_file, reference_file, decoding, num_beams, max_new_tokens, request: gr.Request,
-        progress=gr.Progress(),
+        self, source_file, reference_file=None, decoding=None, num_beams=None, max_new_tokens=None,
+        request: gr.Request = None, progress=gr.Progress(),
     ):  # fmt: skip
         """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
 
@@ -394,7 +398,7 @@ def build_app(
         model_id, comparison_model_ids, limits=limits, comparison_path=comparison_path, backend=backend, int8=int8,
         votes_db=votes_db, votes_dataset=votes_dataset,
     )  # fmt: skip
-    with gr.Blocks(title="Transformer vs pretrained models, English → German", delete_cache=DELETE_CACHE) as demo:
+    with gr.Blocks(title=f"English → German: {page_title(app.comparisons)}", delete_cache=DELETE_CACHE) as demo:
         intro = gr.Markdown(intro_text(app.comparisons))
         controls = decoding_controls(app)
         with gr.Tabs():
@@ -409,7 +413,7 @@ def build_app(
             with gr.Tab("Corpus comparison"):
                 notes = gr.Markdown(label="Notes")
                 table = gr.Markdown(label="Corpus results", elem_id="corpus-table")
-        status = gr.Markdown(visible=False)
+        status = gr.Markdown(label="Status", visible=False)
         # The corpus table is work like any other; the status line only reads counters and skips the queue.
         app.serving.work(demo.load, app.comparison, None, [notes, table], api_name="comparison")
         demo.load(app.status, None, status, api_name="status", queue=False)

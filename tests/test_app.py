@@ -30,6 +30,7 @@ from transformer_en_de.app import (
     translators,
 )
 from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
+from transformer_en_de.app.page import translate as page_translate
 from transformer_en_de.app.serving import limits
 from transformer_en_de.app.serving.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler
 from transformer_en_de.app.translation import run_system
@@ -877,6 +878,29 @@ def test_comparison_model_status_shows_no_server_path(tmp_path):
     assert translators.display_id("Helsinki-NLP/opus-mt-en-de") == "Helsinki-NLP/opus-mt-en-de"
 
 
+def test_only_a_known_pretrained_hub_model_is_called_pretrained(tmp_path):
+    known = ["Helsinki-NLP/opus-mt-en-de", "Helsinki-NLP/opus-mt-en-de@main", "google-t5/t5-small", "t5-base"]
+    assert all(translators.known_pretrained(model_id) for model_id in known)
+    folder = tmp_path / "opus-mt-en-de"  # a local folder, whatever its name
+    folder.mkdir()
+    for model_id in (str(folder), "./opus-mt-en-de", "someone/transformer-en-de", ""):
+        assert not translators.known_pretrained(model_id), model_id
+
+
+def test_the_intro_calls_a_local_comparison_folder_no_pretrained_model(tmp_path):
+    marian = build_tiny_marian(tmp_path / "marian")
+    local = translators.BackgroundTranslator(str(marian), "marian")
+    offline = translators.BackgroundTranslator("Helsinki-NLP/opus-mt-en-de", "opus-mt-en-de")
+    assert loaded(local, timeout=120) and loaded(offline, timeout=60)
+
+    intro = page_translate.intro_text([local, offline])  # the Hub's model is not on the page (offline)
+    assert intro.startswith("# English → German: our Transformer beside other models\n")
+    assert "The model (`marian`) beside it is not a known pretrained model" in intro
+    assert "millions" not in intro and "pretrained models" not in intro
+    assert translation.NO_PRETRAINED in page_translate.intro_text([offline])
+    assert page_translate.page_title([local, offline]) == "our Transformer beside pretrained models"  # as listed
+
+
 def test_model_lists_and_names():
     assert translators.parse_model_list("a/b, ./c  d") == ["a/b", "./c", "d"]
     assert translators.parse_model_list("") == []
@@ -1017,10 +1041,15 @@ def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, 
     for output in result.outputs:
         assert "**Confidence per sentence**" in translation.format_details(output) and len(output.confidences) == 2
     # The tiny models are random: every sentence is flagged, but only ours carries the note, and it advises trusting
-    # the pretrained model only where one translated beside it.
+    # a pretrained model only where one translated beside it: the tiny MarianMT is a local folder, not one.
     ours_details = translation.format_details(result.outputs[0])
     assert "Our model learned German from 29,000 descriptions of photos" in ours_details
-    assert translation.TRUST_PRETRAINED in ours_details and "**Backend** PyTorch" in ours_details
+    assert translation.NOT_PRETRAINED in ours_details and "**Backend** PyTorch" in ours_details
+    assert translation.TRUST_PRETRAINED not in ours_details
+    # The same weights under the Hub id of a known pretrained model (offline here): that one is trusted more.
+    hub_marian = translators.Translator("opus-mt-en-de", "Helsinki-NLP/opus-mt-en-de", marian.model, marian.tokenizer)
+    beside = text("A dog runs. The cat sleeps.", "greedy", 1, 8, ours=ours, comparisons=[hub_marian])
+    assert translation.TRUST_PRETRAINED in translation.format_details(beside.outputs[0])
     assert "descriptions of photos" not in translation.format_details(result.outputs[1])
     alone = translation.format_details(text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[]).outputs[0])
     assert translation.NO_PRETRAINED in alone and translation.TRUST_PRETRAINED not in alone
@@ -1058,3 +1087,75 @@ def test_the_app_reads_no_private_state_of_gradio():
         text=True,
     )
     assert found.stdout == ""
+
+
+# ------------------------------------------------------------------------------- the API a client reads, on a real app
+
+# The endpoints that take the decoding controls, whose whole numbers the API types as int
+DECODING_ENDPOINTS = ("/translate", "/translate_file", "/inside")
+# The page's endpoints besides the arena's (whose outputs tests/test_arena_app.py reads)
+PAGE_ENDPOINTS = (*DECODING_ENDPOINTS, "/comparison", "/status")
+
+
+@pytest.fixture(scope="module")
+def served_app(app_model_dir, tmp_path_factory):
+    """The app's server (as `python app.py` runs it, offline) with ours and a tiny MarianMT, in this process; (its URL,
+    the MarianMT's name on the page)."""
+    import socket
+
+    import app
+    from transformer_en_de.app.serving.server import start_in_thread
+
+    marian = build_tiny_marian(tmp_path_factory.mktemp("api-marian"))
+    votes = tmp_path_factory.mktemp("api-votes") / "votes.sqlite3"
+    translation_app = app.build_app(str(app_model_dir), [str(marian)], backend="torch", votes_db=votes)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = app.build_app_server(translation_app, "127.0.0.1", port)
+    start_in_thread(server)
+    yield f"http://127.0.0.1:{port}/", marian.name
+    server.should_exit = True
+
+
+@pytest.mark.slow
+def test_the_api_names_every_output_types_whole_numbers_as_int_and_marks_optional_inputs(served_app, tmp_path):
+    import urllib.request
+
+    from gradio_client import Client, handle_file
+
+    url, marian = served_app
+    with urllib.request.urlopen(f"{url}gradio_api/info", timeout=60) as answer:
+        endpoints = json.load(answer)["named_endpoints"]
+
+    assert set(PAGE_ENDPOINTS) <= set(endpoints)
+    for name in PAGE_ENDPOINTS:
+        labels = [output["label"] for output in endpoints[name]["returns"]]
+        assert labels and not any(label.startswith("value_") for label in labels), (name, labels)  # Gradio's stand-in
+        assert len(set(labels)) == len(labels), (name, labels)  # each told apart
+    assert [output["label"] for output in endpoints["/translate"]["returns"]] == [
+        "German (Transformer (ours))", "Transformer (ours) details",
+        f"German ({marian})", f"{marian} details", "Notice",
+    ]  # fmt: skip
+    for name in DECODING_ENDPOINTS:
+        parameters = {parameter["parameter_name"]: parameter for parameter in endpoints[name]["parameters"]}
+        for whole in ("num_beams", "max_new_tokens"):
+            assert parameters[whole]["type"]["type"] == "integer", (name, whole)
+            assert parameters[whole]["python_type"]["type"] == "int", (name, whole)
+    files_in = {parameter["parameter_name"]: parameter for parameter in endpoints["/translate_file"]["parameters"]}
+    reference_file = files_in["reference_file"]
+    assert reference_file["parameter_has_default"] and reference_file["parameter_default"] is None
+    assert not files_in["source_file"]["parameter_has_default"]  # the one input a file translation needs
+    translate_in = {parameter["parameter_name"]: parameter for parameter in endpoints["/translate"]["parameters"]}
+    assert translate_in["reference"]["parameter_has_default"] and not translate_in["text"]["parameter_has_default"]
+
+    # What gradio_client shows a user, and a file translated with the reference left out
+    client = Client(url, verbose=False)
+    shown = client.view_api(print_info=False, return_format="str")
+    assert "num_beams: int" in shown and "max_new_tokens: int" in shown
+    assert "num_beams: float" not in shown and "reference_file: filepath | None (not required" in shown
+    source = tmp_path / "source.en"
+    source.write_text("A dog runs in the park.\nThe cat sleeps.\n", encoding="utf-8")
+    tsv, summary, _ = client.predict(handle_file(str(source)), api_name="/translate_file")
+    client.close()
+    assert tsv is not None and "Error" not in summary

@@ -8,6 +8,7 @@ from tiny_marian import build_tiny_marian
 from tiny_models import build_tiny_t5
 
 import app
+from transformer_en_de.app.page.translate import EVERYDAY_EXAMPLE
 from transformer_en_de.app.serving.server import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -102,12 +103,10 @@ def test_at_phone_width_inputs_stack_nothing_is_cut_and_a_missing_model_is_one_l
 
     english, reference = (page.locator(f"#{name} textarea").bounding_box() for name in ("english", "reference"))
     assert english["y"] + english["height"] <= reference["y"] and english["width"] >= 280  # stacked, full width
-    page.get_by_text("Where is the train station?").click()  # the everyday example
+    page.get_by_text(EVERYDAY_EXAMPLE[0]).click()  # the everyday example
     # The example fills the input through the server: wait for it, as a visitor would.
     page.wait_for_function(
-        "text => document.querySelector('#english textarea')?.value === text",
-        arg="Where is the train station?",
-        timeout=30_000,
+        "text => document.querySelector('#english textarea')?.value === text", arg=EVERYDAY_EXAMPLE[0], timeout=30_000
     )
     assert inside(page, "#examples td", 390)
     page.locator("#translate").click()

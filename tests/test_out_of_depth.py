@@ -8,6 +8,7 @@ import pytest
 from conftest import DATA_DIR, ROOT
 
 from benchmarks.confidence import everyday_sentences
+from transformer_en_de.app import translation
 from transformer_en_de.app.out_of_depth import (
     LOOP_REASON,
     LOW_SCORE,
@@ -17,7 +18,11 @@ from transformer_en_de.app.out_of_depth import (
     caption_bigrams,
     check_depth,
     familiarity,
+    repeats_itself,
 )
+from transformer_en_de.app.page.translate import EVERYDAY_EXAMPLE, EXAMPLES, INTRO
+from transformer_en_de.app.serving.limits import Limits
+from transformer_en_de.app.text_checks import decoding_defaults
 from transformer_en_de.data import read_lines
 from transformer_en_de.decoding.engine import confidences, translate
 from transformer_en_de.decoding.loading import load_model
@@ -119,3 +124,35 @@ def test_a_looping_translation_is_flagged_however_sure_the_model_is():
     (loop, fine) = check_depth([source, source], [0.95, 0.95], [looping, plain])
     assert loop.flagged and loop.reason == LOOP_REASON and loop.score == fine.score
     assert not fine.flagged and fine.reason == ""
+
+
+@pytest.mark.parametrize(
+    "source, translation, loops",
+    [
+        ("Hi.", "Erwachsene.", False),  # wrong, and over 3x the source's characters, but nothing repeats
+        ("Go.", "Ein Mann geht eine Straße entlang.", False),
+        ("I am tired.", "Ich bin müde, wenn Sie wenn Sie wenn Sie", True),  # a phrase three times in a row
+        ("The package costs 19.99 euros.", "Die Paket 19999999999999999999999999999999", True),  # inside a number
+        ("We need two engineers.", "Wir brauchen zwei Moreoreoreoreoreoreoreore", True),  # inside a word
+        ("Hi.", "Ein Mann mit einem Hut und ein Mann mit einem Hut", True),  # overlong, four words said twice
+        ("A man with a hat and a man with a hat.", "Ein Mann mit einem Hut und ein Mann mit einem Hut.", False),
+        ("A ship in 1999.", "Ein Schifffahrt im Jahr 1999.", False),  # "fff" and "999" are German and a year
+    ],
+)
+def test_a_loop_is_repetition_not_length(source, translation, loops):
+    assert repeats_itself(source, translation) is loops
+    (check,) = check_depth([source], [0.95], [translation])
+    assert (check.reason == LOOP_REASON) is loops
+
+
+def test_the_everyday_example_the_intro_points_at_is_flagged_on_the_page(shipped_translator):
+    """The intro says "try the last example": the shipped model's page, at the decoding it starts with, flags it."""
+    assert "(try the last example)" in INTRO and EXAMPLES[-1] == EVERYDAY_EXAMPLE
+    english, reference = EVERYDAY_EXAMPLE
+    decoding, beams, tokens = decoding_defaults(shipped_translator.model, Limits())
+    context = translation.RequestContext(shipped_translator)
+    result = translation.translate_text(english, decoding, beams, tokens, reference, context=context)
+
+    (check,) = result.outputs[0].depth
+    assert check.flagged and check.score < LOW_SCORE, (result.outputs[0].translation, check)
+    assert "Low confidence" in translation.format_details(result.outputs[0])

@@ -26,7 +26,7 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import NO_PRETRAINED, TRUST_PRETRAINED, RequestContext, admit, plan_request, run_systems
+from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems
 
 FILE_TYPES = [".txt", ".en", ".de"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
@@ -221,8 +221,8 @@ def depth_cell(check: DepthCheck) -> str:
 
 
 def depth_advice(outputs) -> str:
-    compared = any(output.run is not None for output in outputs[1:])
-    return f" (⚠ in its confidence column). {TRUST_PRETRAINED if compared else NO_PRETRAINED}"
+    compared = [output for output in outputs[1:] if output.run is not None]
+    return f" (⚠ in its confidence column). {comparison_advice(compared)}"
 
 
 def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:

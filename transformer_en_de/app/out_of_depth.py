@@ -8,10 +8,11 @@ mean log-probability per word, and a source less likely than nearly every captio
     score = confidence × exp(DISCOUNT × min(0, log-probability per word − CAPTION_FLOOR))
 
 A sentence is flagged when its score is below `LOW_SCORE`, or when its translation loops (a word or a phrase three
-times in a row, or over three times the source's length: `data.is_loop`), however sure of it the model is. The
-constants were chosen on the odd lines of `benchmarks/everyday_sentences.txt` (everyday sentences written for this)
-and on Multi30k validation; `python -m benchmarks.confidence` prints the flag rates there and on the held-out even
-lines, for the shipped model or any other.
+times in a row, a piece of a word or number again and again, or an overlong translation saying a phrase twice:
+`repeats_itself`), however sure of it the model is; a translation only longer than its source is no loop. The constants
+were chosen on the odd lines of `benchmarks/everyday_sentences.txt` (everyday sentences written for this) and on
+Multi30k validation; `python -m benchmarks.confidence` prints the flag rates there and on the held-out even lines, for
+the shipped model or any other.
 
 The bigram counts ship in `caption_bigrams.json.gz`, built from Multi30k's train.en by
 `python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`.
@@ -126,6 +127,26 @@ def familiarity(source: str) -> float:
 
 
 LOOP_REASON = "The translation repeats itself: the model has lost its way."
+# A piece of up to four characters four times in a row, over at least LOOP_CHARACTERS characters ("1999999999",
+# "Moreoreoreore"): a loop inside a word or a number, where the word check sees one word.
+_REPEATED_PIECE = re.compile(r"(\S{1,4}?)\1{3,}")
+LOOP_CHARACTERS = 10
+LOOP_PHRASE_WORDS = 4  # an overlong translation that says this many words twice in one order loops
+
+
+def repeats_itself(source: str, translation: str, most: float = 3.0) -> bool:
+    """Whether a translation loops: a word or a phrase of up to three words three times in a row (`data.is_loop`), a
+    piece of a word or number again and again, or over `most` times its source's characters and saying a phrase of
+    `LOOP_PHRASE_WORDS` words twice. Length alone is no loop: "Hi." → "Erwachsene." is wrong, but repeats nothing."""
+    if is_loop(source, translation, most=math.inf):
+        return True
+    if any(len(match.group()) >= LOOP_CHARACTERS for match in _REPEATED_PIECE.finditer(translation)):
+        return True
+    if len(translation) <= most * max(len(source), 1):
+        return False
+    said = [word.lower() for word in re.findall(r"\w+", translation)]
+    phrases = [tuple(said[start : start + LOOP_PHRASE_WORDS]) for start in range(len(said) - LOOP_PHRASE_WORDS + 1)]
+    return len(set(phrases)) < len(phrases)
 
 
 def _reason(source: str, familiar: float) -> str:
@@ -161,7 +182,7 @@ def check_depth(
             continue
         familiar = familiarity(source)
         score = confidence * familiar
-        if translation and is_loop(source, translation):
+        if translation and repeats_itself(source, translation):
             checks.append(DepthCheck(True, score, LOOP_REASON))
             continue
         flagged = score < low_score
@@ -189,4 +210,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["DepthCheck", "check_depth", "familiarity"]
+__all__ = ["DepthCheck", "check_depth", "familiarity", "repeats_itself"]

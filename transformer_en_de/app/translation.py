@@ -44,6 +44,16 @@ OUT_OF_DEPTH = (
 )
 TRUST_PRETRAINED = "Here, trust the pretrained model more."
 NO_PRETRAINED = "No pretrained model is on this page to compare with."
+# Models beside ours that are not known pretrained ones (`translators.known_pretrained`: a local folder, say)
+NOT_PRETRAINED = "The models beside it are not known pretrained models: the page cannot say whether they know better."
+
+
+def comparison_advice(others: list) -> str:
+    """Whom to trust where our model is out of its depth, given the comparison systems that translated beside it
+    (anything with `pretrained`): a known pretrained model, else none."""
+    if any(other.pretrained for other in others):
+        return TRUST_PRETRAINED
+    return NOT_PRETRAINED if others else NO_PRETRAINED
 
 
 @dataclass
@@ -82,6 +92,7 @@ class SystemOutput:
     message: str = ""
     notices: list[str] = field(default_factory=list)
     run: TranslationRun | None = None
+    pretrained: bool = False  # a known pretrained model (`Translator.pretrained`)
 
 
 @dataclass
@@ -123,6 +134,7 @@ def run_system(
         name=translator.name,
         num_parameters=translator.num_parameters,
         backend_name=getattr(translator, "backend_name", "PyTorch"),
+        pretrained=translator.pretrained,
     )
     sentences, settings = list(plan.sentences), plan.settings
     run = run_plan(
@@ -217,14 +229,14 @@ def request_job(context: RequestContext, work: float, budget: Budget, *, side: b
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     """The out-of-depth notice for our output ("" if no sentence is flagged): the advice to trust a pretrained model
-    only where one has translated beside it."""
+    only where one has translated beside it (`comparison_advice`)."""
     flagged = [number + 1 for number, check in enumerate(output.depth) if check.flagged]
     if not flagged:
         return ""
     first = output.depth[flagged[0] - 1]
     where = f"{first.score:.0%}" if len(output.depth) == 1 else f"sentence {sentence_numbers(flagged)}"
-    compared = any(other.translation for other in outputs if other is not output)
-    return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=TRUST_PRETRAINED if compared else NO_PRETRAINED)
+    compared = [other for other in outputs if other is not output and other.translation]
+    return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=comparison_advice(compared))
 
 
 def check_reference(reference, limits: Limits) -> tuple[str, str]:

@@ -68,6 +68,11 @@ class Translator:
         return self.model.num_parameters()
 
     @property
+    def pretrained(self) -> bool:
+        """A Hub model known to have learned from millions of sentences (`known_pretrained`), not a local folder."""
+        return known_pretrained(self.model_id)
+
+    @property
     def num_layers(self) -> int:
         """The layers of the deeper stack: a deep-encoder, shallow-decoder model (6 + 1) has six to look inside."""
         config = self.model.config
@@ -144,6 +149,31 @@ def comparison_names(model_ids: list[str]) -> list[str]:
     return names
 
 
+# Hub models known to have learned translation from millions of sentences of every kind: the page calls only these
+# "pretrained". A local folder, or another Hub id, may hold anything (a copy of ours, a test model): the page does not
+# say what it learned from.
+PRETRAINED_FAMILIES = (
+    "Helsinki-NLP/opus-mt-",
+    "Helsinki-NLP/opus-tatoeba-",
+    "google-t5/t5-",
+    "t5-",
+    "google/flan-t5-",
+    "google/madlad400-",
+    "facebook/nllb-200-",
+    "facebook/m2m100_",
+    "facebook/wmt19-",
+    "facebook/mbart-large-50",
+)
+
+
+def known_pretrained(model_id: str) -> bool:
+    """Whether `model_id` is a Hub id (perhaps at "@revision") of a model in `PRETRAINED_FAMILIES`, not a folder."""
+    if not model_id.strip() or Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~")):
+        return False
+    name = model_id.split("@", 1)[0].lower()
+    return any(name.startswith(family.lower()) for family in PRETRAINED_FAMILIES)
+
+
 NO_MODELS = ("", "none")
 
 
@@ -218,6 +248,10 @@ class BackgroundTranslator:
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def pretrained(self) -> bool:
+        return known_pretrained(self.model_id)
 
     @property
     def failed(self) -> bool:

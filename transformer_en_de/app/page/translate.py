@@ -5,34 +5,62 @@ import gradio as gr
 
 from ..text_checks import DECODINGS, decoding_defaults
 from ..translation import NO_PRETRAINED
-from ..translators import display_id
+from ..translators import display_id, known_pretrained
 
-# Sentences and references written for this app (not taken from Multi30k).
+# An everyday sentence, where our model is out of its depth and says so: the intro points at it, and the shipped model's
+# page flags it (tests/test_out_of_depth.py).
+EVERYDAY_EXAMPLE = ["How much does this cost?", "Wie viel kostet das?"]
+# Sentences and references written for this app (not taken from Multi30k); the everyday one last.
 EXAMPLES = [
     ["A man in a blue jacket is repairing a bicycle.", "Ein Mann in einer blauen Jacke repariert ein Fahrrad."],
     ["Two dogs are playing in the snow.", "Zwei Hunde spielen im Schnee."],
     ["A little girl eats an ice cream on a bench.", "Ein kleines Mädchen isst auf einer Bank ein Eis."],
     ["Several people wait at a bus stop. It is raining.", "Mehrere Leute warten an einer Bushaltestelle. Es regnet."],
     ["An old woman sells vegetables at a market.", "Eine alte Frau verkauft Gemüse auf einem Markt."],
-    # An everyday sentence, where our model is out of its depth (and says so).
-    ["Where is the train station?", "Wo ist der Bahnhof?"],
+    EVERYDAY_EXAMPLE,
 ]
 
-INTRO = """# English → German: our Transformer beside pretrained models
+INTRO = """# English → German: {title}
 Our model is the Transformer of *Attention Is All You Need*, written from scratch and trained on **29,000 English
 descriptions of photos** and their German translations (Multi30k): *"Two dogs are playing in the snow."* It translates
 sentences like those well, and little else: on everyday sentences (try the last example) it writes fluent nonsense, and
 its **confidence** (how probable the model finds its own words, and how much the English reads like a photo
 description) drops; the page then says so. {comparison} Every model translates the same input with the same settings,
 through the same code."""
-WITH_PRETRAINED = "The pretrained models beside it learned from millions of sentences of every kind."
+
+
+def page_title(comparisons: list) -> str:
+    """What the page sets our model beside, of `comparisons`: "pretrained models" only where one is a known
+    pretrained model (`translators.known_pretrained`: never a local folder)."""
+    if any(known_pretrained(model.model_id) for model in comparisons):
+        return "our Transformer beside pretrained models"
+    return "our Transformer beside other models" if comparisons else "our Transformer"
 
 
 def intro_text(comparisons: list) -> str:
-    """The page's introduction: the advice to compare with a pretrained model only while one is on the page."""
-    ready = any(model.translator is not None for model in comparisons)
-    loading = any(not model.done for model in comparisons)
-    return INTRO.format(comparison=WITH_PRETRAINED if ready or loading else NO_PRETRAINED)
+    """The page's introduction, saying what the models beside ours (on the page or still loading) are: "millions of
+    sentences" only of known pretrained models."""
+    present = [model for model in comparisons if model.translator is not None or not model.done]
+    pretrained = [model.name for model in present if model.pretrained]
+    others = [model.name for model in present if not model.pretrained]
+    lines = []
+    if pretrained:
+        lines.append(f"The pretrained {models(pretrained)} beside it learned from millions of sentences of every kind.")
+    if others:
+        one = len(others) == 1
+        lines.append(
+            f"The {'other ' if pretrained else ''}{models(others)} beside it {'is' if one else 'are'} not "
+            f"{'a known pretrained model' if one else 'known pretrained models'}: what {'it' if one else 'they'} "
+            "learned from, this page cannot say."
+        )
+    if not present:
+        lines.append(NO_PRETRAINED)
+    return INTRO.format(title=page_title(present), comparison=" ".join(lines))
+
+
+def models(names: list[str]) -> str:
+    """'model (`a`)' or 'models (`a`, `b`)'."""
+    return f"model{'s' if len(names) > 1 else ''} ({', '.join(f'`{name}`' for name in names)})"
 
 
 def decoding_controls(app) -> list:
@@ -42,8 +70,13 @@ def decoding_controls(app) -> list:
     with gr.Row():
         return [
             gr.Radio(list(DECODINGS), value=decoding, label="Decoding", min_width=240),
-            gr.Slider(1, limits.max_beams, value=beams, step=1, label="Beams (beam search)", min_width=240),
-            gr.Slider(1, limits.max_new_tokens, value=tokens, step=1, label="Maximum new tokens", min_width=240),
+            # precision 0: the API types both as whole numbers (`int`), as `check_decoding` reads them
+            gr.Slider(
+                1, limits.max_beams, value=beams, step=1, precision=0, label="Beams (beam search)", min_width=240
+            ),
+            gr.Slider(
+                1, limits.max_new_tokens, value=tokens, step=1, precision=0, label="Maximum new tokens", min_width=240
+            ),
         ]
 
 
@@ -93,7 +126,10 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                 with gr.Column(visible=not getattr(system, "failed", False)) as column:
                     gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
                     panels += [
-                        gr.Textbox(label="German", lines=4, interactive=False, elem_id=f"translation-{number}"),
+                        # Each output named for its model: the API lists them by these labels
+                        gr.Textbox(
+                            label=f"German ({system.name})", lines=4, interactive=False, elem_id=f"translation-{number}"
+                        ),
                         gr.Markdown(label=f"{system.name} details", elem_id=f"details-{number}", latex_delimiters=[]),
                     ]
                 columns += [column] if number else []

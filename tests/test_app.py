@@ -730,17 +730,30 @@ def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
     assert steps[-1] == (3 * 3, 3 * 3)
 
 
+def room_for_three_beams(ours, lines: list[str]) -> float:
+    """CPU seconds in which the lines fit at 3 beams but not at 4 (16 new tokens at most), at the cost of a step
+    measured for our model when it was loaded."""
+    settings = DecodingSettings(num_beams=8, max_new_tokens=16)
+    steps = list(engine.plan_decoding(ours.model, ours.tokenizer, lines, settings).limits)
+
+    def seconds(beams):
+        return budget.decoding_seconds(steps, beams, limits.Limits().batch_size, ours.step_cost)
+
+    return (seconds(3) + seconds(4)) / 2
+
+
 def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
-    source = write(tmp_path / "big.txt", "A man in a blue jacket is repairing a bicycle on the street.\n" * 20)
-    small = limits.Limits(file=limits.Budget(cpu_seconds=0.5, seconds=60))  # 20 lines x 8 beams x 16 tokens: 0.9 s
+    line = "A man in a blue jacket is repairing a bicycle on the street."
+    source = write(tmp_path / "big.txt", f"{line}\n" * 20)
+    room = room_for_three_beams(ours, [line] * 20)
+    small = limits.Limits(file=limits.Budget(cpu_seconds=room, seconds=60))
 
     result = translate_file(
         source, None, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path, limits=small
     )
 
-    assert "20 lines x 8 beams); each request here gets 0.5 s, so it was translated with 3 beams instead of 8" in (
-        result.summary
-    )
+    expected = f"20 lines x 8 beams); each request here gets {room:g} s, so it was translated with 3 beams instead of 8"
+    assert expected in result.summary
     assert result.path is not None
 
 
@@ -748,7 +761,8 @@ def test_a_file_whose_beams_were_lowered_is_scored_against_its_reference(ours, t
     line = "A man in a blue jacket is repairing a bicycle on the street.\n"
     source = write(tmp_path / "big.txt", line * 20)
     reference = write(tmp_path / "big.de", "Ein Mann in einer blauen Jacke repariert ein Fahrrad.\n" * 20)
-    small = limits.Limits(file=limits.Budget(cpu_seconds=0.5, seconds=60))  # fewer beams, every line
+    # fewer beams, every line
+    small = limits.Limits(file=limits.Budget(cpu_seconds=room_for_three_beams(ours, [line.strip()] * 20), seconds=60))
 
     result = translate_file(
         source, reference, "beam search", 8, 16, ours=ours, comparisons=[], output_dir=tmp_path, limits=small

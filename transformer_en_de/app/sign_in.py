@@ -25,7 +25,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gradio.utils import get_space
 from huggingface_hub import constants, get_token, whoami
 
 from ..hub_access import HUB_CONNECT_TIMEOUT_S, cause, connect
@@ -82,7 +81,8 @@ def sign_in_mode(asked: str | bool | None, environ: Mapping[str, str] = os.envir
     how visitors sign in (`SignIn`). Raises SignInUnavailable when it cannot work, or when accounts are asked for where
     Gradio would serve its stand-in."""
     asked = asked_for(asked)
-    space = get_space() is not None
+    # A Space as Gradio tells one (SYSTEM=spaces and a SPACE_ID): only there does it serve its real OAuth routes.
+    space = environ.get("SYSTEM") == "spaces" and environ.get("SPACE_ID") is not None
     if not (asked or (space and environ.get("OAUTH_CLIENT_ID"))):
         return None
     if space:  # Gradio's real routes (a stand-in is not served on a Space)

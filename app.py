@@ -252,9 +252,15 @@ class TranslationApp:
     # reference_file may be left out (None): its default makes it optional in the API. The page always sends the
     # controls, whose own values are their defaults there; None here only lets the parameters follow it.
     def translate_file(
-        self, source_file, reference_file=None, decoding=None, num_beams=None, max_new_tokens=None,
-        request: gr.Request = None, progress=gr.Progress(),
-    ):  # fmt: skip
+        self,
+        source_file,
+        reference_file=None,
+        decoding=None,
+        num_beams=None,
+        max_new_tokens=None,
+        request: gr.Request = None,
+        progress=gr.Progress(),
+    ):
         """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
 
         Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
@@ -263,9 +269,14 @@ class TranslationApp:
         with self.serving.admitted(request) as arrived:
             result = translate_file(
                 uploaded_path(source_file, self.limits.max_file_bytes),
-                uploaded_path(reference_file, self.limits.max_file_bytes), decoding, num_beams, max_new_tokens,
-                output_dir=upload_folder(), progress=progress, context=self.context(request, arrived),
-            )  # fmt: skip
+                uploaded_path(reference_file, self.limits.max_file_bytes),
+                decoding,
+                num_beams,
+                max_new_tokens,
+                output_dir=upload_folder(),
+                progress=progress,
+                context=self.context(request, arrived),
+            )
         return result.path, result.summary, result.preview
 
     def comparison(self, request: gr.Request):
@@ -395,9 +406,15 @@ def build_app(
     """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`).
     `sign_in`: the Arena tab has a "Sign in with Hugging Face" button (`sign_in_mode` checked that it can work)."""
     app = TranslationApp(
-        model_id, comparison_model_ids, limits=limits, comparison_path=comparison_path, backend=backend, int8=int8,
-        votes_db=votes_db, votes_dataset=votes_dataset,
-    )  # fmt: skip
+        model_id,
+        comparison_model_ids,
+        limits=limits,
+        comparison_path=comparison_path,
+        backend=backend,
+        int8=int8,
+        votes_db=votes_db,
+        votes_dataset=votes_dataset,
+    )
     with gr.Blocks(title=f"English → German: {page_title(app.comparisons)}", delete_cache=DELETE_CACHE) as demo:
         intro = gr.Markdown(intro_text(app.comparisons))
         controls = decoding_controls(app)

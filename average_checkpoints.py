@@ -67,34 +67,73 @@ def run_facts(run_dir: Path, last_checkpoint: Path) -> dict:
         return recorded
     state_path = last_checkpoint / "trainer_state.json"
     history = json.loads(state_path.read_text())["log_history"] if state_path.is_file() else []
-    return {"languages": {"source": "en", "target": "de"}, "command": [],
-            "training": {"validation_curve": validation_curve(history)}}
+    return {
+        "languages": {"source": "en", "target": "de"},
+        "command": [],
+        "training": {"validation_curve": validation_curve(history)},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoints", nargs="*", type=Path,
-                        help="checkpoint folders of one run, or of forks of one start (a soup: each run's checkpoints "
-                        "are named with their run); with --average_last: the run folder")
-    parser.add_argument("--output_dir", "--output-dir", type=Path, default=None,
-                        help="the folder to write the averaged (or chosen) model to; needed unless --rescore")
-    parser.add_argument("--tokenizer_name", "--tokenizer-name", "--tokenizer", type=Path, default=None,
-                        help="default: the run folder of the first checkpoint")
-    parser.add_argument("--data_dir", "--data-dir", type=Path, default=None,
-                        help="score the splits below, write the card")
-    parser.add_argument("--validation_split", "--validation-split", default="val",
-                        help="the split that chooses (default: %(default)s)")
-    parser.add_argument("--test_split", "--test-split", default="test_2016_flickr",
-                        help="scored only, never to choose; '' to skip (default: %(default)s)")
-    parser.add_argument("--average_last", "--average-last", "--choose_last", type=int, default=0, metavar="N",
-                        help="average the last n checkpoints of the run for n = 1, 2, 5, 10 ... N, keep the best on "
-                        "validation (needs --data_dir), as train.py --average_last N does at the end of a run "
-                        "(default: 0, average the checkpoints given)")
-    parser.add_argument("--rescore", type=Path, default=None, metavar="FOLDER",
-                        help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where the models are scored (default: a CUDA GPU if there is one)")
+    parser.add_argument(
+        "checkpoints",
+        nargs="*",
+        type=Path,
+        help="checkpoint folders of one run, or of forks of one start (a soup: each run's checkpoints "
+        "are named with their run); with --average_last: the run folder",
+    )
+    parser.add_argument(
+        "--output_dir",
+        "--output-dir",
+        type=Path,
+        default=None,
+        help="the folder to write the averaged (or chosen) model to; needed unless --rescore",
+    )
+    parser.add_argument(
+        "--tokenizer_name",
+        "--tokenizer-name",
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="default: the run folder of the first checkpoint",
+    )
+    parser.add_argument(
+        "--data_dir", "--data-dir", type=Path, default=None, help="score the splits below, write the card"
+    )
+    parser.add_argument(
+        "--validation_split", "--validation-split", default="val", help="the split that chooses (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--test_split",
+        "--test-split",
+        default="test_2016_flickr",
+        help="scored only, never to choose; '' to skip (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--average_last",
+        "--average-last",
+        "--choose_last",
+        type=int,
+        default=0,
+        metavar="N",
+        help="average the last n checkpoints of the run for n = 1, 2, 5, 10 ... N, keep the best on "
+        "validation (needs --data_dir), as train.py --average_last N does at the end of a run "
+        "(default: 0, average the checkpoints given)",
+    )
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="re-measure FOLDER's scores (needs --data_dir) into its eval_results.json and card",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the models are scored (default: a CUDA GPU if there is one)",
+    )
     args = parser.parse_args(argv)
     splits = [split for split in (args.validation_split, args.test_split) if split]
     try:
@@ -104,8 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             return rescore(args.rescore, args.data_dir, splits, args.device)
         if not args.checkpoints or not args.output_dir:
             parser.error("give the checkpoint folders and --output_dir (or --rescore FOLDER)")
-        scoring = Scoring(args.data_dir, args.validation_split, splits,
-                          "python average_checkpoints.py " + shlex.join(argv), args.device)
+        scoring = Scoring(
+            args.data_dir,
+            args.validation_split,
+            splits,
+            "python average_checkpoints.py " + shlex.join(argv),
+            args.device,
+        )
         if args.average_last:
             if len(args.checkpoints) != 1 or not args.data_dir or args.average_last < 1:
                 parser.error("--average_last N (N >= 1) takes one run folder and needs --data_dir")
@@ -179,21 +223,38 @@ def choose(run_dir: Path, average_last: int, output_dir: Path, tokenizer_name: P
     choice = choose_average(run_dir, average_last, tokenizer, sources, references, device=scoring.device)
     print(f"[average] saving {choice.name} into {output_dir}: val {choice.scores['bleu']} BLEU")
     chosen = {"average_candidates": choice.candidates, "chosen_average": choice.name}
-    save(output_dir, choice.model, tokenizer, run, choice.checkpoints, scoring, chosen,
-         known={validation_split: choice.scores})
+    save(
+        output_dir,
+        choice.model,
+        tokenizer,
+        run,
+        choice.checkpoints,
+        scoring,
+        chosen,
+        known={validation_split: choice.scores},
+    )
     return 0
 
 
-def save(output_dir: Path, model, tokenizer, run: dict, checkpoints: list[Path], scoring: Scoring,
-         chosen: dict | None = None, known: dict | None = None) -> None:
+def save(
+    output_dir: Path,
+    model,
+    tokenizer,
+    run: dict,
+    checkpoints: list[Path],
+    scoring: Scoring,
+    chosen: dict | None = None,
+    known: dict | None = None,
+) -> None:
     """The averaged model as a Hub-ready folder; with a data folder, scored (`known` scores are not measured again)."""
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     if not scoring.data_dir:
         return
     languages = (run["languages"]["source"], run["languages"]["target"])
-    training = dict(run["training"], validation_split=scoring.validation_split,
-                    averaged_checkpoints=checkpoint_names(checkpoints))
+    training = dict(
+        run["training"], validation_split=scoring.validation_split, averaged_checkpoints=checkpoint_names(checkpoints)
+    )
     training.pop("average_candidates", None)  # the run's own choice; this model is another one
     training.pop("chosen_average", None)
     training.update(chosen or {})

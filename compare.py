@@ -51,21 +51,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", required=True, type=Path, help="reference translations, line by line")
     parser.add_argument("--output", required=True, type=Path, help="JSON file to write (the .md goes beside it)")
     # transformers' underscores, as in train.py; the dashed spellings work too.
-    parser.add_argument("--num_beams", "--num-beams", type=int, default=4,
-                        help="the beam width of every model, 1 for greedy (default: %(default)s, the shipped model's)")
-    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
-                        help="a hard cap besides the bound per sentence")
     parser.add_argument(
-        "--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=DEFAULT_RATIO, metavar="RATIO",
+        "--num_beams",
+        "--num-beams",
+        type=int,
+        default=4,
+        help="the beam width of every model, 1 for greedy (default: %(default)s, the shipped model's)",
+    )
+    parser.add_argument(
+        "--max_new_tokens", "--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence"
+    )
+    parser.add_argument(
+        "--max_new_tokens_ratio",
+        "--max-new-tokens-ratio",
+        type=float,
+        default=DEFAULT_RATIO,
+        metavar="RATIO",
         help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens, for every model "
         "(default: %(default)s)",
-    )  # fmt: skip
-    parser.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=DEFAULT_OFFSET,
-                        metavar="OFFSET", help="the OFFSET of that bound (default: %(default)s)")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=32,
-                        help="sentences per batch, sorted by length (default: %(default)s)")
-    parser.add_argument("--length_penalty", "--length-penalty", type=float, default=None,
-                        help="same for every model (default: each model's own)")
+    )
+    parser.add_argument(
+        "--max_new_tokens_offset",
+        "--max-new-tokens-offset",
+        type=int,
+        default=DEFAULT_OFFSET,
+        metavar="OFFSET",
+        help="the OFFSET of that bound (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch_size",
+        "--batch-size",
+        type=int,
+        default=32,
+        help="sentences per batch, sorted by length (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--length_penalty",
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="same for every model (default: each model's own)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
     add_backend_flags(parser)
     args = parser.parse_args(argv)
@@ -87,9 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --output {args.output} cannot be written: {problem}.", file=sys.stderr)
         return 2
     settings = fair_settings(
-        args.num_beams, args.length_penalty, args.max_new_tokens, args.max_new_tokens_ratio,
-        args.max_new_tokens_offset, args.batch_size,
-    )  # fmt: skip
+        args.num_beams,
+        args.length_penalty,
+        args.max_new_tokens,
+        args.max_new_tokens_ratio,
+        args.max_new_tokens_offset,
+        args.batch_size,
+    )
 
     def save_finished(comparison: dict) -> None:
         if any(system["error"] is None for system in comparison["systems"]):
@@ -97,9 +127,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         comparison = compare(
-            args.models, args.source, args.reference, settings, limit=args.limit, device=args.device,
-            int8=args.int8, backend=args.backend, on_row=save_finished,
-        )  # fmt: skip
+            args.models,
+            args.source,
+            args.reference,
+            settings,
+            limit=args.limit,
+            device=args.device,
+            int8=args.int8,
+            backend=args.backend,
+            on_row=save_finished,
+        )
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

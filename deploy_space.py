@@ -94,15 +94,17 @@ def model_license(model_folder: Path) -> str | None:
         return None
 
 
-def space_readme(template: Path = SPACE_CARD_TEMPLATE, model_id: str | None = None,
-                 weights_license: str | None = None) -> str:
+def space_readme(
+    template: Path = SPACE_CARD_TEMPLATE, model_id: str | None = None, weights_license: str | None = None
+) -> str:
     """README.md for the Space: the card template's text under the Space settings as front matter.
 
     `weights_license` (the shipped model's) replaces the code's licence: the Space distributes the weights.
     """
     settings = dict(SPACE_METADATA, license=weights_license or SPACE_METADATA["license"])
     card = SpaceCard.from_template(
-        SpaceCardData(**settings), template_path=str(template),
+        SpaceCardData(**settings),
+        template_path=str(template),
         weights_license=weights_license or "see the model card",
     )
     if model_id and model_id not in (card.data.get("models") or []):
@@ -131,8 +133,10 @@ def locked_versions(requirements: list[str]) -> dict[str, str]:
         try:
             installed = distribution(requirement.name)
         except PackageNotFoundError as error:
-            raise PublishError(f"{requirement.name} is required but not installed here: install the `app` extra "
-                               "(pip install -e '.[app]') before writing the lock.") from error
+            raise PublishError(
+                f"{requirement.name} is required but not installed here: install the `app` extra "
+                "(pip install -e '.[app]') before writing the lock."
+            ) from error
         locked[name] = installed.version
         for text in installed.requires or []:
             needed, extras = Requirement(text), requirement.extras or {""}
@@ -162,8 +166,10 @@ def lock_text(requirements: list[str]) -> str:
 def read_lock(path: Path = LOCK_FILE) -> dict[str, str]:
     """{package: version} of the lock file; PublishError if there is none."""
     if not path.is_file():
-        raise PublishError(f"{path.name} is missing: write it with `python deploy_space.py --write_lock` in the "
-                           "environment the tests pass in.")
+        raise PublishError(
+            f"{path.name} is missing: write it with `python deploy_space.py --write_lock` in the "
+            "environment the tests pass in."
+        )
     return read_lock_text(path.read_text(encoding="utf-8"))
 
 
@@ -186,8 +192,10 @@ def space_requirements(requirements: list[str], lock: dict[str, str] | None = No
         requirement = Requirement(text)
         pinned = lock.get(canonicalize_name(requirement.name))
         if pinned is None or not requirement.specifier.contains(Version(pinned), prereleases=True):
-            raise PublishError(f"{LOCK_FILE.name} pins {requirement.name} to {pinned or 'nothing'}, but pyproject.toml "
-                               f"asks for {text}: run `python deploy_space.py --write_lock` and the tests again.")
+            raise PublishError(
+                f"{LOCK_FILE.name} pins {requirement.name} to {pinned or 'nothing'}, but pyproject.toml "
+                f"asks for {text}: run `python deploy_space.py --write_lock` and the tests again."
+            )
     if "torch" in lock and not lock["torch"].endswith("+cpu"):
         raise PublishError(f"{LOCK_FILE.name} pins torch to {lock['torch']}, not its CPU build: write it again.")
     return (
@@ -209,8 +217,14 @@ def test_set(source: str | None = None, reference: str | None = None) -> tuple[P
     return folder / "test_2016_flickr.en", folder / "test_2016_flickr.de"
 
 
-def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[str], *,
-                      test_files: tuple[Path, Path] | None = None, report=print) -> bool:
+def comparison_scores(
+    staged: Path,
+    model_folder: Path,
+    comparison_models: list[str],
+    *,
+    test_files: tuple[Path, Path] | None = None,
+    report=print,
+) -> bool:
     """Score our model and `comparison_models` on the test set here and write the staged comparison file (our model
     under the name it has in the Space); False, saying why, when that cannot be done (the shipped file stays)."""
     from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
@@ -218,8 +232,10 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
     from transformer_en_de.data import DataError
 
     if not hub_is_reachable():
-        report("[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its Corpus "
-               f"tab has no scores for {', '.join(comparison_models)}.")
+        report(
+            "[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its Corpus "
+            f"tab has no scores for {', '.join(comparison_models)}."
+        )
         return False
     try:
         source, reference = test_files or test_set()
@@ -229,13 +245,16 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
     shipped = staged / COMPARISON_FILE
     settings = json.loads(shipped.read_text(encoding="utf-8")) if shipped.is_file() else {}
     fair = fair_settings(
-        num_beams=settings.get("num_beams") or 4, length_penalty=settings.get("length_penalty"),
+        num_beams=settings.get("num_beams") or 4,
+        length_penalty=settings.get("length_penalty"),
         max_new_tokens=settings.get("max_new_tokens"),
         max_new_tokens_ratio=settings.get("max_new_tokens_ratio") or DEFAULT_RATIO,
         max_new_tokens_offset=settings.get("max_new_tokens_offset", DEFAULT_OFFSET),
-    )  # fmt: skip
-    report(f"[deploy] scoring our model and {', '.join(comparison_models)} on {source.name} for the Corpus tab "
-           "(a few minutes on a CPU) ...")
+    )
+    report(
+        f"[deploy] scoring our model and {', '.join(comparison_models)} on {source.name} for the Corpus tab "
+        "(a few minutes on a CPU) ..."
+    )
     try:
         comparison = compare([str(model_folder), *comparison_models], source, reference, fair)
     except (DataError, OSError) as error:
@@ -251,9 +270,16 @@ def comparison_scores(staged: Path, model_folder: Path, comparison_models: list[
     return all(system["error"] is None for system in comparison["systems"])
 
 
-def stage_space(destination: Path, model_folder: Path = DEFAULT_MODEL_FOLDER, *, root: Path = ROOT,
-                model_id: str | None = None, scores: bool = True, test_files: tuple[Path, Path] | None = None,
-                report=print) -> Path:
+def stage_space(
+    destination: Path,
+    model_folder: Path = DEFAULT_MODEL_FOLDER,
+    *,
+    root: Path = ROOT,
+    model_id: str | None = None,
+    scores: bool = True,
+    test_files: tuple[Path, Path] | None = None,
+    report=print,
+) -> Path:
     """Copy everything the Space runs into `destination` (created; must be empty or absent) and return it. `scores`:
     make the Corpus tab's scores here (`comparison_scores`, on `test_files`, by default Multi30k's test set)."""
     model_folder = Path(model_folder)
@@ -276,8 +302,9 @@ def stage_space(destination: Path, model_folder: Path = DEFAULT_MODEL_FOLDER, *,
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, destination / name)
     for name in SPACE_FOLDERS:
-        shutil.copytree(root / name, destination / name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *TRAINING_ONLY))
+        shutil.copytree(
+            root / name, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *TRAINING_ONLY)
+        )
     # Only the folder's own files: training checkpoints and logs live in sub-folders and stay home.
     target = destination / MODEL_IN_SPACE
     target.mkdir(parents=True)
@@ -293,36 +320,72 @@ def stage_space(destination: Path, model_folder: Path = DEFAULT_MODEL_FOLDER, *,
     return destination
 
 
-def deploy(repo_id: str, model_folder: Path = DEFAULT_MODEL_FOLDER, *, model_id: str | None = None,
-           token: str | None = None, endpoint: str | None = None, private: bool = False,
-           staging: Path | None = None, scores: bool = True, test_files: tuple[Path, Path] | None = None) -> str:
+def deploy(
+    repo_id: str,
+    model_folder: Path = DEFAULT_MODEL_FOLDER,
+    *,
+    model_id: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    private: bool = False,
+    staging: Path | None = None,
+    scores: bool = True,
+    test_files: tuple[Path, Path] | None = None,
+) -> str:
     """Stage the Space (in `staging`, else a temporary folder) and push it; return the Space's URL."""
     with tempfile.TemporaryDirectory(prefix="space-") as scratch:
-        folder = stage_space(Path(staging or scratch), model_folder, model_id=model_id, scores=scores,
-                             test_files=test_files)
-        return push_folder(folder, repo_id, repo_type="space", space_sdk="gradio", token=token, endpoint=endpoint,
-                           private=private, commit_message="Deploy the translation demo")
+        folder = stage_space(
+            Path(staging or scratch), model_folder, model_id=model_id, scores=scores, test_files=test_files
+        )
+        return push_folder(
+            folder,
+            repo_id,
+            repo_type="space",
+            space_sdk="gradio",
+            token=token,
+            endpoint=endpoint,
+            private=private,
+            commit_message="Deploy the translation demo",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Upload the app, its code and the model to a Hugging Face Space.")
     parser.add_argument("repo_id", nargs="?", help="the Space, e.g. your-name/transformer-en-de-demo")
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_FOLDER,
-                        help=f"saved model folder to ship (default {DEFAULT_MODEL_FOLDER.relative_to(ROOT)})")
-    parser.add_argument("--model_id", "--model-id", default=None,
-                        help="Hub id of the same model, listed in the Space's metadata")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=DEFAULT_MODEL_FOLDER,
+        help=f"saved model folder to ship (default {DEFAULT_MODEL_FOLDER.relative_to(ROOT)})",
+    )
+    parser.add_argument(
+        "--model_id", "--model-id", default=None, help="Hub id of the same model, listed in the Space's metadata"
+    )
     parser.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`)")
     parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--private", action="store_true", help="create the Space as private")
-    parser.add_argument("--stage_only", "--stage-only", type=Path, metavar="FOLDER",
-                        help="write the Space's files here, push nothing")
-    parser.add_argument("--no_scores", "--no-scores", action="store_true",
-                        help="ship the comparison as it is, without scoring MarianMT here first")
-    parser.add_argument("--test_source", "--test-source", default=None,
-                        help="English test sentences for the scores (default: Multi30k's test_2016_flickr.en)")
+    parser.add_argument(
+        "--stage_only", "--stage-only", type=Path, metavar="FOLDER", help="write the Space's files here, push nothing"
+    )
+    parser.add_argument(
+        "--no_scores",
+        "--no-scores",
+        action="store_true",
+        help="ship the comparison as it is, without scoring MarianMT here first",
+    )
+    parser.add_argument(
+        "--test_source",
+        "--test-source",
+        default=None,
+        help="English test sentences for the scores (default: Multi30k's test_2016_flickr.en)",
+    )
     parser.add_argument("--test_reference", "--test-reference", default=None, help="their German references")
-    parser.add_argument("--write_lock", "--write-lock", action="store_true",
-                        help=f"write {LOCK_FILE.name} from this environment (after the tests pass in it) and stop")
+    parser.add_argument(
+        "--write_lock",
+        "--write-lock",
+        action="store_true",
+        help=f"write {LOCK_FILE.name} from this environment (after the tests pass in it) and stop",
+    )
     args = parser.parse_args(argv)
     if args.write_lock:
         LOCK_FILE.write_text(lock_text(app_requirements()), encoding="utf-8")
@@ -339,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             folder = stage_space(args.stage_only, args.model, **options)
             print(f"staged in {folder}")
             return 0
-        url = deploy(args.repo_id, args.model, token=args.token, endpoint=args.endpoint, private=args.private,
-                     **options)
+        url = deploy(
+            args.repo_id, args.model, token=args.token, endpoint=args.endpoint, private=args.private, **options
+        )
     except PublishError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

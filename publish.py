@@ -65,16 +65,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`)")
     parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--private", action="store_true", help="create the repo as private")
-    parser.add_argument("--timeout", type=float, default=PUSH_TIMEOUT_S, metavar="SECONDS",
-                        help="give a request up after this long without progress (default: %(default)s)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=PUSH_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give a request up after this long without progress (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     # The progress lines go to stdout; stderr holds the error alone, not the loaders' bars or the retry warnings.
     transformers_logging.disable_progress_bar()
     hub_logging.set_verbosity_error()
     try:
         with staged_for_hub(args.folder, args.repo_id) as folder:
-            url = push_folder(folder, args.repo_id, token=args.token, endpoint=args.endpoint, private=args.private,
-                              timeout=args.timeout)
+            url = push_folder(
+                folder,
+                args.repo_id,
+                token=args.token,
+                endpoint=args.endpoint,
+                private=args.private,
+                timeout=args.timeout,
+            )
     except PublishError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

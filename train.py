@@ -66,7 +66,8 @@ class StartArguments:
         metadata={
             "help": "Fine-tune: start from this trained model of the project (a folder or a Hub id) instead of random "
             "weights. Its architecture and tokenizer come with it; of the model flags only the regularisation ones ("
-            + ", ".join(f"--{name}" for name in REGULARISATION_FIELDS) + ") may change. A tag token new to its "
+            + ", ".join(f"--{name}" for name in REGULARISATION_FIELDS)
+            + ") may change. A tag token new to its "
             "tokenizer gets a new embedding."
         },
     )
@@ -104,8 +105,10 @@ class TrainingArguments(Seq2SeqTrainingArguments):
     warmup_steps: float = recipe("warmup_steps", 4000)
     max_grad_norm: float = recipe("max_grad_norm", 1.0)
     train_sampling_strategy: str = recipe(
-        "train_sampling_strategy", "group_by_length", help="How pairs are drawn into batches: 'group_by_length' "
-        "(pairs of about one length together, so little padding), 'random', 'sequential' or 'batch_rebalance'."
+        "train_sampling_strategy",
+        "group_by_length",
+        help="How pairs are drawn into batches: 'group_by_length' "
+        "(pairs of about one length together, so little padding), 'random', 'sequential' or 'batch_rebalance'.",
     )
     per_device_train_batch_size: int = recipe("per_device_train_batch_size", 128)
     per_device_eval_batch_size: int = recipe("per_device_eval_batch_size", 128)
@@ -117,29 +120,41 @@ class TrainingArguments(Seq2SeqTrainingArguments):
         "save_strategy", None, "Default: epoch; steps when training is counted in --max_steps (as --eval_strategy)."
     )
     save_total_limit: int | None = recipe(
-        "save_total_limit", 2, help="Checkpoints kept in --output_dir, the oldest deleted first; the best one is kept "
-        "besides (--load_best_model_at_end)."
+        "save_total_limit",
+        2,
+        help="Checkpoints kept in --output_dir, the oldest deleted first; the best one is kept "
+        "besides (--load_best_model_at_end).",
     )
     load_best_model_at_end: bool = recipe("load_best_model_at_end", True)
     metric_for_best_model: str | None = recipe(
-        "metric_for_best_model", "bleu", help="The validation score that chooses the best checkpoint: 'bleu' (BLEU "
-        "of the translation engine's output), 'chrf', or 'loss' (with --no_greater_is_better)."
+        "metric_for_best_model",
+        "bleu",
+        help="The validation score that chooses the best checkpoint: 'bleu' (BLEU "
+        "of the translation engine's output), 'chrf', or 'loss' (with --no_greater_is_better).",
     )
     greater_is_better: bool | None = recipe(
-        "greater_is_better", True, help="Whether a higher --metric_for_best_model is better: true for bleu and chrf; "
-        "pass --no_greater_is_better with loss."
+        "greater_is_better",
+        True,
+        help="Whether a higher --metric_for_best_model is better: true for bleu and chrf; "
+        "pass --no_greater_is_better with loss.",
     )
     eval_steps: float | None = recipe(
-        "eval_steps", None, help="Update steps between evaluations when --eval_strategy is steps (a float below 1: a "
-        "share of all steps). Default: --save_steps."
+        "eval_steps",
+        None,
+        help="Update steps between evaluations when --eval_strategy is steps (a float below 1: a "
+        "share of all steps). Default: --save_steps.",
     )
     resume_from_checkpoint: str | None = recipe(
-        "resume_from_checkpoint", None, help="Go on from a checkpoint of this run: 'last' (the newest one in "
-        "--output_dir that loads; damaged ones are passed over) or a checkpoint folder."
+        "resume_from_checkpoint",
+        None,
+        help="Go on from a checkpoint of this run: 'last' (the newest one in "
+        "--output_dir that loads; damaged ones are passed over) or a checkpoint folder.",
     )
     push_to_hub: bool = recipe(
-        "push_to_hub", False, help="At the end, push the folder train.py writes (model, tokenizer, card) to "
-        "--hub_model_id; checkpoints are never pushed."
+        "push_to_hub",
+        False,
+        help="At the end, push the folder train.py writes (model, tokenizer, card) to "
+        "--hub_model_id; checkpoints are never pushed.",
     )
     hub_model_id: str | None = recipe("hub_model_id", None, help="The Hub repo --push_to_hub pushes to: user/model.")
     logging_steps: float = recipe("logging_steps", 50, "A run shorter than ten times this logs ten times.")
@@ -151,19 +166,25 @@ class TrainingArguments(Seq2SeqTrainingArguments):
     )
     use_cpu: bool = recipe("use_cpu", not torch.cuda.is_available(), "Default: true where there is no CUDA GPU.")
     bf16: bool | None = recipe(
-        "bf16", None, "Default: bf16 autocast where the hardware computes bf16 natively (a recent GPU; a CPU with "
-        "AVX-512 BF16 or AMX), float32 elsewhere, where bf16 would be emulated (33x slower on an AVX2 CPU)."
+        "bf16",
+        None,
+        "Default: bf16 autocast where the hardware computes bf16 natively (a recent GPU; a CPU with "
+        "AVX-512 BF16 or AMX), float32 elsewhere, where bf16 would be emulated (33x slower on an AVX2 CPU).",
     )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Train into an --output_dir that holds another run: its checkpoints and tokenizer are "
-                  "deleted first. Without this (or --resume_from_checkpoint), such a folder is refused."},
+        metadata={
+            "help": "Train into an --output_dir that holds another run: its checkpoints and tokenizer are "
+            "deleted first. Without this (or --resume_from_checkpoint), such a folder is refused."
+        },
     )
     max_tokens: int | None = field(
         default=None,
-        metadata={"help": "Batches of at most this many tokens (padded, the longer side of each pair) instead of "
-                  "--per_device_train_batch_size pairs, like fairseq's --max-tokens: pairs sorted by length, so "
-                  "almost no padding. E.g. 2150: about as many steps a Multi30k epoch as 128-pair batches."},
+        metadata={
+            "help": "Batches of at most this many tokens (padded, the longer side of each pair) instead of "
+            "--per_device_train_batch_size pairs, like fairseq's --max-tokens: pairs sorted by length, so "
+            "almost no padding. E.g. 2150: about as many steps a Multi30k epoch as 128-pair batches."
+        },
     )
 
     def __post_init__(self):
@@ -181,11 +202,24 @@ class TrainingArguments(Seq2SeqTrainingArguments):
 
 # Trainer flags --help lists besides the project's own and those with the recipe's defaults (TrainingArguments).
 EVERYDAY_TRAINER_FLAGS = {
-    "output_dir", "resume_from_checkpoint", "max_steps", "save_steps", "eval_steps", "seed",
-    "gradient_accumulation_steps", "report_to", "push_to_hub", "hub_model_id",
+    "output_dir",
+    "resume_from_checkpoint",
+    "max_steps",
+    "save_steps",
+    "eval_steps",
+    "seed",
+    "gradient_accumulation_steps",
+    "report_to",
+    "push_to_hub",
+    "hub_model_id",
 }
 ARGUMENT_GROUPS = (
-    DataArguments, TokenizerArguments, ModelArguments, StartArguments, DistillationArguments, SelectionArguments,
+    DataArguments,
+    TokenizerArguments,
+    ModelArguments,
+    StartArguments,
+    DistillationArguments,
+    SelectionArguments,
     TrainingArguments,
 )
 
@@ -193,7 +227,9 @@ ARGUMENT_GROUPS = (
 def parse_arguments(argv: list[str]):
     """The seven argument groups, parsed once; the values left to other sources resolved."""
     parser = HfArgumentParser(
-        ARGUMENT_GROUPS, usage="python train.py --output_dir DIR [--data_dir DIR] [flags below]", description=__doc__,
+        ARGUMENT_GROUPS,
+        usage="python train.py --output_dir DIR [--data_dir DIR] [flags below]",
+        description=__doc__,
         formatter_class=HelpFormatter,
     )
     ours = {name for group in ARGUMENT_GROUPS[:-1] for name in group.__dataclass_fields__}
@@ -235,8 +271,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(message) from None
 
 
-def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_args, selection_args,
-        training_args) -> dict:
+def run(
+    argv, data_args, tokenizer_args, model_args, start_args, distillation_args, selection_args, training_args
+) -> dict:
     set_seed(training_args.seed)
 
     # Checks before any work: the push, the lengths, the output folder (never overwrite a run by accident)
@@ -256,8 +293,10 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
     # the run's tokenizer: the one named, or the one an earlier start kept in the output folder
     teacher = distillation.load_teacher(distillation_args, tokenizer_args.tokenizer_name or output_dir, tag_token)
     if teacher is not None:
-        print(f"[distillation] teacher {teacher.name}, {teacher.model.num_parameters():,} parameters, weight "
-              f"{teacher.weight}")
+        print(
+            f"[distillation] teacher {teacher.name}, {teacher.model.num_parameters():,} parameters, weight "
+            f"{teacher.weight}"
+        )
     tokenizer = dataset.run_tokenizer(
         tokenizer_args, training_args, training_set.tokenizer_texts, model_args.max_position_embeddings, tag_token
     )
@@ -287,8 +326,12 @@ def run(argv, data_args, tokenizer_args, model_args, start_args, distillation_ar
         eval_dataset=eval_dataset,
         data_collator=data_collator,
         processing_class=tokenizer,
-        callbacks=[starting_step := loop.StartingStep(), rate := loop.ResumedAtRequestedRate(), loop.ShortRunLogging(),
-                   loop.FreeHeapGivenBack()],
+        callbacks=[
+            starting_step := loop.StartingStep(),
+            rate := loop.ResumedAtRequestedRate(),
+            loop.ShortRunLogging(),
+            loop.FreeHeapGivenBack(),
+        ],
         validation=validation,
         max_tokens=training_args.max_tokens,
         teacher=teacher,

@@ -124,9 +124,19 @@ class CorpusWriter:
                     "not written by this command (or its progress file was deleted). Delete them or choose another "
                     "--output."
                 )
-            self.state = {"version": STATE_VERSION, **identity, "total_lines": total_lines, "lines_read": 0,
-                          "lines_written": 0, "lines_skipped": 0, "sources_truncated": 0, "hit_length_bound": 0,
-                          "bytes": {"source": 0, "target": 0}, "seconds": 0.0, "cpu_seconds": 0.0}
+            self.state = {
+                "version": STATE_VERSION,
+                **identity,
+                "total_lines": total_lines,
+                "lines_read": 0,
+                "lines_written": 0,
+                "lines_skipped": 0,
+                "sources_truncated": 0,
+                "hit_length_bound": 0,
+                "bytes": {"source": 0, "target": 0},
+                "seconds": 0.0,
+                "cpu_seconds": 0.0,
+            }
             self.state["whole_chunks"] = self._counters()
             self.output.parent.mkdir(parents=True, exist_ok=True)
             for path in self.paths.values():
@@ -169,8 +179,16 @@ class CorpusWriter:
         self.state = state
         return state
 
-    def append(self, chunk: Chunk, chunk_size: int, sources: list[str], targets: list[str], counts: dict,
-               seconds: float, cpu_seconds: float) -> None:
+    def append(
+        self,
+        chunk: Chunk,
+        chunk_size: int,
+        sources: list[str],
+        targets: list[str],
+        counts: dict,
+        seconds: float,
+        cpu_seconds: float,
+    ) -> None:
         """Append one translated chunk to both files, sync them, then record it in the progress file atomically."""
         for side, lines in (("source", sources), ("target", targets)):
             data = "".join(line + "\n" for line in lines).encode("utf-8")
@@ -269,8 +287,11 @@ def translate_corpus(
     }
     state = writer.open(identity, total, chunk_size)  # before any conversion: output of another run is refused first
     if state["lines_read"] >= total:
-        print(f"{Path(output).name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing "
-              "to do.", file=log)
+        print(
+            f"{Path(output).name}: complete, {state['lines_written']:,} pairs from {total:,} input lines; nothing "
+            "to do.",
+            file=log,
+        )
         return state
     decoder = None
     if backend == "ctranslate2":
@@ -281,8 +302,9 @@ def translate_corpus(
     elif int8:
         model = int8_dynamic(model)  # after the fingerprint: the saved weights identify the run
     try:
-        return _translate_chunks(model, tokenizer, decoder, writer, lines, total, settings, chunk_size, seed,
-                                 stop_after_chunks, log)
+        return _translate_chunks(
+            model, tokenizer, decoder, writer, lines, total, settings, chunk_size, seed, stop_after_chunks, log
+        )
     finally:
         if decoder is not None:
             decoder.close()
@@ -295,9 +317,19 @@ def backend_record(backend: str, int8: bool) -> dict:
     return {"weights": "int8 dynamic"} if int8 else {}
 
 
-def _translate_chunks(model, tokenizer, decoder, writer: CorpusWriter, lines: list[str], total: int,
-                      settings: DecodingSettings, chunk_size: int, seed: int, stop_after_chunks: int | None,
-                      log) -> dict:
+def _translate_chunks(
+    model,
+    tokenizer,
+    decoder,
+    writer: CorpusWriter,
+    lines: list[str],
+    total: int,
+    settings: DecodingSettings,
+    chunk_size: int,
+    seed: int,
+    stop_after_chunks: int | None,
+    log,
+) -> dict:
     """The chunks not done yet, each translated, appended and recorded (see `CorpusWriter`)."""
     start_line = writer.state["lines_read"]
     name = writer.output.name
@@ -319,29 +351,48 @@ def _translate_chunks(model, tokenizer, decoder, writer: CorpusWriter, lines: li
             "sources_truncated": sum(result.source_truncated for result in run.translations),
             "hit_length_bound": sum(result.hit_length_bound for result in run.translations),
         }
-        writer.append(chunk, chunk_size, sources, targets, counts, time.perf_counter() - chunk_started,
-                      _cpu_seconds(decoder) - chunk_cpu_started)
+        writer.append(
+            chunk,
+            chunk_size,
+            sources,
+            targets,
+            counts,
+            time.perf_counter() - chunk_started,
+            _cpu_seconds(decoder) - chunk_cpu_started,
+        )
         translated += len(sources)
         chunks_done += 1
         elapsed = time.perf_counter() - started
         rate = translated / elapsed if elapsed > 0 else 0.0
         left = total - chunk.stop
         eta = _duration(left / ((chunk.stop - start_line) / elapsed)) if elapsed > 0 else "?"
-        print(f"{name}: {chunk.stop:,}/{total:,} lines ({100 * chunk.stop / total:.1f}%), {rate:.1f} sentences/s, "
-              f"ETA {eta}", file=log, flush=True)
+        print(
+            f"{name}: {chunk.stop:,}/{total:,} lines ({100 * chunk.stop / total:.1f}%), {rate:.1f} sentences/s, "
+            f"ETA {eta}",
+            file=log,
+            flush=True,
+        )
         if stop_after_chunks is not None and chunks_done >= stop_after_chunks and chunk.stop < total:
-            print(f"{name}: stopped after {chunks_done} chunk(s) as asked (--stop_after_chunks); "
-                  "run the same command again to continue.", file=log)
+            print(
+                f"{name}: stopped after {chunks_done} chunk(s) as asked (--stop_after_chunks); "
+                "run the same command again to continue.",
+                file=log,
+            )
             return writer.state
     state = writer.state
     if state["seconds"] and state["cpu_seconds"]:
         pairs, seconds, cpu = state["lines_written"], state["seconds"], state["cpu_seconds"]
-        print(f"{name}: translating took {seconds:.1f} s ({pairs / seconds:.1f} sentences/s) and {cpu:.1f} CPU-seconds "
-              f"({pairs / cpu:.1f} sentences per CPU-second; with --threads 1, about the rate on an idle core).",
-              file=log)
-    print(f"{name}: done, {state['lines_written']:,} pairs written ({state['lines_skipped']:,} empty lines skipped, "
-          f"{state['sources_truncated']:,} sources truncated, {state['hit_length_bound']:,} translations stopped at "
-          f"the length bound) to {writer.paths['source']} and {writer.paths['target']}.", file=log)
+        print(
+            f"{name}: translating took {seconds:.1f} s ({pairs / seconds:.1f} sentences/s) and {cpu:.1f} CPU-seconds "
+            f"({pairs / cpu:.1f} sentences per CPU-second; with --threads 1, about the rate on an idle core).",
+            file=log,
+        )
+    print(
+        f"{name}: done, {state['lines_written']:,} pairs written ({state['lines_skipped']:,} empty lines skipped, "
+        f"{state['sources_truncated']:,} sources truncated, {state['hit_length_bound']:,} translations stopped at "
+        f"the length bound) to {writer.paths['source']} and {writer.paths['target']}.",
+        file=log,
+    )
     return state
 
 
@@ -352,36 +403,76 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", required=True, help="a saved model folder or a Hub id")
     parser.add_argument("--input", required=True, type=Path, help="UTF-8 text, one sentence per line")
-    parser.add_argument("--output", required=True, type=Path,
-                        help="prefix: writes OUTPUT.SOURCE_LANG, OUTPUT.TARGET_LANG and OUTPUT.progress.json")
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="prefix: writes OUTPUT.SOURCE_LANG, OUTPUT.TARGET_LANG and OUTPUT.progress.json",
+    )
     parser.add_argument("--source_lang", "--source-lang", required=True, help="language of --input, e.g. de")
     parser.add_argument("--target_lang", "--target-lang", required=True, help="language of the translations, e.g. en")
     decoding = parser.add_argument_group("decoding (default: the model's saved generation config)")
     decoding.add_argument("--num_beams", "--num-beams", type=int, default=None, help="1 greedy, more beam search")
-    decoding.add_argument("--length_penalty", "--length-penalty", type=float, default=None,
-                          help="beam search's length penalty")
+    decoding.add_argument(
+        "--length_penalty", "--length-penalty", type=float, default=None, help="beam search's length penalty"
+    )
     decoding.add_argument("--sample", action="store_true", help="sample instead of searching (num_beams 1 unless set)")
-    decoding.add_argument("--top_k", "--top-k", type=int, default=None,
-                          help="with --sample: among the K likeliest tokens")
-    decoding.add_argument("--top_p", "--top-p", type=float, default=None,
-                          help="with --sample: among the likeliest tokens that together hold probability P")
+    decoding.add_argument(
+        "--top_k", "--top-k", type=int, default=None, help="with --sample: among the K likeliest tokens"
+    )
+    decoding.add_argument(
+        "--top_p",
+        "--top-p",
+        type=float,
+        default=None,
+        help="with --sample: among the likeliest tokens that together hold probability P",
+    )
     decoding.add_argument("--temperature", type=float, default=None, help="with --sample: the logits divided by T")
-    decoding.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                          help="chunk k samples with seed + k (default: %(default)s)")
-    decoding.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=None,
-                          help="a hard cap besides the bound per sentence")
-    decoding.add_argument("--max_new_tokens_ratio", "--max-new-tokens-ratio", type=float, default=None, metavar="RATIO",
-                          help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens")
-    decoding.add_argument("--max_new_tokens_offset", "--max-new-tokens-offset", type=int, default=None,
-                          metavar="OFFSET", help="the OFFSET of that bound")
+    decoding.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="chunk k samples with seed + k (default: %(default)s)"
+    )
+    decoding.add_argument(
+        "--max_new_tokens", "--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence"
+    )
+    decoding.add_argument(
+        "--max_new_tokens_ratio",
+        "--max-new-tokens-ratio",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens",
+    )
+    decoding.add_argument(
+        "--max_new_tokens_offset",
+        "--max-new-tokens-offset",
+        type=int,
+        default=None,
+        metavar="OFFSET",
+        help="the OFFSET of that bound",
+    )
     run = parser.add_argument_group("running")
-    run.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                     help="sentences per generate() call, length-sorted within a chunk (default: %(default)s)")
-    run.add_argument("--chunk_size", "--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                     help="input lines per chunk: the unit that is written and resumed (default: %(default)s)")
+    run.add_argument(
+        "--batch_size",
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help="sentences per generate() call, length-sorted within a chunk (default: %(default)s)",
+    )
+    run.add_argument(
+        "--chunk_size",
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help="input lines per chunk: the unit that is written and resumed (default: %(default)s)",
+    )
     run.add_argument("--limit", type=int, default=None, help="translate only the first N input lines")
-    run.add_argument("--stop_after_chunks", "--stop-after-chunks", type=int, default=None,
-                     help="end this run after K chunks; the same command continues")
+    run.add_argument(
+        "--stop_after_chunks",
+        "--stop-after-chunks",
+        type=int,
+        default=None,
+        help="end this run after K chunks; the same command continues",
+    )
     add_backend_flags(run)
     run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     args = parser.parse_args(argv)
@@ -405,10 +496,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sample and any(value is not None for value in (args.top_k, args.top_p, args.temperature)):
         parser.error("--top_k, --top_p and --temperature apply to sampling: add --sample")
     try:
-        translate_corpus(args.model, args.input, args.output, args.source_lang, args.target_lang, settings,
-                         chunk_size=args.chunk_size, seed=args.seed, limit=args.limit,
-                         stop_after_chunks=args.stop_after_chunks, device=args.device, int8=args.int8,
-                         backend=args.backend)
+        translate_corpus(
+            args.model,
+            args.input,
+            args.output,
+            args.source_lang,
+            args.target_lang,
+            settings,
+            chunk_size=args.chunk_size,
+            seed=args.seed,
+            limit=args.limit,
+            stop_after_chunks=args.stop_after_chunks,
+            device=args.device,
+            int8=args.int8,
+            backend=args.backend,
+        )
     except CorpusError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -34,11 +34,19 @@ SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 
 def options(parser):
     parser.add_argument("--baseline", required=True, help="the git revision whose modeling/ to compare against")
-    parser.add_argument("--baseline-kernels", nargs="*", default=[], choices=["blas", "onednn"],
-                        help="also run the baseline with each of these kernels of its linear_kernel.py")
+    parser.add_argument(
+        "--baseline-kernels",
+        nargs="*",
+        default=[],
+        choices=["blas", "onednn"],
+        help="also run the baseline with each of these kernels of its linear_kernel.py",
+    )
     parser.add_argument("--compiled", action="store_true", help="also today's code, static cache, compiled forward")
-    parser.add_argument("--no-variants", action="store_true",
-                        help="only the baseline and today's code (not transformers' beam search, not the static cache)")
+    parser.add_argument(
+        "--no-variants",
+        action="store_true",
+        help="only the baseline and today's code (not transformers' beam search, not the static cache)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="turns of every system (the median is reported)")
     parser.add_argument("--batch1-sentences", type=int, default=60, help="sentences at batch 1")
     parser.add_argument("--batch32-sentences", type=int, default=256, help="sentences at batch 32")
@@ -52,8 +60,13 @@ def folder_with_code(destination: Path, revision: str | None) -> Path:
     if revision is None:
         names = [path.name for path in (ROOT / "modeling").glob("*.py")]
     else:
-        listed = subprocess.run(["git", "ls-tree", "--name-only", revision, "modeling/"], cwd=ROOT,
-                                capture_output=True, text=True, check=True)
+        listed = subprocess.run(
+            ["git", "ls-tree", "--name-only", revision, "modeling/"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         names = [Path(line).name for line in listed.stdout.split()]
     for name in names:
         if name == "__init__.py":
@@ -61,8 +74,9 @@ def folder_with_code(destination: Path, revision: str | None) -> Path:
         if revision is None:
             shutil.copy(ROOT / "modeling" / name, destination / name)
         else:
-            shown = subprocess.run(["git", "show", f"{revision}:modeling/{name}"], cwd=ROOT,
-                                   capture_output=True, text=True, check=True)
+            shown = subprocess.run(
+                ["git", "show", f"{revision}:modeling/{name}"], cwd=ROOT, capture_output=True, text=True, check=True
+            )
             (destination / name).write_text(shown.stdout)
     return destination
 
@@ -117,8 +131,9 @@ def run_worker(spec: dict, scratch: Path) -> dict:
     # This file run as a script, outside the repository: the worker can import nothing of the project.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", HF_MODULES_CACHE=str(scratch / "modules"))
-    done = subprocess.run([sys.executable, __file__, "--worker", str(spec_file)], cwd=scratch, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", str(spec_file)], cwd=scratch, env=env, capture_output=True, text=True
+    )
     if done.returncode:
         raise SystemExit(f"worker {spec['name']} failed:\n{done.stderr[-3000:]}")
     return json.loads(spec_file.with_suffix(".result.json").read_text())
@@ -138,18 +153,29 @@ def main():
         baseline_folder = folder_with_code(scratch / "baseline", args.baseline)
         today_folder = folder_with_code(scratch / "today", None)
         systems = [{"name": f"{args.baseline} (its default)", "folder": str(baseline_folder)}]
-        systems += [{"name": f"{args.baseline}, {kernel}", "folder": str(baseline_folder), "kernel": kernel}
-                    for kernel in args.baseline_kernels]
+        systems += [
+            {"name": f"{args.baseline}, {kernel}", "folder": str(baseline_folder), "kernel": kernel}
+            for kernel in args.baseline_kernels
+        ]
         systems.append({"name": "today", "folder": str(today_folder)})
         if not args.no_variants:
             systems += [
-                {"name": "today, transformers' beam search", "folder": str(today_folder),
-                 "transformers_beam_search": True},
+                {
+                    "name": "today, transformers' beam search",
+                    "folder": str(today_folder),
+                    "transformers_beam_search": True,
+                },
                 {"name": "today, static cache", "folder": str(today_folder), "static": True},
             ]
         if args.compiled:
-            systems.append({"name": "today, static cache + compiled forward", "folder": str(today_folder),
-                            "static": True, "compiled": True})
+            systems.append(
+                {
+                    "name": "today, static cache + compiled forward",
+                    "folder": str(today_folder),
+                    "static": True,
+                    "compiled": True,
+                }
+            )
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(today_folder)
@@ -174,13 +200,21 @@ def main():
             for system in systems:
                 name = system["name"]
                 median = statistics.median(seconds[name])
-                rows.append([
-                    batch_size, len(chosen), name, f"{len(chosen) / median:.1f}",
-                    f"{statistics.median(seconds[reference]) / median:.2f}x", ids[name] == ids[reference],
-                    f"{compile_seconds[name]:.0f} s" if name in compile_seconds else "",
-                ])
-    print(f"# generate() with the saved defaults, each system in its own process, "
-          f"{harness.describe_machine(args.threads)}")
+                rows.append(
+                    [
+                        batch_size,
+                        len(chosen),
+                        name,
+                        f"{len(chosen) / median:.1f}",
+                        f"{statistics.median(seconds[reference]) / median:.2f}x",
+                        ids[name] == ids[reference],
+                        f"{compile_seconds[name]:.0f} s" if name in compile_seconds else "",
+                    ]
+                )
+    print(
+        f"# generate() with the saved defaults, each system in its own process, "
+        f"{harness.describe_machine(args.threads)}"
+    )
     harness.print_table(
         ["batch", "sentences", "system", "sent/s", "speed vs first", "ids equal first's", "compile pass"], rows
     )

@@ -46,14 +46,16 @@ def main() -> None:
         figures = confidences(model, run.translations)
         checks = check_depth(sentences, figures, run.texts)
         scores = [score for score in figures if score is not None]
-        rows.append([
-            name,
-            len(sentences),
-            f"{min(scores):.2f}-{max(scores):.2f}",
-            f"{statistics.median(scores):.2f}",
-            share(sum(score < LOW_SCORE for score in scores), len(sentences)),
-            share(sum(check.flagged for check in checks), len(sentences)),
-        ])
+        rows.append(
+            [
+                name,
+                len(sentences),
+                f"{min(scores):.2f}-{max(scores):.2f}",
+                f"{statistics.median(scores):.2f}",
+                share(sum(score < LOW_SCORE for score in scores), len(sentences)),
+                share(sum(check.flagged for check in checks), len(sentences)),
+            ]
+        )
     print(f"\nOut-of-depth flags of {args.model} (score below {LOW_SCORE}):\n")
     harness.print_table(
         ["sentences", "count", "confidence range", "median", f"confidence < {LOW_SCORE}", "flagged by check_depth"],

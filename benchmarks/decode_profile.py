@@ -38,8 +38,10 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
     total self time in seconds."""
     if batch_size > 1:
         sources = sorted(sources, key=lambda text: len(tokenizer(text)["input_ids"]))
-    batches = [tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
-               for i in range(0, len(sources), batch_size)]
+    batches = [
+        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
+        for i in range(0, len(sources), batch_size)
+    ]
     with torch.inference_mode():
         model.generate(**batches[0])  # warm-up
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiled:
@@ -49,8 +51,13 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
     total = sum(event.self_cpu_time_total for event in events)
     events.sort(key=lambda event: event.self_cpu_time_total, reverse=True)
     rows = [
-        [event.key, str(event.input_shapes)[:60], event.count, f"{event.self_cpu_time_total / event.count:.1f}",
-         f"{100 * event.self_cpu_time_total / total:.1f}%"]
+        [
+            event.key,
+            str(event.input_shapes)[:60],
+            event.count,
+            f"{event.self_cpu_time_total / event.count:.1f}",
+            f"{100 * event.self_cpu_time_total / total:.1f}%",
+        ]
         for event in events[:top]
     ]
     return rows, total / 1e6
@@ -78,12 +85,16 @@ def main():
     print("torch's float32 products: " + ("MKL" if torch.backends.mkl.is_available() else "not MKL (another BLAS)"))
     sources = harness.read_split("test_2016_flickr", "en")[: args.sentences]
     rows, total = operator_table(model, tokenizer, sources, args.batch_size, args.top)
-    print(f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}: operators by self time "
-          f"(profiled total {total:.2f} s)")
+    print(
+        f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}: operators by self time "
+        f"(profiled total {total:.2f} s)"
+    )
     harness.print_table(["operator", "input shapes", "calls", "µs per call", "share"], rows)
     step_ms = python_path_step_ms(model.config, args.batch_size)
-    print(f"\n# the same layout with d_model 16 (the products next to nothing): {step_ms:.2f} ms per decoding step "
-          f"at batch {args.batch_size}, beam {model.generation_config.num_beams}")
+    print(
+        f"\n# the same layout with d_model 16 (the products next to nothing): {step_ms:.2f} ms per decoding step "
+        f"at batch {args.batch_size}, beam {model.generation_config.num_beams}"
+    )
 
 
 if __name__ == "__main__":

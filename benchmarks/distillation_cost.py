@@ -67,8 +67,10 @@ def main():
         ],
     )
     alone, taught = timings["student alone"], timings["student + teacher"]
-    print(f"ratio student + teacher / student alone (time a step): {taught.seconds / alone.seconds:.2f}x wall, "
-          f"{taught.cpu_seconds / alone.cpu_seconds:.2f}x CPU time")
+    print(
+        f"ratio student + teacher / student alone (time a step): {taught.seconds / alone.seconds:.2f}x wall, "
+        f"{taught.cpu_seconds / alone.cpu_seconds:.2f}x CPU time"
+    )
 
 
 if __name__ == "__main__":

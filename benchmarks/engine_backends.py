@@ -68,10 +68,24 @@ def corpus_run(system: str, output: Path, threads: int, limit: int | None) -> di
     from transformer_en_de.evaluation import corpus_scores
 
     command = [
-        sys.executable, str(ROOT / "translate_corpus.py"), "--model", str(SHIPPED_DIR),
-        "--input", str(DATA_DIR / f"{SPLIT}.en"), "--output", str(output), "--source_lang", "en",
-        "--target_lang", "de", "--threads", str(threads), "--device", "cpu", *SYSTEMS[system],
-    ] + (["--limit", str(limit)] if limit else [])  # fmt: skip
+        sys.executable,
+        str(ROOT / "translate_corpus.py"),
+        "--model",
+        str(SHIPPED_DIR),
+        "--input",
+        str(DATA_DIR / f"{SPLIT}.en"),
+        "--output",
+        str(output),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--threads",
+        str(threads),
+        "--device",
+        "cpu",
+        *SYSTEMS[system],
+    ] + (["--limit", str(limit)] if limit else [])
     subprocess.run(command, check=True, env=environment(threads), stderr=subprocess.DEVNULL)
     state = json.loads(output.with_name(f"{output.name}.progress.json").read_text(encoding="utf-8"))
     hypotheses = output.with_name(f"{output.name}.de").read_text(encoding="utf-8").splitlines()
@@ -95,8 +109,10 @@ def backends_part(args) -> None:
                 runs[system].append(corpus_run(system, output, args.threads, args.limit))
                 print(f"  round {number + 1}: {system} {runs[system][-1]}", file=sys.stderr, flush=True)
     base = runs["PyTorch float32"]
-    print(f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, saved decoding, "
-          f"batches of 64; each system a process of its own, back to back, {args.rounds} round(s)")  # fmt: skip
+    print(
+        f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, saved decoding, "
+        f"batches of 64; each system a process of its own, back to back, {args.rounds} round(s)"
+    )
     rows = []
     for system, results in runs.items():
         ratios = [other["seconds"] / result["seconds"] for result, other in zip(results, base, strict=True)]
@@ -107,8 +123,14 @@ def backends_part(args) -> None:
         per_round = ", ".join(f"{r:.2f}x" for r in ratios)
         median = f"**{statistics.median(ratios):.2f}x**"
         rows.append([system, f"{rate:.1f}", per_round, median, f"{cpu_ratio:.2f}x", f"{results[0]['bleu']:.2f}"])
-    header = ["system", "sentences/s (median)", "speed / PyTorch float32, per round", "median",
-              "same, per CPU-second", "BLEU"]  # fmt: skip
+    header = [
+        "system",
+        "sentences/s (median)",
+        "speed / PyTorch float32, per round",
+        "median",
+        "same, per CPU-second",
+        "BLEU",
+    ]
     print(markdown_table(header, rows, "lrlrrr"))
 
 
@@ -141,10 +163,14 @@ def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None
             translate(model, tokenizer, sources, settings, backend=backend)
             seconds[name].append(time.perf_counter() - started)
             cpu[name].append(_cpu(backend) - cpu_started)
-    print(json.dumps({
-        **{name: count / statistics.median(values) for name, values in seconds.items()},
-        **{f"{name} cpu": count / statistics.median(values) for name, values in cpu.items()},
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                **{name: count / statistics.median(values) for name, values in seconds.items()},
+                **{f"{name} cpu": count / statistics.median(values) for name, values in cpu.items()},
+            }
+        )
+    )
     if decoder is not None:
         decoder.close()
 
@@ -160,16 +186,31 @@ def one_process_part(args) -> None:
     rates: dict[str, list[dict]] = {mode: [] for mode in ONE_PROCESS}
     for number in range(args.rounds):
         for mode, extra in ONE_PROCESS.items():
-            rates[mode].append(json_from_child(
-                "benchmarks.engine_backends", "--child", mode, "--limit", str(count), "--repeats", str(args.repeats),
-                "--threads", str(args.threads), env=environment(args.threads, extra)))  # fmt: skip
+            rates[mode].append(
+                json_from_child(
+                    "benchmarks.engine_backends",
+                    "--child",
+                    mode,
+                    "--limit",
+                    str(count),
+                    "--repeats",
+                    str(args.repeats),
+                    "--threads",
+                    str(args.threads),
+                    env=environment(args.threads, extra),
+                )
+            )
             print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
     alone = rates["alone"]
-    print(f"\n# 2. The engine with PyTorch (saved decoding, batches of 32, {count} sentences of {SPLIT}) "
-          f"beside CTranslate2; "
-          f"each way a process of its own, back to back, {args.rounds} round(s) x {args.repeats} repeats")  # fmt: skip
-    print("| CTranslate2 loaded | PyTorch sentences/s | PyTorch speed / alone (per round) | median | same, per "
-          "CPU-second | CTranslate2 sentences/s (per CPU-second) |")  # fmt: skip
+    print(
+        f"\n# 2. The engine with PyTorch (saved decoding, batches of 32, {count} sentences of {SPLIT}) "
+        f"beside CTranslate2; "
+        f"each way a process of its own, back to back, {args.rounds} round(s) x {args.repeats} repeats"
+    )
+    print(
+        "| CTranslate2 loaded | PyTorch sentences/s | PyTorch speed / alone (per round) | median | same, per "
+        "CPU-second | CTranslate2 sentences/s (per CPU-second) |"
+    )
     print("|---|---:|---|---:|---:|---:|")
     for mode, results in rates.items():
         ratios = [result["PyTorch"] / reference["PyTorch"] for result, reference in zip(results, alone, strict=True)]
@@ -183,8 +224,10 @@ def one_process_part(args) -> None:
             if mode != "alone"
             else "—"
         )
-        print(f"| {mode} | {ours:.1f} | {', '.join(f'{r:.2f}x' for r in ratios)} | **{statistics.median(ratios):.2f}x**"
-              f" | {cpu_ratio:.2f}x | {theirs} |")  # fmt: skip
+        print(
+            f"| {mode} | {ours:.1f} | {', '.join(f'{r:.2f}x' for r in ratios)} | **{statistics.median(ratios):.2f}x**"
+            f" | {cpu_ratio:.2f}x | {theirs} |"
+        )
 
 
 def main() -> None:

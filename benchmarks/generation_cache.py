@@ -83,8 +83,16 @@ def main():
         f"{max(rounds - 2, 1)} at batch 64"
     )
     harness.print_table(
-        ["batch", "decoding", "cache: wall s", "no cache: wall s", "speed-up (wall)", "speed-up (CPU)",
-         "static cache vs dynamic (wall)", "same ids"],
+        [
+            "batch",
+            "decoding",
+            "cache: wall s",
+            "no cache: wall s",
+            "speed-up (wall)",
+            "speed-up (CPU)",
+            "static cache vs dynamic (wall)",
+            "same ids",
+        ],
         rows,
     )
 

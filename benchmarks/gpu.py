@@ -46,10 +46,17 @@ STEPS = 100_000  # the paper's base run (docs/training.md)
 
 def options(parser):
     parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run (default 1,2,3)")
-    parser.add_argument("--source", type=Path, help=f"English sentences for section 3 (default: {TEST_FILE} of "
-                        "Multi30k beside the repository)")
-    parser.add_argument("--data", type=Path, help="Multi30k folder with train.en/train.de for section 1 (default: "
-                        "beside the repository, else beside --source, else gpu-data/multi30k)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help=f"English sentences for section 3 (default: {TEST_FILE} of Multi30k beside the repository)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="Multi30k folder with train.en/train.de for section 1 (default: "
+        "beside the repository, else beside --source, else gpu-data/multi30k)",
+    )
     # CPU threads matter little when a GPU computes; default: the cores this process may use (1 under taskset -c 1).
     parser.set_defaults(threads=len(os.sched_getaffinity(0)))
 
@@ -91,12 +98,16 @@ def section_training(args, device, bf16):
     peak = peak_line(device, bf16)
     if sizes[-1] != 512:
         print("NOTE: shrunk (--quick on the CPU): batches of 32 and 128 sentences instead of 128 and 512")
-    print(f"# shipped size ({harness.config_source()}): d_model {config.d_model}, {config.encoder_layers}+"
-          f"{config.decoder_layers} layers, {config.num_attention_heads} heads, d_ff {config.d_ff}, vocab "
-          f"{config.vocab_size}; {precision.name(bf16)}, AdamW; {count} Multi30k batches ({harness.DATA_DIR}) per "
-          f"round, {rounds} rounds after a warm-up")
-    print("# matmul FLOPs as train_flops counts them (every padded position projected onto the vocabulary), the same "
-          "count for both models: ours projects real target tokens only, so its share is work-equivalent")
+    print(
+        f"# shipped size ({harness.config_source()}): d_model {config.d_model}, {config.encoder_layers}+"
+        f"{config.decoder_layers} layers, {config.num_attention_heads} heads, d_ff {config.d_ff}, vocab "
+        f"{config.vocab_size}; {precision.name(bf16)}, AdamW; {count} Multi30k batches ({harness.DATA_DIR}) per "
+        f"round, {rounds} rounds after a warm-up"
+    )
+    print(
+        "# matmul FLOPs as train_flops counts them (every padded position projected onto the vocabulary), the same "
+        "count for both models: ours projects real target tokens only, so its share is work-equivalent"
+    )
     rows, ratios = [], []
     for batch_size in sizes:
         batches = harness.training_batches(tokenizer, batch_size, count)
@@ -111,8 +122,10 @@ def section_training(args, device, bf16):
         reference.to(device)
         device_batches = [to_device(batch, device) for batch in batches]
         target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
-        flops = sum(training_matmul_flops(config, batch_size, batch["input_ids"].shape[1], batch["labels"].shape[1])
-                    for batch in batches)
+        flops = sum(
+            training_matmul_flops(config, batch_size, batch["input_ids"].shape[1], batch["labels"].shape[1])
+            for batch in batches
+        )
         timings = harness.alternate(
             {
                 "ours (scored_loss)": training_step(ours, scored_loss, adamw(ours), device_batches, bf16),
@@ -124,20 +137,39 @@ def section_training(args, device, bf16):
             warmup=1,
         )
         for name, t in timings.items():
-            rows.append([batch_size, name, f"{t.seconds / count * 1e3:.1f}", f"{target_tokens / t.seconds:,.0f}",
-                         f"{flops / t.seconds / 1e12:.3g}", f"{flops / t.seconds / peak:.1%}"])
+            rows.append(
+                [
+                    batch_size,
+                    name,
+                    f"{t.seconds / count * 1e3:.1f}",
+                    f"{target_tokens / t.seconds:,.0f}",
+                    f"{flops / t.seconds / 1e12:.3g}",
+                    f"{flops / t.seconds / peak:.1%}",
+                ]
+            )
         ratios.append((batch_size, timings["torch.nn.Transformer"].seconds / timings["ours (scored_loss)"].seconds))
         del ours, reference, device_batches
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    harness.print_table(["sentences/batch", "model", "ms/step (median round / steps)", "target tokens/s",
-                         "matmul TFLOP/s", "share of peak"], rows)
+    harness.print_table(
+        [
+            "sentences/batch",
+            "model",
+            "ms/step (median round / steps)",
+            "target tokens/s",
+            "matmul TFLOP/s",
+            "share of peak",
+        ],
+        rows,
+    )
     for batch_size, ratio in ratios:
         print(f"ratio ours / torch.nn.Transformer (throughput), batch {batch_size}: {ratio:.2f}x")
     # The model sets `_attn_implementation` when it is built ("sdpa" by default; "eager" is the written-out one).
-    print(f"attention: ours `_attn_implementation` = {config._attn_implementation!r} (transformers' SDPA function, "
-          "F.scaled_dot_product_attention); torch.nn.Transformer: nn.MultiheadAttention with need_weights=False, "
-          "which calls F.scaled_dot_product_attention")
+    print(
+        f"attention: ours `_attn_implementation` = {config._attn_implementation!r} (transformers' SDPA function, "
+        "F.scaled_dot_product_attention); torch.nn.Transformer: nn.MultiheadAttention with need_weights=False, "
+        "which calls F.scaled_dot_product_attention"
+    )
 
 
 def section_base_recipe(args, device, bf16):
@@ -148,8 +180,10 @@ def section_base_recipe(args, device, bf16):
     rounds, warmup = (2, 1) if shrunk else (10, 2)
     peak = peak_line(device, bf16)
     if shrunk:
-        print(f"NOTE: shrunk ({'--quick' if args.quick else 'no CUDA GPU'}): {sentences} sentences a step instead of "
-              f"{round(25_000 / length)}; the hours below are not the recipe's")
+        print(
+            f"NOTE: shrunk ({'--quick' if args.quick else 'no CUDA GPU'}): {sentences} sentences a step instead of "
+            f"{round(25_000 / length)}; the hours below are not the recipe's"
+        )
     generator = torch.Generator().manual_seed(0)
 
     def random_batch(size: int) -> dict:
@@ -183,14 +217,23 @@ def section_base_recipe(args, device, bf16):
     tokens = micro * accumulate * length
     flops = accumulate * training_matmul_flops(config, micro, length, length)
     memory = f", peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB" if device.type == "cuda" else ""
-    print(f"# base model: {parameters:,} parameters, d_model 512, 6+6 layers, 8 heads, d_ff 2048, vocab 37,000, "
-          f"dropout 0.1; {precision.name(bf16)}, AdamW, scored_loss; {tokens:,} source + {tokens:,} target tokens per "
-          f"step ({accumulate} x {micro} sentences of {length} tokens a side){memory}; {rounds} rounds after "
-          f"{warmup} warm-up")
+    print(
+        f"# base model: {parameters:,} parameters, d_model 512, 6+6 layers, 8 heads, d_ff 2048, vocab 37,000, "
+        f"dropout 0.1; {precision.name(bf16)}, AdamW, scored_loss; {tokens:,} source + {tokens:,} target tokens per "
+        f"step ({accumulate} x {micro} sentences of {length} tokens a side){memory}; {rounds} rounds after "
+        f"{warmup} warm-up"
+    )
     harness.print_table(
         ["s/step: median [IQR]", "target tokens/s", "matmul TFLOP/s", "share of peak", f"{STEPS:,} steps, hours"],
-        [[harness.spread(timing.wall), f"{tokens / timing.seconds:,.0f}", f"{flops / timing.seconds / 1e12:.3g}",
-          f"{flops / timing.seconds / peak:.1%}", f"{timing.seconds * STEPS / 3600:.1f}"]],
+        [
+            [
+                harness.spread(timing.wall),
+                f"{tokens / timing.seconds:,.0f}",
+                f"{flops / timing.seconds / 1e12:.3g}",
+                f"{flops / timing.seconds / peak:.1%}",
+                f"{timing.seconds * STEPS / 3600:.1f}",
+            ]
+        ],
     )
     print("(the paper: 100,000 steps in about 12 hours on 8 P100 GPUs)")
 
@@ -203,16 +246,20 @@ def section_generate(args, device, bf16):
     model, tokenizer = loading.load_model(str(harness.SHIPPED_DIR), device)
     variants = {"float32": model, "bf16 weights": copy.deepcopy(model).to(torch.bfloat16)}
     settings = model.generation_config
-    print(f"# {harness.SHIPPED_DIR.name} ({model.config._attn_implementation} attention), generate() with the saved "
-          f"defaults: beam {settings.num_beams}, length penalty {settings.length_penalty}, max_new_tokens "
-          f"{settings.max_new_tokens} and the per-sentence bound; first sentences of {source}; "
-          f"{rounds} rounds after a warm-up pass")
+    print(
+        f"# {harness.SHIPPED_DIR.name} ({model.config._attn_implementation} attention), generate() with the saved "
+        f"defaults: beam {settings.num_beams}, length penalty {settings.length_penalty}, max_new_tokens "
+        f"{settings.max_new_tokens} and the per-sentence bound; first sentences of {source}; "
+        f"{rounds} rounds after a warm-up pass"
+    )
     if device.type == "cpu" and not precision.native_bf16(use_cpu=True):
         print("NOTE: this CPU has no native bf16: the bf16 weights are emulated, not a figure to use")
     # Batch 32 goes through the sentences sorted by source length (as the engine sorts them), batch 1 one by one.
     by_length = sorted(sentences[:batched_count], key=lambda text: len(tokenizer(text)["input_ids"]))
-    runs = {32: [by_length[i : i + 32] for i in range(0, len(by_length), 32)],
-            1: [[text] for text in sentences[:single_count]]}
+    runs = {
+        32: [by_length[i : i + 32] for i in range(0, len(by_length), 32)],
+        1: [[text] for text in sentences[:single_count]],
+    }
 
     def decode(variant, chunks):
         def run():
@@ -227,16 +274,19 @@ def section_generate(args, device, bf16):
     for batch_size, chunks in runs.items():
         count = sum(len(chunk) for chunk in chunks)
         timings = harness.alternate({name: decode(v, chunks) for name, v in variants.items()}, rounds, warmup=1)
-        rows += [[batch_size, count, name, harness.spread(t.wall), f"{count / t.seconds:.1f}"]
-                 for name, t in timings.items()]
+        rows += [
+            [batch_size, count, name, harness.spread(t.wall), f"{count / t.seconds:.1f}"] for name, t in timings.items()
+        ]
     harness.print_table(["batch", "sentences", "weights", "s/pass: median", "sentences/s"], rows)
     try:
         import ctranslate2  # not a dependency of the project: only say whether it would run here
 
         gpus = ctranslate2.get_cuda_device_count()
         types = f", compute types {sorted(ctranslate2.get_supported_compute_types('cuda'))}" if gpus else ""
-        print(f"CTranslate2 {ctranslate2.__version__}: {gpus} CUDA device(s){types} -> "
-              f"{'usable with CUDA' if gpus else 'not usable with CUDA here'}")
+        print(
+            f"CTranslate2 {ctranslate2.__version__}: {gpus} CUDA device(s){types} -> "
+            f"{'usable with CUDA' if gpus else 'not usable with CUDA here'}"
+        )
     except Exception as error:  # ImportError when missing; a broken CUDA runtime raises others
         print(f"CTranslate2: not usable ({type(error).__name__}: {error})")
 
@@ -250,8 +300,11 @@ SECTIONS = {
 
 def multi30k_folder(args) -> Path:
     """The first folder with Multi30k's train.en: --data, beside the repository, beside --source, gpu-data/."""
-    candidates = [args.data] if args.data else [
-        harness.DATA_DIR, args.source.parent if args.source else None, harness.ROOT / "gpu-data" / "multi30k"]
+    candidates = (
+        [args.data]
+        if args.data
+        else [harness.DATA_DIR, args.source.parent if args.source else None, harness.ROOT / "gpu-data" / "multi30k"]
+    )
     return next((folder for folder in candidates if folder and (folder / "train.en").is_file()), candidates[0])
 
 
@@ -263,9 +316,11 @@ def main():
     if not cuda:
         print("NOTE: torch.cuda.is_available() is False: running on the CPU. These are NOT GPU figures (smoke test).")
     memory = f", {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if cuda else ""
-    print(f"# {precision.describe(use_cpu=not cuda)}{memory}; torch {torch.__version__} (CUDA {torch.version.cuda}), "
-          f"transformers {transformers.__version__}; {args.threads} CPU thread(s); precision: {precision.name(bf16)}"
-          f"{'; --quick' if args.quick else ''}")
+    print(
+        f"# {precision.describe(use_cpu=not cuda)}{memory}; torch {torch.__version__} (CUDA {torch.version.cuda}), "
+        f"transformers {transformers.__version__}; {args.threads} CPU thread(s); precision: {precision.name(bf16)}"
+        f"{'; --quick' if args.quick else ''}"
+    )
     folder = multi30k_folder(args)
     if args.source is None:  # test_2016_flickr beside the repository, else in the folder the training data is in
         default = harness.DATA_DIR / TEST_FILE

@@ -138,7 +138,9 @@ def training_setup(description: str):
             "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
         )
         parser.add_argument(
-            "--precision", choices=["auto", "bf16", "float32"], default="auto",
+            "--precision",
+            choices=["auto", "bf16", "float32"],
+            default="auto",
             help="auto (default): what train.py picks on this machine, bf16 autocast only where bf16 is native",
         )
 
@@ -251,8 +253,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def describe_machine(threads: int) -> str:
-    return (f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
-            f"{precision.describe(use_cpu=True)}")
+    return (
+        f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
+        f"{precision.describe(use_cpu=True)}"
+    )
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:

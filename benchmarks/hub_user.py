@@ -69,8 +69,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100 sentences per split, 50 for casing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {args.model} through Auto classes and generate() defaults; torch {torch.__version__}, "
-          f"{args.threads} thread(s), CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}, float32")
+    print(
+        f"# {args.model} through Auto classes and generate() defaults; torch {torch.__version__}, "
+        f"{args.threads} thread(s), CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}, float32"
+    )
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
     assert "modeling" not in sys.modules, "the project's modeling/ was imported: this must not be"
@@ -87,8 +89,9 @@ def main() -> None:
         rows.append([split, len(sources), f"{bleu.score:.2f}", f"{chrf.score:.2f}", f"{len(sources) / seconds:.1f}"])
         ratios = [len(output) / max(len(source), 1) for source, output in zip(sources, outputs, strict=True)]
         worst = max(range(len(ratios)), key=ratios.__getitem__)
-        runaway.append([split, f"{ratios[worst]:.2f}", sum(ratio > RUNAWAY_FACTOR for ratio in ratios),
-                        repr(sources[worst][:60])])
+        runaway.append(
+            [split, f"{ratios[worst]:.2f}", sum(ratio > RUNAWAY_FACTOR for ratio in ratios), repr(sources[worst][:60])]
+        )
     print("\nQuality (cased sacreBLEU, detokenised):\n")
     table(["split", "sentences", "BLEU", "chrF", "sentences/s"], rows)
     print("\nRunaway outputs (output characters / source characters):\n")
@@ -97,10 +100,14 @@ def main() -> None:
     count = 50 if args.quick else CASING_SENTENCES
     sources, references = read_split("val", "en")[:count], read_split("val", "de")[:count]
     rows, as_is = [], None
-    for name, inputs in (("as is", sources), ("capitals", [s.upper() for s in sources]),
-                         ("lower case", [s.lower() for s in sources])):
-        bleu = round(sacrebleu.corpus_bleu(generate_all(model, tokenizer, inputs), [references], lowercase=True).score,
-                     2)
+    for name, inputs in (
+        ("as is", sources),
+        ("capitals", [s.upper() for s in sources]),
+        ("lower case", [s.lower() for s in sources]),
+    ):
+        bleu = round(
+            sacrebleu.corpus_bleu(generate_all(model, tokenizer, inputs), [references], lowercase=True).score, 2
+        )
         as_is = bleu if as_is is None else as_is
         rows.append([name, bleu, f"{100 * bleu / as_is:.0f}%" if as_is else ""])
     print(f"\nCasing through generate() alone: lowercased BLEU on the first {count} validation sentences:\n")

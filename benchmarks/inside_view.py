@@ -58,9 +58,12 @@ def main() -> None:
 
     def request(sentence: str, beams: int | None = None) -> dict:
         return view_request.inside_request(
-            sentence, "beam search", beams or ours.model.generation_config.num_beams, limits.max_new_tokens,
+            sentence,
+            "beam search",
+            beams or ours.model.generation_config.num_beams,
+            limits.max_new_tokens,
             context=RequestContext(ours, limits=limits),
-        )  # fmt: skip
+        )
 
     steps = {
         "compute (inside_request)": lambda: request(SENTENCE),
@@ -70,8 +73,10 @@ def main() -> None:
         "change: encoder self, last layer, all heads": lambda: draw_attention(view, "encoder_self", 99, 0, 1),
     }
     view = request(SENTENCE)
-    print(f"sentence: {len(SENTENCE.split())} words, {len(view['source_ids'])} source pieces, "
-          f"{len(view['target_ids'])} target pieces, {view['num_beams']} beams: {view['translation']}")  # fmt: skip
+    print(
+        f"sentence: {len(SENTENCE.split())} words, {len(view['source_ids'])} source pieces, "
+        f"{len(view['target_ids'])} target pieces, {view['num_beams']} beams: {view['translation']}"
+    )
     timings = {name: harness.Timings() for name in steps}
     for _ in range(rounds + 1):  # the first round warms up
         for name, run in steps.items():
@@ -91,8 +96,9 @@ def main() -> None:
     english, _ = harness.sample_sentences("test_2016_flickr", count)
     against_engine, against_estimate = [], []
     for sentence in english:
-        asked = DecodingSettings(ours.model.generation_config.num_beams, max_new_tokens=limits.max_new_tokens,
-                                 batch_size=limits.batch_size)  # fmt: skip
+        asked = DecodingSettings(
+            ours.model.generation_config.num_beams, max_new_tokens=limits.max_new_tokens, batch_size=limits.batch_size
+        )
         plan, estimate = budget_plan(RequestContext(ours, limits=limits), [sentence], asked, limits.text)
         _, engine, _ = timed(lambda plan=plan: run_plan(ours.model, ours.tokenizer, plan))
         _, seen, _ = timed(lambda sentence=sentence: request(sentence))
@@ -101,11 +107,14 @@ def main() -> None:
     print(f"\nWork of an inside request, {count} random test_2016_flickr sentences (CPU seconds of inside_request):")
     harness.print_table(
         ["divided by", "median", "90th percentile", "max"],
-        [[what, *(f"{value:.2f}" for value in quantiles(ratios))] for what, ratios in [
-            ("the engine's own translation of the sentence (torch backend)", against_engine),
-            ("the engine's estimate the request is admitted with (budget_plan's estimate)", against_estimate),
-        ]],
-    )  # fmt: skip
+        [
+            [what, *(f"{value:.2f}" for value in quantiles(ratios))]
+            for what, ratios in [
+                ("the engine's own translation of the sentence (torch backend)", against_engine),
+                ("the engine's estimate the request is admitted with (budget_plan's estimate)", against_estimate),
+            ]
+        ],
+    )
     print(f"view_request.WORK_FACTOR = {view_request.WORK_FACTOR:g} (counted against the estimate)")
 
 
@@ -119,11 +128,13 @@ def worst_case(request, limits: Limits, rounds: int) -> None:
     view_id = put[-1][2]
     got = [timed(lambda: store.get(view_id)) for _ in range(rounds)]
     kept = len(store.views[view_id][0])
-    print(f"At the bound ({len(view['source_ids'])} pieces in, {len(view['target_ids'])} out, {view['num_beams']} "
-          f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {view_request.MAX_VIEW_BYTES:,}); the store keeps "
-          f"{kept:,} bytes ({view_store.VIEWS_KEPT} views, {view_store.VIEW_STORE_BYTES:,} bytes at most); keeping it "
-          f"{harness.median([wall for wall, _, _ in put]):.3f} s, reading it back for a redraw "
-          f"{harness.median([wall for wall, _, _ in got]):.3f} s")  # fmt: skip
+    print(
+        f"At the bound ({len(view['source_ids'])} pieces in, {len(view['target_ids'])} out, {view['num_beams']} "
+        f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {view_request.MAX_VIEW_BYTES:,}); the store keeps "
+        f"{kept:,} bytes ({view_store.VIEWS_KEPT} views, {view_store.VIEW_STORE_BYTES:,} bytes at most); keeping it "
+        f"{harness.median([wall for wall, _, _ in put]):.3f} s, reading it back for a redraw "
+        f"{harness.median([wall for wall, _, _ in got]):.3f} s"
+    )
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:

@@ -68,19 +68,37 @@ def main():
     runs = {args.reference: [], args.candidate: []}
     for _ in range(args.rounds):
         for folder in runs:
-            runs[folder].append(harness.json_from_child(
-                "benchmarks.model_speed", "-", folder, "--child", f"--sentences={args.sentences}",
-                f"--batch1={args.batch1}", f"--threads={args.threads}"))  # fmt: skip
+            runs[folder].append(
+                harness.json_from_child(
+                    "benchmarks.model_speed",
+                    "-",
+                    folder,
+                    "--child",
+                    f"--sentences={args.sentences}",
+                    f"--batch1={args.batch1}",
+                    f"--threads={args.threads}",
+                )
+            )
     paths = list(runs[args.reference][0])
-    median = {folder: {path: statistics.median(run[path] for run in done) for path in paths}
-              for folder, done in runs.items()}  # fmt: skip
-    print(f"# sentences per second on val (first {args.sentences}; batch 1: first {args.batch1}), median of "
-          f"{args.rounds} rounds, {args.threads} thread(s), each model in its own process")  # fmt: skip
+    median = {
+        folder: {path: statistics.median(run[path] for run in done) for path in paths} for folder, done in runs.items()
+    }
+    print(
+        f"# sentences per second on val (first {args.sentences}; batch 1: first {args.batch1}), median of "
+        f"{args.rounds} rounds, {args.threads} thread(s), each model in its own process"
+    )
     harness.print_table(
         ["path", args.reference, args.candidate, "ratio (lowest-highest round)"],
-        [[path, f"{median[args.reference][path]:.1f}", f"{median[args.candidate][path]:.1f}",
-          harness.paired_ratio(runs, args.candidate, args.reference, path)] for path in paths],
-    )  # fmt: skip
+        [
+            [
+                path,
+                f"{median[args.reference][path]:.1f}",
+                f"{median[args.candidate][path]:.1f}",
+                harness.paired_ratio(runs, args.candidate, args.reference, path),
+            ]
+            for path in paths
+        ],
+    )
     print(f"# {harness.describe_machine(args.threads)}")
 
 

@@ -118,8 +118,10 @@ def child(spec: str, reference: str, lengths_file: str, sentences: int, batch1: 
     def generate(start: int, count: int, held: list[int] | None) -> list[int]:
         processors = LogitsProcessorList([HeldLength(torch.tensor(held[start : start + count]), eos)] if held else [])
         with torch.inference_mode():
-            output = model.generate(**tokenizer(english[start : start + count], padding=True, return_tensors="pt"),
-                                    logits_processor=processors)  # fmt: skip
+            output = model.generate(
+                **tokenizer(english[start : start + count], padding=True, return_tensors="pt"),
+                logits_processor=processors,
+            )
         return new_tokens_of(output, eos)
 
     if not lengths_file:
@@ -139,9 +141,16 @@ def child(spec: str, reference: str, lengths_file: str, sentences: int, batch1: 
 
 
 def run_child(spec: str, args, lengths_file: str = "") -> dict:
-    return harness.json_from_child("benchmarks.shape_speed", spec, "--child", f"--reference={args.reference}",
-                                   f"--lengths={lengths_file}", f"--sentences={args.sentences}",
-                                   f"--batch1={args.batch1}", f"--threads={args.threads}")  # fmt: skip
+    return harness.json_from_child(
+        "benchmarks.shape_speed",
+        spec,
+        "--child",
+        f"--reference={args.reference}",
+        f"--lengths={lengths_file}",
+        f"--sentences={args.sentences}",
+        f"--batch1={args.batch1}",
+        f"--threads={args.threads}",
+    )
 
 
 def main():
@@ -157,8 +166,9 @@ def main():
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.shapes[0], args.reference, args.lengths, args.sentences, args.batch1,
-                               args.threads)))  # fmt: skip
+        print(
+            json.dumps(child(args.shapes[0], args.reference, args.lengths, args.sentences, args.batch1, args.threads))
+        )
         return
     if args.sentences % 32 or not 0 < args.batch1 <= args.sentences:
         parser.error("--sentences must be a multiple of 32 and --batch1 at most --sentences")
@@ -187,12 +197,15 @@ def main():
         raise SystemExit("an output was not held to the reference's length: the figures would not be comparable")
 
     paths = ["batch 32", "batch 1"]
-    median = {spec: {path: statistics.median(run[path] for run in done) for path in paths}
-              for spec, done in runs.items()}  # fmt: skip
-    print(f"# generate() with the reference's decoding settings, each output held to the length of the reference's own "
-          f"translation ({statistics.mean(new_tokens):.1f} tokens on average, </s> included); sentences per second on "
-          f"val (first {args.sentences} in batches of 32; first {args.batch1} one at a time), median of {args.rounds} "
-          f"rounds, each model in its own process")  # fmt: skip
+    median = {
+        spec: {path: statistics.median(run[path] for run in done) for path in paths} for spec, done in runs.items()
+    }
+    print(
+        f"# generate() with the reference's decoding settings, each output held to the length of the reference's own "
+        f"translation ({statistics.mean(new_tokens):.1f} tokens on average, </s> included); sentences per second on "
+        f"val (first {args.sentences} in batches of 32; first {args.batch1} one at a time), median of {args.rounds} "
+        f"rounds, each model in its own process"
+    )
     rows = []
     for spec in specs:
         trained = spec == REFERENCE or spec in args.candidate
@@ -200,11 +213,16 @@ def main():
         if spec == SHIPPED_SHAPE:
             name += ", random weights"
         base = REFERENCE if trained else SHIPPED_SHAPE
-        figures = [cell for path in paths
-                   for cell in (f"{median[spec][path]:.1f}", harness.paired_ratio(runs, spec, base, path))]  # fmt: skip
+        figures = [
+            cell
+            for path in paths
+            for cell in (f"{median[spec][path]:.1f}", harness.paired_ratio(runs, spec, base, path))
+        ]
         rows.append([name, "trained" if trained else "random", f"{runs[spec][0]['parameters'] / 1e6:.2f}M", *figures])
-    print("# ratio: a trained model's to the shipped model's, a random shape's to the shipped shape's (random too); "
-          "the median of the rounds' ratios (lowest-highest round)")  # fmt: skip
+    print(
+        "# ratio: a trained model's to the shipped model's, a random shape's to the shipped shape's (random too); "
+        "the median of the rounds' ratios (lowest-highest round)"
+    )
     harness.print_table(["model", "weights", "parameters", "batch 32", "ratio", "batch 1", "ratio"], rows)
     print(f"# {harness.describe_machine(args.threads)}")
 

@@ -58,17 +58,46 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
-        env = dict(os.environ, TRANSFORMER_MT_CACHE=str(Path(scratch) / "cache"), OMP_NUM_THREADS="1",
-                   HF_HUB_OFFLINE="1")  # fmt: skip
+        env = dict(
+            os.environ, TRANSFORMER_MT_CACHE=str(Path(scratch) / "cache"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"
+        )
         rows, peaks = [], []
         for number, start in enumerate(("first start (prepares the mix)", "second start (reads it)")):
             # The same tokenizer file both times (it is part of the kept mix's fingerprint), another output folder.
-            command = [sys.executable, "train.py", "--model_name_or_path", args.start, "--tokenizer_name", args.start,
-                       "--data_dir", args.data_dir,
-                       "--train_weight", "2", "--extra_train", *args.mix, "--case_augmentation", "0.4",
-                       "--max_tokens", "4300", "--max_steps", "1", "--save_strategy", "no", "--eval_strategy", "no",
-                       "--test_split", "", "--average_last", "0", "--load_best_model_at_end", "false",
-                       "--disable_tqdm", "true", "--output_dir", str(Path(scratch) / f"run-{number}")]  # fmt: skip
+            command = [
+                sys.executable,
+                "train.py",
+                "--model_name_or_path",
+                args.start,
+                "--tokenizer_name",
+                args.start,
+                "--data_dir",
+                args.data_dir,
+                "--train_weight",
+                "2",
+                "--extra_train",
+                *args.mix,
+                "--case_augmentation",
+                "0.4",
+                "--max_tokens",
+                "4300",
+                "--max_steps",
+                "1",
+                "--save_strategy",
+                "no",
+                "--eval_strategy",
+                "no",
+                "--test_split",
+                "",
+                "--average_last",
+                "0",
+                "--load_best_model_at_end",
+                "false",
+                "--disable_tqdm",
+                "true",
+                "--output_dir",
+                str(Path(scratch) / f"run-{number}"),
+            ]
             peak, seconds = peak_rss_of_run(command, env)
             peaks.append(peak / 2**30)
             rows.append([start, f"{peaks[-1]:.2f}", f"{seconds:.0f}"])

@@ -62,9 +62,10 @@ def check_greedy_parity(model, tokenizer, decoder, sources: list[str]) -> int:
     ours = translate(model, tokenizer, sources, settings).translations
     theirs = translate(model, tokenizer, sources, settings, backend=decoder).translations
     differ = [
-        index for index, (mine, other) in enumerate(zip(ours, theirs, strict=True))
+        index
+        for index, (mine, other) in enumerate(zip(ours, theirs, strict=True))
         if mine.generated_ids != other.generated_ids
-    ]  # fmt: skip
+    ]
     if differ:
         raise AssertionError(f"greedy tokens differ between CTranslate2 and our model on sentences {differ[:10]}")
     return len(sources)

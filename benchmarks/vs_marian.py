@@ -107,8 +107,18 @@ def memory_in_child(which: str, inputs: dict[str, torch.Tensor], config: Transfo
         torch.save(dict(inputs), Path(folder) / "inputs.pt")
         config.save_pretrained(folder)
         return harness.json_from_child(
-            __spec__.name, "--threads", str(args.threads), "--memory-of", which, "--memory-folder", folder,
-            "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens))  # fmt: skip
+            __spec__.name,
+            "--threads",
+            str(args.threads),
+            "--memory-of",
+            which,
+            "--memory-folder",
+            folder,
+            "--num-beams",
+            str(args.num_beams),
+            "--new-tokens",
+            str(args.new_tokens),
+        )
 
 
 def options(parser):

@@ -45,8 +45,12 @@ def main(argv=None):
     parser.add_argument("output_dir", help="where the new model folder is written (must not exist)")
     parser.add_argument("--encoder_layers", type=int, default=6)
     parser.add_argument("--decoder_layers", type=int, default=1)
-    parser.add_argument("--num_beams", type=int, default=None,
-                        help="the new model's default beam width (its generation config); default the trained model's")
+    parser.add_argument(
+        "--num_beams",
+        type=int,
+        default=None,
+        help="the new model's default beam width (its generation config); default the trained model's",
+    )
     args = parser.parse_args(argv)
     if args.num_beams is not None and args.num_beams < 1:
         parser.error(f"--num_beams {args.num_beams}: give 1 (greedy) or more")
@@ -68,7 +72,7 @@ def main(argv=None):
         for side, taken in (("encoder", encoder_from), ("decoder", decoder_from)):
             prefix = f"model.{side}.layers."
             if name.startswith(prefix):
-                index, rest = name[len(prefix):].split(".", 1)
+                index, rest = name[len(prefix) :].split(".", 1)
                 source = f"{prefix}{taken[int(index)]}.{rest}"
         new_state[name] = state[source].clone()
     model.load_state_dict(new_state, strict=True)
@@ -82,8 +86,10 @@ def main(argv=None):
 
     model.save_pretrained(output)
     AutoTokenizer.from_pretrained(args.model, trust_remote_code=True).save_pretrained(output)
-    print(f"{output}: encoder layers from {encoder_from}, decoder layers from {decoder_from} of {args.model}, "
-          f"{model.generation_config.num_beams} beams")
+    print(
+        f"{output}: encoder layers from {encoder_from}, decoder layers from {decoder_from} of {args.model}, "
+        f"{model.generation_config.num_beams} beams"
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,9 @@ def report(folder: str) -> dict:
         result["greedy"] = translations(model.generate(**batch, num_beams=1), eos)
         result["static_greedy"] = translations(model.generate(**batch, num_beams=1, cache_implementation="static"), eos)
         result["static_beam"] = translations(model.generate(**batch, cache_implementation="static"), eos)
-        result["one_by_one"] = [translations(model.generate(**tokenizer([source], return_tensors="pt")), eos)[0]
-                                for source in SOURCES[:2]]  # fmt: skip
+        result["one_by_one"] = [
+            translations(model.generate(**tokenizer([source], return_tensors="pt")), eos)[0] for source in SOURCES[:2]
+        ]
     training = tokenizer(SOURCES[:2], text_target=TARGETS, padding=True, return_tensors="pt")
     training["labels"] = training["labels"].masked_fill(training["labels"] == tokenizer.pad_token_id, -100)
     model.train()

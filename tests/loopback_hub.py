@@ -103,9 +103,9 @@ class _Repo:
     def add_commit(self, tree: dict[str, bytes], ref: str, summary: str, parent: str | None = None) -> str:
         """Record `tree` as a new commit on `ref` (its parent: `parent`, else what `ref` names) and return its id."""
         parent = parent or self.refs.get(ref)
-        digest = hashlib.sha1(json.dumps(
-            [parent, summary, sorted((path, _blob_id(data)) for path, data in tree.items())]
-        ).encode()).hexdigest()
+        digest = hashlib.sha1(
+            json.dumps([parent, summary, sorted((path, _blob_id(data)) for path, data in tree.items())]).encode()
+        ).hexdigest()
         self.trees[digest] = dict(tree)
         self.refs[ref] = digest
         added = sorted(path for path, data in tree.items() if self.trees.get(parent, {}).get(path) != data)
@@ -189,7 +189,12 @@ class LoopbackHub:
             return repo.add_commit(files, "main", summary)
 
     def open_pull_request(
-        self, repo_id: str, added: dict[str, bytes], *, author: str = CONVERSION_BOT, title: str = CONVERSION_TITLE,
+        self,
+        repo_id: str,
+        added: dict[str, bytes],
+        *,
+        author: str = CONVERSION_BOT,
+        title: str = CONVERSION_TITLE,
         status: str = "open",
     ) -> tuple[int, str]:
         """A pull request adding `added` to main's files, as a commit on `refs/pr/N` whose parent is main's commit
@@ -198,17 +203,29 @@ class LoopbackHub:
             repo = self.repos[("model", repo_id)]
             number = len(repo.discussions) + 1
             commit = repo.add_commit({**repo.files, **added}, f"refs/pr/{number}", title, parent=repo.sha)
-            repo.discussions.append({
-                "num": number, "title": title, "status": status, "isPullRequest": True,
-                "author": {"name": author}, "createdAt": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-                "repo": {"name": repo_id, "type": "model"}, "numComments": 1, "pinned": False,
-            })  # fmt: skip
+            repo.discussions.append(
+                {
+                    "num": number,
+                    "title": title,
+                    "status": status,
+                    "isPullRequest": True,
+                    "author": {"name": author},
+                    "createdAt": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                    "repo": {"name": repo_id, "type": "model"},
+                    "numComments": 1,
+                    "pinned": False,
+                }
+            )
             return number, commit
 
     def add_account(self, name: str, fullname: str = "", token: str | None = None) -> dict:
         """A user account on the Hub: whoami-v2 answers it for `token`, and `sign_in_as(name)` signs a browser in."""
-        account = {"type": "user", "name": name, "fullname": fullname or name,
-                   "avatarUrl": f"{self.endpoint}/avatars/{name}.png"}  # fmt: skip
+        account = {
+            "type": "user",
+            "name": name,
+            "fullname": fullname or name,
+            "avatarUrl": f"{self.endpoint}/avatars/{name}.png",
+        }
         with self._lock:
             self.openid.users[name] = account
             if token is not None:
@@ -399,16 +416,19 @@ class LoopbackHub:
         for name, data in sorted(found[1].items()):
             if not name.startswith(prefix):
                 continue
-            parts = name[len(prefix):].split("/")
+            parts = name[len(prefix) :].split("/")
             for depth in range(1, len(parts) if recursive else min(len(parts), 2)):
                 folders.add(prefix + "/".join(parts[:depth]))
             if recursive or len(parts) == 1:
                 entries.append({"type": "file", "path": name, **_file_entry(name, data, "oid")})
         if prefix and not entries and not folders:
-            return _reply(request, 404, {"error": f"{folder} does not exist at {revision}"},
-                          {"X-Error-Code": "EntryNotFound"})
-        entries += [{"type": "directory", "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0, "path": path}
-                    for path in sorted(folders)]
+            return _reply(
+                request, 404, {"error": f"{folder} does not exist at {revision}"}, {"X-Error-Code": "EntryNotFound"}
+            )
+        entries += [
+            {"type": "directory", "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0, "path": path}
+            for path in sorted(folders)
+        ]
         _reply(request, 200, entries)
 
     def _commits(self, request, repo: _Repo, revision: str) -> None:
@@ -418,17 +438,31 @@ class LoopbackHub:
         with self._lock:
             history = repo.history(found[0])
         date = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        _reply(request, 200, [
-            {"id": item["oid"], "title": item["summary"], "message": "", "date": date,
-             "authors": [{"user": CONVERSION_BOT if item["summary"] == CONVERSION_TITLE else "loopback", "avatar": ""}]}
-            for item in history
-        ])  # fmt: skip
+        _reply(
+            request,
+            200,
+            [
+                {
+                    "id": item["oid"],
+                    "title": item["summary"],
+                    "message": "",
+                    "date": date,
+                    "authors": [
+                        {"user": CONVERSION_BOT if item["summary"] == CONVERSION_TITLE else "loopback", "avatar": ""}
+                    ],
+                }
+                for item in history
+            ],
+        )
 
     def _discussions(self, request, repo: _Repo, query: dict) -> None:
         def wanted(item: dict) -> bool:
             kind = {"pull_request": True, "discussion": False}.get(query.get("type", "all"), item["isPullRequest"])
-            return (query.get("author") in (None, item["author"]["name"]) and kind == item["isPullRequest"]
-                    and query.get("status") in (None, "all", item["status"]))
+            return (
+                query.get("author") in (None, item["author"]["name"])
+                and kind == item["isPullRequest"]
+                and query.get("status") in (None, "all", item["status"])
+            )
 
         with self._lock:
             found = [item for item in reversed(repo.discussions) if wanted(item)]  # newest first, as the Hub lists
@@ -440,18 +474,29 @@ class LoopbackHub:
         with self._lock:
             repo = self.repos.get((repo_type, match["repo_id"]))
         if repo is None:
-            return _reply(request, 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"},
-                          head=method == "HEAD")
+            return _reply(
+                request, 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"}, head=method == "HEAD"
+            )
         revision, name = unquote(match["revision"]), unquote(match["file"])
         with self._lock:
             commit = repo.resolve(revision)
             data = repo.trees.get(commit, {}).get(name)
         if commit is None:
-            return _reply(request, 404, {"error": f"Invalid rev id: {revision}"}, {"X-Error-Code": "RevisionNotFound"},
-                          head=method == "HEAD")
+            return _reply(
+                request,
+                404,
+                {"error": f"Invalid rev id: {revision}"},
+                {"X-Error-Code": "RevisionNotFound"},
+                head=method == "HEAD",
+            )
         if data is None:
-            return _reply(request, 404, {"error": f"Entry not found: {name}"},
-                          {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}, head=method == "HEAD")
+            return _reply(
+                request,
+                404,
+                {"error": f"Entry not found: {name}"},
+                {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit},
+                head=method == "HEAD",
+            )
         request.send_response(200)
         request.send_header("Content-Type", "application/octet-stream")
         request.send_header("Content-Length", str(len(data)))
@@ -506,13 +551,17 @@ class OpenIdProvider:
     def configuration(self) -> dict:
         base = self.hub.endpoint
         return {
-            "issuer": base, "authorization_endpoint": f"{base}/oauth/authorize",
-            "token_endpoint": f"{base}/oauth/token", "userinfo_endpoint": f"{base}/oauth/userinfo",
+            "issuer": base,
+            "authorization_endpoint": f"{base}/oauth/authorize",
+            "token_endpoint": f"{base}/oauth/token",
+            "userinfo_endpoint": f"{base}/oauth/userinfo",
             "jwks_uri": f"{base}/oauth/jwks",
-            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code"],
-            "id_token_signing_alg_values_supported": ["RS256"], "scopes_supported": ["openid", "profile"],
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+            "scopes_supported": ["openid", "profile"],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
-        }  # fmt: skip
+        }
 
     def authorize(self, request, query: dict) -> None:
         """A signed-in browser that consents: back to the app's redirect URI with a one-time code and its state."""
@@ -524,8 +573,13 @@ class OpenIdProvider:
             return _reply(request, 401, {"error": "login_required: nobody is signed in to the Hub"})
         code = secrets.token_urlsafe(16)
         with self.hub._lock:
-            self.codes[code] = {"client_id": query["client_id"], "redirect_uri": query["redirect_uri"], "user": user,
-                                "nonce": query.get("nonce"), "scope": query.get("scope", "")}  # fmt: skip
+            self.codes[code] = {
+                "client_id": query["client_id"],
+                "redirect_uri": query["redirect_uri"],
+                "user": user,
+                "nonce": query.get("nonce"),
+                "scope": query.get("scope", ""),
+            }
         back = f"{query['redirect_uri']}{'&' if '?' in query['redirect_uri'] else '?'}"
         request.send_response(302)
         request.send_header("Location", back + urlencode({"code": code, "state": query.get("state", "")}))
@@ -548,25 +602,47 @@ class OpenIdProvider:
         from joserfc import jwt
 
         now, user = int(time.time()), grant["user"]
-        claims = {"sub": hashlib.sha256(user["name"].encode()).hexdigest()[:24], "name": user["fullname"],
-                  "preferred_username": user["name"], "profile": f"{self.hub.endpoint}/{user['name']}",
-                  "picture": user["avatarUrl"], "website": "", "iss": self.hub.endpoint, "aud": client_id,
-                  "iat": now, "exp": now + 3600, "auth_time": now}  # fmt: skip
+        claims = {
+            "sub": hashlib.sha256(user["name"].encode()).hexdigest()[:24],
+            "name": user["fullname"],
+            "preferred_username": user["name"],
+            "profile": f"{self.hub.endpoint}/{user['name']}",
+            "picture": user["avatarUrl"],
+            "website": "",
+            "iss": self.hub.endpoint,
+            "aud": client_id,
+            "iat": now,
+            "exp": now + 3600,
+            "auth_time": now,
+        }
         access = "hf_oauth_" + secrets.token_urlsafe(16)
         with self.hub._lock:
             self.tokens[access] = claims
         signed = dict(claims, nonce=grant["nonce"]) if grant["nonce"] else claims
         id_token = jwt.encode({"alg": "RS256", "kid": "loopback"}, signed, self.key)
-        _reply(request, 200, {"access_token": access, "token_type": "bearer", "expires_in": 3600,
-                              "scope": grant["scope"], "id_token": id_token})  # fmt: skip
+        _reply(
+            request,
+            200,
+            {
+                "access_token": access,
+                "token_type": "bearer",
+                "expires_in": 3600,
+                "scope": grant["scope"],
+                "id_token": id_token,
+            },
+        )
 
 
 def _file_entry(name: str, data: bytes, id_field: str) -> dict:
     """A file's git id and size, and for an LFS file its sha256 (as tree listings and `blobs=true` siblings give)."""
     entry = {id_field: _blob_id(data), "size": len(data)}
     if _is_lfs(name):
-        entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "oid": hashlib.sha256(data).hexdigest(),
-                        "size": len(data), "pointerSize": 134}
+        entry["lfs"] = {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "oid": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "pointerSize": 134,
+        }
     return entry
 
 

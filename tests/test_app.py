@@ -261,8 +261,10 @@ def test_decoding_settings_out_of_range_are_a_message(ours, decoding, beams, tok
 def test_the_controls_start_at_what_the_model_decodes_with(ours):
     saved, defaults = ours.model.generation_config, text_checks.decoding_defaults
     assert defaults(ours.model, LIMITS) == (
-        "beam search", saved.num_beams, min(saved.max_new_tokens, LIMITS.max_new_tokens)
-    )  # fmt: skip
+        "beam search",
+        saved.num_beams,
+        min(saved.max_new_tokens, LIMITS.max_new_tokens),
+    )
     assert defaults(ours.model, limits.Limits(max_beams=2, max_new_tokens=20)) == ("beam search", 2, 20)
     bare = SimpleNamespace(generation_config=GenerationConfig())  # sets neither: the fallbacks
     fallbacks = ("beam search", text_checks.FALLBACK_BEAMS, text_checks.FALLBACK_MAX_NEW_TOKENS)
@@ -328,15 +330,32 @@ def test_a_battle_waits_behind_every_translation_however_little_its_session_used
     arena = Arena(VoteStore(tmp_path / "votes.sqlite3"))
     pair = translation.RequestContext(ours, [marian], scheduler, session="player")
     battled = []
-    battle = threading.Thread(target=lambda: battled.append(arena.battle(
-        "Two men are working on a roof. A girl is smiling.", pair, DecodingSettings(4, max_new_tokens=64, batch_size=8),
-        Voter("player", "198.51.100.9", None))))  # fmt: skip
+    battle = threading.Thread(
+        target=lambda: battled.append(
+            arena.battle(
+                "Two men are working on a roof. A girl is smiling.",
+                pair,
+                DecodingSettings(4, max_new_tokens=64, batch_size=8),
+                Voter("player", "198.51.100.9", None),
+            )
+        )
+    )
     battle.start()
     Held.admitted(scheduler, before=1)
     translated = []
-    visitor = threading.Thread(target=lambda: translated.append(text(
-        "A man in a blue jacket is repairing a bicycle.", "beam search", 4, 64, ours=ours, comparisons=[],
-        scheduler=scheduler)))  # fmt: skip
+    visitor = threading.Thread(
+        target=lambda: translated.append(
+            text(
+                "A man in a blue jacket is repairing a bicycle.",
+                "beam search",
+                4,
+                64,
+                ours=ours,
+                comparisons=[],
+                scheduler=scheduler,
+            )
+        )
+    )
     visitor.start()
     Held.admitted(scheduler, before=2)
     player = next(job for job in scheduler._jobs if job.session == "player")
@@ -414,8 +433,9 @@ def test_a_long_file_is_refused_before_any_work_when_the_long_requests_are_all_i
     source = write(tmp_path / "long.en", "A dog runs in the park.\n" * 1_000 + "A bell \x07 rings.\n")
 
     asked = time.monotonic()
-    result = translate_file(source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler,
-                            output_dir=tmp_path)  # fmt: skip
+    result = translate_file(
+        source, None, "greedy", 1, 64, ours=ours, comparisons=[], scheduler=scheduler, output_dir=tmp_path
+    )
 
     # Refused on its length alone: the broken last line was never looked at, nothing was tokenized.
     assert "as many long requests as it can" in result.summary and time.monotonic() - asked < 1.0
@@ -609,8 +629,18 @@ def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_pa
     listed = tmp_path / "lines.txt"
     listed.write_text("A dog runs.\nThe cat sleeps.\n", encoding="utf-8")
     file_short = limits.Limits(file=limits.Budget(cpu_seconds=100, seconds=1.0))
-    late_file = translate_file(listed, None, "greedy", 1, 5, ours=ours, comparisons=[], output_dir=tmp_path,
-                               limits=file_short, arrived=time.monotonic() - 1.1)  # fmt: skip
+    late_file = translate_file(
+        listed,
+        None,
+        "greedy",
+        1,
+        5,
+        ours=ours,
+        comparisons=[],
+        output_dir=tmp_path,
+        limits=file_short,
+        arrived=time.monotonic() - 1.1,
+    )
 
     assert late.outputs[0].run.stopped_early and late.outputs[0].run.translations == [None, None]
     assert "time limit" in translation.format_details(late.outputs[0])
@@ -974,11 +1004,29 @@ def test_corpus_table_reads_both_files(tmp_path):
     record = "its record (eval_results.json)"
     assert rows == [
         [translators.OURS_NAME, "val", "beam 4, length penalty 0.6", record, "", "38.00", "64.00", "44.0M", ""],
-        [translators.OURS_NAME, "test 2016 flickr", "beam 4, length penalty 0.6", record, "1,000", "36.51", "62.30",
-         "44.0M", ""],
-        [translators.OURS_NAME, "test 2016 flickr", "beam 2, length penalty 0.6", "compare.py", "1,000", "36.50",
-         "62.30", "44.0M", "20.0"],
-    ]  # fmt: skip
+        [
+            translators.OURS_NAME,
+            "test 2016 flickr",
+            "beam 4, length penalty 0.6",
+            record,
+            "1,000",
+            "36.51",
+            "62.30",
+            "44.0M",
+            "",
+        ],
+        [
+            translators.OURS_NAME,
+            "test 2016 flickr",
+            "beam 2, length penalty 0.6",
+            "compare.py",
+            "1,000",
+            "36.50",
+            "62.30",
+            "44.0M",
+            "20.0",
+        ],
+    ]
     assert "Helsinki-NLP/opus-mt-en-de has no scores here" in summary and "(beam 2, each model's" in summary
     assert "BLEU counts the word sequences" in summary and "*val* is the Multi30k validation set" in summary
     assert corpus_report.bleu_by_model(rows) == {translators.OURS_NAME: (36.51, "beam 4, length penalty 0.6")}
@@ -994,16 +1042,25 @@ def test_corpus_table_reads_both_files(tmp_path):
     comparison.write_text(json.dumps(data))
     _, rows = corpus_report.corpus_table(model, comparison, ours="transformer-en-de")
     assert rows[1][2:] == [
-        "beam 4, length penalty 0.6", f"{record} and compare.py", "1,000", "36.51", "62.30", "44.0M", "20.0"
+        "beam 4, length penalty 0.6",
+        f"{record} and compare.py",
+        "1,000",
+        "36.51",
+        "62.30",
+        "44.0M",
+        "20.0",
     ]
     assert len(rows) == 2
 
 
 def test_corpus_table_says_when_the_folder_no_longer_decodes_as_it_was_scored(tmp_path):
     evaluation.write_eval_results(
-        tmp_path, num_parameters=1000, decoding={"num_beams": 4, "length_penalty": 0.6},
-        scores={"val": {"bleu": 38.0}}, command=["python train.py"],
-    )  # fmt: skip
+        tmp_path,
+        num_parameters=1000,
+        decoding={"num_beams": 4, "length_penalty": 0.6},
+        scores={"val": {"bleu": 38.0}},
+        command=["python train.py"],
+    )
     (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 4, "length_penalty": 0.6}))
     assert "now decodes with" not in corpus_report.corpus_table(tmp_path, tmp_path / "none.json")[0]
     (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 2, "length_penalty": 0.6}))
@@ -1102,8 +1159,16 @@ def test_the_app_reads_no_private_state_of_gradio():
     found = subprocess.run(
         # benchmarks/mixed_use.py's --trace report counts what Gradio holds in the server under test: a diagnosis,
         # nothing the app relies on
-        ["grep", "-rnE", "--include=*.py", "--exclude=mixed_use.py", PRIVATE_NAMES, "app.py", "transformer_en_de",
-         "benchmarks"],
+        [
+            "grep",
+            "-rnE",
+            "--include=*.py",
+            "--exclude=mixed_use.py",
+            PRIVATE_NAMES,
+            "app.py",
+            "transformer_en_de",
+            "benchmarks",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -1156,9 +1221,12 @@ def test_the_api_names_every_output_types_whole_numbers_as_int_and_marks_optiona
         assert labels and not any(label.startswith("value_") for label in labels), (name, labels)  # Gradio's stand-in
         assert len(set(labels)) == len(labels), (name, labels)  # each told apart
     assert [output["label"] for output in endpoints["/translate"]["returns"]] == [
-        "German (Transformer (ours))", "Transformer (ours) details",
-        f"German ({marian})", f"{marian} details", "Notice",
-    ]  # fmt: skip
+        "German (Transformer (ours))",
+        "Transformer (ours) details",
+        f"German ({marian})",
+        f"{marian} details",
+        "Notice",
+    ]
     for name in DECODING_ENDPOINTS:
         parameters = {parameter["parameter_name"]: parameter for parameter in endpoints[name]["parameters"]}
         for whole in ("num_beams", "max_new_tokens"):

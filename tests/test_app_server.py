@@ -560,9 +560,18 @@ def server_files(cache) -> list[str]:
     (cache / "link.txt").symlink_to("/etc/hostname")
     (cache / "huge.txt").write_text("A dog runs.\n" * (Limits().max_file_bytes // 12 + 1))
     return [
-        "/etc/passwd", "app.py", ".git/config", "/proc/self/status", "/etc/hostname", "/dev/zero", "/dev/urandom",
-        str(cache / "link.txt"), str(cache / "huge.txt"), f"{cache}/../../../etc/hostname", "http://127.0.0.1:9/x",
-    ]  # fmt: skip
+        "/etc/passwd",
+        "app.py",
+        ".git/config",
+        "/proc/self/status",
+        "/etc/hostname",
+        "/dev/zero",
+        "/dev/urandom",
+        str(cache / "link.txt"),
+        str(cache / "huge.txt"),
+        f"{cache}/../../../etc/hostname",
+        "http://127.0.0.1:9/x",
+    ]
 
 
 def test_no_call_makes_the_server_read_a_file_that_is_no_upload_whatever_route_or_fn_index(server):
@@ -621,9 +630,10 @@ def test_an_unknown_sessions_stream_and_a_multi_range_download_are_one_line(serv
         assert refusal.value.code == 404 and "\n" not in json.loads(refusal.value.read())["error"]
     part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="r.txt"\r\n\r\n' + b"0123456789" * 10
     upload = urllib.request.Request(
-        f"{url}gradio_api/upload", data=part + b"\r\n--B--\r\n",
+        f"{url}gradio_api/upload",
+        data=part + b"\r\n--B--\r\n",
         headers={"Content-Type": "multipart/form-data; boundary=B"},
-    )  # fmt: skip
+    )
     with urllib.request.urlopen(upload, timeout=30) as response:
         [stored] = json.load(response)
     ranged = urllib.request.Request(f"{url}gradio_api/file={stored}", headers={"Range": "bytes=0-0,5-9"})
@@ -645,9 +655,10 @@ def test_an_upload_that_is_no_file_is_refused_in_one_line(server, part, expected
     url, log, _ = server
     before = log.read_text()
     upload = urllib.request.Request(
-        f"{url}gradio_api/upload", data=b"--B\r\n" + part + b"\r\n--B--\r\n",
+        f"{url}gradio_api/upload",
+        data=b"--B\r\n" + part + b"\r\n--B--\r\n",
         headers={"Content-Type": "multipart/form-data; boundary=B"},
-    )  # fmt: skip
+    )
     with pytest.raises(urllib.error.HTTPError) as refusal:
         urllib.request.urlopen(upload, timeout=30)
     answer = refusal.value.read().decode()
@@ -833,15 +844,15 @@ def app_process(model_dir, folder, *, comparisons=(), backend="torch", max_files
     port, log = free_port(), folder / "app.log"
     command = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir)]
     command += ["--comparison-models", *map(str, comparisons), "--port", str(port), "--backend", backend]
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("SPACE_ID", "FORWARDED_ALLOW_IPS")}  # fmt: skip
+    environment = {key: value for key, value in os.environ.items() if key not in ("SPACE_ID", "FORWARDED_ALLOW_IPS")}
     environment.update(HF_HUB_OFFLINE="1" if offline else "0", OMP_NUM_THREADS="1")
     environment.update(GRADIO_TEMP_DIR=str(folder / "cache"), **env)
     limits = (max_files, max_files) if isinstance(max_files, int) else max_files  # (soft, hard)
     limit = None if limits is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits))
     with open(log, "w") as output:
-        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True,
-                                   preexec_fn=limit)  # fmt: skip
+        process = subprocess.Popen(
+            command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True, preexec_fn=limit
+        )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", process, log)
         yield port, log

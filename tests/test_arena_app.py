@@ -81,8 +81,11 @@ def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(ap
     assert "This page has no sign-in: the ratings rest on 1 vote from 1 source (1 anonymous network)" in table
     assert "be the first" not in table and "1095-1095" not in table
     # every output named, as a client reads the API (no `value_NN`)
-    expected = {"/battle": ["battle_id", "Translation A", "Translation B", "Message"],
-                "/vote": ["A was", "B was", "Message"], "/leaderboard": ["Leaderboard", "Ratings"]}  # fmt: skip
+    expected = {
+        "/battle": ["battle_id", "Translation A", "Translation B", "Message"],
+        "/vote": ["A was", "B was", "Message"],
+        "/leaderboard": ["Leaderboard", "Ratings"],
+    }
     for endpoint, labels in expected.items():
         assert [output["label"] for output in info[endpoint]["returns"]] == labels
         assert [output["label"] for output in described[endpoint]["returns"]] == labels
@@ -178,8 +181,9 @@ def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_
     try:
         visitor = Client(url, verbose=False)
         battle_id, first, second, _ = visitor.predict("A dog runs in the park.", api_name="/battle")
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "12"],
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "12"], stdout=subprocess.PIPE, text=True
+        )
         assert holder.stdout.readline().strip() == "held"
         asked = time.monotonic()
         under_lock = visitor.predict(battle_id, preferred(first, second), api_name="/vote")
@@ -202,8 +206,12 @@ def test_readers_of_an_unchanged_leaderboard_share_one_working_out_and_pages_sho
     import app
     from transformer_en_de.app.arena.votes import Vote
 
-    translation_app = app.build_app(str(app_model_dir), [str(build_tiny_marian(tmp_path / "marian"))],
-                                    backend="torch", votes_db=tmp_path / "votes.sqlite3")  # fmt: skip
+    translation_app = app.build_app(
+        str(app_model_dir),
+        [str(build_tiny_marian(tmp_path / "marian"))],
+        backend="torch",
+        votes_db=tmp_path / "votes.sqlite3",
+    )
     board, worked_out = translation_app.board, []
     table = board.table
     board.table = lambda: worked_out.append(1) or table()  # counts each working-out of the real board
@@ -211,9 +219,20 @@ def test_readers_of_an_unchanged_leaderboard_share_one_working_out_and_pages_sho
     again_table, again_picture = board.read("reader-2")
     assert again_table == first_table and again_picture is first_picture and len(worked_out) == 1  # one of each
     assert board.read("reader-1") is None  # its page shows this board already: nothing is sent
-    translation_app.arena.store.add(Vote(battle_id="b-1", system_a="Transformer (ours)", system_b="marian",
-                                         source_text="A dog.", translation_a="Ein Hund.", translation_b="Hund",
-                                         choice="A", visitor="v", source="s", seconds_to_vote=9.0))  # fmt: skip
+    translation_app.arena.store.add(
+        Vote(
+            battle_id="b-1",
+            system_a="Transformer (ours)",
+            system_b="marian",
+            source_text="A dog.",
+            translation_a="Ein Hund.",
+            translation_b="Hund",
+            choice="A",
+            visitor="v",
+            source="s",
+            seconds_to_vote=9.0,
+        )
+    )
     translation_app.voted(("Transformer (ours)", "marian", "Your vote is stored."))  # the page's vote says so
     new_table, new_picture = board.read("reader-1")
     assert new_table != first_table and new_picture is not first_picture and len(worked_out) == 2  # drawn again

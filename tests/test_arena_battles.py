@@ -181,8 +181,13 @@ def test_a_vote_the_database_refuses_reopens_its_battle_and_counts_nothing(clock
     cast_vote(ballot, book=book, pace=pace, store=store, allowance=allowance)
     clock.advance(3)
     with pytest.raises(BattleRefused, match="votes for today"):
-        cast_vote(Ballot(issue(book), "visitor-1", "A", "account-1", True), book=book, pace=pace, store=store,
-                  allowance=allowance)  # fmt: skip
+        cast_vote(
+            Ballot(issue(book), "visitor-1", "A", "account-1", True),
+            book=book,
+            pace=pace,
+            store=store,
+            allowance=allowance,
+        )
     assert [vote.battle_id for vote in store.all_votes()] == [long_text]
     store.close()
 
@@ -195,8 +200,9 @@ def test_a_signed_in_account_is_paced_across_its_sessions_and_allowed_so_many_vo
         Ballot(first, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
     )
     with pytest.raises(VoteTooSoon):  # another session of the same account
-        cast_vote(Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store,
-                  allowance=allowance)  # fmt: skip
+        cast_vote(
+            Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
+        )
     clock.advance(3)
     cast_vote(
         Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
@@ -204,8 +210,9 @@ def test_a_signed_in_account_is_paced_across_its_sessions_and_allowed_so_many_vo
     clock.advance(3)
     third = issue(book, visitor="session-1")
     with pytest.raises(BattleRefused) as refused:
-        cast_vote(Ballot(third, "session-1", "A", "account-1", True), book=book, pace=pace, store=store,
-                  allowance=allowance)  # fmt: skip
+        cast_vote(
+            Ballot(third, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
+        )
     assert str(refused.value) == OVER_ALLOWANCE
     clock.advance(86_400)  # the next UTC day (the refused vote's battle has expired meanwhile)
     fourth = issue(book, visitor="session-1")
@@ -244,8 +251,9 @@ def test_the_board_is_worked_out_again_after_a_stored_vote_or_once_stale_and_dra
     from transformer_en_de.app.arena.board_reads import FRESH_SECONDS, BoardReads
 
     votes, drawn = ["A"], []
-    reads = BoardReads(lambda: (list(votes), f"{len(votes)} votes"), lambda rows: drawn.append(rows) or len(drawn),
-                       clock=clock)  # fmt: skip
+    reads = BoardReads(
+        lambda: (list(votes), f"{len(votes)} votes"), lambda rows: drawn.append(rows) or len(drawn), clock=clock
+    )
     assert not reads.is_fresh() and reads.read("page-1") == ("1 votes", 1) and reads.is_fresh()
     votes.append("B")  # stored by another process: this one is not told
     clock.advance(FRESH_SECONDS / 2)

@@ -30,8 +30,14 @@ class Clock:
 
 
 def arena_on(store: VoteStore, clock: Clock, accounts: bool) -> Arena:
-    return Arena(store, book=BattleBook(clock=clock), pace=VotePace(clock=clock), rate=BattleRate(clock=clock),
-                 allowance=DailyAllowance(clock=lambda: 86_400 * 20_000 + clock()), accounts=accounts)  # fmt: skip
+    return Arena(
+        store,
+        book=BattleBook(clock=clock),
+        pace=VotePace(clock=clock),
+        rate=BattleRate(clock=clock),
+        allowance=DailyAllowance(clock=lambda: 86_400 * 20_000 + clock()),
+        accounts=accounts,
+    )
 
 
 def campaign(arena: Arena, clock: Clock, seed: int = 0) -> dict[str, int]:
@@ -54,10 +60,17 @@ def campaign(arena: Arena, clock: Clock, seed: int = 0) -> dict[str, int]:
         if kind == "battle":
             arena.rate.admit(arena.source_of(voter))
             a, b = rng.sample([OURS, GIBBERISH], 2)
-            open_battles[number] = (arena.book.issue(
-                visitor=arena.store.visitor_hash(voter.session), system_a=a, system_b=b, source_text="A dog runs.",
-                translation_a=f"{a} writes", translation_b=f"{b} writes",
-            ), "A" if a == preferred else "B")  # fmt: skip
+            open_battles[number] = (
+                arena.book.issue(
+                    visitor=arena.store.visitor_hash(voter.session),
+                    system_a=a,
+                    system_b=b,
+                    source_text="A dog runs.",
+                    translation_a=f"{a} writes",
+                    translation_b=f"{b} writes",
+                ),
+                "A" if a == preferred else "B",
+            )
             heapq.heappush(events, (when + rng.uniform(5, 8), next(order), "vote", number))
         else:
             battle_id, choice = open_battles.pop(number)
@@ -113,8 +126,14 @@ def test_without_accounts_a_profile_counts_for_nothing(tmp_path, clock):
     store = VoteStore(tmp_path / "votes.sqlite3")
     arena = arena_on(store, clock, accounts=False)
     claimed = Voter("session-1", "198.51.100.7", account="someone-else")
-    battle_id = arena.book.issue(visitor=store.visitor_hash("session-1"), system_a=OURS, system_b=GIBBERISH,
-                                 source_text="A dog.", translation_a="Ein Hund.", translation_b="x")  # fmt: skip
+    battle_id = arena.book.issue(
+        visitor=store.visitor_hash("session-1"),
+        system_a=OURS,
+        system_b=GIBBERISH,
+        source_text="A dog.",
+        translation_a="Ein Hund.",
+        translation_b="x",
+    )
     clock.now += 10
     assert arena.vote(battle_id, "A", claimed)[0] == OURS
     (vote,) = store.all_votes()

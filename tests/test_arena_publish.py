@@ -26,9 +26,19 @@ REPO = "someone/arena-votes"
 
 def add_votes(store: VoteStore, *numbers: int) -> None:
     for number in numbers:
-        store.add(Vote(battle_id=f"battle-{number}", system_a="ours", system_b="marian", source_text=f"Dog {number}.",
-                       translation_a="Hund.", translation_b="Der Hund.", choice="A", visitor=f"visitor-{number}",
-                       decoding_a={"num_beams": 4}))  # fmt: skip
+        store.add(
+            Vote(
+                battle_id=f"battle-{number}",
+                system_a="ours",
+                system_b="marian",
+                source_text=f"Dog {number}.",
+                translation_a="Hund.",
+                translation_b="Der Hund.",
+                choice="A",
+                visitor=f"visitor-{number}",
+                decoding_a={"num_beams": 4},
+            )
+        )
 
 
 def published_votes(hub: LoopbackHub) -> list[dict]:
@@ -69,8 +79,9 @@ def test_votes_and_card_land_and_a_second_push_appends(hub, store, tmp_path):
 
     files = hub.files(REPO, repo_type="dataset")
     assert files["README.md"].decode() == DATASET_CARD
-    assert [path for path in files if path != "README.md"] == [publisher.votes_file.relative_to(publisher.folder)
-                                                              .as_posix()]  # fmt: skip
+    assert [path for path in files if path != "README.md"] == [
+        publisher.votes_file.relative_to(publisher.folder).as_posix()
+    ]
     assert publisher.votes_file.name.startswith("votes-") and publisher.votes_file.parent.name == "votes"
 
 
@@ -172,9 +183,11 @@ def test_offline_keeps_votes_local_without_a_request(store, tmp_path, monkeypatc
     assert time.monotonic() - started < 1
     assert publisher.status == "Votes are kept locally only: the Hub is switched off (HF_HUB_OFFLINE=1)."
     assert not (tmp_path / "published").exists()
-    assert VotePublisher(store, None, tmp_path / "published", token=TOKEN).start().status.startswith(
-        "Votes are kept locally only: no dataset repo"
-    )  # fmt: skip
+    assert (
+        VotePublisher(store, None, tmp_path / "published", token=TOKEN)
+        .start()
+        .status.startswith("Votes are kept locally only: no dataset repo")
+    )
 
 
 def test_an_unreachable_hub_fails_fast_in_one_line(online, store, tmp_path):

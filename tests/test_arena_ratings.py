@@ -23,8 +23,14 @@ from transformer_en_de.app.arena.votes import Vote, VoteStore
 _ids = itertools.count()
 
 
-def battles(system_a: str, system_b: str, source: str | None = None, signed_in: bool = False,
-            seconds: float | None = 10.0, **choices: int) -> list[Vote]:  # fmt: skip
+def battles(
+    system_a: str,
+    system_b: str,
+    source: str | None = None,
+    signed_in: bool = False,
+    seconds: float | None = 10.0,
+    **choices: int,
+) -> list[Vote]:
     """`n` votes of each choice (A=, B=, tie=, both_bad=) in battles of system_a (as A) against system_b, each from a
     source of its own unless `source` names one, each cast `seconds` after its battle was shown."""
     votes = []
@@ -88,8 +94,10 @@ def test_both_bad_counts_as_a_battle_but_not_in_the_rating():
 
     assert with_both_bad["ours"]["rating"] == pytest.approx(plain["ours"]["rating"])
     assert (with_both_bad["ours"]["battles"], with_both_bad["ours"]["both_bad"], with_both_bad["ours"]["votes"]) == (
-        50, 30, 20
-    )  # fmt: skip
+        50,
+        30,
+        20,
+    )
 
 
 def test_intervals_contain_the_rating_and_shrink_with_more_votes():
@@ -159,8 +167,11 @@ def test_one_network_s_flood_is_bounded_and_four_signed_in_voters_decide_the_ord
     # A script's sessions behind one address vote 2,800 times for a system that writes nonsense, each vote made to look
     # read (5 s after its battle); four people, signed in, vote 20 times each for ours.
     flood = battles("gibberish", "ours", source="network-script", A=2800)
-    honest = [vote for number in range(4) for vote in battles("ours", "gibberish", source=f"account-{number}",
-                                                                signed_in=True, A=20)]  # fmt: skip
+    honest = [
+        vote
+        for number in range(4)
+        for vote in battles("ours", "gibberish", source=f"account-{number}", signed_in=True, A=20)
+    ]
     tally = tally_of(flood + honest)
 
     rows = leaderboard_rows(tally)

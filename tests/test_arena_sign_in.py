@@ -45,9 +45,15 @@ SENTENCE = "A dog runs in the park."
 
 def space_with_oauth(hub: LoopbackHub, votes_db) -> dict:
     """What a Space whose metadata has `hf_oauth: true` sees, its Hub being the loopback one."""
-    return dict(SYSTEM="spaces", SPACE_ID="someone/transformer-en-de-demo", OAUTH_CLIENT_ID=CLIENT_ID,
-                OAUTH_CLIENT_SECRET=CLIENT_SECRET, OAUTH_SCOPES="openid profile", OPENID_PROVIDER_URL=hub.endpoint,
-                VOTES_DB=str(votes_db))  # fmt: skip
+    return dict(
+        SYSTEM="spaces",
+        SPACE_ID="someone/transformer-en-de-demo",
+        OAUTH_CLIENT_ID=CLIENT_ID,
+        OAUTH_CLIENT_SECRET=CLIENT_SECRET,
+        OAUTH_SCOPES="openid profile",
+        OPENID_PROVIDER_URL=hub.endpoint,
+        VOTES_DB=str(votes_db),
+    )
 
 
 @pytest.fixture
@@ -124,9 +130,7 @@ def test_a_visitor_signs_in_with_hugging_face_votes_signs_out_and_votes_anonymou
     with sqlite3.connect(votes_db) as database:
         columns = [row[1] for row in database.execute("PRAGMA table_info(votes)")]
         rows = [dict(zip(columns, row, strict=True)) for row in database.execute("SELECT * FROM votes ORDER BY id")]
-    assert [(row["translation_a"], row["translation_b"]) for row in rows] == [
-        signed_in_vote[:2], anonymous_vote[:2]
-    ]  # fmt: skip
+    assert [(row["translation_a"], row["translation_b"]) for row in rows] == [signed_in_vote[:2], anonymous_vote[:2]]
     assert {rows[0]["system_a"], rows[0]["system_b"]} == {OURS_NAME, MARIAN}
     # The first vote counts for the account, the second for the network it came from: each as its salted hash.
     store = VoteStore(votes_db)
@@ -169,19 +173,29 @@ def test_over_plain_http_the_sign_in_cookie_is_kept_on_loopback_only(app_model_d
 
 def app_exit(env: dict, *flags: str) -> subprocess.CompletedProcess:
     """`python app.py` with `flags` in the environment `env` adds (no Space, token or Hub of the test run's)."""
-    base = {key: value for key, value in os.environ.items()
-            if not key.startswith(("HF_", "SPACE_", "OAUTH_", "OPENID_")) and key != "SYSTEM"}  # fmt: skip
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "SPACE_", "OAUTH_", "OPENID_")) and key != "SYSTEM"
+    }
     return subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), *flags, "--comparison_models"], cwd=ROOT, capture_output=True,
-        text=True, timeout=300, env=dict(base, **env),
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "app.py"), *flags, "--comparison_models"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(base, **env),
+    )
 
 
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("no OAuth app", "--sign_in counts a vote as an account's only through a real OAuth app, and OAUTH_CLIENT_ID, "
-         "OAUTH_CLIENT_SECRET, OAUTH_SCOPES, OPENID_PROVIDER_URL are not set"),
+        (
+            "no OAuth app",
+            "--sign_in counts a vote as an account's only through a real OAuth app, and OAUTH_CLIENT_ID, "
+            "OAUTH_CLIENT_SECRET, OAUTH_SCOPES, OPENID_PROVIDER_URL are not set",
+        ),
         ("an OAuth app off a Space", "Gradio serves its real sign-in only where SYSTEM=spaces and SPACE_ID are set"),
         ("no token", "there is none: run `hf auth login` or set HF_TOKEN"),
         ("unreachable Hub", "could not ask the Hub (http://127.0.0.1:"),
@@ -193,14 +207,19 @@ def test_a_sign_in_that_cannot_work_stops_the_app_in_one_line(case, expected, tm
     if case == "no OAuth app":  # even with a token: the stand-in's cookie key is sha256("-v4"), which anyone computes
         result = app_exit(dict(home, HF_TOKEN="hf_some_token"), "--sign_in")
     elif case == "an OAuth app off a Space":
-        oauth = dict(OAUTH_CLIENT_ID="id", OAUTH_CLIENT_SECRET="secret", OAUTH_SCOPES="openid profile",
-                     OPENID_PROVIDER_URL="https://huggingface.co")  # fmt: skip
+        oauth = dict(
+            OAUTH_CLIENT_ID="id",
+            OAUTH_CLIENT_SECRET="secret",
+            OAUTH_SCOPES="openid profile",
+            OPENID_PROVIDER_URL="https://huggingface.co",
+        )
         result = app_exit(dict(home, **oauth), "--sign_in")
     elif case == "no token":
         result = app_exit(home, "--sign_in", "stand-in")
     elif case == "unreachable Hub":  # a port nobody listens on
-        result = app_exit(dict(home, HF_TOKEN="hf_some_token", HF_ENDPOINT=f"http://127.0.0.1:{free_port()}"),
-                          "--sign_in", "stand-in")  # fmt: skip
+        result = app_exit(
+            dict(home, HF_TOKEN="hf_some_token", HF_ENDPOINT=f"http://127.0.0.1:{free_port()}"), "--sign_in", "stand-in"
+        )
     else:  # OAUTH_CLIENT_ID alone: the Space's metadata asks for sign-in without the rest the Hub would set
         result = app_exit(dict(home, SYSTEM="spaces", SPACE_ID="someone/demo", OAUTH_CLIENT_ID="id"))
     assert result.returncode == 1
@@ -217,8 +236,13 @@ def test_locally_the_stand_in_plays_the_account_of_the_machines_token_and_its_vo
     marian = build_tiny_marian(tmp_path / MARIAN)
     with LoopbackHub() as hub:
         hub.add_account(ACCOUNT, FULL_NAME, token=token)
-        env = dict(ARENA_SIGN_IN="stand-in", HF_TOKEN=token, HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path),
-                   VOTES_DB=str(votes_db))  # fmt: skip
+        env = dict(
+            ARENA_SIGN_IN="stand-in",
+            HF_TOKEN=token,
+            HF_ENDPOINT=hub.endpoint,
+            HOME=str(tmp_path),
+            VOTES_DB=str(votes_db),
+        )
         with app_process(app_model_dir, tmp_path, comparisons=(marian,), offline=False, **env) as (port, log):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"http://localhost:{port}/")

@@ -31,11 +31,19 @@ ACCOUNT = "grace-hopper-votes"
 
 def session_cookie(secret_key: str | None, account: str) -> str:
     """A session cookie saying `account` signed in, signed with `secret_key` (None: not signed)."""
-    session = {"oauth_info": {
-        "access_token": "an-access-token", "scope": "openid profile", "expires_at": int(time.time()) + 3600,
-        "userinfo": {"preferred_username": account, "name": account, "profile": f"https://huggingface.co/{account}",
-                     "picture": ""},
-    }}  # fmt: skip
+    session = {
+        "oauth_info": {
+            "access_token": "an-access-token",
+            "scope": "openid profile",
+            "expires_at": int(time.time()) + 3600,
+            "userinfo": {
+                "preferred_username": account,
+                "name": account,
+                "profile": f"https://huggingface.co/{account}",
+                "picture": "",
+            },
+        }
+    }
     data = base64.b64encode(json.dumps(session).encode())
     return (TimestampSigner(secret_key).sign(data) if secret_key else data).decode()
 
@@ -48,9 +56,15 @@ def gradio_key(secret: str) -> str:
 def test_only_a_cookie_signed_with_the_oauth_app_s_secret_is_a_signed_in_vote(app_model_dir, tmp_path):
     votes_db = tmp_path / "votes.sqlite3"
     marian = build_tiny_marian(tmp_path / "marian")
-    space = dict(SYSTEM="spaces", SPACE_ID="someone/transformer-en-de-demo", OAUTH_CLIENT_ID="a-client-id",
-                 OAUTH_CLIENT_SECRET=SECRET, OAUTH_SCOPES="openid profile", OPENID_PROVIDER_URL="http://127.0.0.1:9",
-                 VOTES_DB=str(votes_db))  # fmt: skip
+    space = dict(
+        SYSTEM="spaces",
+        SPACE_ID="someone/transformer-en-de-demo",
+        OAUTH_CLIENT_ID="a-client-id",
+        OAUTH_CLIENT_SECRET=SECRET,
+        OAUTH_SCOPES="openid profile",
+        OPENID_PROVIDER_URL="http://127.0.0.1:9",
+        VOTES_DB=str(votes_db),
+    )
     cookies = {
         "signed with the secret": session_cookie(gradio_key(SECRET), ACCOUNT),
         "signed with no secret": session_cookie(gradio_key(""), "forged-without-secret"),

@@ -18,9 +18,19 @@ from transformer_en_de.app.arena.votes import PUBLISHED_FOLDER, StoreUnavailable
 
 def add_votes(store: VoteStore, count: int, start: int = 0) -> None:
     for number in range(start, start + count):
-        store.add(Vote(battle_id=f"battle-{number}", system_a="ours", system_b="marian",
-                       source_text=f"A dog runs in the park, number {number}. " * 4, translation_a="Ein Hund. " * 8,
-                       translation_b="Hund. " * 8, choice="A", visitor="v", source="s"))  # fmt: skip
+        store.add(
+            Vote(
+                battle_id=f"battle-{number}",
+                system_a="ours",
+                system_b="marian",
+                source_text=f"A dog runs in the park, number {number}. " * 4,
+                translation_a="Ein Hund. " * 8,
+                translation_b="Hund. " * 8,
+                choice="A",
+                visitor="v",
+                source="s",
+            )
+        )
 
 
 @pytest.fixture
@@ -139,8 +149,10 @@ def test_a_lost_database_beside_its_salt_is_said(kept):
     path, _ = kept
     path.unlink()  # lost: the salt beside it says a store was here
     store = VoteStore(path)
-    assert store.notes == [f"the votes database {path} is new while its salt is from an earlier store: votes stored "
-                           "before are not in it (published ones stay published)"]  # fmt: skip
+    assert store.notes == [
+        f"the votes database {path} is new while its salt is from an earlier store: votes stored "
+        "before are not in it (published ones stay published)"
+    ]
     store.close()
 
 
@@ -150,8 +162,10 @@ def test_an_empty_database_beside_published_votes_is_said(tmp_path):
     publish(path, 2)
     store = VoteStore(path)
     folder = path.with_name(PUBLISHED_FOLDER)
-    assert store.notes == [f"the votes database {path} is empty while 2 votes are published in {folder}: votes stored "
-                           "before are not in it (published ones stay published)"]  # fmt: skip
+    assert store.notes == [
+        f"the votes database {path} is empty while 2 votes are published in {folder}: votes stored "
+        "before are not in it (published ones stay published)"
+    ]
     store.close()
 
 
@@ -160,10 +174,18 @@ def test_an_empty_salt_stops_the_app_in_one_line(kept):
     path, _ = kept
     path.with_name(path.name + ".salt").write_text("")
     environment = dict(os.environ, VOTES_DB=str(path), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, str(ROOT / "app.py"), "--comparison_models"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, env=environment)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--comparison_models"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert lines == [f"app.py: the arena's salt {path}.salt is empty: a hash salted with it could be recomputed for "
-                     "every address; restore the salt it had"], result.stderr  # fmt: skip
+    assert lines == [
+        f"app.py: the arena's salt {path}.salt is empty: a hash salted with it could be recomputed for "
+        "every address; restore the salt it had"
+    ], result.stderr
     assert "Traceback" not in result.stdout + result.stderr

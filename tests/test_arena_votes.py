@@ -21,10 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make_vote(battle_id: str, choice: str = "A", visitor: str = "0123456789abcdef") -> Vote:
     return Vote(
-        battle_id=battle_id, system_a="ours", system_b="marian", source_text="A dog runs.",
-        translation_a="Ein Hund rennt.", translation_b="Ein Hund läuft.", choice=choice, visitor=visitor,
-        decoding_a={"num_beams": 4, "length_penalty": 0.6}, decoding_b={"num_beams": 4},
-    )  # fmt: skip
+        battle_id=battle_id,
+        system_a="ours",
+        system_b="marian",
+        source_text="A dog runs.",
+        translation_a="Ein Hund rennt.",
+        translation_b="Ein Hund läuft.",
+        choice=choice,
+        visitor=visitor,
+        decoding_a={"num_beams": 4, "length_penalty": 0.6},
+        decoding_b={"num_beams": 4},
+    )
 
 
 @pytest.fixture
@@ -202,14 +209,20 @@ def test_a_version_1_file_gains_the_source_columns_and_keeps_its_votes(tmp_path)
     store = VoteStore(path)
 
     (old,) = store.all_votes()
-    assert (old.battle_id, old.visitor, old.source, old.signed_in, old.seconds_to_vote) == ("old-1", "abc", "", False,
-                                                                                             None)  # fmt: skip
+    assert (old.battle_id, old.visitor, old.source, old.signed_in, old.seconds_to_vote) == (
+        "old-1",
+        "abc",
+        "",
+        False,
+        None,
+    )
     store.add(make_vote("battle-2"))
     last, counts = store.counts_since(0)
     assert last == 2
     assert sorted((count.source, count.signed_in, count.count) for count in counts) == [
-        ("session:0123456789abcdef", False, 1), ("session:abc", False, 1)
-    ]  # fmt: skip
+        ("session:0123456789abcdef", False, 1),
+        ("session:abc", False, 1),
+    ]
     store.close()
 
 
@@ -229,8 +242,9 @@ def test_source_hash_names_an_account_or_a_network_never_as_it_is(tmp_path):
 def test_a_vote_under_another_process_s_write_lock_is_refused_in_one_line_in_seconds_and_then_stored(tmp_path):
     path = tmp_path / "votes.db"
     store = VoteStore(path)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(path), "8"], stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(path), "8"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()

@@ -25,8 +25,11 @@ def save_checkpoint(run_dir: Path, step: int, tokenizer, seed: int, complete: bo
     folder = run_dir / f"checkpoint-{step}"
     model.save_pretrained(folder)
     if complete:
-        (folder / "trainer_state.json").write_text(json.dumps({"log_history": [
-            {"epoch": 1.0, "step": step, "eval_loss": 5.0, "eval_bleu": 1.0, "eval_chrf": 10.0}]}))
+        (folder / "trainer_state.json").write_text(
+            json.dumps(
+                {"log_history": [{"epoch": 1.0, "step": step, "eval_loss": 5.0, "eval_bleu": 1.0, "eval_chrf": 10.0}]}
+            )
+        )
     return folder
 
 
@@ -39,7 +42,11 @@ def run_dir(tmp_path, tiny_tokenizer):
     save_checkpoint(run, 40, tiny_tokenizer, 4, complete=False)
     tiny_tokenizer.save_pretrained(run)
     write_eval_results(
-        run, num_parameters=1, decoding={}, scores={}, command=[TRAIN_COMMAND],
+        run,
+        num_parameters=1,
+        decoding={},
+        scores={},
+        command=[TRAIN_COMMAND],
         training={"validation_curve": [{"epoch": 1.0, "step": 10, "loss": 5.0, "bleu": 1.0, "chrf": 10.0}]},
     )
     return run
@@ -89,8 +96,16 @@ def test_a_run_started_with_fewer_beams_averages_into_a_model_that_keeps_them(ru
     checkpoints = complete_checkpoints(run_dir)[:2]
     for checkpoint in checkpoints:
         generation = json.loads((checkpoint / "generation_config.json").read_text())
-        generation.update(_from_model_config=False, num_beams=2, length_penalty=1.0, early_stopping=True,
-                          max_new_tokens_ratio=1.5, max_new_tokens_offset=10, dropout=0.1, label_smoothing=0.1)
+        generation.update(
+            _from_model_config=False,
+            num_beams=2,
+            length_penalty=1.0,
+            early_stopping=True,
+            max_new_tokens_ratio=1.5,
+            max_new_tokens_offset=10,
+            dropout=0.1,
+            label_smoothing=0.1,
+        )
         (checkpoint / "generation_config.json").write_text(json.dumps(generation))
     generation = average(checkpoints).generation_config
     assert (generation.num_beams, generation.length_penalty, generation.early_stopping) == (2, 1.0, True)
@@ -99,8 +114,14 @@ def test_a_run_started_with_fewer_beams_averages_into_a_model_that_keeps_them(ru
 
 def test_cli_scores_through_the_engine_and_appends_its_command(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "averaged"
-    argv = [str(run_dir / "checkpoint-20"), str(run_dir / "checkpoint-30"), "--output_dir", str(output_dir),
-            "--data_dir", str(data_dir)]
+    argv = [
+        str(run_dir / "checkpoint-20"),
+        str(run_dir / "checkpoint-30"),
+        "--output_dir",
+        str(output_dir),
+        "--data_dir",
+        str(data_dir),
+    ]
     assert average_checkpoints.main(argv) == 0
     results = read_eval_results(output_dir)
     assert results["command"] == [TRAIN_COMMAND, "python average_checkpoints.py " + " ".join(argv)]
@@ -130,12 +151,25 @@ def test_a_soup_of_two_runs_names_each_checkpoint_with_its_run(run_dir, data_dir
     save_checkpoint(fork, 20, tiny_tokenizer, seed=5)
     fork_command = "python train.py --data_dir data --output_dir fork --resume_from_checkpoint last"
     fork_corpus = {"name": "teacher-translations", "pairs": 12, "weight": 1.0, "tag": None}
-    write_eval_results(fork, num_parameters=1, decoding={}, scores={}, command=[TRAIN_COMMAND, fork_command],
-                       training={"validation_curve": [{"epoch": 1.0, "step": 20, "loss": 4.0, "bleu": 2.0}],
-                                 "corpora": [fork_corpus]})  # fmt: skip
+    write_eval_results(
+        fork,
+        num_parameters=1,
+        decoding={},
+        scores={},
+        command=[TRAIN_COMMAND, fork_command],
+        training={"validation_curve": [{"epoch": 1.0, "step": 20, "loss": 4.0, "bleu": 2.0}], "corpora": [fork_corpus]},
+    )
     output_dir = tmp_path / "soup"
-    argv = [str(run_dir / "checkpoint-20"), str(fork / "checkpoint-20"), "--output_dir", str(output_dir),
-            "--data_dir", str(data_dir), "--test_split", ""]
+    argv = [
+        str(run_dir / "checkpoint-20"),
+        str(fork / "checkpoint-20"),
+        "--output_dir",
+        str(output_dir),
+        "--data_dir",
+        str(data_dir),
+        "--test_split",
+        "",
+    ]
     assert average_checkpoints.main(argv) == 0
     results = read_eval_results(output_dir)
     assert results["training"]["averaged_checkpoints"] == ["run/checkpoint-20", "fork/checkpoint-20"]
@@ -150,8 +184,17 @@ def test_a_soup_of_two_runs_names_each_checkpoint_with_its_run(run_dir, data_dir
 
 def test_average_last_saves_the_best_candidate_on_validation_only(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "chosen"
-    argv = [str(run_dir), "--average_last", "2", "--output_dir", str(output_dir), "--data_dir", str(data_dir),
-            "--test_split", ""]
+    argv = [
+        str(run_dir),
+        "--average_last",
+        "2",
+        "--output_dir",
+        str(output_dir),
+        "--data_dir",
+        str(data_dir),
+        "--test_split",
+        "",
+    ]
     assert average_checkpoints.main(argv) == 0
     results = read_eval_results(output_dir)
     training = results["training"]
@@ -170,20 +213,26 @@ def test_average_last_saves_the_best_candidate_on_validation_only(run_dir, data_
     sources = (data_dir / "val.en").read_text(encoding="utf-8").splitlines()
     references = (data_dir / "val.de").read_text(encoding="utf-8").splitlines()
     model = TransformerMTForConditionalGeneration.from_pretrained(output_dir)
-    assert results["scores"]["val"] == score_split(translate(model, load_tokenizer(output_dir), sources).texts,
-                                                   references)
+    assert results["scores"]["val"] == score_split(
+        translate(model, load_tokenizer(output_dir), sources).texts, references
+    )
     assert results["command"] == [TRAIN_COMMAND, "python average_checkpoints.py " + " ".join(argv[:-1]) + " ''"]
 
 
 def test_rescore_keeps_commands_and_training_and_measures_again(run_dir, data_dir, tmp_path):
     output_dir = tmp_path / "averaged"
-    assert average_checkpoints.main([str(run_dir / "checkpoint-10"), "--output-dir", str(output_dir),
-                                     "--data_dir", str(data_dir)]) == 0
+    assert (
+        average_checkpoints.main(
+            [str(run_dir / "checkpoint-10"), "--output-dir", str(output_dir), "--data_dir", str(data_dir)]
+        )
+        == 0
+    )
     measured = read_eval_results(output_dir)
     stale = json.loads(json.dumps(measured))
     stale["scores"]["val"]["bleu"] = stale["scores"]["test_2016_flickr"]["bleu"] = 99.0
-    write_eval_results(output_dir, **{key: stale[key] for key in ("num_parameters", "decoding", "scores", "command",
-                                                                  "training")})
+    write_eval_results(
+        output_dir, **{key: stale[key] for key in ("num_parameters", "decoding", "scores", "command", "training")}
+    )
     assert average_checkpoints.main(["--rescore", str(output_dir), "--data_dir", str(data_dir)]) == 0
     assert read_eval_results(output_dir) == measured
 
@@ -203,8 +252,9 @@ def test_scripts_do_not_import_each_other():
 
 def pickle_weights_only(checkpoint: Path) -> None:
     """The checkpoint's weights as a pytorch_model.bin (a pickle) instead of model.safetensors."""
-    torch.save(TransformerMTForConditionalGeneration.from_pretrained(checkpoint).state_dict(),
-               checkpoint / "pytorch_model.bin")
+    torch.save(
+        TransformerMTForConditionalGeneration.from_pretrained(checkpoint).state_dict(), checkpoint / "pytorch_model.bin"
+    )
     (checkpoint / "model.safetensors").unlink()
 
 

@@ -94,8 +94,10 @@ def test_at_phone_width_inputs_stack_nothing_is_cut_and_a_missing_model_is_one_l
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(phone_page_url)
     page.locator("#status-1").get_by_text("ready").wait_for(timeout=60_000)
-    line = ("MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: the Hugging Face Hub is offline and the model "
-            "is not cached. Our model translates alone.")
+    line = (
+        "MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: the Hugging Face Hub is offline and the model "
+        "is not cached. Our model translates alone."
+    )
     page.wait_for_function(  # one line: which model is missing and why
         "line => document.querySelector('#status-2')?.innerText.trim() === line", arg=line, timeout=60_000
     )

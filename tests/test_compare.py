@@ -65,8 +65,9 @@ def run_cli(tmp_path, models, source, reference, *extra):
     return compare.main(argv), output
 
 
-def test_command_scores_both_models_and_writes_json_and_table(tmp_path, capsys, test_files, tiny_model_dir,
-                                                              tiny_marian_dir):  # fmt: skip
+def test_command_scores_both_models_and_writes_json_and_table(
+    tmp_path, capsys, test_files, tiny_model_dir, tiny_marian_dir
+):
     source, reference, sources, references = test_files
     code, output = run_cli(tmp_path, [tiny_model_dir, tiny_marian_dir], source, reference)
 
@@ -201,8 +202,18 @@ def test_unwritable_output_is_one_line_before_any_scoring(tmp_path, capsys, test
     blocker.write_text("not a folder")
     output = blocker / "comparison.json"
     started = time.perf_counter()
-    code = compare.main(["--models", str(tiny_model_dir), "--source", str(source), "--reference", str(reference),
-                         "--output", str(output)])
+    code = compare.main(
+        [
+            "--models",
+            str(tiny_model_dir),
+            "--source",
+            str(source),
+            "--reference",
+            str(reference),
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 2 and time.perf_counter() - started < 5  # refused before the model is loaded or anything scored
     message = capsys.readouterr().err.strip()
     assert message.startswith(f"error: --output {output} cannot be written") and "\n" not in message

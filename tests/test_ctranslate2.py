@@ -51,8 +51,9 @@ def greedy_pairs(model, tokenizer, folder, sources=SOURCES, new_tokens=NEW_TOKEN
 def test_converted_model_writes_our_greedy_tokens(tiny_tokenizer, tmp_path, norm_placement, layers):
     torch.manual_seed(0)
     # Wide weights: the output changes with the input, so a weight mapped to the wrong place would show.
-    config = tiny_config(tiny_tokenizer, init_std=0.5, norm_placement=norm_placement, encoder_layers=layers[0],
-                         decoder_layers=layers[1])  # fmt: skip
+    config = tiny_config(
+        tiny_tokenizer, init_std=0.5, norm_placement=norm_placement, encoder_layers=layers[0], decoder_layers=layers[1]
+    )
     model = TransformerMTForConditionalGeneration(config).eval()
     pairs = greedy_pairs(model, tiny_tokenizer, tmp_path / "ct2")
     assert all(mine == other for mine, other in pairs), pairs
@@ -200,8 +201,13 @@ def test_scoring_confidences_with_ctranslate2_asks_should_stop_between_batches(w
     asked = []
     try:
         run = translate(model, tokenizer, ENGINE_SOURCES, DecodingSettings(num_beams=1, batch_size=2), backend=decoder)
-        scored = confidences(model, run.translations, batch_size=2, backend=decoder,
-                             should_stop=lambda: asked.append(1) or len(asked) > 1)  # fmt: skip
+        scored = confidences(
+            model,
+            run.translations,
+            batch_size=2,
+            backend=decoder,
+            should_stop=lambda: asked.append(1) or len(asked) > 1,
+        )
     finally:
         decoder.close()
     assert len(asked) == 2  # before the first batch (go on), before the second (stop)
@@ -217,9 +223,13 @@ def test_truncation_progress_should_stop_and_deadline_between_batches(wide_dir, 
     try:
         run = translate(model, tokenizer, sources, settings, backend=decoder, progress=lambda *c: calls.append(c))
         stopped = translate(
-            model, tokenizer, sources, settings, backend=decoder,
+            model,
+            tokenizer,
+            sources,
+            settings,
+            backend=decoder,
             should_stop=lambda: asked.append(1) or len(asked) > 1,
-        )  # fmt: skip
+        )
         late = translate(model, tokenizer, sources, settings, backend=decoder, deadline=time.monotonic() - 1)
     finally:
         decoder.close()
@@ -267,9 +277,14 @@ def test_a_missing_package_or_folder_is_one_line(tmp_path, tiny_tokenizer):
 # -- the app's translators ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("backend", "int8", "name"), [
-    ("torch", False, "PyTorch"), ("ctranslate2", False, "CTranslate2 float32"), ("auto", True, "CTranslate2 int8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("backend", "int8", "name"),
+    [
+        ("torch", False, "PyTorch"),
+        ("ctranslate2", False, "CTranslate2 float32"),
+        ("auto", True, "CTranslate2 int8"),
+    ],
+)
 def test_translators_load_with_a_backend(backend, int8, name, wide_dir):
     translator = translators.load_translator(str(wide_dir), "ours", backend=backend, int8=int8)
     assert translator.backend_name == name

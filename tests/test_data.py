@@ -78,8 +78,13 @@ def test_rows_in_both_shapes_give_the_pair():
 
 
 def test_clean_batch_normalises_and_drops_like_clean_pairs():
-    rows = {"translation": [{"en": "A&amp;B  dog.", "de": "Ein Hund."}, {"en": "@@", "de": "Leer."},
-                            {"en": "Two.", "de": ""}]}
+    rows = {
+        "translation": [
+            {"en": "A&amp;B  dog.", "de": "Ein Hund."},
+            {"en": "@@", "de": "Leer."},
+            {"en": "Two.", "de": ""},
+        ]
+    }
     assert data.clean_batch(rows, "en", "de") == {"source": ["A&B dog."], "target": ["Ein Hund."]}
 
 
@@ -89,8 +94,11 @@ def test_saved_dataset_split_is_read_in_memory_or_streamed(tmp_path):
     DatasetDict({"train": Dataset.from_dict({"en": real("en", 5), "de": real("de", 5)})}).save_to_disk(tmp_path)
     in_memory = data.load_translation_split(str(tmp_path), None, "train")
     streamed = data.load_translation_split(str(tmp_path), None, "train", streaming=True)
-    assert data.dataset_pairs(in_memory, "en", "de") == data.dataset_pairs(streamed, "en", "de") == (
-        real("en", 5), real("de", 5))
+    assert (
+        data.dataset_pairs(in_memory, "en", "de")
+        == data.dataset_pairs(streamed, "en", "de")
+        == (real("en", 5), real("de", 5))
+    )
     with pytest.raises(data.DataError, match="no split 'validation' .*train"):
         data.load_translation_split(str(tmp_path), None, "validation")
 
@@ -142,8 +150,25 @@ def test_every_reader_of_text_files_reads_an_old_mac_file_as_its_lines(tmp_path,
     assert data.read_parallel(source, target)[0] == THREE
     assert list(_lines([source])) == THREE
     output = tmp_path / "out" / "translated"
-    assert translate_corpus.main(["--model", str(tiny_model_dir), "--input", str(source), "--output", str(output),
-                                  "--source_lang", "en", "--target_lang", "de", "--num_beams", "1"]) == 0
+    assert (
+        translate_corpus.main(
+            [
+                "--model",
+                str(tiny_model_dir),
+                "--input",
+                str(source),
+                "--output",
+                str(output),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+                "--num_beams",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert output.with_name("translated.en").read_text(encoding="utf-8") == "".join(line + "\n" for line in THREE)
 
 

@@ -24,9 +24,21 @@ SHIPPED = ROOT / "models" / "transformer-en-de"
 
 def tiny_model(seed: int) -> TransformerMTForConditionalGeneration:
     torch.manual_seed(seed)
-    config = TransformerMTConfig(vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=1, num_attention_heads=4,
-                                 d_ff=64, dropout=0.0, attention_dropout=0.0, max_position_embeddings=32,
-                                 pad_token_id=1, decoder_start_token_id=2, eos_token_id=2, bos_token_id=0)
+    config = TransformerMTConfig(
+        vocab_size=50,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=1,
+        num_attention_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+        max_position_embeddings=32,
+        pad_token_id=1,
+        decoder_start_token_id=2,
+        eos_token_id=2,
+        bos_token_id=0,
+    )
     return TransformerMTForConditionalGeneration(config)
 
 
@@ -87,16 +99,22 @@ def test_a_teacher_the_run_cannot_use_is_refused_before_the_run_writes_anything(
     write_pair(tmp_path, "test_2016_flickr", real_lines("en", 3000, 8), real_lines("de", 3000, 8))
     own_tokenizer = tmp_path / "own-tokenizer"
     train_tokenizer(texts=real_lines("en", 0, 96) + real_lines("de", 0, 96), vocab_size=300).save_pretrained(
-        own_tokenizer)
+        own_tokenizer
+    )
     # the shipped model's 8,001 tokens against the 300 of the run's own tokenizer
-    with pytest.raises(SystemExit, match=r"--teacher .*transformer-en-de has another vocabulary than the run's "
-                                         r"tokenizer \(8001 embeddings against 300 tokens"):
-        train.main(tiny_run_flags(tmp_path, tmp_path / "a", "--teacher", str(SHIPPED),
-                                  "--tokenizer_name", str(own_tokenizer)))
+    with pytest.raises(
+        SystemExit,
+        match=r"--teacher .*transformer-en-de has another vocabulary than the run's "
+        r"tokenizer \(8001 embeddings against 300 tokens",
+    ):
+        train.main(
+            tiny_run_flags(tmp_path, tmp_path / "a", "--teacher", str(SHIPPED), "--tokenizer_name", str(own_tokenizer))
+        )
     with pytest.raises(SystemExit, match="--teacher ./no-such-model: could not be loaded: there is no model folder"):
         train.main(tiny_run_flags(tmp_path, tmp_path / "b", "--teacher", "./no-such-model"))
-    with pytest.raises(SystemExit, match="--teacher someone/not-cached: .*Hub is unreachable .offline. and "
-                                         "someone/not-cached"):
+    with pytest.raises(
+        SystemExit, match="--teacher someone/not-cached: .*Hub is unreachable .offline. and someone/not-cached"
+    ):
         train.main(tiny_run_flags(tmp_path, tmp_path / "d", "--teacher", "someone/not-cached"))
     with pytest.raises(SystemExit, match="--teacher_weight 1.5: give a share between 0 and 1"):
         train.main(tiny_run_flags(tmp_path, tmp_path / "c", "--teacher", str(SHIPPED), "--teacher_weight", "1.5"))
@@ -117,9 +135,26 @@ def teacher_run(tmp_path_factory):
         (folder / "students").mkdir(exist_ok=True)
         write_pair(folder / "students", split, real_lines("en", 500, 24), real_lines("de", 500, 24))
     teacher = folder / "teacher"
-    train.main(tiny_run_flags(folder, teacher, "--num_train_epochs", "60", "--per_device_train_batch_size", "8",
-                              "--d_model", "64", "--d_ff", "128", "--eval_strategy", "no",
-                              "--load_best_model_at_end", "false", "--save_strategy", "no"))
+    train.main(
+        tiny_run_flags(
+            folder,
+            teacher,
+            "--num_train_epochs",
+            "60",
+            "--per_device_train_batch_size",
+            "8",
+            "--d_model",
+            "64",
+            "--d_ff",
+            "128",
+            "--eval_strategy",
+            "no",
+            "--load_best_model_at_end",
+            "false",
+            "--save_strategy",
+            "no",
+        )
+    )
     return folder / "students", teacher
 
 
@@ -127,9 +162,23 @@ def student_flags(data_dir, output_dir, teacher, *extra: str) -> list[str]:
     """A new student (not a fine-tune: its own architecture), trained briefly; without --teacher, with the teacher's
     tokenizer named (with --teacher it is the default)."""
     tokenizer = [] if "--teacher" in extra else ["--tokenizer_name", str(teacher)]
-    return [*tiny_run_flags(data_dir, output_dir), *tokenizer, "--num_train_epochs", "30",
-            "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--load_best_model_at_end", "false",
-            "--save_strategy", "no", "--test_split", "", *extra]
+    return [
+        *tiny_run_flags(data_dir, output_dir),
+        *tokenizer,
+        "--num_train_epochs",
+        "30",
+        "--per_device_train_batch_size",
+        "8",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--save_strategy",
+        "no",
+        "--test_split",
+        "",
+        *extra,
+    ]
 
 
 def kl_on_the_pairs(student_dir, teacher_dir, data_dir) -> float:
@@ -148,8 +197,9 @@ def kl_on_the_pairs(student_dir, teacher_dir, data_dir) -> float:
 def test_a_distilled_student_is_closer_to_its_teacher_and_says_so(teacher_run):
     data_dir, teacher = teacher_run
     plain = train.main(student_flags(data_dir, data_dir / "plain", teacher))
-    distilled = train.main(student_flags(data_dir, data_dir / "distilled", teacher, "--teacher", str(teacher),
-                                         "--teacher_weight", "1.0"))
+    distilled = train.main(
+        student_flags(data_dir, data_dir / "distilled", teacher, "--teacher", str(teacher), "--teacher_weight", "1.0")
+    )
     assert "teacher" not in plain["training"]
     assert (distilled["training"]["teacher"], distilled["training"]["teacher_weight"]) == (str(teacher), 1.0)
     assert load_tokenizer(data_dir / "distilled").get_vocab() == load_tokenizer(teacher).get_vocab()
@@ -169,13 +219,34 @@ def test_a_fine_tune_distils_in_two_processes(teacher_run):
     start = data_dir / "plain-start"
     train.main(student_flags(data_dir, start, teacher, "--num_train_epochs", "1"))
     output_dir = data_dir / "two-processes"
-    flags = [*fine_tune_flags(data_dir, output_dir, start), "--teacher", str(teacher), "--teacher_weight", "1.0",
-             "--num_train_epochs", "8", "--per_device_train_batch_size", "4", "--eval_strategy", "no",
-             "--load_best_model_at_end", "false", "--save_strategy", "no", "--test_split", ""]
+    flags = [
+        *fine_tune_flags(data_dir, output_dir, start),
+        "--teacher",
+        str(teacher),
+        "--teacher_weight",
+        "1.0",
+        "--num_train_epochs",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--save_strategy",
+        "no",
+        "--test_split",
+        "",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           str(ROOT / "train.py"), *flags], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=420)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(ROOT / "train.py"), *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = read_eval_results(output_dir)
     assert results["training"]["teacher"] == str(teacher)
@@ -189,8 +260,19 @@ def test_a_resumed_run_keeps_its_own_tokenizer_and_a_teacher_of_another_is_refus
     embeddings are in its ids), so a teacher with other tokens is refused, and nothing of the run changes."""
     data_dir, teacher = teacher_run
     own = tmp_path / "own"
-    flags = [*tiny_run_flags(data_dir, own), "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no",
-             "--load_best_model_at_end", "false", "--test_split", ""]
+    flags = [
+        *tiny_run_flags(data_dir, own),
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--test_split",
+        "",
+    ]
     train.main(flags)  # a tokenizer of its own, trained on the students' pairs
     kept = {path.name: path.read_bytes() for path in own.iterdir() if path.is_file()}
     with pytest.raises(SystemExit, match="has another vocabulary than the run's tokenizer"):

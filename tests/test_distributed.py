@@ -22,23 +22,52 @@ PAIRS = 24  # an odd number of batches per process: the last evaluation batch of
 def memorise_flags(data_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     """A tiny model that learns 24 real pairs by heart (validation = test = training), so that scores are not 0."""
     return [
-        "--data_dir", str(data_dir), "--output_dir", str(output_dir),
-        *TINY_MODEL_FLAGS, "--d_model", "64", "--d_ff", "128",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "5",
-        "--learning_rate", "5e-3", "--warmup_steps", "20", "--logging_steps", "10", "--disable_tqdm", "true",
-        "--num_train_epochs", "60", "--eval_strategy", "steps", "--eval_steps", "60",
-        "--save_strategy", "steps", "--save_steps", "60", "--save_total_limit", "10",
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(output_dir),
+        *TINY_MODEL_FLAGS,
+        "--d_model",
+        "64",
+        "--d_ff",
+        "128",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "5",
+        "--learning_rate",
+        "5e-3",
+        "--warmup_steps",
+        "20",
+        "--logging_steps",
+        "10",
+        "--disable_tqdm",
+        "true",
+        "--num_train_epochs",
+        "60",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "60",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "60",
+        "--save_total_limit",
+        "10",
         *extra,
     ]
 
 
 def launch(launcher: list[str], flags: list[str], cwd: Path) -> subprocess.CompletedProcess:
     # Both processes on the cores this test may use, one thread each (gloo on CPU).
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
-               TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"
+    )
     env.pop("PYTHONPATH", None)
-    return subprocess.run([*launcher, str(ROOT / "train.py"), *flags], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=420)
+    return subprocess.run(
+        [*launcher, str(ROOT / "train.py"), *flags], cwd=cwd, env=env, capture_output=True, text=True, timeout=420
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +105,12 @@ def test_one_process_writes_the_tokenizer_the_folder_and_the_card(torchrun_run):
     assert log.count("[save] Hub-ready folder") == 1
     assert log.count("[score] val:") == 1
     assert sorted(path.name for path in output_dir.glob("*.json")) == [
-        "config.json", "eval_results.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "eval_results.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert (output_dir / "README.md").is_file()
 
 
@@ -132,8 +166,14 @@ def test_the_folder_loads_in_a_fresh_process(torchrun_run, tmp_path):
     )
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    done = subprocess.run([sys.executable, "-c", script, str(output_dir), real_lines("en", 0, 1)[0]], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(output_dir), real_lines("en", 0, 1)[0]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()  # a translation, from the folder alone
 
@@ -143,10 +183,35 @@ def test_accelerate_launch_runs_two_processes(corpus):
     """`accelerate launch --multi_gpu --num_processes 2` starts two processes, on CPU too (gloo). (`--cpu` would
     start one: accelerate runs several CPU processes only through mpirun.)"""
     output_dir = corpus / "accelerate"
-    flags = memorise_flags(corpus, output_dir, "--num_train_epochs", "2", "--eval_strategy", "epoch",
-                           "--save_strategy", "epoch", "--test_split", "")
-    done = launch([str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no"], flags, ROOT)
+    flags = memorise_flags(
+        corpus,
+        output_dir,
+        "--num_train_epochs",
+        "2",
+        "--eval_strategy",
+        "epoch",
+        "--save_strategy",
+        "epoch",
+        "--test_split",
+        "",
+    )
+    done = launch(
+        [
+            str(BIN / "accelerate"),
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ],
+        flags,
+        ROOT,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = read_eval_results(output_dir)
     assert results["training"]["trained_steps"] == {"from": 0, "to": 6}  # 3 steps an epoch: two processes
@@ -164,12 +229,31 @@ def test_two_processes_stream_a_dataset(tmp_path):
         return Dataset.from_dict({"translation": [{"en": en, "de": de} for en, de in pairs]})
 
     DatasetDict({"train": split(0, 300), "validation": split(500, 11), "test": split(600, 11)}).save_to_disk(
-        tmp_path / "saved")
+        tmp_path / "saved"
+    )
     output_dir = tmp_path / "out"
-    flags = ["--dataset_name", str(tmp_path / "saved"), "--streaming", "--max_steps", "6", "--save_steps", "3",
-             "--output_dir", str(output_dir), *TINY_MODEL_FLAGS, "--per_device_train_batch_size", "8",
-             "--warmup_steps", "2", "--logging_steps", "2", "--disable_tqdm", "true",
-             "--tokenizer_train_samples", "100"]
+    flags = [
+        "--dataset_name",
+        str(tmp_path / "saved"),
+        "--streaming",
+        "--max_steps",
+        "6",
+        "--save_steps",
+        "3",
+        "--output_dir",
+        str(output_dir),
+        *TINY_MODEL_FLAGS,
+        "--per_device_train_batch_size",
+        "8",
+        "--warmup_steps",
+        "2",
+        "--logging_steps",
+        "2",
+        "--disable_tqdm",
+        "true",
+        "--tokenizer_train_samples",
+        "100",
+    ]
     done = launch([str(BIN / "torchrun"), "--nproc_per_node", "2"], flags, ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = read_eval_results(output_dir)

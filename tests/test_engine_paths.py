@@ -64,9 +64,14 @@ def test_every_path_gives_the_engines_translations(model_dir, lines, tmp_path):
     source_file = tmp_path / "sources.en"
     source_file.write_text("\n".join(sources) + "\n", encoding="utf-8")
     result = translate_file(
-        str(source_file), None, "beam search", NUM_BEAMS, MAX_NEW_TOKENS,
-        context=RequestContext(translator), output_dir=tmp_path / "app",
-    )  # fmt: skip
+        str(source_file),
+        None,
+        "beam search",
+        NUM_BEAMS,
+        MAX_NEW_TOKENS,
+        context=RequestContext(translator),
+        output_dir=tmp_path / "app",
+    )
     with open(result.path, encoding="utf-8", newline="") as handle:
         paths["app, file panel"] = [row[-1] for row in csv.reader(handle, delimiter="\t")][1:]
 

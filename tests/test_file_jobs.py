@@ -35,8 +35,9 @@ def small_disk(tmp_path):
     folder = tmp_path / "small-disk"
     folder.mkdir()
     mount = shutil.which("mount")
-    mounted = mount and subprocess.run([mount, "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], check=False,
-                                       capture_output=True)  # fmt: skip
+    mounted = mount and subprocess.run(
+        [mount, "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], check=False, capture_output=True
+    )
     if not mounted or mounted.returncode != 0:
         pytest.skip("mounting a small tmpfs needs root (mount -t tmpfs)")
     yield folder
@@ -76,13 +77,21 @@ def test_a_file_job_asks_the_scheduler_for_room_once(ours, source, tmp_path):
     """Before its lines are checked or tokenized (`translation.admit`); its plan (`translation.plan_request`) does not
     ask again. A full server refuses it at that one question."""
     scheduler = RoomCountingScheduler()
-    result = files.translate_file(source, None, "beam search", 2, 8, context=RequestContext(ours, scheduler=scheduler),
-                                  output_dir=tmp_path / "cache")  # fmt: skip
+    result = files.translate_file(
+        source,
+        None,
+        "beam search",
+        2,
+        8,
+        context=RequestContext(ours, scheduler=scheduler),
+        output_dir=tmp_path / "cache",
+    )
     assert result.path and scheduler.room_asked == 1  # the job is ordinary: its own admission asks nothing
 
     full = RoomCountingScheduler(heavy_jobs=0, ordinary_seconds=0.0)  # every request is heavy, none may run
-    refused = files.translate_file(source, None, "beam search", 2, 8, context=RequestContext(ours, scheduler=full),
-                                   output_dir=tmp_path / "cache")  # fmt: skip
+    refused = files.translate_file(
+        source, None, "beam search", 2, 8, context=RequestContext(ours, scheduler=full), output_dir=tmp_path / "cache"
+    )
     assert refused.path is None and "as many long requests as it can" in refused.summary and full.room_asked == 1
 
 
@@ -96,8 +105,16 @@ def test_a_full_disk_refuses_the_job_in_one_plain_line_before_anything_is_transl
     steps = []
     logged(capfd)
 
-    result = files.translate_file(source, None, "greedy", 1, 8, context=RequestContext(ours), output_dir=small_disk,
-                                  progress=lambda *step, **_: steps.append(step))  # fmt: skip
+    result = files.translate_file(
+        source,
+        None,
+        "greedy",
+        1,
+        8,
+        context=RequestContext(ours),
+        output_dir=small_disk,
+        progress=lambda *step, **_: steps.append(step),
+    )
 
     assert result.path is None and result.summary == f"⚠️ {files.NO_ROOM}"
     assert steps == [] and left_behind(small_disk) == []
@@ -114,8 +131,9 @@ def test_a_disk_that_fills_during_the_job_leaves_no_half_written_tsv(ours, sourc
         steps.append(step)
 
     logged(capfd)
-    result = files.translate_file(source, None, "greedy", 1, 8, context=RequestContext(ours), output_dir=small_disk,
-                                  progress=progress)  # fmt: skip
+    result = files.translate_file(
+        source, None, "greedy", 1, 8, context=RequestContext(ours), output_dir=small_disk, progress=progress
+    )
 
     assert steps  # translated, then the TSV could not be written
     assert result.path is None and result.summary == f"⚠️ {files.NO_ROOM}"
@@ -160,8 +178,16 @@ def test_a_job_stopped_while_translating_leaves_nothing(ours, tmp_path):
 
     (tmp_path / "source.en").write_text(LINES, encoding="utf-8")
     with pytest.raises(SystemExit):
-        files.translate_file(tmp_path / "source.en", None, "greedy", 1, 8, context=RequestContext(ours),
-                             output_dir=tmp_path / "cache", progress=progress)  # fmt: skip
+        files.translate_file(
+            tmp_path / "source.en",
+            None,
+            "greedy",
+            1,
+            8,
+            context=RequestContext(ours),
+            output_dir=tmp_path / "cache",
+            progress=progress,
+        )
 
     assert seen == [[]] and left_behind(tmp_path / "cache") == []
 

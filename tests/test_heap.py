@@ -33,10 +33,14 @@ def run(code: str) -> str:
 
 @pytest.mark.parametrize("trim", ["no trim", "heap.give_back()"])
 def test_the_free_pages_of_a_fragmented_heap_go_back_only_when_trimmed(trim):
-    code = "from transformer_en_de import heap\n" + FRAGMENTED_HEAP + f"""
+    code = (
+        "from transformer_en_de import heap\n"
+        + FRAGMENTED_HEAP
+        + f"""
 given_back = heap.give_back() if {trim != "no trim"} else None
 print(given_back, before - resident_mb())
 """
+    )
     given_back, freed_mb = run(code).split()
     if trim == "no trim":
         assert int(freed_mb) < 20
@@ -46,7 +50,10 @@ print(given_back, before - resident_mb())
 
 def test_a_training_run_trims_the_heap_every_n_steps_and_not_between():
     # The callback train.py gives its Trainer, called as the Trainer calls it after each step.
-    code = "from transformer_en_de.training.loop import FreeHeapGivenBack\n" + FRAGMENTED_HEAP + """
+    code = (
+        "from transformer_en_de.training.loop import FreeHeapGivenBack\n"
+        + FRAGMENTED_HEAP
+        + """
 from types import SimpleNamespace
 trims = FreeHeapGivenBack(every=50)
 trims.on_step_end(None, SimpleNamespace(global_step=49), None)
@@ -54,6 +61,7 @@ between = before - resident_mb()
 trims.on_step_end(None, SimpleNamespace(global_step=50), None)
 print(between, before - resident_mb())
 """
+    )
     between, at_step = map(int, run(code).split())
     assert between < 20 and at_step > 150
 
@@ -65,8 +73,11 @@ def test_train_py_trims_the_heap_every_50_steps(small_corpus, tmp_path, monkeypa
 
     steps_trimmed, give_back = [], heap.give_back
     monkeypatch.setattr(heap, "give_back", lambda: steps_trimmed.append(len(steps_trimmed)) or give_back())
-    train.main(tiny_run_flags(small_corpus, tmp_path / "out", "--max_steps", "101", "--save_strategy", "no",
-                              "--eval_strategy", "no"))
+    train.main(
+        tiny_run_flags(
+            small_corpus, tmp_path / "out", "--max_steps", "101", "--save_strategy", "no", "--eval_strategy", "no"
+        )
+    )
     assert len(steps_trimmed) == 2  # after steps 50 and 100
 
 

@@ -65,10 +65,17 @@ def evil_config() -> bytes:
 
 
 def load_in_fresh_python(model_id: str, cache: Path, marker: Path) -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), HF_MODULES_CACHE=str(cache.parent / "modules"),
-               MARKER=str(marker), OMP_NUM_THREADS="1")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", LOAD, model_id], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(cache),
+        HF_MODULES_CACHE=str(cache.parent / "modules"),
+        MARKER=str(marker),
+        OMP_NUM_THREADS="1",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD, model_id], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -99,8 +99,14 @@ def load_online(hub, model_id: str, tmp_path, allow_pickle: bool = True) -> dict
     """`load_listed_model` in a process of its own, online, with the loopback Hub as its endpoint (huggingface_hub
     reads HF_ENDPOINT and HF_HUB_OFFLINE when it is imported) and an empty cache."""
     env = dict(os.environ, HF_HUB_OFFLINE="0", HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"))
-    done = subprocess.run([sys.executable, "-c", LOAD, model_id, "allow" if allow_pickle else "refuse"], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, model_id, "allow" if allow_pickle else "refuse"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -128,8 +134,11 @@ def test_marian_loads_from_the_hub_in_each_layout_at_one_commit(layout, marian_d
         pull_request = loopback.repo(MARIAN_ID).refs.get("refs/pr/1")
 
     assert loaded["ids"] == marian_ids  # the same weights, whichever file they came from
-    weights_read = [path.rsplit("/", 1)[1] for method, path in requests
-                    if method == "GET" and path.endswith((".safetensors", ".bin"))]
+    weights_read = [
+        path.rsplit("/", 1)[1]
+        for method, path in requests
+        if method == "GET" and path.endswith((".safetensors", ".bin"))
+    ]
     if layout == "safetensors":
         assert loaded == dict(loaded, revision=main, weights="") and weights_read == ["model.safetensors"]
     elif layout == "conversion pull request":
@@ -167,8 +176,10 @@ def test_failures_on_the_hub_are_said_in_our_words(marian_dir, tmp_path):
         no_revision = load_online(loopback, f"{MARIAN_ID}@v9", tmp_path)["error"]
 
     assert "has only PyTorch pickle weights" in refused and "Convert it once" in refused
-    assert missing == "could not be loaded: there is no model Helsinki-NLP/opus-mt-en-xx on the Hugging Face Hub " \
-                      "(or it is private)."
+    assert (
+        missing == "could not be loaded: there is no model Helsinki-NLP/opus-mt-en-xx on the Hugging Face Hub "
+        "(or it is private)."
+    )
     assert no_revision == f"could not be loaded: {MARIAN_ID} has no revision 'v9' on the Hugging Face Hub."
     for message in (refused, missing, no_revision):
         assert "use_safetensors=True" not in message and "Please" not in message

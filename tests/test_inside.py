@@ -48,8 +48,20 @@ def marian(tmp_path_factory):
 def deep(tmp_path_factory):
     """The deep-encoder, shallow-decoder shape (6 + 1 layers), made from the shipped model by its recipe."""
     folder = tmp_path_factory.mktemp("deep") / "six-plus-one"
-    subprocess.run([sys.executable, str(ROOT / "recipes" / "deep_shallow_init.py"), str(SHIPPED), str(folder),
-                    "--encoder_layers", "6", "--decoder_layers", "1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "deep_shallow_init.py"),
+            str(SHIPPED),
+            str(folder),
+            "--encoder_layers",
+            "6",
+            "--decoder_layers",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     translator = translators.load_our_translator(str(folder))
     translator.model.set_attn_implementation("eager")
     return translator
@@ -86,8 +98,9 @@ ROUNDED = 0.5 * 10**-DECIMALS + 1e-6  # how far a rounded encoding may be from i
 
 @pytest.mark.parametrize("shape", ["shipped", "6+1"])
 def test_attention_has_every_layer_and_head_and_rows_sum_to_one(shape, request):
-    translator, views = (request.getfixturevalue(name) for name in (
-        ("ours", "views") if shape == "shipped" else ("deep", "deep_views")))
+    translator, views = (
+        request.getfixturevalue(name) for name in (("ours", "views") if shape == "shipped" else ("deep", "deep_views"))
+    )
     config = translator.model.config
     assert (config.encoder_layers, config.decoder_layers) == ((3, 3) if shape == "shipped" else (6, 1))
     for view in views:
@@ -290,8 +303,12 @@ def test_the_pictures_keep_every_label_inside_and_apart(views, deep_views, maria
         figures = [plot_positions(view)]
         # the first and the last layer of each kind: a deep encoder's sixth, a one-layer decoder's only one
         last = {kind: len(view["attention"][kind]) - 1 for kind in KINDS}
-        figures += [plot_attention_heads(view, kind, layer, head)
-                    for kind in KINDS for layer in {0, last[kind]} for head in (None, 0)]
+        figures += [
+            plot_attention_heads(view, kind, layer, head)
+            for kind in KINDS
+            for layer in {0, last[kind]}
+            for head in (None, 0)
+        ]
         for kind in KINDS:
             title = plot_attention_heads(view, kind, 99, None).texts[0].get_text()
             assert f"layer {last[kind] + 1} of {last[kind] + 1}," in title, title  # a layer past them: the last

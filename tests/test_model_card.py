@@ -15,8 +15,14 @@ def write_results(folder, languages=("en", "de"), **training):
         folder,
         num_parameters=7577600,
         languages=languages,
-        decoding={"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255, "max_new_tokens_ratio": 1.5,
-                  "max_new_tokens_offset": 10, "batch_size": 32},
+        decoding={
+            "num_beams": 4,
+            "length_penalty": 0.6,
+            "max_new_tokens": 255,
+            "max_new_tokens_ratio": 1.5,
+            "max_new_tokens_offset": 10,
+            "batch_size": 32,
+        },
         scores={"val": dict(SCORE, bleu=31.0, num_sentences=1014), "test_2016_flickr": SCORE},
         command=["python train.py --output_dir run", "python average_checkpoints.py run/checkpoint-1"],
         training={"validation_split": "val", **training},
@@ -34,8 +40,10 @@ def model_index_metrics(card: ModelCard) -> list[tuple[str, str, float]]:
 def test_card_reports_the_test_split_in_the_metadata_and_every_split_in_the_text(tmp_path, tiny_tokenizer):
     write_results(tmp_path)
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
-    assert model_index_metrics(card) == [("Multi30k (test_2016_flickr)", "bleu", 30.5),
-                                         ("Multi30k (test_2016_flickr)", "chrf", 55.25)]  # never validation
+    assert model_index_metrics(card) == [
+        ("Multi30k (test_2016_flickr)", "bleu", 30.5),
+        ("Multi30k (test_2016_flickr)", "chrf", 55.25),
+    ]  # never validation
     assert "| val (validation) | 1014 | 31.0 | 55.25 |" in card.text
     assert "| test_2016_flickr | 1000 | 30.5 | 55.25 |" in card.text
     assert "at most 1.5 × source tokens + 10 new tokens" in card.text
@@ -55,11 +63,18 @@ def test_reverse_direction_card_says_de_to_en(tmp_path, tiny_tokenizer):
 def test_card_lists_the_average_candidates_and_marks_the_chosen_one(tmp_path, tiny_tokenizer):
     candidates = [
         {"name": "last 1", "checkpoints": ["checkpoint-30"], "validation": {"bleu": 30.0, "chrf": 55.0}},
-        {"name": "last 2", "checkpoints": ["checkpoint-20", "checkpoint-30"],
-         "validation": {"bleu": 31.0, "chrf": 56.0}},
+        {
+            "name": "last 2",
+            "checkpoints": ["checkpoint-20", "checkpoint-30"],
+            "validation": {"bleu": 31.0, "chrf": 56.0},
+        },
     ]
-    write_results(tmp_path, average_candidates=candidates, chosen_average="last 2",
-                  averaged_checkpoints=["checkpoint-20", "checkpoint-30"])
+    write_results(
+        tmp_path,
+        average_candidates=candidates,
+        chosen_average="last 2",
+        averaged_checkpoints=["checkpoint-20", "checkpoint-30"],
+    )
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
     assert "| last 2 ✓ | checkpoint-20, checkpoint-30 | 31.0 | 56.0 |" in card.text
     assert "| last 1 | checkpoint-30 | 30.0 | 55.0 |" in card.text
@@ -69,19 +84,28 @@ def test_card_lists_the_average_candidates_and_marks_the_chosen_one(tmp_path, ti
 def test_card_says_when_one_checkpoint_beat_every_average(tmp_path, tiny_tokenizer):
     candidates = [
         {"name": "last 1", "checkpoints": ["checkpoint-30"], "validation": {"bleu": 31.5, "chrf": 55.0}},
-        {"name": "last 2", "checkpoints": ["checkpoint-20", "checkpoint-30"],
-         "validation": {"bleu": 31.0, "chrf": 56.0}},
+        {
+            "name": "last 2",
+            "checkpoints": ["checkpoint-20", "checkpoint-30"],
+            "validation": {"bleu": 31.0, "chrf": 56.0},
+        },
     ]
-    write_results(tmp_path, average_candidates=candidates, chosen_average="last 1",
-                  averaged_checkpoints=["checkpoint-30"])
+    write_results(
+        tmp_path, average_candidates=candidates, chosen_average="last 1", averaged_checkpoints=["checkpoint-30"]
+    )
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
     assert "keeping checkpoint-30 alone: it scored higher on validation BLEU than the averages" in card.text
     assert "averaging\nthe weights" not in card.text
 
 
 def test_card_of_a_deep_encoder_and_shallow_decoder_says_why_and_what_it_measured(tmp_path, tiny_tokenizer):
-    speed = {"reference": "the 3 + 3 model shipped before (4 beams)", "cpu": "AMD EPYC, AVX512", "batch_32": 1.63,
-             "batch_1": 1.44, "command": "python -m benchmarks.model_speed old new --threads 1"}
+    speed = {
+        "reference": "the 3 + 3 model shipped before (4 beams)",
+        "cpu": "AMD EPYC, AVX512",
+        "batch_32": 1.63,
+        "batch_1": 1.44,
+        "command": "python -m benchmarks.model_speed old new --threads 1",
+    }
     write_results(tmp_path, speed=speed)
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=6, decoder_layers=1))
     assert "| layers (encoder + decoder) | 6 + 1 |" in card.text
@@ -95,8 +119,11 @@ def test_card_of_a_deep_encoder_and_shallow_decoder_says_why_and_what_it_measure
     # without a measurement the card still says why, and claims no speed
     write_results(tmp_path)
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=6, decoder_layers=2))
-    assert "Why 6 + 2:" in card.text and "the decoder here has 2 layers." in card.text and "×" not in card.text.split(
-        "## Results")[0].split("Why 6 + 2")[1]
+    assert (
+        "Why 6 + 2:" in card.text
+        and "the decoder here has 2 layers." in card.text
+        and "×" not in card.text.split("## Results")[0].split("Why 6 + 2")[1]
+    )
 
 
 def test_card_of_the_papers_even_split_gives_no_shape_paragraph(tmp_path, tiny_tokenizer):
@@ -108,9 +135,18 @@ def test_card_of_the_papers_even_split_gives_no_shape_paragraph(tmp_path, tiny_t
 
 def test_card_of_a_greedy_model_says_greedy_not_one_beam(tmp_path, tiny_tokenizer):
     write_eval_results(
-        tmp_path, num_parameters=1, decoding={"num_beams": 1, "length_penalty": 1.0, "max_new_tokens": 255,
-                                              "max_new_tokens_ratio": 1.5, "max_new_tokens_offset": 10},
-        scores={"val": dict(SCORE, num_sentences=1014)}, command=["python train.py"], training={},
+        tmp_path,
+        num_parameters=1,
+        decoding={
+            "num_beams": 1,
+            "length_penalty": 1.0,
+            "max_new_tokens": 255,
+            "max_new_tokens_ratio": 1.5,
+            "max_new_tokens_offset": 10,
+        },
+        scores={"val": dict(SCORE, num_sentences=1014)},
+        command=["python train.py"],
+        training={},
     )
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer))
     assert "translated with the model's own decoding (greedy, at most 1.5" in card.text
@@ -170,8 +206,15 @@ def test_card_of_a_hub_dataset_names_it_and_cites_it(tmp_path, tiny_tokenizer):
     dataset = {"name": "wmt14", "config": "de-en", "validation_split": "validation", "test_split": "test"}
     corpora = [{"name": "wmt14", "pairs": 4508785, "weight": 1.0, "tag": None}]
     write_eval_results(
-        tmp_path, num_parameters=60_000_000, decoding={"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 255,
-                                                       "max_new_tokens_ratio": 1.5, "max_new_tokens_offset": 10},
+        tmp_path,
+        num_parameters=60_000_000,
+        decoding={
+            "num_beams": 4,
+            "length_penalty": 0.6,
+            "max_new_tokens": 255,
+            "max_new_tokens_ratio": 1.5,
+            "max_new_tokens_offset": 10,
+        },
         scores={"validation": dict(SCORE, num_sentences=3000), "test": dict(SCORE, num_sentences=3003)},
         command=["torchrun --nproc_per_node 8 train.py --dataset_name wmt14"],
         training={"validation_split": "validation", "dataset": dataset, "corpora": corpora},

@@ -384,8 +384,10 @@ def test_length_bound_is_per_sentence_and_can_be_set_per_call(tiny_model, source
     for row, length in enumerate(expected):
         alone = tiny_model.generate(
             input_ids=sources["input_ids"][row : row + 1, : sources["attention_mask"][row].sum()],
-            num_beams=1, max_new_tokens_ratio=1.0, max_new_tokens_offset=2,
-        )  # fmt: skip
+            num_beams=1,
+            max_new_tokens_ratio=1.0,
+            max_new_tokens_offset=2,
+        )
         assert alone[0].tolist() == output[row, : 1 + length].tolist()
 
 
@@ -559,9 +561,12 @@ def test_generate_continues_from_the_past_key_values_it_returned(model_name, req
     first = model.generate(**sources, max_new_tokens=3, **settings)
     assert first.sequences.shape[1] == 1 + 3 and first.past_key_values.get_seq_length() == 3
     continued = model.generate(
-        **sources, decoder_input_ids=first.sequences, past_key_values=first.past_key_values, max_new_tokens=3,
+        **sources,
+        decoder_input_ids=first.sequences,
+        past_key_values=first.past_key_values,
+        max_new_tokens=3,
         **settings,
-    ).sequences  # fmt: skip
+    ).sequences
 
     assert torch.equal(continued, at_once)
 
@@ -610,9 +615,10 @@ def test_return_dict_false_gives_a_tuple_from_the_argument_or_the_config(tiny_mo
 
     as_tuple = tiny_model(**batch, return_dict=False)
     base_tuple = tiny_model.model(
-        input_ids=batch["input_ids"], decoder_input_ids=tiny_model.prepare_decoder_input_ids_from_labels(
-            batch["labels"]), return_dict=False
-    )  # fmt: skip
+        input_ids=batch["input_ids"],
+        decoder_input_ids=tiny_model.prepare_decoder_input_ids_from_labels(batch["labels"]),
+        return_dict=False,
+    )
 
     assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], as_dict.loss)
     assert torch.equal(as_tuple[1], as_dict.logits)
@@ -638,8 +644,11 @@ def test_inputs_embeds_give_the_same_outputs_as_input_ids(tiny_model, tiny_token
 
     assert torch.equal(from_embeds.logits, from_ids.logits)
     with pytest.raises(ValueError, match="exactly one of input_ids and inputs_embeds"):
-        tiny_model(input_ids=batch["input_ids"], inputs_embeds=embeddings(batch["input_ids"]),
-                   decoder_input_ids=decoder_input_ids)  # fmt: skip
+        tiny_model(
+            input_ids=batch["input_ids"],
+            inputs_embeds=embeddings(batch["input_ids"]),
+            decoder_input_ids=decoder_input_ids,
+        )
 
 
 @torch.no_grad()
@@ -890,8 +899,10 @@ def test_a_checkpoint_without_the_shared_embedding_loads_it_initialised_and_repo
     assert torch.isfinite(shared).all() and shared.std() > 0  # initialised, not left empty
     for alias in (loaded.model.encoder.embed_tokens, loaded.model.decoder.embed_tokens, loaded.lm_head):
         assert alias.weight is shared
-    assert torch.equal(loaded.model.encoder.layers[0].feed_forward.fc1.weight,
-                       tiny_model.model.encoder.layers[0].feed_forward.fc1.weight)  # fmt: skip
+    assert torch.equal(
+        loaded.model.encoder.layers[0].feed_forward.fc1.weight,
+        tiny_model.model.encoder.layers[0].feed_forward.fc1.weight,
+    )
 
 
 # A folder saved by the code before encoder and decoder had embedding modules of their own (one

@@ -48,8 +48,9 @@ def test_readme_figures_are_the_records(record):
     decoding = record["decoding"]
     said = re.findall(r"beam (\d+)(?:,| and) (?:the paper's )?length penalty ([\d.]+)", readme)
     assert said, "README does not say how the shipped model decodes"
-    assert all((int(beams), float(penalty)) == (decoding["num_beams"], decoding["length_penalty"])
-               for beams, penalty in said), said  # fmt: skip
+    assert all(
+        (int(beams), float(penalty)) == (decoding["num_beams"], decoding["length_penalty"]) for beams, penalty in said
+    ), said
 
 
 def test_space_card_names_the_records_size(record):
@@ -80,8 +81,14 @@ def test_every_label_follows_the_folders_saved_beams(tmp_path, record):
     assert "now decodes with beam 2, length penalty 0.6, not as its scores were made" in summary
     assert all(row[2] == decoding_label(record["decoding"]) == "beam 4, length penalty 0.6" for row in rows)
 
-    write_eval_results(copy, num_parameters=record["num_parameters"], decoding={**record["decoding"], "num_beams": 2},
-                       scores=record["scores"], command=record["command"], training=record["training"])  # fmt: skip
+    write_eval_results(
+        copy,
+        num_parameters=record["num_parameters"],
+        decoding={**record["decoding"], "num_beams": 2},
+        scores=record["scores"],
+        command=record["command"],
+        training=record["training"],
+    )
     summary, rows = corpus_table(copy, tmp_path / "no-comparison.json")
     assert "now decodes" not in summary
     assert {row[2] for row in rows} == {"beam 2, length penalty 0.6"}

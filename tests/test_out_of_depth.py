@@ -55,9 +55,17 @@ def test_shipped_statistics_are_what_the_builder_makes_of_the_training_captions(
 @pytest.mark.slow
 def test_builder_refuses_a_missing_file_in_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_en_de.app.out_of_depth", str(tmp_path / "none.en"),
-         "--output", str(tmp_path / "out.json.gz")],
-        cwd=ROOT, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "transformer_en_de.app.out_of_depth",
+            str(tmp_path / "none.en"),
+            "--output",
+            str(tmp_path / "out.json.gz"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith(f"Missing data file: {tmp_path / 'none.en'}")
@@ -99,8 +107,9 @@ def test_a_confident_everyday_translation_is_flagged_with_its_reason(shipped):
     assert confident  # the model is sure of some of them
     flagged = [check for check in confident if check.flagged]
     assert len(flagged) >= 0.9 * len(confident)
-    assert all(check.reason.startswith("Unlike the photo descriptions") or check.reason == LOOP_REASON
-               for check in flagged)  # fmt: skip
+    assert all(
+        check.reason.startswith("Unlike the photo descriptions") or check.reason == LOOP_REASON for check in flagged
+    )
     (_,), (named,) = checked(shipped, ["Please find the invoice attached to this email."])
     assert named.flagged and "“invoice”" in named.reason  # the words no caption has, as typed
 

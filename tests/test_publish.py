@@ -224,9 +224,12 @@ def test_a_space_with_a_broken_model_inside_is_refused(hub, space_dir, tiny_mode
 def test_command_line_writes_the_card_for_the_hub_id_and_leaves_the_local_folder_alone(hub, tiny_model_dir, tmp_path):
     folder = copy_model(tiny_model_dir, tmp_path / "my-run")
     write_eval_results(
-        folder, num_parameters=123, decoding={"num_beams": 4}, command=["python train.py --output_dir my-run"],
+        folder,
+        num_parameters=123,
+        decoding={"num_beams": 4},
+        command=["python train.py --output_dir my-run"],
         scores={"test_2016_flickr": {"bleu": 1.5, "chrf": 20.0, "num_sentences": 3}},
-    )  # fmt: skip
+    )
     write_model_card(folder, config=AutoConfig.from_pretrained(folder, trust_remote_code=True))
     local = folder_files(folder)
     assert "someone/pushed-model" not in local["README.md"].decode()
@@ -243,9 +246,12 @@ def scored_model_folder(tiny_model_dir: Path, folder: Path) -> Path:
     """A model folder with scores and a card: the kind publish.py stages in a temporary copy."""
     copy_model(tiny_model_dir, folder)
     write_eval_results(
-        folder, num_parameters=123, decoding={"num_beams": 4}, command=["python train.py --output_dir my-run"],
+        folder,
+        num_parameters=123,
+        decoding={"num_beams": 4},
+        command=["python train.py --output_dir my-run"],
         scores={"test_2016_flickr": {"bleu": 1.5, "chrf": 20.0, "num_sentences": 3}},
-    )  # fmt: skip
+    )
     write_model_card(folder, config=AutoConfig.from_pretrained(folder, trust_remote_code=True))
     return folder
 
@@ -270,15 +276,28 @@ def test_a_hub_that_stalls_mid_upload_is_given_up_in_one_line_and_a_later_run_fi
     """The Hub reads half the commit and never answers, twice (huggingface_hub sends a timed-out commit again): the
     push gives up after its timeout, in one line; the same command run again lands the folder."""
     with LoopbackHub(token=TOKEN, stalled_commits=2) as hub:
-        command = [str(tiny_model_dir), "someone/stalled", "--endpoint", hub.endpoint, "--token", TOKEN,
-                   "--timeout", "1"]  # fmt: skip
+        command = [
+            str(tiny_model_dir),
+            "someone/stalled",
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--timeout",
+            "1",
+        ]
         started = time.perf_counter()
         assert publish.main(command) == 1
         assert time.perf_counter() - started < 30
         printed = capsys.readouterr()
         error = printed.err.strip()
-        assert error.startswith(f"error: Cannot push to the model repo 'someone/stalled': {hub.endpoint} stopped "
-                                "answering while uploading") and "\n" not in error
+        assert (
+            error.startswith(
+                f"error: Cannot push to the model repo 'someone/stalled': {hub.endpoint} stopped "
+                "answering while uploading"
+            )
+            and "\n" not in error
+        )
         assert "Run the same command again" in error
         assert "[push] no answer to POST /api/models/someone/stalled/commit/main within 1 s" in printed.out
         assert hub.repo("someone/stalled").commits == []

@@ -46,7 +46,11 @@ def test_readme_python_block_runs_as_a_file_from_the_repository_root(line, code,
     script.write_text(code, encoding="utf-8")
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**environment, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": environment.get("OMP_NUM_THREADS", "1")},
     )
     assert result.returncode == 0, f"README.md:{line} failed:\n{result.stderr[-3000:]}"

@@ -166,8 +166,12 @@ def test_a_copy_of_the_shipped_folder_keeps_transformers_generate_contract(tmp_p
     sources = ["Two dogs are playing in the snow.", "A man in a red jacket reads a newspaper on a bench."]
     result = subprocess.run(
         [sys.executable, "-c", HUB_USER_CONTRACT, str(folder), json.dumps(sources)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -202,8 +206,10 @@ def test_the_shipped_defaults_decode_with_our_beam_search(monkeypatch):
     calls = []
     search = modeling_code.compact_beam_search
     monkeypatch.setattr(modeling_code, "compact_beam_search", lambda *a, **k: calls.append(k) or search(*a, **k))
-    batch = {"input_ids": torch.tensor([[75, 391, 1163, 17, 2], [75, 2, 0, 0, 0]]),
-             "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])}  # fmt: skip
+    batch = {
+        "input_ids": torch.tensor([[75, 391, 1163, 17, 2], [75, 2, 0, 0, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]),
+    }
     with torch.inference_mode():
         ours = model.generate(**batch)
         model.drop_finished_sentences = False

@@ -65,4 +65,3 @@ def test_each_flag_is_listed_once_with_one_true_default(name, capsys):
     helps = [words for _, words in entries]
     repeated = {words for words in helps if helps.count(words) > 1}
     assert not repeated, f"several flags say the same: {repeated}"
-

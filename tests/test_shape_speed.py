@@ -31,7 +31,11 @@ def test_every_beam_of_every_sentence_ends_where_it_is_held(tiny_model, tiny_tok
 def test_shapes_are_read_or_refused_in_one_line():
     assert parse_shape("12x2") == {"encoder_layers": 12, "decoder_layers": 2}
     assert parse_shape("6x1:d_ff=2048,num_attention_heads=8") == {
-        "encoder_layers": 6, "decoder_layers": 1, "d_ff": 2048, "num_attention_heads": 8}  # fmt: skip
+        "encoder_layers": 6,
+        "decoder_layers": 1,
+        "d_ff": 2048,
+        "num_attention_heads": 8,
+    }
     for bad in ("6y1", "6x", "6x1:d_ff", "x"):
         with pytest.raises(ValueError, match="a shape is ENCxDEC"):
             parse_shape(bad)
@@ -53,8 +57,20 @@ def test_a_shape_can_set_its_decoding_as_well_as_its_layers():
 
 @pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the shipped model is not in this checkout")
 def test_the_script_times_a_shape_against_the_shipped_model_at_its_lengths():
-    command = [sys.executable, "-m", "benchmarks.shape_speed", "1x1", "--candidate", str(SHIPPED),
-               "--sentences", "32", "--batch1", "2", "--rounds", "1"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.shape_speed",
+        "1x1",
+        "--candidate",
+        str(SHIPPED),
+        "--sentences",
+        "32",
+        "--batch1",
+        "2",
+        "--rounds",
+        "1",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     table = [line.strip("| ").split(" | ") for line in done.stdout.splitlines() if line.startswith("| ")]
@@ -65,15 +81,20 @@ def test_the_script_times_a_shape_against_the_shipped_model_at_its_lengths():
     # Each is compared with its own kind: the trained ones with the shipped weights, the random ones with the shipped
     # shape's random weights.
     assert [rows[name][1] for name in (reference, shipped_shape, "1x1", str(SHIPPED))] == [
-        "trained", "random", "random", "trained"]  # fmt: skip
+        "trained",
+        "random",
+        "random",
+        "trained",
+    ]
     assert rows[reference][4] == rows[shipped_shape][4] == rows[reference][6] == rows[shipped_shape][6] == "1.00x"
     assert float(rows["1x1"][3]) > 0 and rows["1x1"][4].endswith("x")
     # A 1+1 model has fewer parameters than the shipped 3+3; the same folder as a candidate, or its shape, as many.
     parameters = {name: float(row[2].rstrip("M")) for name, row in rows.items()}
     assert parameters["1x1"] < parameters[str(SHIPPED)] == parameters[reference] == parameters[shipped_shape]
 
-    refused = subprocess.run([sys.executable, "-m", "benchmarks.shape_speed", "6y1"], capture_output=True, text=True,
-                             cwd=ROOT, timeout=60)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks.shape_speed", "6y1"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert refused.returncode != 0 and "a shape is ENCxDEC" in refused.stderr
 
 

@@ -28,8 +28,15 @@ def shipped():
 def test_shipped_folder_is_small_and_complete():
     size = sum(path.stat().st_size for path in SHIPPED.rglob("*") if path.is_file())
     assert size < 60 * 1024**2
-    for name in ("config.json", "generation_config.json", "tokenizer.json", "README.md", "eval_results.json",
-                 "modeling_transformer_mt.py", "configuration_transformer_mt.py"):
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "README.md",
+        "eval_results.json",
+        "modeling_transformer_mt.py",
+        "configuration_transformer_mt.py",
+    ):
         assert (SHIPPED / name).is_file(), name
     assert not list(SHIPPED.glob("checkpoint-*"))
 
@@ -53,8 +60,11 @@ def test_shipped_generation_config_bounds_each_sentence(shipped):
     assert generation.length_penalty == decoding["length_penalty"]
     assert generation.max_new_tokens_ratio > 0 and generation.max_new_tokens_offset >= 0
     # An all-caps sentence made the model loop until the 255-token cap; now it stops at its own limit.
-    batch = tokenizer(["A MAN IN A BLUE SHIRT IS STANDING ON A LADDER CLEANING WINDOWS.", "A dog runs."],
-                      return_tensors="pt", padding=True)
+    batch = tokenizer(
+        ["A MAN IN A BLUE SHIRT IS STANDING ON A LADDER CLEANING WINDOWS.", "A dog runs."],
+        return_tensors="pt",
+        padding=True,
+    )
     with torch.inference_mode():
         output = model.generate(**batch, num_beams=1)
     lengths = batch["attention_mask"].sum(dim=-1).tolist()

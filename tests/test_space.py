@@ -18,9 +18,15 @@ import deploy_space
 from transformer_en_de.publishing.push import PublishError
 
 TOKEN = "hf_loopback_write_token"
-SPACE_CODE = ["app.py", *sorted(str(path.relative_to(ROOT)) for folder in deploy_space.SPACE_FOLDERS
-                                 for path in (ROOT / folder).rglob("*.py")
-                                 if not {"__pycache__", *deploy_space.TRAINING_ONLY} & set(path.parts))]
+SPACE_CODE = [
+    "app.py",
+    *sorted(
+        str(path.relative_to(ROOT))
+        for folder in deploy_space.SPACE_FOLDERS
+        for path in (ROOT / folder).rglob("*.py")
+        if not {"__pycache__", *deploy_space.TRAINING_ONLY} & set(path.parts)
+    ),
+]
 
 
 def requirements(text: str | None = None) -> dict[str, Requirement]:
@@ -124,8 +130,11 @@ def test_staging_ships_the_app_its_code_and_the_model(model_with_checkpoint, tmp
         assert files[name] == (ROOT / name).read_bytes(), name
     assert {"transformer_en_de/decoding/engine.py", "modeling/modeling_transformer_mt.py"} <= set(files)  # app.py
     assert not [name for name in files if name.startswith("transformer_en_de/training/")]  # training stays home
-    model_files = {f"{deploy_space.MODEL_IN_SPACE}/{name}": data
-                   for name, data in folder_files(model_with_checkpoint).items() if "/" not in name}
+    model_files = {
+        f"{deploy_space.MODEL_IN_SPACE}/{name}": data
+        for name, data in folder_files(model_with_checkpoint).items()
+        if "/" not in name
+    }
     assert model_files.items() <= files.items()
     assert not any("checkpoint-100" in name or "__pycache__" in name for name in files)
     check_front_matter(SpaceCard(files["README.md"].decode("utf-8")).data.to_dict())
@@ -139,8 +148,14 @@ def test_staging_refuses_a_folder_without_a_model(tmp_path):
 def test_deploy_uploads_exactly_the_staged_files(model_with_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the loopback hub is the network here
     with LoopbackHub(token=TOKEN) as hub:
-        url = deploy_space.deploy("someone/translation-demo", model_with_checkpoint, token=TOKEN,
-                                  endpoint=hub.endpoint, staging=tmp_path / "staged", scores=False)
+        url = deploy_space.deploy(
+            "someone/translation-demo",
+            model_with_checkpoint,
+            token=TOKEN,
+            endpoint=hub.endpoint,
+            staging=tmp_path / "staged",
+            scores=False,
+        )
 
         assert url == f"{hub.endpoint}/spaces/someone/translation-demo"
         assert hub.files("someone/translation-demo", repo_type="space") == folder_files(tmp_path / "staged")
@@ -176,8 +191,9 @@ def test_the_space_installs_the_versions_the_tests_run_with():
     for text in deploy_space.app_requirements():  # every requirement of the app, and what it needs, is pinned
         assert canonicalize_name(Requirement(text).name) in pinned, text
     assert {"filelock", "sympy", "safehttpx", "httpx"} <= set(pinned)  # what they need in turn (torch's, gradio's)
-    assert deploy_space.read_lock() == deploy_space.read_lock_text(deploy_space.lock_text(
-        deploy_space.app_requirements()))  # the lock is this environment: `make lock` takes newer releases
+    assert deploy_space.read_lock() == deploy_space.read_lock_text(
+        deploy_space.lock_text(deploy_space.app_requirements())
+    )  # the lock is this environment: `make lock` takes newer releases
 
 
 def test_a_lock_that_does_not_fit_pyproject_or_pins_cuda_torch_is_refused():
@@ -194,8 +210,10 @@ def test_staging_offline_ships_the_comparison_as_it_is_and_says_why(model_with_c
     staged = deploy_space.stage_space(tmp_path / "space", model_with_checkpoint, report=said.append)
 
     assert (staged / deploy_space.COMPARISON_FILE).read_bytes() == (ROOT / deploy_space.COMPARISON_FILE).read_bytes()
-    assert said == ["[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its "
-                    "Corpus tab has no scores for Helsinki-NLP/opus-mt-en-de."]
+    assert said == [
+        "[deploy] the Hugging Face Hub is unreachable: the Space ships the comparison as it is, so its "
+        "Corpus tab has no scores for Helsinki-NLP/opus-mt-en-de."
+    ]
 
 
 def test_space_license_is_the_shipped_weights_licence(tmp_path):

@@ -30,10 +30,19 @@ SENTENCE = "A dog runs in the park."
 
 def space_environment(hub: LoopbackHub, home) -> dict:
     """What a Space's process sees: online, the Hub at the loopback endpoint, a HOME of its own (every cache in it)."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("HF_", "TRANSFORMER_MT_", "GRADIO_"))}
-    return dict(env, HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HOME=str(home), SYSTEM="spaces",
-                SPACE_ID="someone/transformer-en-de-demo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = {
+        name: value for name, value in os.environ.items() if not name.startswith(("HF_", "TRANSFORMER_MT_", "GRADIO_"))
+    }
+    return dict(
+        env,
+        HF_ENDPOINT=hub.endpoint,
+        HF_HUB_OFFLINE="0",
+        HOME=str(home),
+        SYSTEM="spaces",
+        SPACE_ID="someone/transformer-en-de-demo",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +77,23 @@ def test_the_staged_space_shows_marian_beside_ours_and_its_scores(
         staged, home = tmp_path / "space", tmp_path / "home"
         env = space_environment(hub, home)
         staging = subprocess.run(
-            [sys.executable, str(ROOT / "deploy_space.py"), "--stage_only", str(staged), "--model",
-             str(app_model_dir), "--test_source", str(test_files[0]), "--test_reference", str(test_files[1])],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "deploy_space.py"),
+                "--stage_only",
+                str(staged),
+                "--model",
+                str(app_model_dir),
+                "--test_source",
+                str(test_files[0]),
+                "--test_reference",
+                str(test_files[1]),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert staging.returncode == 0, staging.stderr
         comparison = json.loads((staged / "results" / "comparison_test_2016_flickr.json").read_text())
         marian_row = comparison["systems"][1]
@@ -81,7 +103,11 @@ def test_the_staged_space_shows_marian_beside_ours_and_its_scores(
         port, log = free_port(), tmp_path / "space.log"
         with open(log, "w") as output:
             process = subprocess.Popen(
-                [sys.executable, "app.py"], cwd=staged, stdout=output, stderr=subprocess.STDOUT, text=True,
+                [sys.executable, "app.py"],
+                cwd=staged,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                text=True,
                 env=dict(env, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port)),
             )
         try:

@@ -152,8 +152,15 @@ def saved_backend_state(folder) -> tuple:
     return saved["truncation"], saved["padding"]
 
 
-CALL_STATE = {"is_local", "local_files_only", "max_length", "stride", "truncation_strategy", "pad_to_multiple_of",
-              "pad_token_type_id"}
+CALL_STATE = {
+    "is_local",
+    "local_files_only",
+    "max_length",
+    "stride",
+    "truncation_strategy",
+    "pad_to_multiple_of",
+    "pad_token_type_id",
+}
 
 
 def test_saving_writes_no_load_or_call_state(tmp_path):
@@ -177,8 +184,14 @@ def test_a_polluted_saved_folder_is_cleaned_by_loading_and_saving(tiny_tokenizer
     """The shipped folder's state before the fix: load-time flags and a training-time max_length in both files."""
     polluted = tmp_path / "polluted"
     tiny_tokenizer.save_pretrained(polluted)
-    config = saved_config(polluted) | {"is_local": True, "local_files_only": True, "max_length": 128, "stride": 0,
-                                       "truncation_side": "right", "truncation_strategy": "longest_first"}
+    config = saved_config(polluted) | {
+        "is_local": True,
+        "local_files_only": True,
+        "max_length": 128,
+        "stride": 0,
+        "truncation_side": "right",
+        "truncation_strategy": "longest_first",
+    }
     (polluted / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     backend = json.loads((polluted / "tokenizer.json").read_text(encoding="utf-8"))
     backend["truncation"] = {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0}

@@ -33,33 +33,55 @@ from transformer_en_de.training.loop import resolve_resume
 
 TOKEN = "hf_loopback_write_token"
 TINY_MODEL_FLAGS = [
-    "--vocab_size", "300",
-    "--d_model", "32",
-    "--encoder_layers", "1",
-    "--decoder_layers", "1",
-    "--num_attention_heads", "4",
-    "--d_ff", "64",
-    "--dropout", "0.0",
-    "--max_position_embeddings", "64",
-    "--max_source_length", "64",
-    "--max_target_length", "64",
+    "--vocab_size",
+    "300",
+    "--d_model",
+    "32",
+    "--encoder_layers",
+    "1",
+    "--decoder_layers",
+    "1",
+    "--num_attention_heads",
+    "4",
+    "--d_ff",
+    "64",
+    "--dropout",
+    "0.0",
+    "--max_position_embeddings",
+    "64",
+    "--max_source_length",
+    "64",
+    "--max_target_length",
+    "64",
 ]
 
 
 def tiny_run_flags(data_dir: Path, output_dir: Path, *extra: str) -> list[str]:
     return [
-        "--data_dir", str(data_dir),
-        "--output_dir", str(output_dir),
-        "--max_train_samples", "96",
-        "--max_eval_samples", "8",
-        "--max_test_samples", "8",
-        "--per_device_train_batch_size", "16",
-        "--per_device_eval_batch_size", "8",
-        "--generation_num_beams", "2",
-        "--warmup_steps", "4",
-        "--learning_rate", "3e-3",
-        "--logging_steps", "2",
-        "--disable_tqdm", "true",
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(output_dir),
+        "--max_train_samples",
+        "96",
+        "--max_eval_samples",
+        "8",
+        "--max_test_samples",
+        "8",
+        "--per_device_train_batch_size",
+        "16",
+        "--per_device_eval_batch_size",
+        "8",
+        "--generation_num_beams",
+        "2",
+        "--warmup_steps",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--logging_steps",
+        "2",
+        "--disable_tqdm",
+        "true",
         *TINY_MODEL_FLAGS,
         *extra,
     ]
@@ -82,8 +104,16 @@ def trained_run(tmp_path_factory):
         patch.setattr(constants, "HF_HUB_OFFLINE", False)
         patch.setattr(constants, "ENDPOINT", hub.endpoint)
         flags = tiny_run_flags(
-            DATA_DIR, output_dir, "--num_train_epochs", "6",
-            "--push_to_hub", "true", "--hub_model_id", "tester/tiny-en-de", "--hub_token", TOKEN,
+            DATA_DIR,
+            output_dir,
+            "--num_train_epochs",
+            "6",
+            "--push_to_hub",
+            "true",
+            "--hub_model_id",
+            "tester/tiny-en-de",
+            "--hub_token",
+            TOKEN,
         )
         results = train.main(flags)
         uploaded = hub.files("tester/tiny-en-de", repo_type="model")
@@ -103,8 +133,16 @@ def test_training_loss_falls(trained_run):
 @pytest.mark.slow
 def test_output_folder_is_hub_ready(trained_run):
     output_dir, results, _ = trained_run
-    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
-                 "eval_results.json", "modeling_transformer_mt.py", "configuration_transformer_mt.py"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "README.md",
+        "eval_results.json",
+        "modeling_transformer_mt.py",
+        "configuration_transformer_mt.py",
+    ):
         assert (output_dir / name).is_file(), name
     config = json.loads((output_dir / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_transformer_mt.")
@@ -156,7 +194,11 @@ def test_output_folder_loads_in_a_fresh_process(trained_run, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
     done = subprocess.run(
-        [sys.executable, "-c", script, str(output_dir)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", script, str(output_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -261,13 +303,28 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     """Kill a real training process after its first checkpoint; the resumed run continues at that step."""
     output_dir = tmp_path / "out"
     flags = tiny_run_flags(
-        DATA_DIR, output_dir, "--num_train_epochs", "10", "--save_strategy", "steps", "--save_steps", "6",
-        "--eval_strategy", "no", "--load_best_model_at_end", "false", "--test_split", "",
+        DATA_DIR,
+        output_dir,
+        "--num_train_epochs",
+        "10",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "6",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--test_split",
+        "",
     )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *flags], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, str(ROOT / "train.py"), *flags],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.time() + 120
@@ -303,10 +360,24 @@ def logged_rates(run_folder: Path) -> dict[int, float]:
 def test_a_resumed_run_goes_on_at_the_learning_rate_its_command_asks(tmp_path, capsys):
     """The Trainer restores the schedule's peak from the checkpoint; a resume that asks another peak gets it, on the
     same schedule from the same step, and one that asks the same peak goes on exactly as the run would have."""
+
     def run_flags(output_dir: Path, *extra: str) -> list[str]:
         return tiny_run_flags(
-            DATA_DIR, output_dir, "--max_steps", "12", "--save_steps", "6", "--eval_strategy", "no",
-            "--load_best_model_at_end", "false", "--test_split", "", "--lr_scheduler_type", "inverse_sqrt", *extra,
+            DATA_DIR,
+            output_dir,
+            "--max_steps",
+            "12",
+            "--save_steps",
+            "6",
+            "--eval_strategy",
+            "no",
+            "--load_best_model_at_end",
+            "false",
+            "--test_split",
+            "",
+            "--lr_scheduler_type",
+            "inverse_sqrt",
+            *extra,
         )
 
     train.main(run_flags(tmp_path / "first"))
@@ -328,7 +399,9 @@ def test_a_resumed_run_goes_on_at_the_learning_rate_its_command_asks(tmp_path, c
                 assert resumed[step] == pytest.approx(straight[step] / 2, rel=1e-6)
             assert "peaks at 0.003, the command asks 0.0015" in printed
             assert results["training"]["learning_rate_changed"] == {
-                "at_step": 6, "peak_before": 3e-3, "peak_after": 1.5e-3,
+                "at_step": 6,
+                "peak_before": 3e-3,
+                "peak_after": 1.5e-3,
             }
 
 
@@ -345,9 +418,16 @@ def test_resume_last_skips_a_checkpoint_cut_off_while_saving(tmp_path):
 def test_resume_last_passes_over_a_checkpoint_with_truncated_weights(tmp_path, capsys):
     for step in (6, 12):
         folder = tmp_path / f"checkpoint-{step}"
-        TransformerMTForConditionalGeneration(TransformerMTConfig(
-            vocab_size=300, d_model=32, encoder_layers=1, decoder_layers=1, num_attention_heads=4, d_ff=64,
-        )).save_pretrained(folder)
+        TransformerMTForConditionalGeneration(
+            TransformerMTConfig(
+                vocab_size=300,
+                d_model=32,
+                encoder_layers=1,
+                decoder_layers=1,
+                num_attention_heads=4,
+                d_ff=64,
+            )
+        ).save_pretrained(folder)
         (folder / "trainer_state.json").write_text("{}")
     weights = tmp_path / "checkpoint-12" / "model.safetensors"
     with open(weights, "r+b") as handle:
@@ -359,8 +439,14 @@ def test_resume_last_passes_over_a_checkpoint_with_truncated_weights(tmp_path, c
 
 
 def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
-    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "train.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=True,
+    ).stdout
     usage, description = help_text.split("\n\n")[:2]
     assert usage.count("\n") == 0 and description.startswith("Train the Transformer on Multi30k")
 
@@ -389,8 +475,14 @@ def test_help_starts_with_a_description_and_shows_the_recipe_defaults():
     for shown in ("output_dir", "max_tokens", "average_last", "case_augmentation", "extra_train", "max_steps", "seed"):
         assert f"  --{shown} " in help_text
     assert "d_model 256, 3+3 layers" in help_text and "recipes/distill_gpu.sh" in help_text  # the shipped model
-    everything = subprocess.run([sys.executable, "train.py", "--help-all"], cwd=ROOT, capture_output=True, text=True,
-                                env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True).stdout
+    everything = subprocess.run(
+        [sys.executable, "train.py", "--help-all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=True,
+    ).stdout
     assert "  --fsdp " in everything and "(default: 20.0)" in everything
     assert everything.count("\n") > 2 * help_text.count("\n")
 
@@ -407,8 +499,18 @@ def test_unwritable_output_dir_is_one_line_before_any_work(small_corpus, tmp_pat
 @pytest.mark.slow
 def test_a_run_is_never_overwritten_by_accident_and_resumes_past_a_damaged_checkpoint(tmp_path, capsys, caplog):
     output_dir = tmp_path / "out"
-    flags = tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "2", "--logging_steps", "50",
-                           "--max_tokens", "400", "--test_split", "")
+    flags = tiny_run_flags(
+        DATA_DIR,
+        output_dir,
+        "--num_train_epochs",
+        "2",
+        "--logging_steps",
+        "50",
+        "--max_tokens",
+        "400",
+        "--test_split",
+        "",
+    )
     with caplog.at_level(logging.WARNING):
         first = train.main(flags)
     assert "missing keys" not in caplog.text  # the tied embedding's aliases come back by tying, not worth a warning
@@ -421,8 +523,11 @@ def test_a_run_is_never_overwritten_by_accident_and_resumes_past_a_damaged_check
     assert steps == 2 * int(checkpoints[0].name.split("-")[1]) and steps > 2 * 6
 
     weights = (output_dir / "model.safetensors").read_bytes()
-    with pytest.raises(SystemExit, match=r"--output_dir .*out is not empty.*--resume_from_checkpoint last.*"
-                                         r"--overwrite_output_dir"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--output_dir .*out is not empty.*--resume_from_checkpoint last.*"
+        r"--overwrite_output_dir",
+    ):
         train.main(flags)
     assert (output_dir / "model.safetensors").read_bytes() == weights
 
@@ -449,7 +554,10 @@ def test_a_failed_write_is_one_line_naming_the_output_dir(tmp_path):
     output_dir = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "train.py", *tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "1")],
-        cwd=ROOT, capture_output=True, text=True, preexec_fn=limit_file_size,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_file_size,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 1
@@ -517,8 +625,16 @@ def mixed_corpus(tmp_path):
 def test_mix_has_the_weighted_counts(mixed_corpus):
     folder, synthetic = mixed_corpus
     data_args, *_, training_args = train.parse_arguments(
-        ["--data_dir", str(folder), "--output_dir", "unused", "--train_weight", "2",
-         "--extra_train", f"{synthetic}:0.5:tagged"]
+        [
+            "--data_dir",
+            str(folder),
+            "--output_dir",
+            "unused",
+            "--train_weight",
+            "2",
+            "--extra_train",
+            f"{synthetic}:0.5:tagged",
+        ]
     )
     pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
     assert len(pairs.sources) == 2 * 200 + 50
@@ -532,8 +648,18 @@ def test_mix_has_the_weighted_counts(mixed_corpus):
 def test_a_resumed_run_reads_the_mix_its_first_start_tokenized(mixed_corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("TRANSFORMER_MT_CACHE", str(tmp_path / "cache"))
     folder, synthetic = mixed_corpus
-    flags = ["--data_dir", str(folder), "--output_dir", str(tmp_path / "out"), "--vocab_size", "400",
-             "--extra_train", f"{synthetic}:tagged", "--case_augmentation", "0.3"]  # fmt: skip
+    flags = [
+        "--data_dir",
+        str(folder),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--vocab_size",
+        "400",
+        "--extra_train",
+        f"{synthetic}:tagged",
+        "--case_augmentation",
+        "0.3",
+    ]
     data_args, tokenizer_args, *_, training_args = train.parse_arguments(flags)
     mix_tokenizer = training_data.mix_tokenizer_file(tokenizer_args, tmp_path / "out")
 
@@ -553,8 +679,16 @@ def test_a_resumed_run_reads_the_mix_its_first_start_tokenized(mixed_corpus, tmp
 def test_tag_is_one_special_token_on_synthetic_sources_only(mixed_corpus, tmp_path):
     folder, synthetic = mixed_corpus
     data_args, tokenizer_args, *_, training_args = train.parse_arguments(
-        ["--data_dir", str(folder), "--output_dir", "unused", "--vocab_size", "400",
-         "--extra_train", f"{synthetic}:tagged"]
+        [
+            "--data_dir",
+            str(folder),
+            "--output_dir",
+            "unused",
+            "--vocab_size",
+            "400",
+            "--extra_train",
+            f"{synthetic}:tagged",
+        ]
     )
     pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
     tokenizer = prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
@@ -577,8 +711,18 @@ def test_a_mix_is_tokenized_in_chunks_into_the_same_rows(mixed_corpus, tmp_path,
     """The mix is encoded a chunk at a time (memory); the rows, their order and the tags are those of one pass."""
     folder, synthetic = mixed_corpus
     data_args, tokenizer_args, *_, training_args = train.parse_arguments(
-        ["--data_dir", str(folder), "--output_dir", "unused", "--vocab_size", "400",
-         "--extra_train", f"{synthetic}:tagged", "--case_augmentation", "0.5"]
+        [
+            "--data_dir",
+            str(folder),
+            "--output_dir",
+            "unused",
+            "--vocab_size",
+            "400",
+            "--extra_train",
+            f"{synthetic}:tagged",
+            "--case_augmentation",
+            "0.5",
+        ]
     )
     pairs = load_training_set(data_args, folder, training_args, tokenizer_train_samples=1000)
     tokenizer = prepare_tokenizer(tokenizer_args, tmp_path / "out", pairs.tokenizer_texts, 64, "<BT>")
@@ -597,9 +741,7 @@ def test_tag_keeps_the_shipped_tokenizer_ids(tmp_path):
     before = load_tokenizer(shipped)
     tag = "<FT>"  # a tag the shipped tokenizer does not have yet
     assert tag not in before.all_special_tokens
-    tokenizer = prepare_tokenizer(
-        train.TokenizerArguments(tokenizer_name=str(shipped)), tmp_path / "out", [], 256, tag
-    )
+    tokenizer = prepare_tokenizer(train.TokenizerArguments(tokenizer_name=str(shipped)), tmp_path / "out", [], 256, tag)
     assert tokenizer(text)["input_ids"] == before(text)["input_ids"]
     assert tokenizer.convert_tokens_to_ids(tag) == len(before)
     assert load_tokenizer(tmp_path / "out").convert_tokens_to_ids(tag) == len(before)  # saved and loads back
@@ -627,10 +769,18 @@ def test_case_augmentation_adds_recased_sources_with_their_targets(mixed_corpus)
 def test_mixed_tagged_run_records_its_corpora(mixed_corpus, tmp_path):
     folder, synthetic = mixed_corpus
     output_dir = tmp_path / "out"
-    results = train.main(tiny_run_flags(
-        folder, output_dir, "--num_train_epochs", "1", "--extra_train", f"{synthetic}:0.5:tagged",
-        "--case_augmentation", "0.1",
-    ))
+    results = train.main(
+        tiny_run_flags(
+            folder,
+            output_dir,
+            "--num_train_epochs",
+            "1",
+            "--extra_train",
+            f"{synthetic}:0.5:tagged",
+            "--case_augmentation",
+            "0.1",
+        )
+    )
     corpora = results["training"]["corpora"]
     assert [(c["pairs"], c["weight"], c["tag"]) for c in corpora] == [(96, 1.0, None), (96, 0.5, "<BT>")]
     assert results["training"]["tag_token"] == "<BT>" and results["training"]["case_augmentation"] == 0.1
@@ -645,10 +795,20 @@ def test_reverse_direction_run_says_de_to_en(mixed_corpus, tmp_path):
     folder, _ = mixed_corpus
     output_dir = tmp_path / "de-en"
     shipped = ROOT / "models" / "transformer-en-de"
-    results = train.main(tiny_run_flags(
-        folder, output_dir, "--num_train_epochs", "1", "--source_lang", "de", "--target_lang", "en",
-        "--tokenizer_name", str(shipped),
-    ))
+    results = train.main(
+        tiny_run_flags(
+            folder,
+            output_dir,
+            "--num_train_epochs",
+            "1",
+            "--source_lang",
+            "de",
+            "--target_lang",
+            "en",
+            "--tokenizer_name",
+            str(shipped),
+        )
+    )
     assert results["languages"] == {"source": "de", "target": "en"}
     assert (output_dir / "translations.test_2016_flickr.en").is_file()
     card = ModelCard.load(output_dir / "README.md")
@@ -672,9 +832,28 @@ def averaged_run(tmp_path_factory):
         write_pair(folder, split, sources, targets)
     output_dir = folder / "out"
     flags = tiny_run_flags(
-        folder, output_dir, "--num_train_epochs", "60", "--per_device_train_batch_size", "8",
-        "--learning_rate", "3e-3", "--warmup_steps", "20", "--d_model", "64", "--d_ff", "128",
-        "--eval_strategy", "no", "--load_best_model_at_end", "false", "--average_last", "5", "--save_total_limit", "2",
+        folder,
+        output_dir,
+        "--num_train_epochs",
+        "60",
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "3e-3",
+        "--warmup_steps",
+        "20",
+        "--d_model",
+        "64",
+        "--d_ff",
+        "128",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--average_last",
+        "5",
+        "--save_total_limit",
+        "2",
     )
     return output_dir, train.main(flags)
 
@@ -737,17 +916,31 @@ def test_fine_tuning_starts_from_the_trained_model_and_adds_the_tag(averaged_run
     data_dir = trained.parent  # the 24 pairs it learned by heart
     write_pair(tmp_path, "synthetic", real_lines("en", 1000, 24), real_lines("de", 1000, 24))
     output_dir = tmp_path / "fine-tuned"
-    results = train.main(fine_tune_flags(
-        data_dir, output_dir, trained, "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
-        "--logging_steps", "1", "--extra_train", f"{tmp_path / 'synthetic'}:tagged", "--dropout", "0.1",
-    ))
+    results = train.main(
+        fine_tune_flags(
+            data_dir,
+            output_dir,
+            trained,
+            "--num_train_epochs",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--logging_steps",
+            "1",
+            "--extra_train",
+            f"{tmp_path / 'synthetic'}:tagged",
+            "--dropout",
+            "0.1",
+        )
+    )
     # It starts where the trained model ended: far below the loss a fresh model starts with.
     assert first_loss(output_dir) < first_loss(trained) - 2.0, (first_loss(output_dir), first_loss(trained))
     before = json.loads((trained / "config.json").read_text())
     after = json.loads((output_dir / "config.json").read_text())
     assert after["vocab_size"] == before["vocab_size"] + 1  # one embedding for <BT>, every other id kept
     assert {key: after[key] for key in ("d_model", "encoder_layers", "d_ff")} == {
-        key: before[key] for key in ("d_model", "encoder_layers", "d_ff")}
+        key: before[key] for key in ("d_model", "encoder_layers", "d_ff")
+    }
     assert (before["dropout"], after["dropout"]) == (0.0, 0.1)  # regularisation may change
     tokenizer = load_tokenizer(output_dir)
     assert tokenizer.convert_tokens_to_ids("<BT>") == before["vocab_size"]
@@ -761,8 +954,20 @@ def test_fine_tuning_starts_from_the_trained_model_and_adds_the_tag(averaged_run
 def test_fine_tuning_refuses_architecture_flags_and_another_tokenizer(averaged_run, tmp_path):
     trained, _ = averaged_run
     with pytest.raises(SystemExit, match="--d_model --d_ff cannot change a trained model"):
-        train.parse_arguments(["--data_dir", str(trained.parent), "--output_dir", "unused",
-                               "--model_name_or_path", str(trained), "--d_model", "64", "--d_ff", "128"])
+        train.parse_arguments(
+            [
+                "--data_dir",
+                str(trained.parent),
+                "--output_dir",
+                "unused",
+                "--model_name_or_path",
+                str(trained),
+                "--d_model",
+                "64",
+                "--d_ff",
+                "128",
+            ]
+        )
     shipped = ROOT / "models" / "transformer-en-de"
     with pytest.raises(SystemExit, match=r"the tokenizer has 800\d tokens but the model .* has 300 embeddings"):
         train.main(fine_tune_flags(trained.parent, tmp_path / "out", trained, "--tokenizer_name", str(shipped)))
@@ -770,11 +975,13 @@ def test_fine_tuning_refuses_architecture_flags_and_another_tokenizer(averaged_r
 
 def test_fine_tuning_from_a_missing_folder_or_an_unreachable_hub_id_fails_at_once(tmp_path):
     with pytest.raises(SystemExit, match="there is no model folder at ./no-such-model"):
-        train.parse_arguments(["--data_dir", "unused", "--output_dir", "unused",
-                               "--model_name_or_path", "./no-such-model"])
+        train.parse_arguments(
+            ["--data_dir", "unused", "--output_dir", "unused", "--model_name_or_path", "./no-such-model"]
+        )
     with pytest.raises(SystemExit, match="Hub is unreachable .offline. and someone/not-cached"):
-        train.parse_arguments(["--data_dir", "unused", "--output_dir", "unused",
-                               "--model_name_or_path", "someone/not-cached"])
+        train.parse_arguments(
+            ["--data_dir", "unused", "--output_dir", "unused", "--model_name_or_path", "someone/not-cached"]
+        )
 
 
 # ------------------------------------------------------------------------------------------ datasets (Hub or local)
@@ -793,10 +1000,13 @@ def jsonl_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
     """A local dataset in the Hub's WMT shape: train/validation/test.jsonl of {"translation": {"de": .., "en": ..}}."""
     folder.mkdir(parents=True, exist_ok=True)
     for split, count, start in zip(("train", "validation", "test"), counts, (0, 2000, 3000), strict=True):
-        rows = [{"translation": {"de": de, "en": en}}
-                for en, de in zip(real_lines("en", start, count), real_lines("de", start, count), strict=True)]
+        rows = [
+            {"translation": {"de": de, "en": en}}
+            for en, de in zip(real_lines("en", start, count), real_lines("de", start, count), strict=True)
+        ]
         (folder / f"{split}.jsonl").write_text(
-            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"
+        )
     return folder
 
 
@@ -823,15 +1033,36 @@ def test_streaming_trains_max_steps_from_a_saved_dataset(tmp_path, capsys, datas
     the first --tokenizer_train_samples pairs of the stream."""
     from datasets import Dataset, DatasetDict
 
-    splits = {name: Dataset.from_dict({"en": real_lines("en", start, count), "de": real_lines("de", start, count)})
-              for name, start, count in (("train", 0, 200), ("validation", 2000, 8), ("test", 3000, 8))}
+    splits = {
+        name: Dataset.from_dict({"en": real_lines("en", start, count), "de": real_lines("de", start, count)})
+        for name, start, count in (("train", 0, 200), ("validation", 2000, 8), ("test", 3000, 8))
+    }
     DatasetDict(splits).save_to_disk(tmp_path / "saved")
     output_dir = tmp_path / "out"
-    results = train.main([
-        "--dataset_name", str(tmp_path / "saved"), "--streaming", "--max_steps", "8", "--save_steps", "4",
-        "--tokenizer_train_samples", "150", "--output_dir", str(output_dir), "--per_device_train_batch_size", "16",
-        "--warmup_steps", "2", "--logging_steps", "2", "--disable_tqdm", "true", *TINY_MODEL_FLAGS,
-    ])
+    results = train.main(
+        [
+            "--dataset_name",
+            str(tmp_path / "saved"),
+            "--streaming",
+            "--max_steps",
+            "8",
+            "--save_steps",
+            "4",
+            "--tokenizer_train_samples",
+            "150",
+            "--output_dir",
+            str(output_dir),
+            "--per_device_train_batch_size",
+            "16",
+            "--warmup_steps",
+            "2",
+            "--logging_steps",
+            "2",
+            "--disable_tqdm",
+            "true",
+            *TINY_MODEL_FLAGS,
+        ]
+    )
     printed = capsys.readouterr().out
     assert "[tokenizer] training on 150 pairs" in printed
     assert results["training"]["trained_steps"] == {"from": 0, "to": 8}
@@ -842,8 +1073,9 @@ def test_streaming_trains_max_steps_from_a_saved_dataset(tmp_path, capsys, datas
 
 def test_streaming_without_max_steps_is_a_clear_error_before_any_work(tmp_path, datasets_cache):
     with pytest.raises(SystemExit, match="--streaming needs --max_steps"):
-        train.main(["--dataset_name", str(jsonl_dataset(tmp_path / "d")), "--streaming", "--output_dir",
-                    str(tmp_path / "out")])
+        train.main(
+            ["--dataset_name", str(jsonl_dataset(tmp_path / "d")), "--streaming", "--output_dir", str(tmp_path / "out")]
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -858,8 +1090,17 @@ def test_dataset_name_with_text_file_mixing_is_a_clear_error(tmp_path):
 def test_hub_dataset_while_offline_fails_fast_and_clearly(tmp_path, streaming, datasets_cache):
     started = time.time()
     with pytest.raises(SystemExit, match="wmt14: the Hugging Face Hub is unreachable"):
-        train.main(["--dataset_name", "wmt14", "--dataset_config_name", "de-en", *streaming,
-                    "--output_dir", str(tmp_path / "out")])
+        train.main(
+            [
+                "--dataset_name",
+                "wmt14",
+                "--dataset_config_name",
+                "de-en",
+                *streaming,
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     assert time.time() - started < 10
     assert not (tmp_path / "out" / "tokenizer.json").exists()
 
@@ -886,8 +1127,15 @@ def hub_shaped_dataset(folder: Path, counts=(96, 8, 8)) -> Path:
 def test_wmt14_command_parses_to_the_papers_base_model():
     argv = WMT14_COMMAND.split()[4:]  # after "torchrun --nproc_per_node 8 train.py"
     data_args, tokenizer_args, model_args, _, _, selection_args, training_args = train.parse_arguments(argv)
-    assert (model_args.d_model, model_args.encoder_layers, model_args.decoder_layers, model_args.num_attention_heads,
-            model_args.d_ff, model_args.dropout, model_args.label_smoothing) == (512, 6, 6, 8, 2048, 0.1, 0.1)
+    assert (
+        model_args.d_model,
+        model_args.encoder_layers,
+        model_args.decoder_layers,
+        model_args.num_attention_heads,
+        model_args.d_ff,
+        model_args.dropout,
+        model_args.label_smoothing,
+    ) == (512, 6, 6, 8, 2048, 0.1, 0.1)
     assert tokenizer_args.vocab_size == 37000 and training_args.warmup_steps == 4000
     assert (training_args.adam_beta1, training_args.adam_beta2, training_args.adam_epsilon) == (0.9, 0.98, 1e-9)
     assert training_args.learning_rate == pytest.approx(512**-0.5 * 4000**-0.5)  # the paper's peak rate
@@ -903,21 +1151,45 @@ def test_wmt14_command_parses_to_the_papers_base_model():
 def test_wmt14_command_runs_on_a_tiny_copy(tmp_path, datasets_cache):
     """Every flag of the README's WMT14 command on a tiny local dataset shaped like wmt14 (one process)."""
     dataset = hub_shaped_dataset(tmp_path / "wmt14")
-    tiny = {"--dataset_name": str(dataset), "--output_dir": str(tmp_path / "out"), "--d_model": "32",
-            "--encoder_layers": "1", "--decoder_layers": "1", "--num_attention_heads": "4", "--d_ff": "64",
-            "--vocab_size": "300", "--tokenizer_train_samples": "50", "--per_device_train_batch_size": "8",
-            "--max_steps": "12", "--warmup_steps": "4", "--eval_steps": "2", "--save_steps": "2"}
+    tiny = {
+        "--dataset_name": str(dataset),
+        "--output_dir": str(tmp_path / "out"),
+        "--d_model": "32",
+        "--encoder_layers": "1",
+        "--decoder_layers": "1",
+        "--num_attention_heads": "4",
+        "--d_ff": "64",
+        "--vocab_size": "300",
+        "--tokenizer_train_samples": "50",
+        "--per_device_train_batch_size": "8",
+        "--max_steps": "12",
+        "--warmup_steps": "4",
+        "--eval_steps": "2",
+        "--save_steps": "2",
+    }
     argv = WMT14_COMMAND.split()[4:]
     for index, arg in enumerate(argv):
         if arg in tiny:
             argv[index + 1] = tiny[arg]
-    argv += ["--max_position_embeddings", "64", "--max_source_length", "64", "--max_target_length", "64",
-             "--disable_tqdm", "true"]
+    argv += [
+        "--max_position_embeddings",
+        "64",
+        "--max_source_length",
+        "64",
+        "--max_target_length",
+        "64",
+        "--disable_tqdm",
+        "true",
+    ]
     results = train.main(argv)
     training = results["training"]
     assert training["trained_steps"] == {"from": 0, "to": 12}  # 12 steps of 8 x 2 accumulated pairs
-    assert training["dataset"] == {"name": str(dataset), "config": "de-en", "validation_split": "validation",
-                                   "test_split": "test"}
+    assert training["dataset"] == {
+        "name": str(dataset),
+        "config": "de-en",
+        "validation_split": "validation",
+        "test_split": "test",
+    }
     assert training["chosen_average"] in {candidate["name"] for candidate in training["average_candidates"]}
     assert {"last 1", "last 2", "last 5"} <= {candidate["name"] for candidate in training["average_candidates"]}
     assert set(results["scores"]) == {"validation", "test"}

@@ -42,8 +42,9 @@ def test_token_batches_hold_every_pair_once_within_the_budget():
 def test_scored_loss_is_the_smoothed_loss_of_the_full_logits_with_the_same_gradients(tiny_tokenizer):
     sources = (DATA_DIR / "val.en").read_text(encoding="utf-8").splitlines()[:6]
     targets = (DATA_DIR / "val.de").read_text(encoding="utf-8").splitlines()[:6]
-    batch = tiny_tokenizer(sources, text_target=targets, padding=True, truncation=True, max_length=48,
-                           return_tensors="pt")
+    batch = tiny_tokenizer(
+        sources, text_target=targets, padding=True, truncation=True, max_length=48, return_tensors="pt"
+    )
     batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tiny_tokenizer.pad_token_id, -100)
     assert (batch["labels"] == -100).any()  # padded targets: the positions scored_loss leaves out
     torch.manual_seed(0)
@@ -64,8 +65,12 @@ def test_scored_loss_is_the_smoothed_loss_of_the_full_logits_with_the_same_gradi
 def small_disk(folder: Path, size: str):
     """A tmpfs of `size` mounted at `folder` (True), where this process may mount one (root); else False."""
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                             capture_output=True).returncode == 0  # fmt: skip
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
     try:
         yield mounted
     finally:
@@ -90,9 +95,12 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_is_one_line_and_leaves_
 
         result = subprocess.run(
             [sys.executable, "train.py", *tiny_run_flags(DATA_DIR, output_dir, "--num_train_epochs", "2")],
-            cwd=ROOT, capture_output=True, text=True, preexec_fn=limit_file_size,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            preexec_fn=limit_file_size,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
-        )  # fmt: skip
+        )
 
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
         last = result.stderr.strip().splitlines()[-1]
@@ -113,15 +121,20 @@ def save_resumable_checkpoint(folder: Path, tokenizer) -> Path:
     random state (which the Trainer allows when it loads them)."""
     TransformerMTForConditionalGeneration(tiny_config(tokenizer)).save_pretrained(folder)
     (folder / "trainer_state.json").write_text("{}")
-    torch.save({"state": {0: {"step": torch.tensor(6.0)}}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
-               folder / "optimizer.pt")
-    torch.save({"python": random.getstate(), "numpy": numpy.random.get_state(), "cpu": torch.random.get_rng_state()},
-               folder / "rng_state.pth")
+    torch.save(
+        {"state": {0: {"step": torch.tensor(6.0)}}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+        folder / "optimizer.pt",
+    )
+    torch.save(
+        {"python": random.getstate(), "numpy": numpy.random.get_state(), "cpu": torch.random.get_rng_state()},
+        folder / "rng_state.pth",
+    )
     return folder
 
 
-def test_a_checkpoint_whose_optimizer_state_a_safe_load_refuses_is_passed_over_or_one_line(tmp_path, tiny_tokenizer,
-                                                                                           capsys):
+def test_a_checkpoint_whose_optimizer_state_a_safe_load_refuses_is_passed_over_or_one_line(
+    tmp_path, tiny_tokenizer, capsys
+):
     sound = save_resumable_checkpoint(tmp_path / "checkpoint-3", tiny_tokenizer)
     changed = save_resumable_checkpoint(tmp_path / "checkpoint-6", tiny_tokenizer)
     state = torch.load(changed / "optimizer.pt", weights_only=True)
@@ -130,8 +143,10 @@ def test_a_checkpoint_whose_optimizer_state_a_safe_load_refuses_is_passed_over_o
         torch.load(changed / "optimizer.pt", weights_only=True)
 
     assert resolve_resume("last", tmp_path) == str(sound)
-    assert (f"passing over {changed}: optimizer.pt holds more than tensors and numbers (it names datetime.datetime)"
-            in capsys.readouterr().out)
+    assert (
+        f"passing over {changed}: optimizer.pt holds more than tensors and numbers (it names datetime.datetime)"
+        in capsys.readouterr().out
+    )
 
     output_dir = tmp_path / "out"
     with pytest.raises(SystemExit) as refusal:

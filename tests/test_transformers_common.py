@@ -48,9 +48,24 @@ def listed_in_transformers_name_tables():
 class TransformerMTModelTester:
     """Tiny configs and inputs, as transformers' MarianModelTester makes them."""
 
-    def __init__(self, parent, batch_size=13, seq_length=7, is_training=True, vocab_size=99, hidden_size=16,
-                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=4, dropout=0.1,
-                 max_position_embeddings=20, eos_token_id=2, pad_token_id=1, bos_token_id=0, decoder_start_token_id=3):
+    def __init__(
+        self,
+        parent,
+        batch_size=13,
+        seq_length=7,
+        is_training=True,
+        vocab_size=99,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=4,
+        dropout=0.1,
+        max_position_embeddings=20,
+        eos_token_id=2,
+        pad_token_id=1,
+        bos_token_id=0,
+        decoder_start_token_id=3,
+    ):
         self.parent = parent
         self.batch_size = batch_size
         self.seq_length = seq_length
@@ -156,10 +171,16 @@ class TransformerMTModelTest(ModelTesterMixin, unittest.TestCase):
         model, inputs = self._generative_model()
         torch._dynamo.reset()
         settings = dict(
-            num_beams=1, max_new_tokens=4, min_new_tokens=4, cache_implementation="static",
-            return_dict_in_generate=True, output_scores=True, output_logits=True, output_attentions=True,
+            num_beams=1,
+            max_new_tokens=4,
+            min_new_tokens=4,
+            cache_implementation="static",
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
+            output_attentions=True,
             output_hidden_states=True,
-        )  # fmt: skip
+        )
         with torch.no_grad():
             eager = model.generate(**inputs, **settings)
             compiled = model.generate(**inputs, **settings, compile_config=self._compiled())
@@ -184,9 +205,12 @@ class TransformerMTModelTest(ModelTesterMixin, unittest.TestCase):
             other_sources = inputs["input_ids"].flip(0)
             with torch._dynamo.config.patch(error_on_recompile=True):
                 shorter = model.generate(
-                    input_ids=other_sources, attention_mask=inputs["attention_mask"], max_new_tokens=4,
-                    min_new_tokens=4, **settings,
-                )  # fmt: skip
+                    input_ids=other_sources,
+                    attention_mask=inputs["attention_mask"],
+                    max_new_tokens=4,
+                    min_new_tokens=4,
+                    **settings,
+                )
         self.assertEqual(shorter.shape[1], 1 + 4)
 
     def test_custom_4d_attention_mask(self):

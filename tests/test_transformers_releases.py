@@ -51,10 +51,14 @@ def release_environment(version: str) -> Path:
 
 def hub_path_report(python: Path, folder: Path, tmp_path: Path) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / f"modules-{python.parent.parent.name}"),
-               TOKENIZERS_PARALLELISM="false")  # fmt: skip
-    result = subprocess.run([str(python), str(REPORT), str(folder)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=900)  # fmt: skip
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_MODULES_CACHE=str(tmp_path / f"modules-{python.parent.parent.name}"),
+        TOKENIZERS_PARALLELISM="false",
+    )
+    result = subprocess.run(
+        [str(python), str(REPORT), str(folder)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -28,8 +28,23 @@ def write_input(path, count: int) -> list[str]:
 
 
 def run(model_dir, input_path, output, *extra) -> int:
-    arguments = ["--model", str(model_dir), "--input", str(input_path), "--output", str(output),
-                 "--source_lang", "en", "--target_lang", "de", "--batch_size", "4", "--chunk_size", "5", *extra]
+    arguments = [
+        "--model",
+        str(model_dir),
+        "--input",
+        str(input_path),
+        "--output",
+        str(output),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--batch_size",
+        "4",
+        "--chunk_size",
+        "5",
+        *extra,
+    ]
     return translate_corpus.main([str(argument) for argument in arguments])
 
 
@@ -98,12 +113,15 @@ def test_limit_can_grow_between_runs(tiny_model_dir, tmp_path, decoding):
 
     assert run(tiny_model_dir, input_path, grown, *decoding) == 0  # 5-9 again, whole, then 10-11
     assert outputs(grown) == outputs(whole)
-    assert progress(grown)["lines_written"] == 12 and progress(grown)["hit_length_bound"] == progress(whole)[
-        "hit_length_bound"]
+    assert (
+        progress(grown)["lines_written"] == 12
+        and progress(grown)["hit_length_bound"] == progress(whole)["hit_length_bound"]
+    )
 
 
-def test_other_settings_against_existing_output_are_refused(tiny_model_dir, tiny_model, tiny_tokenizer, tmp_path,
-                                                             capsys):
+def test_other_settings_against_existing_output_are_refused(
+    tiny_model_dir, tiny_model, tiny_tokenizer, tmp_path, capsys
+):
     input_path = tmp_path / "input.en"
     write_input(input_path, 12)
     output = tmp_path / "out"
@@ -258,9 +276,24 @@ def test_bad_input_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
 def test_a_killed_process_resumes_to_the_uninterrupted_output(tiny_model_dir, tmp_path):
     input_path = tmp_path / "input.en"
     lines = write_input(input_path, 240)
-    command = [sys.executable, "translate_corpus.py", "--model", str(tiny_model_dir), "--input", str(input_path),
-               "--source_lang", "en", "--target_lang", "de", "--batch_size", "8", "--chunk_size", "10",
-               "--threads", "1"]
+    command = [
+        sys.executable,
+        "translate_corpus.py",
+        "--model",
+        str(tiny_model_dir),
+        "--input",
+        str(input_path),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--batch_size",
+        "8",
+        "--chunk_size",
+        "10",
+        "--threads",
+        "1",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     killed, whole = tmp_path / "killed", tmp_path / "whole"
 
@@ -276,12 +309,14 @@ def test_a_killed_process_resumes_to_the_uninterrupted_output(tiny_model_dir, tm
     at_kill = progress(killed)["lines_read"]
     assert process.returncode == -signal.SIGKILL and 30 <= at_kill < len(lines), "the kill came too late to test"
 
-    resumed = subprocess.run([*command, "--output", str(killed)], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=600)
+    resumed = subprocess.run(
+        [*command, "--output", str(killed)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming at input line {at_kill + 1:,}" in resumed.stderr
-    complete = subprocess.run([*command, "--output", str(whole)], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=600)
+    complete = subprocess.run(
+        [*command, "--output", str(whole)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert complete.returncode == 0, complete.stderr
 
     assert outputs(killed) == outputs(whole)

@@ -1,6 +1,6 @@
 """Command line: train the joint BPE tokenizer on parallel text files and save it.
 
-    python -m tokenizer --files data/train.en data/train.de --vocab_size 8000 --output_dir tokenizer-out
+python -m tokenizer --files data/train.en data/train.de --vocab_size 8000 --output_dir tokenizer-out
 """
 
 import argparse
@@ -14,8 +14,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (both languages)")
     # Flags as train.py spells them (transformers' underscores); the dashed spellings work too.
     parser.add_argument("--vocab_size", "--vocab-size", type=int, default=8000, help="BPE vocabulary size")
-    parser.add_argument("--bpe_min_frequency", "--min-frequency", "--min_frequency", type=int, default=2,
-                        help="minimum pair frequency for a BPE merge")
+    parser.add_argument(
+        "--bpe_min_frequency",
+        "--min-frequency",
+        "--min_frequency",
+        type=int,
+        default=2,
+        help="minimum pair frequency for a BPE merge",
+    )
     parser.add_argument("--model_max_length", "--model-max-length", type=int, default=256)
     parser.add_argument("--output_dir", "--output-dir", required=True)
     args = parser.parse_args(argv)

@@ -19,8 +19,15 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # Set by from_pretrained (where the files came from) or read back from the backend's last truncation/padding (the
 # arguments of one call): state of a session, not of the tokenizer, so never saved.
-CALL_STATE_KWARGS = ("is_local", "local_files_only", "max_length", "stride", "truncation_strategy",
-                     "pad_to_multiple_of", "pad_token_type_id")
+CALL_STATE_KWARGS = (
+    "is_local",
+    "local_files_only",
+    "max_length",
+    "stride",
+    "truncation_strategy",
+    "pad_to_multiple_of",
+    "pad_token_type_id",
+)
 DEFAULT_SIDES = {"truncation_side": "right", "padding_side": "right"}  # dropped too when they are the defaults
 
 
@@ -75,12 +82,14 @@ def train_tokenizer(
     bpe.post_processor = processors.TemplateProcessing(
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, bpe.token_to_id(eos))]
     )
-    return _saving_cleanly(PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        model_max_length=model_max_length,
-        clean_up_tokenization_spaces=False,  # keep decoding exact: no space removal before punctuation
-        **SPECIAL_TOKENS,
-    ))
+    return _saving_cleanly(
+        PreTrainedTokenizerFast(
+            tokenizer_object=bpe,
+            model_max_length=model_max_length,
+            clean_up_tokenization_spaces=False,  # keep decoding exact: no space removal before punctuation
+            **SPECIAL_TOKENS,
+        )
+    )
 
 
 def forget_call_state(tokenizer):

@@ -39,8 +39,16 @@ def score_system(
     (converted once and cached). `int8`: the model's linear layers in dynamic int8 first (`decoding.int8.int8_dynamic`,
     CPU only), or CTranslate2's int8 weights.
     """
-    row = {"model": model_id, "bleu": None, "chrf": None, "num_parameters": None, "seconds": None,
-           "sentences_per_second": None, "error": None, "translations": None}  # fmt: skip
+    row = {
+        "model": model_id,
+        "bleu": None,
+        "chrf": None,
+        "num_parameters": None,
+        "seconds": None,
+        "sentences_per_second": None,
+        "error": None,
+        "translations": None,
+    }
     try:
         loaded = load_listed_model(model_id, device, allow_pickle=True)  # listed by whoever runs the comparison
     except RuntimeError as error:
@@ -94,11 +102,16 @@ def _format_number(value: float | None, digits: int = 2) -> str:
 def comparison_report(comparison: dict) -> str:
     """The comparison as Markdown: what was scored, a table, and the models that could not be scored below it."""
     rows = [
-        [system["model"], _format_number(system["bleu"]), _format_number(system["chrf"]),
-         _format_parameters(system["num_parameters"]), _format_number(system["seconds"], 1),
-         _format_number(system["sentences_per_second"], 1)]
+        [
+            system["model"],
+            _format_number(system["bleu"]),
+            _format_number(system["chrf"]),
+            _format_parameters(system["num_parameters"]),
+            _format_number(system["seconds"], 1),
+            _format_number(system["sentences_per_second"], 1),
+        ]
         for system in comparison["systems"]
-    ]  # fmt: skip
+    ]
     lines = [
         f"Scored on {comparison['num_sentences']} sentences of `{comparison['source_file']}` against "
         f"`{comparison['reference_file']}` (every model decoded the same way: {decoding_label(comparison)}, at most "
@@ -126,9 +139,13 @@ def fair_settings(
 ) -> DecodingSettings:
     """The decoding every compared model gets: the same beams and the same length bound per sentence."""
     return DecodingSettings(
-        num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_new_tokens,
-        max_new_tokens_ratio=max_new_tokens_ratio, max_new_tokens_offset=max_new_tokens_offset, batch_size=batch_size,
-    )  # fmt: skip
+        num_beams=num_beams,
+        length_penalty=length_penalty,
+        max_new_tokens=max_new_tokens,
+        max_new_tokens_ratio=max_new_tokens_ratio,
+        max_new_tokens_offset=max_new_tokens_offset,
+        batch_size=batch_size,
+    )
 
 
 def compare(

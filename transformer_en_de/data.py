@@ -168,8 +168,12 @@ class Corpus:
     targets: list[str] = field(default_factory=list, repr=False)
 
     def facts(self, tag_token: str) -> dict:
-        return {"name": self.prefix, "pairs": len(self.sources), "weight": self.weight,
-                "tag": tag_token if self.tagged else None}
+        return {
+            "name": self.prefix,
+            "pairs": len(self.sources),
+            "weight": self.weight,
+            "tag": tag_token if self.tagged else None,
+        }
 
 
 def parse_corpus(spec: str) -> Corpus:
@@ -259,8 +263,14 @@ def _hub_offline():
         datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
 
 
-def load_translation_split(name: str, config: str | None, split: str, streaming: bool = False, *,
-                           hub_reachable: Callable[[], bool] | None = None):
+def load_translation_split(
+    name: str,
+    config: str | None,
+    split: str,
+    streaming: bool = False,
+    *,
+    hub_reachable: Callable[[], bool] | None = None,
+):
     """One split of a dataset as a `datasets.Dataset` (or an `IterableDataset` with `streaming`).
 
     A Hub id is fetched (or taken from the local cache); when the Hub is unreachable only the cache is tried, at once,

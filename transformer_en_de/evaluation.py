@@ -85,15 +85,17 @@ def score_split(hypotheses: list[str], references: list[str]) -> dict:
     }
 
 
-def score_model(model, tokenizer, sources: list[str], references: list[str],
-                settings: DecodingSettings = DecodingSettings()) -> tuple[list[str], dict]:
+def score_model(
+    model, tokenizer, sources: list[str], references: list[str], settings: DecodingSettings = DecodingSettings()
+) -> tuple[list[str], dict]:
     """Translate `sources` through the engine (the model's saved decoding by default) and score them in file order."""
     texts = translate(model, tokenizer, sources, settings).texts
     return texts, score_split(texts, references)
 
 
-def score_splits(model, tokenizer, splits: dict[str, tuple[list[str], list[str]]],
-                 known: dict[str, dict] | None = None) -> tuple[dict, dict]:
+def score_splits(
+    model, tokenizer, splits: dict[str, tuple[list[str], list[str]]], known: dict[str, dict] | None = None
+) -> tuple[dict, dict]:
     """({split: scores}, {split: translations}) of (sources, references) per split, through the engine with the
     model's saved decoding, every sentence in file order, with a line for each; a split in `known` keeps the scores
     measured already (and has no translations)."""
@@ -103,8 +105,10 @@ def score_splits(model, tokenizer, splits: dict[str, tuple[list[str], list[str]]
             scores[split] = known[split]
         else:
             translations[split], scores[split] = score_model(model, tokenizer, sources, references)
-        print(f"[score] {split}: {scores[split]['bleu']} BLEU / {scores[split]['chrf']} chrF "
-              f"({scores[split]['num_sentences']} sentences)")
+        print(
+            f"[score] {split}: {scores[split]['bleu']} BLEU / {scores[split]['chrf']} chrF "
+            f"({scores[split]['num_sentences']} sentences)"
+        )
     return scores, translations
 
 

@@ -50,9 +50,17 @@ ROW_WISE_CRITERIA = (transformers.EosTokenCriteria, transformers.MaxLengthCriter
 # What a generate() call may pass for our search to run it: anything else (a cache of one's own, a decoder mask, an
 # assistant, a streamer, a decoding function) goes to transformers' loop.
 OTHER_LOOP_ARGUMENTS = (
-    "past_key_values", "cache", "decoder_attention_mask", "assistant_model", "streamer", "synced_gpus",
-    "custom_generate", "prefix_allowed_tokens_fn", "negative_prompt_ids", "stopping_criteria",
-)  # fmt: skip
+    "past_key_values",
+    "cache",
+    "decoder_attention_mask",
+    "assistant_model",
+    "streamer",
+    "synced_gpus",
+    "custom_generate",
+    "prefix_allowed_tokens_fn",
+    "negative_prompt_ids",
+    "stopping_criteria",
+)
 
 
 def search_runs_here(generation_config, call_kwargs: dict) -> bool:

@@ -233,8 +233,9 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
         return ""
     headers = ["Line", "English", *columns]
     rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
-    table = markdown_table(headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows],
-                           "r" + "l" * (len(headers) - 1))  # fmt: skip
+    table = markdown_table(
+        headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows], "r" + "l" * (len(headers) - 1)
+    )
     more = len([line for line in lines if line.strip()]) - len(shown)
     return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 

@@ -215,10 +215,13 @@ class CTranslate2Backend:
         self.restarts, self.restart_window, self.fallback, self.log = restarts, restart_window, fallback, log
         self._compute_type = "int8" if int8 else "float32"
         vocabulary = next(
-            (self.folder / name for name in ("shared_vocabulary.json", "target_vocabulary.json")
-             if (self.folder / name).is_file()),
+            (
+                self.folder / name
+                for name in ("shared_vocabulary.json", "target_vocabulary.json")
+                if (self.folder / name).is_file()
+            ),
             None,
-        )  # fmt: skip
+        )
         self.target_vocabulary = set(json.loads(vocabulary.read_text(encoding="utf-8"))) if vocabulary else set()
         self._lock = threading.Lock()  # one request at a time through the pipe (the app translates from threads)
         self._worker: subprocess.Popen | None = None
@@ -233,9 +236,12 @@ class CTranslate2Backend:
             import ctranslate2
 
             self._translator = ctranslate2.Translator(
-                str(self.folder), device="cpu", compute_type=self._compute_type, intra_threads=self.threads,
+                str(self.folder),
+                device="cpu",
+                compute_type=self._compute_type,
+                intra_threads=self.threads,
                 inter_threads=1,
-            )  # fmt: skip
+            )
 
     @property
     def pid(self) -> int | None:
@@ -281,16 +287,22 @@ class CTranslate2Backend:
         window = f"{self.restart_window / 60:g} minutes"
         instead = f"; {self.fallback} decodes from now on" if self.fallback else ""
         if len(self._deaths) > self.restarts:
-            self._give_up(f"the {self.name} worker process died {len(self._deaths)} times in {window} (last: {how}); "
-                          f"it is not started again{instead}.")  # fmt: skip
+            self._give_up(
+                f"the {self.name} worker process died {len(self._deaths)} times in {window} (last: {how}); "
+                f"it is not started again{instead}."
+            )
         try:
             self._worker = self._start()
         except BackendError as error:
             # Why goes to the log only: it may name the model's folder, and the raised message may reach a visitor.
-            self._give_up(f"the {self.name} worker process died ({how}) and could not be started again{instead}.",
-                          detail=str(error))  # fmt: skip
-        self._say(f"the {self.name} worker process died ({how}); a new one was started (restart "
-                  f"{len(self._deaths)} of at most {self.restarts} in {window}).")  # fmt: skip
+            self._give_up(
+                f"the {self.name} worker process died ({how}) and could not be started again{instead}.",
+                detail=str(error),
+            )
+        self._say(
+            f"the {self.name} worker process died ({how}); a new one was started (restart "
+            f"{len(self._deaths)} of at most {self.restarts} in {window})."
+        )
 
     def _give_up(self, why: str, detail: str = "") -> None:
         self._gave_up = why

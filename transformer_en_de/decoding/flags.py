@@ -7,8 +7,11 @@ import torch
 def add_backend_flags(parser, *, default_backend: str = "torch", device: bool = True) -> None:
     """--backend and --int8, and --device where the command lets PyTorch decode on a GPU."""
     if device:
-        parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                            help="where PyTorch decodes (default: cuda where there is a GPU)")  # fmt: skip
+        parser.add_argument(
+            "--device",
+            default="cuda" if torch.cuda.is_available() else "cpu",
+            help="where PyTorch decodes (default: cuda where there is a GPU)",
+        )
     parser.add_argument(
         "--backend",
         choices=["torch", "ctranslate2", "auto"],

@@ -41,7 +41,7 @@ def pickle_only_message(where: str) -> str:
     """Why a model with only pickle weights is refused, and the command that converts it."""
     return (
         f"has only PyTorch pickle weights (pytorch_model.bin), and this project loads safetensors only (a pickle can "
-        f"run code when it is read). Convert it once, on a machine you trust: python -c \"from transformers import "
+        f'run code when it is read). Convert it once, on a machine you trust: python -c "from transformers import '
         f"AutoModelForSeq2SeqLM as M; M.from_pretrained('{where}', use_safetensors=False).save_pretrained('{where}')\" "
         "writes model.safetensors beside it (then delete pytorch_model.bin)."
     )
@@ -217,14 +217,22 @@ def _hub_weights(name: str, model_id: str, commit: str, local_only: bool, allow_
     pull_request = None if local_only or not _has(files, PICKLE_WEIGHTS) else _conversion_pull_request(name, commit)
     if pull_request is not None:
         ref, converted = pull_request
-        return converted, True, (
-            f"weights: the safetensors of {name}'s conversion pull request {ref} (commit {converted[:7]}), made from "
-            f"its commit {commit[:7]}, which has PyTorch pickle weights only"
+        return (
+            converted,
+            True,
+            (
+                f"weights: the safetensors of {name}'s conversion pull request {ref} (commit {converted[:7]}), "
+                f"made from its commit {commit[:7]}, which has PyTorch pickle weights only"
+            ),
         )
     if _has(files, PICKLE_WEIGHTS) and allow_pickle:
-        return commit, False, (
-            f"weights: {name} has PyTorch pickle weights only (pytorch_model.bin, commit {commit[:7]}), read with "
-            "torch's weights_only unpickler, which refuses anything but tensors"
+        return (
+            commit,
+            False,
+            (
+                f"weights: {name} has PyTorch pickle weights only (pytorch_model.bin, commit {commit[:7]}), read with "
+                "torch's weights_only unpickler, which refuses anything but tensors"
+            ),
         )
     if _has(files, PICKLE_WEIGHTS):
         raise RuntimeError(f"could not be loaded: {model_id} {pickle_only_message(name)}")
@@ -265,8 +273,10 @@ def load_listed_model(model_id: str, device: str | torch.device = "cpu", *, allo
     held = {path.name for path in folder.iterdir()} if folder.is_dir() else set()
     if allow_pickle and _has(held, PICKLE_WEIGHTS) and not _has(held, SAFE_WEIGHTS):
         safetensors = False
-        weights = ("weights: PyTorch pickle (pytorch_model.bin), read with torch's weights_only unpickler, which "
-                   "refuses anything but tensors")
+        weights = (
+            "weights: PyTorch pickle (pytorch_model.bin), read with torch's weights_only unpickler, which "
+            "refuses anything but tensors"
+        )
     elif folder.is_dir():
         check_safetensors(folder, model_id)
     try:
@@ -274,13 +284,19 @@ def load_listed_model(model_id: str, device: str | torch.device = "cpu", *, allo
         if not folder.is_dir():
             # The commit the id resolves to now: its configs are checked, and everything loads from one commit.
             try:
-                configs = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
-                                                 local_files_only=local_only))
+                configs = Path(
+                    snapshot_download(
+                        name, revision=revision, allow_patterns=list(CODE_MAP_FILES), local_files_only=local_only
+                    )
+                )
                 check_code_origin(configs, name, hub_repo=True)  # before anything else of the repo is looked at
                 revision, safetensors, weights = _hub_weights(name, model_id, configs.name, local_only, allow_pickle)
                 if revision != configs.name:  # the conversion pull request's commit: its configs are the ones run
-                    configs = Path(snapshot_download(name, revision=revision, allow_patterns=list(CODE_MAP_FILES),
-                                                     local_files_only=local_only))
+                    configs = Path(
+                        snapshot_download(
+                            name, revision=revision, allow_patterns=list(CODE_MAP_FILES), local_files_only=local_only
+                        )
+                    )
             except RuntimeError:
                 raise
             except Exception as error:

@@ -185,9 +185,14 @@ def hub_metadata(results: dict, model_name: str, direction: str, dataset: Traine
         dataset_config=dataset.config or f"{source}-{target}",
     )
     eval_results = [
-        EvalResult(metric_type=metric, metric_name=name, metric_value=score[metric],
-                   dataset_name=f"{dataset.title} ({split})", dataset_split=split if not dataset.multi30k else "test",
-                   **common)
+        EvalResult(
+            metric_type=metric,
+            metric_name=name,
+            metric_value=score[metric],
+            dataset_name=f"{dataset.title} ({split})",
+            dataset_split=split if not dataset.multi30k else "test",
+            **common,
+        )
         for split, score in results["scores"].items()
         if split != validation_split
         for metric, name in (("bleu", "sacreBLEU"), ("chrf", "chrF"))
@@ -242,15 +247,23 @@ def card_tables(results: dict, config) -> dict[str, str]:
         ["max length", f"{config.max_position_embeddings} tokens (source and target)"],
     ]
     scores = [
-        [f"{split}{' (validation)' if split == validation_split else ''}", score["num_sentences"], score["bleu"],
-         score["chrf"]]
+        [
+            f"{split}{' (validation)' if split == validation_split else ''}",
+            score["num_sentences"],
+            score["bleu"],
+            score["chrf"],
+        ]
         for split, score in results["scores"].items()
-    ]  # fmt: skip
+    ]
     candidates = [
-        [f"{c['name']}{' ✓' if c['name'] == chosen else ''}", ", ".join(map(str, c["checkpoints"])), c["validation"]["bleu"],
-         c["validation"]["chrf"]]
+        [
+            f"{c['name']}{' ✓' if c['name'] == chosen else ''}",
+            ", ".join(map(str, c["checkpoints"])),
+            c["validation"]["bleu"],
+            c["validation"]["chrf"],
+        ]
         for c in training.get("average_candidates", [])
-    ]  # fmt: skip
+    ]
     curve = [[p["epoch"], p["step"], p["loss"], p["bleu"], p["chrf"]] for p in training.get("validation_curve", [])]
     corpora = [[c["name"], c["pairs"], c["weight"], c.get("tag") or ""] for c in training.get("corpora", [])]
     return {
@@ -283,7 +296,10 @@ def write_model_card(
     dataset = trained_on(results)
     card_data = hub_metadata(results, model_name, direction, dataset)
     first_score = next(iter(scores.values()), {})
-    examples = {"en": "A man is riding a bicycle down the street.", "de": "Ein Mann fährt mit dem Fahrrad die Straße hinunter."}
+    examples = {
+        "en": "A man is riding a bicycle down the street.",
+        "de": "Ein Mann fährt mit dem Fahrrad die Straße hinunter.",
+    }
     card = ModelCard.from_template(
         card_data,
         template_str=CARD_TEMPLATE,

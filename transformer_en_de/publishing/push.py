@@ -194,8 +194,10 @@ class _Progress:
 
     def _tick(self) -> None:
         while not self._done.wait(self.every):
-            self.report(f"[push] still {self.doing}: {time.monotonic() - self.started:.0f} s so far (a request "
-                        f"with no progress for {self.timeout:.0f} s is given up)")
+            self.report(
+                f"[push] still {self.doing}: {time.monotonic() - self.started:.0f} s so far (a request "
+                f"with no progress for {self.timeout:.0f} s is given up)"
+            )
 
     def __enter__(self) -> "_Progress":
         self._thread.start()
@@ -230,7 +232,8 @@ def model_folders(folder: Path, repo_type: str) -> list[Path]:
         return [folder]
     if repo_type == "space":
         return sorted(
-            config.parent for config in folder.rglob("config.json")
+            config.parent
+            for config in folder.rglob("config.json")
             if any((config.parent / name).is_file() for name in WEIGHT_FILES)
         )
     return []
@@ -240,8 +243,10 @@ def check_model_loads(folder: str | Path) -> None:
     """Raise PublishError unless `folder` loads as a user would load it from the Hub, here and offline: the config,
     every weight (none missing, unexpected, mis-shaped or non-finite) and the tokenizer, matching the config's ids."""
     folder = Path(folder)
-    refusal = (f"{folder} does not load, so it would not load from the Hub either; nothing was uploaded. Fix the "
-               "folder (save it again with train.py or save_pretrained) and push again")
+    refusal = (
+        f"{folder} does not load, so it would not load from the Hub either; nothing was uploaded. Fix the "
+        "folder (save it again with train.py or save_pretrained) and push again"
+    )
     try:
         check_safetensors(folder)
         # The folder's own copy of the modeling code, where its config needs one (and none from elsewhere).
@@ -256,8 +261,9 @@ def check_model_loads(folder: str | Path) -> None:
     wrong = {kind: sorted(info.get(kind) or []) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     wrong = {kind: keys for kind, keys in wrong.items() if keys}
     if wrong:
-        details = "; ".join(f"{len(keys)} {kind.replace('_', ' ')} ({', '.join(map(str, keys[:3]))}...)"
-                            for kind, keys in wrong.items())
+        details = "; ".join(
+            f"{len(keys)} {kind.replace('_', ' ')} ({', '.join(map(str, keys[:3]))}...)" for kind, keys in wrong.items()
+        )
         raise PublishError(f"{refusal}. Its weights do not fit its config.json: {details}.")
     broken = [name for name, parameter in model.named_parameters() if not torch.isfinite(parameter).all()]
     if broken:
@@ -270,8 +276,10 @@ def check_model_loads(folder: str | Path) -> None:
         ) from error
     config = model.config
     if len(tokenizer) > config.vocab_size:
-        raise PublishError(f"{refusal}. The tokenizer has {len(tokenizer)} tokens but the model only "
-                           f"{config.vocab_size} embeddings (config.json vocab_size).")
+        raise PublishError(
+            f"{refusal}. The tokenizer has {len(tokenizer)} tokens but the model only "
+            f"{config.vocab_size} embeddings (config.json vocab_size)."
+        )
     for name in ("pad_token_id", "eos_token_id"):
         ours, theirs = getattr(tokenizer, name), getattr(config, name, None)
         if ours is not None and theirs is not None and ours != theirs:
@@ -288,7 +296,6 @@ def _sdk_from_readme(folder: Path) -> str | None:
         return None
 
 
-
 def _check_reachable(endpoint: str, where: str) -> None:
     try:
         connect(endpoint, CONNECT_TIMEOUT_S)
@@ -297,7 +304,6 @@ def _check_reachable(endpoint: str, where: str) -> None:
             f"Cannot push to the {where}: {endpoint} is unreachable ({error}). "
             "Check the network (or the endpoint) and run the push again."
         ) from error
-
 
 
 def _explain_refusal(error: Exception, where: str, endpoint: str) -> str:

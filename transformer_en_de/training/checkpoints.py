@@ -111,8 +111,10 @@ def _unsafe_pickle(path: Path) -> str | None:
     except pickle.UnpicklingError as error:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
         what = f"it names {found.group(1)}" if found else " ".join(str(error).split())[:200]
-        return (f"{path.name} holds more than tensors and numbers ({what}), which a safe load refuses: training never "
-                "writes that, so the file was changed or comes from elsewhere")
+        return (
+            f"{path.name} holds more than tensors and numbers ({what}), which a safe load refuses: training never "
+            "writes that, so the file was changed or comes from elsewhere"
+        )
     except (RuntimeError, OSError) as error:
         return f"{path.name} is damaged ({' '.join(str(error).split())[:200]})"
     return None
@@ -191,9 +193,16 @@ class AverageChoice:
     candidates: list[dict] = field(default_factory=list)
 
 
-def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: list[str], references: list[str],
-                   settings: DecodingSettings = DecodingSettings(),
-                   extra: dict[str, list[Path]] | None = None, device: str | torch.device = "cpu") -> AverageChoice:
+def choose_average(
+    run_dir: str | Path,
+    average_last: int,
+    tokenizer,
+    sources: list[str],
+    references: list[str],
+    settings: DecodingSettings = DecodingSettings(),
+    extra: dict[str, list[Path]] | None = None,
+    device: str | torch.device = "cpu",
+) -> AverageChoice:
     """Average the last n checkpoints for each candidate n, score each on validation through the engine, keep the best.
 
     The candidates are scored on `device` (a GPU run's own GPU: on its CPU the beam searches would take longer than
@@ -215,8 +224,13 @@ def choose_average(run_dir: str | Path, average_last: int, tokenizer, sources: l
     for name, paths in named.items():
         model = average_checkpoints(paths).to(device)
         _, scores = score_model(model, tokenizer, sources, references, settings)
-        candidates.append({"name": name, "checkpoints": [path.name for path in paths],
-                           "validation": {"bleu": scores["bleu"], "chrf": scores["chrf"]}})
+        candidates.append(
+            {
+                "name": name,
+                "checkpoints": [path.name for path in paths],
+                "validation": {"bleu": scores["bleu"], "chrf": scores["chrf"]},
+            }
+        )
         print(f"[average] {name} ({', '.join(path.name for path in paths)}): val {scores['bleu']} BLEU")
         if choice is None or scores["bleu"] > choice.scores["bleu"]:
             choice = AverageChoice(model, name, paths, scores)
@@ -231,12 +245,19 @@ def model_to_ship(trainer, average_last: int, tokenizer, validation: tuple[list[
     best = trainer.state.best_model_checkpoint
     if average_last:
         choice = choose_average(
-            trainer.args.output_dir, average_last, tokenizer, *validation,
-            extra={"best": [Path(best)]} if best else None, device=trainer.args.device,
-        )  # fmt: skip
+            trainer.args.output_dir,
+            average_last,
+            tokenizer,
+            *validation,
+            extra={"best": [Path(best)]} if best else None,
+            device=trainer.args.device,
+        )
         print(f"[average] shipping {choice.name}: val {choice.scores['bleu']} BLEU")
-        facts = dict(average_candidates=choice.candidates, chosen_average=choice.name,
-                     averaged_checkpoints=[path.name for path in choice.checkpoints])
+        facts = dict(
+            average_candidates=choice.candidates,
+            chosen_average=choice.name,
+            averaged_checkpoints=[path.name for path in choice.checkpoints],
+        )
         return choice.model, choice.scores, facts
     if best:
         return load_checkpoint(best), None, {}

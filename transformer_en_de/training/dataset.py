@@ -155,15 +155,19 @@ def check_data_arguments(data_args, training_args) -> None:
     if data_args.streaming and not from_dataset:
         raise SystemExit("error: --streaming reads a --dataset_name; text files (--data_dir) are read in memory.")
     if data_args.streaming and training_args.max_steps <= 0:
-        raise SystemExit(
-            "error: --streaming needs --max_steps N: a stream has no length, so epochs cannot be counted."
-        )
+        raise SystemExit("error: --streaming needs --max_steps N: a stream has no length, so epochs cannot be counted.")
     if data_args.streaming and training_args.max_tokens:
         raise SystemExit("error: --max_tokens sorts the training set by length; a stream (--streaming) cannot be.")
     if from_dataset:
-        unsupported = [flag for flag, used in (("--extra_train", data_args.extra_train),
-                                               ("--case_augmentation", data_args.case_augmentation),
-                                               ("--train_weight", data_args.train_weight != 1)) if used]
+        unsupported = [
+            flag
+            for flag, used in (
+                ("--extra_train", data_args.extra_train),
+                ("--case_augmentation", data_args.case_augmentation),
+                ("--train_weight", data_args.train_weight != 1),
+            )
+            if used
+        ]
         if unsupported:
             raise SystemExit(
                 f"error: {', '.join(unsupported)} mix text-file corpora; with --dataset_name they are not supported. "
@@ -188,11 +192,15 @@ def load_splits(data_args, training_args, tokenizer_args):
         if not data_args.dataset_name:
             data_dir = Path(data_args.data_dir) if data_args.data_dir else data.download_multi30k()
         training_set = load_training_set(
-            data_args, data_dir, training_args, tokenizer_args.tokenizer_train_samples,
+            data_args,
+            data_dir,
+            training_args,
+            tokenizer_args.tokenizer_train_samples,
             mix_tokenizer_file(tokenizer_args, Path(training_args.output_dir)),
-        )  # fmt: skip
-        validation = load_split(data_args, data_dir, data_args.validation_split, data_args.max_eval_samples,
-                                training_args)
+        )
+        validation = load_split(
+            data_args, data_dir, data_args.validation_split, data_args.max_eval_samples, training_args
+        )
         test = None
         if data_args.test_split:
             test = load_split(data_args, data_dir, data_args.test_split, data_args.max_test_samples, training_args)
@@ -201,8 +209,9 @@ def load_splits(data_args, training_args, tokenizer_args):
     return training_set, validation, test
 
 
-def load_training_set(data_args, data_dir: Path | None, training_args, tokenizer_train_samples: int,
-                      tokenizer_file: Path | None = None):  # fmt: skip
+def load_training_set(
+    data_args, data_dir: Path | None, training_args, tokenizer_train_samples: int, tokenizer_file: Path | None = None
+):
     """The training set: text corpora from `data_dir` (kept tokenized by `tokenizer_file` when given: `PreparedMix`),
     or the training split of `data_args.dataset_name`."""
     if data_args.dataset_name:
@@ -252,15 +261,21 @@ def _text_training_set(data_dir: Path, data_args, seed: int, tokenizer_file: Pat
     corpora = [main_corpus] + [data.parse_corpus(spec) for spec in data_args.extra_train]
     cache = None
     if tokenizer_file is not None:
-        missing = [corpus.prefix for corpus in corpora for lang in (data_args.source_lang, data_args.target_lang)
-                   if not Path(f"{corpus.prefix}.{lang}").is_file()]  # fmt: skip
+        missing = [
+            corpus.prefix
+            for corpus in corpora
+            for lang in (data_args.source_lang, data_args.target_lang)
+            if not Path(f"{corpus.prefix}.{lang}").is_file()
+        ]
         cache = None if missing else PreparedMix(data_args, corpora, seed, tokenizer_file)
         kept = cache.load() if cache is not None else None
         if kept is not None:
             started = time.time()
             dataset, facts = kept
-            print(f"[data] training mix: {len(dataset):,} pairs per epoch, tokenized by an earlier start of this run "
-                  f"(read in {time.time() - started:.1f}s from {cache.folder()})")  # fmt: skip
+            print(
+                f"[data] training mix: {len(dataset):,} pairs per epoch, tokenized by an earlier start of this run "
+                f"(read in {time.time() - started:.1f}s from {cache.folder()})"
+            )
             return TextTrainingSet([], [], [], corpora, [], prepared=dataset, cache=cache, known_facts=facts)
     for corpus in corpora:
         paths = (Path(f"{corpus.prefix}.{data_args.source_lang}"), Path(f"{corpus.prefix}.{data_args.target_lang}"))
@@ -300,8 +315,13 @@ def _dataset_training_set(data_args, training_args, tokenizer_train_samples: int
             total = len(dataset)
             if data_args.max_train_samples is not None:
                 dataset = dataset.select(range(min(data_args.max_train_samples, total)))
-            dataset = dataset.map(data.clean_batch, batched=True, fn_kwargs=languages,
-                                  remove_columns=dataset.column_names, desc="cleaning")
+            dataset = dataset.map(
+                data.clean_batch,
+                batched=True,
+                fn_kwargs=languages,
+                remove_columns=dataset.column_names,
+                desc="cleaning",
+            )
             if len(dataset) == 0:
                 raise data.DataError(f"{name} {data_args.train_split}: all pairs were dropped by cleaning.")
             print(f"[data] {name} {data_args.train_split}: kept {len(dataset)} pairs of {total}")
@@ -318,19 +338,35 @@ def _dataset_training_set(data_args, training_args, tokenizer_train_samples: int
         print(f"[tokenizer] training on {len(sources)} pairs of {name}")
         return list(sources) + list(targets)
 
-    corpus = {"name": name, "config": data_args.dataset_config_name, "split": data_args.train_split,
-              "pairs": None if streaming else len(dataset), "weight": 1.0, "tag": None, "streaming": streaming}
+    corpus = {
+        "name": name,
+        "config": data_args.dataset_config_name,
+        "split": data_args.train_split,
+        "pairs": None if streaming else len(dataset),
+        "weight": 1.0,
+        "tag": None,
+        "streaming": streaming,
+    }
     return DatasetTrainingSet(dataset, corpus, tokenizer_texts)
 
 
 def dataset_facts(data_args) -> dict:
     """The dataset a run trained on, named as the Hub names it (the card links it)."""
     if data_args.dataset_name:
-        return {"name": data_args.dataset_name, "config": data_args.dataset_config_name,
-                "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+        return {
+            "name": data_args.dataset_name,
+            "config": data_args.dataset_config_name,
+            "validation_split": data_args.validation_split,
+            "test_split": data_args.test_split or None,
+        }
     # Text files: Multi30k (downloaded, or a local copy with its split names), on the Hub as bentrevett/multi30k.
-    return {"name": data.MULTI30K_HUB_ID, "config": None, "files": data_args.data_dir or "downloaded",
-            "validation_split": data_args.validation_split, "test_split": data_args.test_split or None}
+    return {
+        "name": data.MULTI30K_HUB_ID,
+        "config": None,
+        "files": data_args.data_dir or "downloaded",
+        "validation_split": data_args.validation_split,
+        "test_split": data_args.test_split or None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------- tokenizer
@@ -452,8 +488,10 @@ def encode_pairs(tokenizer, sources, targets, data_args, tagged: list[bool] | No
     if tagged is not None and any(tagged):
         # The tag goes in front of the source's own tokens: the sentence is tokenized exactly as when untagged.
         tag_id = tokenizer.convert_tokens_to_ids(data_args.tag_token)
-        input_ids = [truncated([tag_id] + ids, data_args.max_source_length) if tag else ids
-                     for ids, tag in zip(input_ids, tagged, strict=True)]
+        input_ids = [
+            truncated([tag_id] + ids, data_args.max_source_length) if tag else ids
+            for ids, tag in zip(input_ids, tagged, strict=True)
+        ]
     # Labels can be longer than sources; truncate them to their own limit, keeping the final </s>.
     labels = [truncated(ids, data_args.max_target_length) for ids in encoded["labels"]]
     return {

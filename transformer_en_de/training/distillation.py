@@ -38,8 +38,10 @@ class DistillationArguments:
     )
     teacher_weight: float = field(
         default=0.5,
-        metadata={"help": "With --teacher: the share w of the teacher's term in the loss, (1 - w) * cross-entropy + "
-                  "w * KL(teacher || student); between 0 and 1."},
+        metadata={
+            "help": "With --teacher: the share w of the teacher's term in the loss, (1 - w) * cross-entropy + "
+            "w * KL(teacher || student); between 0 and 1."
+        },
     )
     # Where the teacher's files are on this machine (the folder itself, or the Hub download): set by check_teacher.
     folder: Path | None = field(default=None, init=False)

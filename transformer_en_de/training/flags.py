@@ -104,6 +104,9 @@ def brief_help(parser: argparse.ArgumentParser, shown: set[str]) -> None:
     for action in hidden:
         action.help = argparse.SUPPRESS
     parser.add_argument(
-        "--help-all", "--help_all", action=_FullHelp, hidden=hidden,
+        "--help-all",
+        "--help_all",
+        action=_FullHelp,
+        hidden=hidden,
         help="Show every flag, the Trainer's (transformers' Seq2SeqTrainingArguments) included, and exit.",
     )

@@ -92,8 +92,14 @@ class TranslationTrainer(Seq2SeqTrainer):
     each shard in other batches.) The other processes wait for the scores, so every process chooses the same best
     checkpoint. With `max_tokens`, training batches hold about that many tokens instead of a number of sentences."""
 
-    def __init__(self, *args, validation: tuple[list[str], list[str]], max_tokens: int | None = None,
-                 teacher: Teacher | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        validation: tuple[list[str], list[str]],
+        max_tokens: int | None = None,
+        teacher: Teacher | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, compute_loss_func=self.smoothed_loss, **kwargs)
         self.validation = validation
         self.max_tokens = max_tokens
@@ -118,15 +124,19 @@ class TranslationTrainer(Seq2SeqTrainer):
         if not self.max_tokens:
             return super().get_train_dataloader()
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        lengths = [max(len(source), len(target)) for source, target in zip(dataset["input_ids"], dataset["labels"],
-                                                                           strict=True)]
+        lengths = [
+            max(len(source), len(target))
+            for source, target in zip(dataset["input_ids"], dataset["labels"], strict=True)
+        ]
         batches = TokenBatchSampler(lengths, self.max_tokens * self.args.world_size, seed=self.args.seed)
-        loader = DataLoader(dataset, batch_sampler=batches, collate_fn=self.data_collator,
-                            num_workers=self.args.dataloader_num_workers)
+        loader = DataLoader(
+            dataset, batch_sampler=batches, collate_fn=self.data_collator, num_workers=self.args.dataloader_num_workers
+        )
         return self.accelerator.prepare(loader)  # with several processes, each takes its share of every batch
 
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
-                        metric_key_prefix="eval"):
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
         output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
         scores = [None]
         if self.is_world_process_zero():
@@ -210,7 +220,9 @@ def scored_logits(model, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     if decoder_input_ids is None:
         decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
     hidden = model.model(
-        inputs["input_ids"], attention_mask=inputs.get("attention_mask"), decoder_input_ids=decoder_input_ids,
+        inputs["input_ids"],
+        attention_mask=inputs.get("attention_mask"),
+        decoder_input_ids=decoder_input_ids,
         use_cache=False,
     ).last_hidden_state  # (B, T, d_model)
     scored = labels != -100  # (B, T)
@@ -286,8 +298,9 @@ def model_to_fine_tune(folder: Path, tokenizer, regularisation: dict, tag_token:
     return model
 
 
-def training_facts(trainer, starting_step: int, data_args, training_set, fine_tuned_from: str | None,
-                   tag_token: str | None) -> dict:
+def training_facts(
+    trainer, starting_step: int, data_args, training_set, fine_tuned_from: str | None, tag_token: str | None
+) -> dict:
     """What eval_results.json records of the run: its validation curve, steps, best checkpoint and data."""
     best = trainer.state.best_model_checkpoint
     facts = {
@@ -339,9 +352,11 @@ class ResumedAtRequestedRate(TrainerCallback):
             if "initial_lr" in group:
                 group["initial_lr"] *= factor
         self.change = {"at_step": state.global_step, "peak_before": saved[0], "peak_after": args.learning_rate}
-        print(f"[train] learning rate: the checkpoint's schedule peaks at {saved[0]:.3g}, the command asks "
-              f"{args.learning_rate:.3g}: the same schedule scaled by {factor:.3g} from step {state.global_step} "
-              f"(now {scheduler.get_last_lr()[0]:.3g})")
+        print(
+            f"[train] learning rate: the checkpoint's schedule peaks at {saved[0]:.3g}, the command asks "
+            f"{args.learning_rate:.3g}: the same schedule scaled by {factor:.3g} from step {state.global_step} "
+            f"(now {scheduler.get_last_lr()[0]:.3g})"
+        )
 
 
 class ShortRunLogging(TrainerCallback):
@@ -436,8 +451,10 @@ def resolve_resume(value: str | None, output_dir: str | Path) -> str | None:
     if value.lower() not in ("last", "true", "yes"):
         problem = "no such checkpoint folder" if not Path(value).is_dir() else damaged_checkpoint(value)
         if problem:
-            raise SystemExit(f"error: --resume_from_checkpoint {value}: {problem}. Resume from another checkpoint "
-                             "(`last` passes over unusable ones), or train anew with --overwrite_output_dir.")
+            raise SystemExit(
+                f"error: --resume_from_checkpoint {value}: {problem}. Resume from another checkpoint "
+                "(`last` passes over unusable ones), or train anew with --overwrite_output_dir."
+            )
         return value
     # A checkpoint cut off while saving has no trainer_state.json: complete_checkpoints leaves it out.
     complete = complete_checkpoints(output_dir)
@@ -477,8 +494,9 @@ def write_failure(error: BaseException, output_dir: Path) -> str | None:
     numbered = [cause.errno for cause in causes if getattr(cause, "errno", None) in WRITE_ERRNOS]
     numbered += [number for cause in causes if (number := _rust_os_error(cause)) in WRITE_ERRNOS]
     # torch.save reports a failed write as a RuntimeError of its C++ stream, without an errno.
-    stream = any(isinstance(cause, RuntimeError) and any(text in str(cause) for text in TORCH_WRITE_ERRORS)
-                 for cause in causes)
+    stream = any(
+        isinstance(cause, RuntimeError) and any(text in str(cause) for text in TORCH_WRITE_ERRORS) for cause in causes
+    )
     if not (numbered or stream):
         return None
     what = "a file could not be written (a full disk, or a limit on file size)"

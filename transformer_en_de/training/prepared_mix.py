@@ -23,15 +23,21 @@ class PreparedMix:
 
     def __init__(self, data_args, corpora: list[data.Corpus], seed: int, tokenizer_file: Path):
         self.tokenizer_file = tokenizer_file
-        files = [Path(f"{corpus.prefix}.{lang}") for corpus in corpora
-                 for lang in (data_args.source_lang, data_args.target_lang)]  # fmt: skip
+        files = [
+            Path(f"{corpus.prefix}.{lang}")
+            for corpus in corpora
+            for lang in (data_args.source_lang, data_args.target_lang)
+        ]
         self.recipe = {
             "files": [[str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns] for path in files],
             "corpora": [[corpus.prefix, corpus.weight, corpus.tagged] for corpus in corpora],
-            "seed": seed, "case_augmentation": data_args.case_augmentation, "tag_token": data_args.tag_token,
-            "max_train_samples": data_args.max_train_samples, "max_source_length": data_args.max_source_length,
+            "seed": seed,
+            "case_augmentation": data_args.case_augmentation,
+            "tag_token": data_args.tag_token,
+            "max_train_samples": data_args.max_train_samples,
+            "max_source_length": data_args.max_source_length,
             "max_target_length": data_args.max_target_length,
-        }  # fmt: skip
+        }
         root = Path(os.environ.get("TRANSFORMER_MT_CACHE", Path.home() / ".cache" / "transformer-en-de"))
         self.root = root / "prepared"
 

@@ -144,9 +144,16 @@ class Arena:
     signed-in visitor's account counts as an account (the app's sign-in is a real OAuth app); when it is False every
     vote counts for its network."""
 
-    def __init__(self, store: VoteStore, *, book: BattleBook | None = None, pace: VotePace | None = None,
-                 rate: BattleRate | None = None, allowance: DailyAllowance | None = None,
-                 accounts: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        store: VoteStore,
+        *,
+        book: BattleBook | None = None,
+        pace: VotePace | None = None,
+        rate: BattleRate | None = None,
+        allowance: DailyAllowance | None = None,
+        accounts: bool = False,
+    ):
         # `is None`, not `or`: an empty book or pace has a length of 0, and would be replaced
         self.store = store
         self.book = BattleBook() if book is None else book
@@ -171,8 +178,9 @@ class Arena:
     def source_of(self, voter: Voter) -> str:
         return self.store.source_hash(self.account_of(voter), voter.address)
 
-    def battle(self, text, context: RequestContext, settings: DecodingSettings,
-               voter: Voter) -> tuple[str, str, str, str]:  # fmt: skip
+    def battle(
+        self, text, context: RequestContext, settings: DecodingSettings, voter: Voter
+    ) -> tuple[str, str, str, str]:
         """(battle_id, translation_a, translation_b, message) of two systems drawn at random from those loaded, both
         decoding with `settings`; with no battle ("", "", "", why in one line) when fewer than two are loaded, the
         source has started too many, or a system failed."""
@@ -187,8 +195,9 @@ class Arena:
             return "", "", "", page_line(str(refused))
         first, second = (getattr(system, "translator", system) for system in random.sample(loaded, 2))
         # A battle is side work: it takes its turns behind every visitor's translation (scheduler.py).
-        pair = RequestContext(first, [second], context.scheduler, context.limits, context.session, context.arrived,
-                              side=True)  # fmt: skip
+        pair = RequestContext(
+            first, [second], context.scheduler, context.limits, context.session, context.arrived, side=True
+        )
         result = translate_with_settings(text, settings, context=pair)
         if result.message:
             return "", "", "", page_line(result.message)
@@ -197,10 +206,15 @@ class Arena:
             return "", "", "", page_line(FAILED.format(count=len(failed)))
         (a, b) = result.outputs
         battle_id = self.book.issue(
-            visitor=self.store.visitor_hash(voter.session), system_a=a.name, system_b=b.name,
-            source_text=" ".join(result.sentences), translation_a=a.translation, translation_b=b.translation,
-            decoding_a=decoded_with(a), decoding_b=decoded_with(b),
-        )  # fmt: skip
+            visitor=self.store.visitor_hash(voter.session),
+            system_a=a.name,
+            system_b=b.name,
+            source_text=" ".join(result.sentences),
+            translation_a=a.translation,
+            translation_b=b.translation,
+            decoding_a=decoded_with(a),
+            decoding_b=decoded_with(b),
+        )
         return battle_id, a.translation, b.translation, "Read both, then vote: which German is better?"
 
     def vote(self, battle_id, choice, voter: Voter, cast_at: float | None = None) -> tuple[str, str, str]:
@@ -212,11 +226,17 @@ class Arena:
         if not isinstance(choice, str) or choice not in CHOICES:
             return "", "", page_line(f"A vote is one of {', '.join(CHOICES)}; this one was {kind_of(choice)}.")
         account = self.account_of(voter)
-        ballot = Ballot(battle_id[:100], self.store.visitor_hash(voter.session), choice,
-                        self.store.source_hash(account, voter.address), signed_in=account is not None)  # fmt: skip
+        ballot = Ballot(
+            battle_id[:100],
+            self.store.visitor_hash(voter.session),
+            choice,
+            self.store.source_hash(account, voter.address),
+            signed_in=account is not None,
+        )
         try:
-            battle = cast_vote(ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance,
-                               cast_at=cast_at)  # fmt: skip
+            battle = cast_vote(
+                ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance, cast_at=cast_at
+            )
         except (BattleRefused, VoteTooSoon) as error:
             return "", "", page_line(str(error))
         except VoteNotStored as error:
@@ -268,12 +288,14 @@ class Arena:
 def board_of(key: str, rows: list[dict], line: str, all_votes: int) -> Board:
     """The board of the votes `key` names ("all", "signed_in", "anonymous"), with its heading and empty text."""
     if key == "signed_in":
-        empty = ("No signed-in votes yet: sign in with Hugging Face above and vote to be the first."
-                 + (" The anonymous votes are below." if all_votes else ""))  # fmt: skip
+        empty = "No signed-in votes yet: sign in with Hugging Face above and vote to be the first." + (
+            " The anonymous votes are below." if all_votes else ""
+        )
         return Board("Signed-in accounts (the leaderboard)", rows, line, empty)
     if key == "anonymous":
-        return Board("Anonymous votes, apart (they do not move the leaderboard above)", rows, line,
-                     "No anonymous votes yet.")  # fmt: skip
+        return Board(
+            "Anonymous votes, apart (they do not move the leaderboard above)", rows, line, "No anonymous votes yet."
+        )
     return Board("", rows, line)
 
 
@@ -287,11 +309,15 @@ def resting_on(summary: dict, key: str = "all") -> str:
     """What a board's ratings rest on, and which votes weigh less and why, in one or two sentences."""
     plural = lambda count, word: f"{count:,} {word}{'s' if count != 1 else ''}"  # noqa: E731
     if key == "signed_in":
-        line = (f"These ratings rest on {plural(summary['rated'], 'vote')} of "
-                f"{plural(summary['accounts'], 'signed-in account')}.")  # fmt: skip
+        line = (
+            f"These ratings rest on {plural(summary['rated'], 'vote')} of "
+            f"{plural(summary['accounts'], 'signed-in account')}."
+        )
     elif key == "anonymous":
-        line = (f"These ratings rest on {plural(summary['rated'], 'anonymous vote')} from "
-                f"{plural(summary['anonymous'], 'network')}, each a source; many addresses can move them.")  # fmt: skip
+        line = (
+            f"These ratings rest on {plural(summary['rated'], 'anonymous vote')} from "
+            f"{plural(summary['anonymous'], 'network')}, each a source; many addresses can move them."
+        )
     else:
         line = (
             f"This page has no sign-in: the ratings rest on {plural(summary['rated'], 'vote')} from "
@@ -300,14 +326,16 @@ def resting_on(summary: dict, key: str = "all") -> str:
             + "), and many addresses can move them."
         )
     if summary["over_bound"]:
-        line += (f" {summary['over_bound']:,} votes' worth is beyond their sources' bounds and not counted (an account "
-                 f"weighs at most {ACCOUNT_WEIGHT:g} battles, an anonymous network {NETWORK_WEIGHT:g}).")  # fmt: skip
+        line += (
+            f" {summary['over_bound']:,} votes' worth is beyond their sources' bounds and not counted (an account "
+            f"weighs at most {ACCOUNT_WEIGHT:g} battles, an anonymous network {NETWORK_WEIGHT:g})."
+        )
     return line
 
 
 HEADER = ["Rank", "System", "Rating", "95% interval", "Battles", "Won", "Tied", "Lost", "Both bad", "BLEU (test 2016)"]
 CAPTION = (
-    "Bradley-Terry ratings (ties as half a win; \"both bad\" counted as a battle, not in the rating); 95% bootstrap "
+    'Bradley-Terry ratings (ties as half a win; "both bad" counted as a battle, not in the rating); 95% bootstrap '
     f"intervals over the sources, shown once at least {INTERVAL_SOURCES} sources rated a system and differ. Battles, "
     "Won, Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes "
     "down to its bound."
@@ -325,16 +353,33 @@ def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
             parts.append(board.empty)
             continue
         table = [
-            [row["rank"], row["system"], f"{row['rating']:.0f}",
-             "-" if row.get("lower") is None else f"{row['lower']:.0f}-{row['upper']:.0f}", row["battles"],
-             row["wins"], row["ties"], row["losses"], row["both_bad"],
-             f"{row['bleu']:.2f}" if row.get("bleu") is not None else "-"]
+            [
+                row["rank"],
+                row["system"],
+                f"{row['rating']:.0f}",
+                "-" if row.get("lower") is None else f"{row['lower']:.0f}-{row['upper']:.0f}",
+                row["battles"],
+                row["wins"],
+                row["ties"],
+                row["losses"],
+                row["both_bad"],
+                f"{row['bleu']:.2f}" if row.get("bleu") is not None else "-",
+            ]
             for row in board.rows
-        ]  # fmt: skip
+        ]
         parts.append(markdown_table(HEADER, table, "rl" + "r" * 8))
         parts.append(" ".join(part for part in (CAPTION, bleu_line, board.line) if part))
     return "\n\n".join(parts)
 
 
-__all__ = ["Arena", "Board", "Voter", "vote_rules", "CONSENT", "example_sentences", "leaderboard_markdown",
-           "leaderboard_plot", "page_line"]  # fmt: skip
+__all__ = [
+    "Arena",
+    "Board",
+    "Voter",
+    "vote_rules",
+    "CONSENT",
+    "example_sentences",
+    "leaderboard_markdown",
+    "leaderboard_plot",
+    "page_line",
+]

@@ -53,11 +53,20 @@ class Battle:
     def vote(self, choice: str, source: str = "", signed_in: bool = False, seconds: float | None = None) -> Vote:
         """This battle's visitor's vote for `choice`, counted for `source`, `seconds` after the battle was shown."""
         return Vote(
-            battle_id=self.battle_id, system_a=self.system_a, system_b=self.system_b, source_text=self.source_text,
-            translation_a=self.translation_a, translation_b=self.translation_b, choice=choice, visitor=self.visitor,
-            decoding_a=self.decoding_a, decoding_b=self.decoding_b, source=source, signed_in=signed_in,
+            battle_id=self.battle_id,
+            system_a=self.system_a,
+            system_b=self.system_b,
+            source_text=self.source_text,
+            translation_a=self.translation_a,
+            translation_b=self.translation_b,
+            choice=choice,
+            visitor=self.visitor,
+            decoding_a=self.decoding_a,
+            decoding_b=self.decoding_b,
+            source=source,
+            signed_in=signed_in,
             seconds_to_vote=None if seconds is None else round(seconds, 3),
-        )  # fmt: skip
+        )
 
 
 class BattleBook:
@@ -75,15 +84,33 @@ class BattleBook:
             return len(self._open)
 
     def issue(
-        self, *, visitor: str, system_a: str, system_b: str, source_text: str, translation_a: str, translation_b: str,
-        decoding_a: Mapping | None = None, decoding_b: Mapping | None = None, failed: tuple[str, ...] = (),
-    ) -> str:  # fmt: skip
+        self,
+        *,
+        visitor: str,
+        system_a: str,
+        system_b: str,
+        source_text: str,
+        translation_a: str,
+        translation_b: str,
+        decoding_a: Mapping | None = None,
+        decoding_b: Mapping | None = None,
+        failed: tuple[str, ...] = (),
+    ) -> str:
         """Open a battle for `visitor` (a hashed session) and return its id."""
         battle_id = secrets.token_urlsafe(16)
         battle = Battle(
-            battle_id, visitor, system_a, system_b, source_text, translation_a, translation_b,
-            dict(decoding_a or {}), dict(decoding_b or {}), tuple(failed), self.clock(),
-        )  # fmt: skip
+            battle_id,
+            visitor,
+            system_a,
+            system_b,
+            source_text,
+            translation_a,
+            translation_b,
+            dict(decoding_a or {}),
+            dict(decoding_b or {}),
+            tuple(failed),
+            self.clock(),
+        )
         with self._lock:
             self._sweep()
             self._open[battle_id] = battle
@@ -122,8 +149,9 @@ class VotePace:
     """At most one vote per `min_seconds` from each visitor (a hashed session, not an address, so the visitors
     behind one school's or office's address are paced one by one)."""
 
-    def __init__(self, min_seconds: float = 3.0, max_visitors: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+    def __init__(
+        self, min_seconds: float = 3.0, max_visitors: int = 100_000, clock: Callable[[], float] = time.monotonic
+    ):
         self.min_seconds = min_seconds
         self.max_visitors = max_visitors
         self.clock = clock
@@ -185,8 +213,13 @@ class BattleRate:
     every two minutes or so, stays inside it; a script's sessions from that address share it, whatever their number,
     at about what one core decodes beside a visitor (two translations a battle)."""
 
-    def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        per_second: float = 0.5,
+        burst: float = 60.0,
+        max_sources: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.per_second, self.burst, self.max_sources, self.clock = per_second, burst, max_sources, clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (tokens, as of when)
         self._lock = threading.Lock()
@@ -218,9 +251,14 @@ class Ballot:
 
 
 def cast_vote(
-    ballot: Ballot, *, book: BattleBook, pace: VotePace, store: VoteStore, allowance: DailyAllowance | None = None,
+    ballot: Ballot,
+    *,
+    book: BattleBook,
+    pace: VotePace,
+    store: VoteStore,
+    allowance: DailyAllowance | None = None,
     cast_at: float | None = None,
-) -> Battle:  # fmt: skip
+) -> Battle:
     """Check a vote against every rule and store it; the battle comes back so the page can reveal the systems.
 
     The pace (per account when signed in, else per session) is checked before the battle is claimed: a vote too soon

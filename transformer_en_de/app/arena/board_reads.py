@@ -20,8 +20,13 @@ class BoardReads:
     """`read(session)`: (table, picture) when the board changed since `session` last read it, else None;
     `vote_stored()`: the next read works the board out again."""
 
-    def __init__(self, table: Callable[[], tuple[object, str]], draw: Callable[[object], object],
-                 fresh_seconds: float = FRESH_SECONDS, clock: Callable[[], float] = time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        table: Callable[[], tuple[object, str]],
+        draw: Callable[[object], object],
+        fresh_seconds: float = FRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         # `table()`: (the board's rows, its Markdown table); `draw(rows)`: the plot as sent to the page
         self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
         self._answer: tuple[str, object] | None = None

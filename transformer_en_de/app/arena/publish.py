@@ -67,14 +67,23 @@ VOTE_FIELDS = [
     ("`source_text`", "the English text the visitor typed"),
     ("`translation_a`, `translation_b`", "the two translations shown"),
     ("`choice`", "`A`, `B`, `tie` or `both bad`"),
-    ("`visitor`", "a salted hash of the visitor's page session (16 hex characters; a new one each time the page is "
-     "opened), never an address"),
-    ("`source`", "who the leaderboard counts the vote for, hashed with the vote's UTC day: the voter's Hugging Face "
-     "account when signed in, else the network the vote came from (an IPv4 address, an IPv6 /64); the same within a "
-     "day, different across days; empty for votes cast before this field existed"),
+    (
+        "`visitor`",
+        "a salted hash of the visitor's page session (16 hex characters; a new one each time the page is "
+        "opened), never an address",
+    ),
+    (
+        "`source`",
+        "who the leaderboard counts the vote for, hashed with the vote's UTC day: the voter's Hugging Face "
+        "account when signed in, else the network the vote came from (an IPv4 address, an IPv6 /64); the same within a "
+        "day, different across days; empty for votes cast before this field existed",
+    ),
     ("`signed_in`", "whether the voter was signed in with Hugging Face (through the Space's OAuth app)"),
-    ("`seconds_to_vote`", "whole seconds from the two translations being shown to the vote (null for votes cast "
-     "before this field existed)"),
+    (
+        "`seconds_to_vote`",
+        "whole seconds from the two translations being shown to the vote (null for votes cast "
+        "before this field existed)",
+    ),
 ]
 DATASET_CARD = DATASET_CARD_TEMPLATE.format(fields=markdown_table(["field", "what it is"], VOTE_FIELDS))
 
@@ -95,8 +104,15 @@ class _VoteScheduler(CommitScheduler):
 class VotePublisher:
     """The votes of `store`, pushed to the dataset `repo_id` every `every_minutes` from the local `folder`."""
 
-    def __init__(self, store: VoteStore, repo_id: str | None, folder: str | Path, every_minutes: float = 10,
-                 token: str | None = None, endpoint: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        store: VoteStore,
+        repo_id: str | None,
+        folder: str | Path,
+        every_minutes: float = 10,
+        token: str | None = None,
+        endpoint: str | None = None,
+    ):
         self.store = store
         self.repo_id = repo_id
         self.folder = Path(folder).expanduser().resolve()  # resolved, as the scheduler keys its files
@@ -133,9 +149,14 @@ class VotePublisher:
             card.write_text(DATASET_CARD)
         try:
             self.scheduler = _VoteScheduler(
-                self._append_new_votes, repo_id=self.repo_id, repo_type="dataset", folder_path=self.folder,
-                every=self.every_minutes, token=token, hf_api=HfApi(endpoint=self.endpoint, token=token),
-            )  # fmt: skip
+                self._append_new_votes,
+                repo_id=self.repo_id,
+                repo_type="dataset",
+                folder_path=self.folder,
+                every=self.every_minutes,
+                token=token,
+                hf_api=HfApi(endpoint=self.endpoint, token=token),
+            )
         except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({first_line})."

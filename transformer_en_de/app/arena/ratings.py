@@ -119,9 +119,15 @@ class Tally:
         """What the ratings rest on: votes, sources (accounts, anonymous), votes beyond their source's bound."""
         accounts = sum(source.signed_in for source in self.sources.values())
         over_bound = sum(max(0.0, source.rated - source.bound) for source in self.sources.values())
-        return dict(votes=self.votes, rated=sum(source.rated for source in self.sources.values()),
-                    sources=len(self.sources), accounts=accounts, anonymous=len(self.sources) - accounts,
-                    over_bound=round(over_bound), unrated=self.unrated)  # fmt: skip
+        return dict(
+            votes=self.votes,
+            rated=sum(source.rated for source in self.sources.values()),
+            sources=len(self.sources),
+            accounts=accounts,
+            anonymous=len(self.sources) - accounts,
+            over_bound=round(over_bound),
+            unrated=self.unrated,
+        )
 
     def sources_rating(self, system: str) -> int:
         """How many sources have a rated vote on `system`."""
@@ -147,9 +153,11 @@ def tally_of(votes: Iterable[Vote]) -> Tally:
 
 
 def leaderboard_rows(
-    votes: Iterable[Vote] | Tally, bleu: Mapping[str, float] | None = None, rounds: int = 200,
+    votes: Iterable[Vote] | Tally,
+    bleu: Mapping[str, float] | None = None,
+    rounds: int = 200,
     seed: int = 0,
-) -> list[dict]:  # fmt: skip
+) -> list[dict]:
     """One row per system, best first: rank, system, rating, lower, upper (the 95% interval; None for a system rated
     by fewer than `INTERVAL_SOURCES` sources), battles, wins, ties, losses, both_bad (every vote, one by one), votes
     (its rated ones), sources (how many sources rated it) and bleu (None where `bleu` has no score)."""
@@ -172,10 +180,18 @@ def leaderboard_rows(
         sources = tally.sources_rating(system)
         # a zero-width interval (every source voted alike) would claim a certainty the votes do not have
         interval = sources >= INTERVAL_SOURCES and k > 1 and upper[number] - lower[number] >= 1
-        row = dict(system=system, rating=float(ratings[number]),
-                   lower=float(lower[number]) if interval else None, upper=float(upper[number]) if interval else None,
-                   battles=counts["battles"], wins=counts["wins"], ties=counts["ties"], losses=counts["losses"],
-                   both_bad=counts["both_bad"], sources=sources)  # fmt: skip
+        row = dict(
+            system=system,
+            rating=float(ratings[number]),
+            lower=float(lower[number]) if interval else None,
+            upper=float(upper[number]) if interval else None,
+            battles=counts["battles"],
+            wins=counts["wins"],
+            ties=counts["ties"],
+            losses=counts["losses"],
+            both_bad=counts["both_bad"],
+            sources=sources,
+        )
         row["votes"] = row["wins"] + row["ties"] + row["losses"]
         row["bleu"] = (bleu or {}).get(system)
         rows.append(row)
@@ -186,7 +202,7 @@ def leaderboard_rows(
 def kendall_tau(rows: list[dict]) -> float | None:
     """Kendall's tau between the rating order and the BLEU order of the systems that have both (None under 2)."""
     scored = [(row["rating"], row["bleu"]) for row in rows if row["bleu"] is not None]
-    pairs = [(a, b) for number, a in enumerate(scored) for b in scored[number + 1:]]
+    pairs = [(a, b) for number, a in enumerate(scored) for b in scored[number + 1 :]]
     if not pairs:
         return None
     signs = [np.sign(a[0] - b[0]) * np.sign(a[1] - b[1]) for a, b in pairs]

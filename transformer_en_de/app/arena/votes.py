@@ -72,9 +72,23 @@ MIGRATIONS = [
     ALTER TABLE votes ADD COLUMN seconds_to_vote REAL
     """,
 ]
-_COLUMNS = ("id", "time", "battle_id", "system_a", "system_b", "decoding_a", "decoding_b", "source_text",
-            "translation_a", "translation_b", "choice", "visitor", "source", "signed_in",
-            "seconds_to_vote")  # fmt: skip
+_COLUMNS = (
+    "id",
+    "time",
+    "battle_id",
+    "system_a",
+    "system_b",
+    "decoding_a",
+    "decoding_b",
+    "source_text",
+    "translation_a",
+    "translation_b",
+    "choice",
+    "visitor",
+    "source",
+    "signed_in",
+    "seconds_to_vote",
+)
 # What the ratings read: the votes counted by SQLite, grouped by everything the ratings tell apart (never the texts),
 # so a leaderboard reads one row per source, pair of systems and choice however many votes there are.
 _COUNTS = """
@@ -133,8 +147,10 @@ class Vote:
     def as_row(self) -> dict:
         """The vote as plain JSON-ready values (the stored form)."""
         return {name: getattr(self, name) for name in _COLUMNS} | {
-            "decoding_a": dict(self.decoding_a), "decoding_b": dict(self.decoding_b), "signed_in": bool(self.signed_in)
-        }  # fmt: skip
+            "decoding_a": dict(self.decoding_a),
+            "decoding_b": dict(self.decoding_b),
+            "signed_in": bool(self.signed_in),
+        }
 
     def published(self, salt: str) -> dict:
         """The vote as a published row (`publish.py`, whose dataset card says what each field is and why): no row id
@@ -143,8 +159,11 @@ class Vote:
         row = self.as_row()
         del row["id"]
         daily = visitor_hash(f"day:{self.time[:10]}:{self.source}", salt) if self.source else ""
-        row.update(time=hour_of(self.time), source=daily,
-                   seconds_to_vote=None if self.seconds_to_vote is None else round(self.seconds_to_vote))  # fmt: skip
+        row.update(
+            time=hour_of(self.time),
+            source=daily,
+            seconds_to_vote=None if self.seconds_to_vote is None else round(self.seconds_to_vote),
+        )
         return row
 
 
@@ -282,10 +301,13 @@ class VoteStore:
             if not damage and not stored and (published_count or (had_salt and not size)):
                 self._note(
                     f"the votes database {self.path} is {'empty' if size else 'new'} while "
-                    + (f"{published_count:,} votes are published in {self.published_folder}" if published_count
-                       else "its salt is from an earlier store")
+                    + (
+                        f"{published_count:,} votes are published in {self.published_folder}"
+                        if published_count
+                        else "its salt is from an earlier store"
+                    )
                     + ": votes stored before are not in it (published ones stay published)"
-                )  # fmt: skip
+                )
             # One connection behind a lock, shared by every thread: votes come at a person's pace, a write takes a
             # millisecond or two, and one connection is one file handle whatever the size of the server's thread pool.
             self._lock = threading.Lock()
@@ -344,8 +366,10 @@ class VoteStore:
             if companion.exists():
                 os.rename(companion, aside.with_name(aside.name + suffix))
         os.rename(self.path, aside)
-        self._note(f"the votes database {self.path} is damaged ({why}); set aside as {aside} (nothing deleted), "
-                   "starting on a fresh one")  # fmt: skip
+        self._note(
+            f"the votes database {self.path} is damaged ({why}); set aside as {aside} (nothing deleted), "
+            "starting on a fresh one"
+        )
 
     def _migrate(self) -> None:
         with self._lock:
@@ -355,8 +379,10 @@ class VoteStore:
             try:
                 version = self._connection.execute("PRAGMA user_version").fetchone()[0]
                 if version > len(MIGRATIONS):
-                    raise StoreUnavailable(f"{self.path} is at schema version {version}, newer than this code's "
-                                           f"{len(MIGRATIONS)}: update the app.")  # fmt: skip
+                    raise StoreUnavailable(
+                        f"{self.path} is at schema version {version}, newer than this code's "
+                        f"{len(MIGRATIONS)}: update the app."
+                    )
                 for step in MIGRATIONS[version:]:
                     for statement in step.split(";"):
                         self._connection.execute(statement)
@@ -382,8 +408,10 @@ class VoteStore:
     def add(self, vote: Vote) -> int:
         """Store `vote` durably and return its row id; `AlreadyVoted` if its battle has a vote already."""
         row = vote.as_row()
-        row.update(decoding_a=json.dumps(row["decoding_a"], sort_keys=True),
-                   decoding_b=json.dumps(row["decoding_b"], sort_keys=True))  # fmt: skip
+        row.update(
+            decoding_a=json.dumps(row["decoding_a"], sort_keys=True),
+            decoding_b=json.dumps(row["decoding_b"], sort_keys=True),
+        )
         names = [name for name in _COLUMNS if name != "id"]
         sql = f"INSERT INTO votes ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})"
         row["signed_in"] = int(row["signed_in"])
@@ -406,13 +434,17 @@ class VoteStore:
 
     def _select(self, where: str = "", parameters: tuple = ()) -> list[Vote]:
         with self._lock:
-            rows = self._connection.execute(f"SELECT {', '.join(_COLUMNS)} FROM votes {where} ORDER BY id",
-                                            parameters).fetchall()  # fmt: skip
+            rows = self._connection.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM votes {where} ORDER BY id", parameters
+            ).fetchall()
         votes = []
         for row in rows:
             values = dict(zip(_COLUMNS, row, strict=True))
-            values.update(decoding_a=json.loads(values["decoding_a"]), decoding_b=json.loads(values["decoding_b"]),
-                          signed_in=bool(values["signed_in"]))  # fmt: skip
+            values.update(
+                decoding_a=json.loads(values["decoding_a"]),
+                decoding_b=json.loads(values["decoding_b"]),
+                signed_in=bool(values["signed_in"]),
+            )
             votes.append(Vote(**values))
         return votes
 
@@ -421,8 +453,9 @@ class VoteStore:
         with self._lock:
             last = self._connection.execute("SELECT COALESCE(MAX(id), 0) FROM votes").fetchone()[0]
             rows = self._connection.execute(_COUNTS, {"after": row_id, "last": last}).fetchall()
-        return last, [VoteCount(a, b, choice, source, bool(signed), count)
-                      for a, b, choice, source, signed, count in rows]  # fmt: skip
+        return last, [
+            VoteCount(a, b, choice, source, bool(signed), count) for a, b, choice, source, signed, count in rows
+        ]
 
     def all_votes(self) -> list[Vote]:
         return self._select()

@@ -81,12 +81,20 @@ def inside_request(
             return {"message": next(problem for problem in problems if problem), "notices": []}
         with request_job(context, WORK_FACTOR * seconds, limits.text, side=True) as job:
             views = [
-                {"model": name, "message": why_not} if translator is None
-                else inside_view(translator.model, translator.tokenizer, sentence, name=translator.name,
-                                 plan=model_plan, deadline=job.hard_deadline, at_each_step=context.scheduler.checkpoint,
-                                 max_pieces=MAX_PIECES)
+                {"model": name, "message": why_not}
+                if translator is None
+                else inside_view(
+                    translator.model,
+                    translator.tokenizer,
+                    sentence,
+                    name=translator.name,
+                    plan=model_plan,
+                    deadline=job.hard_deadline,
+                    at_each_step=context.scheduler.checkpoint,
+                    max_pieces=MAX_PIECES,
+                )
                 for name, translator, why_not, model_plan in systems
-            ]  # fmt: skip
+            ]
     except Busy as error:
         return {"message": str(error), "notices": []}
     except Cancelled:

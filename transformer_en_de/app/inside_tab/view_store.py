@@ -28,8 +28,13 @@ class ViewStore:
     compressed JSON in all, the least recently used dropped first, each dropped `seconds` after its last use; `get` of
     a dropped one is `EXPIRED`."""
 
-    def __init__(self, max_views: int = VIEWS_KEPT, max_bytes: int = VIEW_STORE_BYTES,
-                 seconds: float = VIEW_SECONDS, clock=time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        max_views: int = VIEWS_KEPT,
+        max_bytes: int = VIEW_STORE_BYTES,
+        seconds: float = VIEW_SECONDS,
+        clock=time.monotonic,
+    ):
         self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
         self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
         self.latest: dict[str, str] = {}  # session -> the id of its view

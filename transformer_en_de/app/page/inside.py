@@ -62,9 +62,11 @@ def attention_controls(systems: list) -> tuple[gr.Radio, gr.Dropdown, gr.Dropdow
             [(f"layer {n}", n) for n in range(1, layers + 1)], value=1, label="Layer", elem_id="inside-layer"
         )
         head = gr.Dropdown(
-            [("all heads", 0)] + [(f"head {n}", n) for n in range(1, heads + 1)], value=0, label="Head",
+            [("all heads", 0)] + [(f"head {n}", n) for n in range(1, heads + 1)],
+            value=0,
+            label="Head",
             elem_id="inside-head",
-        )  # fmt: skip
+        )
     return kind, layer, head
 
 

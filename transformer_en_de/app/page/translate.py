@@ -84,9 +84,12 @@ def translate_tab(app, controls: list, intro: gr.Markdown) -> gr.Textbox:
     """Text in, a panel per model, the examples; returns the English text box. `app`: app.py's `TranslationApp`."""
     with gr.Row():  # side by side on a wide screen, one above the other on a phone
         text = gr.Textbox(
-            label="English", lines=4, placeholder="Type one or more English sentences.", elem_id="english",
+            label="English",
+            lines=4,
+            placeholder="Type one or more English sentences.",
+            elem_id="english",
             min_width=320,
-        )  # fmt: skip
+        )
         reference = gr.Textbox(
             "", label="Reference translation (optional, German)", lines=4, elem_id="reference", min_width=320
         )

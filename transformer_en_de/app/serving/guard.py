@@ -262,9 +262,11 @@ class RequestGuard:
             with self.gate.streams.open(self.address(scope), self.gate.limits.streams_per_address) as admitted:
                 if not admitted:
                     return await refuse(
-                        send, 429, f"This address has {self.gate.limits.streams_per_address} responses open (event "
+                        send,
+                        429,
+                        f"This address has {self.gate.limits.streams_per_address} responses open (event "
                         "streams, downloads), the most it may have at once; close one first.",
-                    )  # fmt: skip
+                    )
                 return await self.read(scope, receive, send)
         if method == "GET":
             return await self.read(scope, receive, send)
@@ -293,9 +295,11 @@ class RequestGuard:
         slot = self.gate.unread_slot(address) if raw else None
         if raw and slot is None:
             return await refuse(
-                send, 429, f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
+                send,
+                429,
+                f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
-            )  # fmt: skip
+            )
         if refused := self.gate.paced(event, address):
             self.gate.posted(slot, None, None)
             return await refuse(send, 429, refused)
@@ -363,8 +367,10 @@ class RequestGuard:
                 config = await asked_of(self.app, scope, "/config")
                 if config is None:
                     raise RuntimeError("the page did not answer /config: the front cannot check calls")
-                self.page = ({event["id"]: event for event in config["dependencies"]},
-                             {component["id"]: component for component in config["components"]})  # fmt: skip
+                self.page = (
+                    {event["id"]: event for event in config["dependencies"]},
+                    {component["id"]: component for component in config["components"]},
+                )
 
     def event(self, api_name: str | None, fn_index=None) -> dict | None:
         """The page's event called by its API name, or without one by its index; None if it has no such event."""

@@ -94,6 +94,12 @@ class Serving:
         sessions kept in memory bounded, connections bounded, X-Forwarded-For trusted from `forwarded_allow_ips` only
         (`server.py`)."""
         return build_server(
-            demo, gate=self.gate, uploads=self.uploads, limits=self.limits, css=css, host=host, port=port,
+            demo,
+            gate=self.gate,
+            uploads=self.uploads,
+            limits=self.limits,
+            css=css,
+            host=host,
+            port=port,
             forwarded_allow_ips=forwarded_allow_ips,
-        )  # fmt: skip
+        )

@@ -107,10 +107,13 @@ def file_parts(body: bytes, content_type: bytes) -> int | None:
     if kind.strip().lower() != "multipart/form-data":
         return None
     boundary = next(
-        (value.strip().strip('"') for name, _, value in (item.partition("=") for item in parameters.split(";"))
-         if name.strip().lower() == "boundary"),
+        (
+            value.strip().strip('"')
+            for name, _, value in (item.partition("=") for item in parameters.split(";"))
+            if name.strip().lower() == "boundary"
+        ),
         "",
-    )  # fmt: skip
+    )
     if not boundary:
         return None
     parts = (b"\r\n" + body).split(b"\r\n--" + boundary.encode("latin-1"))[1:]

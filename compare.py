@@ -24,7 +24,7 @@ from modeling.length_bound import DEFAULT_OFFSET, DEFAULT_RATIO
 from transformer_en_de.comparison import compare, comparison_report, fair_settings, write_comparison
 from transformer_en_de.data import DataError
 from transformer_en_de.decoding.backends import BackendError, resolve_backend
-from transformer_en_de.decoding.flags import add_backend_flags
+from transformer_en_de.decoding.flags import add_backend_flags, add_length_bound_flags
 
 
 def unwritable(output: Path) -> str | None:
@@ -58,26 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="the beam width of every model, 1 for greedy (default: %(default)s, the shipped model's)",
     )
-    parser.add_argument(
-        "--max_new_tokens", "--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence"
-    )
-    parser.add_argument(
-        "--max_new_tokens_ratio",
-        "--max-new-tokens-ratio",
-        type=float,
-        default=DEFAULT_RATIO,
-        metavar="RATIO",
-        help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens, for every model "
-        "(default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max_new_tokens_offset",
-        "--max-new-tokens-offset",
-        type=int,
-        default=DEFAULT_OFFSET,
-        metavar="OFFSET",
-        help="the OFFSET of that bound (default: %(default)s)",
-    )
+    add_length_bound_flags(parser, ratio=DEFAULT_RATIO, offset=DEFAULT_OFFSET, whose=", for every model")
     parser.add_argument(
         "--batch_size",
         "--batch-size",

@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from transformer_en_de.data import DataError, clean_line, normalise_text, read_lines  # noqa: E402
 from transformer_en_de.decoding.backends import BackendError, fingerprint_model, load_backend, resolve_backend  # noqa: E402
 from transformer_en_de.decoding.engine import DecodingSettings, resolved_settings, translate  # noqa: E402
-from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
+from transformer_en_de.decoding.flags import add_backend_flags, add_length_bound_flags  # noqa: E402
 from transformer_en_de.decoding.int8 import int8_dynamic  # noqa: E402
 from transformer_en_de.decoding.loading import load_model  # noqa: E402
 
@@ -431,25 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     decoding.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help="chunk k samples with seed + k (default: %(default)s)"
     )
-    decoding.add_argument(
-        "--max_new_tokens", "--max-new-tokens", type=int, default=None, help="a hard cap besides the bound per sentence"
-    )
-    decoding.add_argument(
-        "--max_new_tokens_ratio",
-        "--max-new-tokens-ratio",
-        type=float,
-        default=None,
-        metavar="RATIO",
-        help="each sentence gets at most RATIO * (its source tokens) + OFFSET new tokens",
-    )
-    decoding.add_argument(
-        "--max_new_tokens_offset",
-        "--max-new-tokens-offset",
-        type=int,
-        default=None,
-        metavar="OFFSET",
-        help="the OFFSET of that bound",
-    )
+    add_length_bound_flags(decoding)
     run = parser.add_argument_group("running")
     run.add_argument(
         "--batch_size",

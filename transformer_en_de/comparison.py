@@ -99,6 +99,9 @@ def _format_number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+OWN = "each model's own"  # the length penalty where a comparison sets none
+
+
 def comparison_report(comparison: dict) -> str:
     """The comparison as Markdown: what was scored, a table, and the models that could not be scored below it."""
     rows = [
@@ -114,9 +117,9 @@ def comparison_report(comparison: dict) -> str:
     ]
     lines = [
         f"Scored on {comparison['num_sentences']} sentences of `{comparison['source_file']}` against "
-        f"`{comparison['reference_file']}` (every model decoded the same way: {decoding_label(comparison)}, at most "
-        f"{comparison['max_new_tokens_ratio']} × source tokens + {comparison['max_new_tokens_offset']} new tokens; "
-        "cased sacreBLEU"
+        f"`{comparison['reference_file']}` (every model decoded the same way: {decoding_label(comparison, OWN)}, "
+        f"at most {comparison['max_new_tokens_ratio']} × source tokens + {comparison['max_new_tokens_offset']} "
+        "new tokens; cased sacreBLEU"
         f"{', decoded by ' + comparison['backend'] if comparison.get('backend', 'PyTorch') != 'PyTorch' else ''}"
         f"{', int8 dynamic weights' if comparison.get('weights') == 'int8 dynamic' else ''}).",
         "",

@@ -121,18 +121,18 @@ def decoding_record(model, settings: DecodingSettings = DecodingSettings()) -> d
     return record
 
 
-def decoding_label(decoding: dict) -> str:
-    """How a score was decoded, in words: "greedy", or "beam 4, length penalty 0.6" ("each model's own length
-    penalty" where a comparison left it to each model)."""
+def decoding_label(decoding: dict, unset_penalty: str = "") -> str:
+    """How a score was decoded, in words: "greedy", or "beam 4, length penalty 0.6"; where no length penalty is
+    given, `unset_penalty` says whose applies (a comparison leaves it to each model: "each model's own")."""
     beams = decoding.get("num_beams")
     if not isinstance(beams, int) or isinstance(beams, bool):
         return "unknown"
     if beams == 1:
         return "greedy"
     penalty = decoding.get("length_penalty")
-    return f"beam {beams}, " + (
-        f"length penalty {penalty:g}" if penalty is not None else "each model's own length penalty"
-    )
+    if penalty is not None:
+        return f"beam {beams}, length penalty {penalty:g}"
+    return f"beam {beams}, {unset_penalty} length penalty" if unset_penalty else f"beam {beams}"
 
 
 # ----------------------------------------------------------------------------------------------- eval_results.json

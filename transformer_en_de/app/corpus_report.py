@@ -26,6 +26,7 @@ EXPLAINED = (
     "to choose our model while it trained; *test* sets were kept apart until the final score."
 )
 RECORD = "its record (eval_results.json)"
+COMPARISON_PENALTY = "each model's own"  # compare.py without --length_penalty leaves it to each model
 COMPARISON = "compare.py"
 
 
@@ -120,7 +121,7 @@ def comparison_rows(
     (`our_decoding`, the record's). `origins` gets a line for each Hub model scored: the commit, and its weights when
     they were not main's safetensors."""
     split = str(comparison.get("source_file") or "?")
-    decoding = decoding_label(comparison)
+    decoding = decoding_label(comparison, COMPARISON_PENALTY)
     if our_decoding and comparison.get("length_penalty") is None:
         our_label = decoding_label({**comparison, "length_penalty": our_decoding.get("length_penalty")})
     else:
@@ -223,10 +224,11 @@ def corpus_table(
     if comparison:
         origins: list[str] = []
         missing = comparison_rows(comparison, rows, ours, origins, results["decoding"] if results else None)
+        decoding = decoding_label(comparison, COMPARISON_PENALTY)
         notes.append(
             f"The rows scored by compare.py come from one run in which every model translated the same sentences with "
-            f"the same decoding ({decoding_label(comparison)}) and the same length limit, on one machine; cased, "
-            "detokenised sacreBLEU. A row scored by both agrees in both."
+            f"the same decoding ({decoding}) and the same length limit, on one machine; cased, detokenised sacreBLEU. "
+            "A row scored by both agrees in both."
         )
         notes += [as_text(" ".join(origins))] if origins else []
         if missing:

@@ -14,6 +14,7 @@ os.environ.setdefault("TRANSFORMER_MT_CACHE", tempfile.mkdtemp(prefix="prepared-
 os.environ.setdefault("VOTES_DB", os.path.join(tempfile.mkdtemp(prefix="votes-"), "votes.sqlite3"))
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,12 @@ def browser():
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Wait for comparison models still loading in their daemon threads (`translators.BackgroundTranslator`, each
+    measuring its step cost with `generate()` once loaded): a thread still inside torch when the interpreter finalizes
+    aborts the process ("terminate called without an active exception") after every test has passed."""
+    for thread in threading.enumerate():
+        if thread.daemon and thread.name.startswith("load "):
+            thread.join(timeout=300)

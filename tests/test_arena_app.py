@@ -37,15 +37,20 @@ def serve(app_model_dir, comparisons, votes_db):
     return server, f"http://127.0.0.1:{port}/"
 
 
+def wait_until_ready(visitor: Client) -> None:
+    """Until the comparison model has loaded (and measured its step cost): a battle needs two systems."""
+    deadline = time.monotonic() + 120
+    while "ready" not in visitor.predict(api_name="/status"):
+        assert time.monotonic() < deadline, "the comparison model did not load"
+        time.sleep(0.5)
+
+
 def test_a_blind_battle_a_vote_that_reveals_and_is_stored_and_the_leaderboard(app_model_dir, tmp_path):
     votes_db = tmp_path / "votes.sqlite3"
     server, url = serve(app_model_dir, [str(build_tiny_marian(tmp_path / "marian"))], votes_db)
     try:
         visitor = Client(url, verbose=False)
-        deadline = time.monotonic() + 120
-        while "ready" not in visitor.predict(api_name="/status"):
-            assert time.monotonic() < deadline, "the comparison model did not load"
-            time.sleep(0.5)
+        wait_until_ready(visitor)
 
         battle_id, first, second, shown = visitor.predict("A dog runs in the park.", api_name="/battle")
         hostile = [visitor.predict(battle_id, choice, api_name="/vote") for choice in HOSTILE_CHOICES]
@@ -180,6 +185,7 @@ def test_a_vote_under_another_process_s_write_lock_keeps_its_battle_and_goes_in_
     server, url = serve(app_model_dir, [str(build_tiny_marian(tmp_path / "marian"))], votes_db)
     try:
         visitor = Client(url, verbose=False)
+        wait_until_ready(visitor)
         battle_id, first, second, _ = visitor.predict("A dog runs in the park.", api_name="/battle")
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "12"], stdout=subprocess.PIPE, text=True

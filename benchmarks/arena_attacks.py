@@ -1,26 +1,23 @@
 """Attacks on the arena's integrity, against the running app: does a script's flood decide the leaderboard, is a vote
 lost when the database is locked, and what does the leaderboard cost on 100,000 votes?
 
-Starts `python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT, built
-here), trusting 127.0.0.1 as its proxy so that each client names its address in X-Forwarded-For, as a Space's proxy
-does. Sections (`--sections`):
-- flood: `--script_sessions` page sessions from one address battle and vote for the nonsense system as fast as the
-  app lets them (a vote as soon as the battle is shown, then the next battle), while 4 honest visitors from another
-  address read each battle (`--read` s) and vote for the better translation every 10 s, and an ordinary visitor from
-  a third address translates; for `--seconds`. Then: votes stored per address, the leaderboard's order and what it
-  says it rests on, the ordinary visitor's latencies. `--script_waits` makes the script wait as long as a reader
-  before each vote (the attacker who knows the rule), and `--honest_signed_in` is not offered here: signing in needs
-  the Hub (tests/test_arena_sign_in.py plays it with a loopback Hub).
-- lock: another process holds the votes database's write lock for 40 s; a visitor votes: how long it waited, what it
-  was told; then, the lock released, the same vote on the same battle.
-- readers: 60 pages from one address read the leaderboard (table and plot) back to back for `--seconds` while the 4
-  honest visitors vote and the ordinary visitor translates; the server's memory before and after.
-- board: 100,000 votes written into a fresh database; `Arena.leaderboard` in a new process: the first answer's
-  seconds and the process's growth in resident memory, then an answer after one more vote.
+`python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), trusting
+127.0.0.1 as its proxy so that each client names its address in X-Forwarded-For, as a Space's proxy does.
+`--sections`:
+- flood: `--script_sessions` sessions of one address battle and vote for the nonsense as fast as the app lets them
+  (`--script_waits`: each waits as long as a reader), while 4 honest visitors of another read each battle (`--read`
+  s) and vote for the better translation every 10 s, and the ordinary visitor translates, for `--seconds`. A pass:
+  the leaderboard keeps the honest order (ours first) and the visitor's latencies stay about a second.
+- lock: another process holds the votes database's write lock for 40 s while a visitor votes; the same vote again
+  once it is released. A pass: the vote is stored, not lost, and not stored twice.
+- readers: 60 pages of one address read the leaderboard back to back for `--seconds` while the honest visitors vote
+  and the ordinary visitor translates; the server's memory before and after.
+- board: `--votes` votes in a fresh database; the first `Arena.leaderboard` in a new process: seconds and memory.
 
     OMP_NUM_THREADS=1 python -m benchmarks.arena_attacks --threads 1 [--sections flood,lock,board] [--quick]
 """
 
+import itertools
 import json
 import resource
 import sqlite3
@@ -29,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,6 +47,17 @@ connection.execute("BEGIN IMMEDIATE")
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
 connection.execute("COMMIT")
+"""
+BOARD_CODE = """
+import json, os, sys, time
+from benchmarks.load import rss_mib
+from transformer_en_de.app.arena.arena import Arena
+from transformer_en_de.app.arena.votes import VoteStore
+arena = Arena(VoteStore(sys.argv[1]))
+before, started = rss_mib(os.getpid()), time.perf_counter()
+rows, line = arena.leaderboard({})
+first, grew = time.perf_counter() - started, rss_mib(os.getpid()) - before
+print(json.dumps({"seconds": first, "grew_mib": grew, "line": line, "order": [row["system"] for row in rows]}))
 """
 
 
@@ -76,120 +83,96 @@ def better(first: str, second: str) -> str:
     return "A" if len(set(first)) > len(set(second)) else "B"
 
 
-class Party:
-    """Sessions of one address battling and voting in threads until stopped; counts what they were told."""
+def nonsense_first(first: str, second: str) -> str:
+    return "B" if better(first, second) == "A" else "A"
 
-    def __init__(self, url: str, address: str, sessions: int, choose, wait: float, pause: float):
-        self.url, self.address, self.choose, self.wait, self.pause = url, address, choose, wait, pause
-        self.outcomes, self.lock, self.stopped = Counter(), threading.Lock(), threading.Event()
-        self.threads = [threading.Thread(target=self.session, args=(turn,), daemon=True) for turn in range(sessions)]
 
-    def start(self) -> "Party":
-        for thread in self.threads:
-            thread.start()
-        return self
+def party(url: str, address: str, sessions: int, choose, wait: float, pause: float):
+    """`sessions` sessions of `address` battling and voting (`choose`) in threads, `wait` s after each battle is
+    shown and `pause` s after each vote; the attackers' stop() (its `outcomes`: what they were told)."""
+    stopped = threading.Event()
 
-    def session(self, number: int) -> None:
-        visitor = client(self.url, self.address)
-        turn = number
-        while not self.stopped.is_set():
-            turn += 1
-            try:
-                battle_id, first, second, _ = visitor.predict(CAPTIONS[turn % len(CAPTIONS)], api_name="/battle")
-                if not battle_id:
-                    self.count("no battle: " + first[:40])
-                    self.stopped.wait(1.0)
-                    continue
-                if self.stopped.wait(self.wait):
-                    break  # stopped while reading: no vote
-                _, _, message = visitor.predict(battle_id, self.choose(first, second), api_name="/vote")
-                self.count("stored" if "stored" in message else message[:50])
-            except Exception as error:  # an error is an outcome to count, not a reason to stop the party
-                self.count(type(error).__name__)
-            self.stopped.wait(self.pause)
+    def session(number: int):
+        turns, visitor = itertools.count(number + 1), []
 
-    def count(self, outcome: str) -> None:
-        with self.lock:
-            self.outcomes[outcome] += 1
+        def battle_and_vote():
+            visitor[:] = visitor or [client(url, address)]
+            battle_id, first, second, _ = visitor[0].predict(CAPTIONS[next(turns) % 5], api_name="/battle")
+            if not battle_id:
+                stopped.wait(1.0)
+                return "no battle: " + first[:40]
+            if stopped.wait(wait):
+                return []  # stopped while reading: no vote
+            message = visitor[0].predict(battle_id, choose(first, second), api_name="/vote")[2]
+            stopped.wait(pause)
+            return "stored" if "stored" in message else message[:50]
 
-    def stop(self) -> Counter:
-        self.stopped.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
-        return self.outcomes
+        return battle_and_vote
+
+    return load.attackers(*map(session, range(sessions)), stopped=stopped)
 
 
 def ordinary_visits(url: str, seconds: float) -> list[float]:
-    """An ordinary visitor's translations, one every 2 s, for about `seconds`: their latencies. The visitor runs in a
-    process of its own (`load.Visitor`), as a browser would: the script's and the honest sessions' clients in this
-    process would otherwise slow its own calls (their start-up at once holds this process's GIL)."""
+    """The ordinary visitor's translations in a process of its own, one every 2 s for about `seconds`: latencies."""
     visitor = load.Visitor(url, ORDINARY)
     try:
-        sentences = [CAPTIONS[number % len(CAPTIONS)] for number in range(max(1, round(seconds / 2.5)))]
-        latencies, _ = visitor.visit(sentences, 2.0)
+        return visitor.visit([CAPTIONS[n % 5] for n in range(max(1, round(seconds / 2.5)))], 2.0)[0]
     finally:
         visitor.close()
-    return latencies
+
+
+def report_visitor(latencies: list[float], more: str = "") -> None:
+    print(f"ordinary visitor: {load.latencies_line(latencies)}{more}")
+    print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
 def flood(url: str, votes_db: Path, args) -> None:
-    nonsense_first = lambda first, second: "B" if better(first, second) == "A" else "A"  # noqa: E731
     script_wait = args.read if args.script_waits else 0.0
-    script = Party(url, SCRIPT, args.script_sessions, nonsense_first, script_wait, 0.0).start()
-    honest = Party(url, HONEST, 4, better, args.read, 10.0 - args.read).start()
+    script = party(url, SCRIPT, args.script_sessions, nonsense_first, script_wait, 0.0)
+    honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
     latencies = ordinary_visits(url, args.seconds)
-    script_outcomes, honest_outcomes = script.stop(), honest.stop()
+    script(), honest()
     board, _ = client(url, ORDINARY).predict(api_name="/leaderboard")
     with sqlite3.connect(votes_db) as database:
         by_source = database.execute("SELECT source, COUNT(*) FROM votes GROUP BY source ORDER BY 2 DESC").fetchall()
     pace = f"waiting {args.read:g} s to vote" if args.script_waits else "voting at once"
     print(f"## flood: {args.script_sessions} script sessions ({pace}) vs 4 honest visitors, {args.seconds:g} s")
-    print("script told:", dict(script_outcomes.most_common(5)))
-    print("honest told:", dict(honest_outcomes.most_common(5)))
+    print("script told:", dict(script.outcomes.most_common(5)))
+    print("honest told:", dict(honest.outcomes.most_common(5)))
     print("votes stored per source:", [count for _, count in by_source])
     order = [line.split("|")[2].strip() for line in board.splitlines() if line.startswith("| ") and "Rank" not in line]
     print("leaderboard order:", order)
     print("leaderboard says:", board.split("\n\n", 1)[-1])
-    print(f"ordinary visitor: {load.latencies_line(latencies)}")
-    print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
+    report_visitor(latencies)
 
 
-def leaderboard_readers(url: str, seconds: float, readers: int = 60) -> str:
-    """`readers` pages (one address) read the leaderboard (its table and plot) back to back for `seconds`."""
-    fn_index, until, reads, lock = (
+def readers(url: str, server, args, pages: int = 60) -> None:
+    """`pages` pages (one address) read the leaderboard back to back while the honest visitors vote (the board
+    changes every few seconds) and the ordinary visitor translates."""
+    before, fn_index, until = (
+        load.rss_mib(server.pid),
         load.events(url)[0]["leaderboard"],
-        time.monotonic() + seconds,
-        Counter(),
-        threading.Lock(),
+        time.monotonic() + args.seconds,
     )
+    honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
 
     def reader():
-        page = load.Page(url, address=READERS)
+        page, reads = load.Page(url, address=READERS), []
         try:
             while time.monotonic() < until:
-                label = load.outcome(page.ask(fn_index, []))
-                with lock:
-                    reads[label] += 1
+                reads.append(load.outcome(page.ask(fn_index, [])))
         finally:
             page.close()
+        return reads
 
-    load.in_parallel(readers, reader)
-    return f"{readers} pages reading the leaderboard back to back for {seconds:g} s: {load.counted(reads)} reads"
-
-
-def readers(url: str, server, args) -> None:
-    """60 pages (one address) read the leaderboard back to back while 4 honest visitors vote (the board changes every
-    few seconds) and the ordinary visitor translates; the server's memory before and after."""
-    before = load.rss_mib(server.pid)
-    honest = Party(url, HONEST, 4, better, args.read, 10.0 - args.read).start()
-    reading = load.in_background(lambda: leaderboard_readers(url, args.seconds))
+    reading = load.in_background(lambda: load.counted(load.in_parallel(pages, reader)))
     latencies = ordinary_visits(url, args.seconds)
-    read, honest_outcomes = reading(), honest.stop()
-    print(f"## readers: {read}; honest told: {dict(honest_outcomes.most_common(3))}")
+    read, _ = reading(), honest()
     print(
-        f"ordinary visitor: {load.latencies_line(latencies)}; server {before:.0f} -> {load.rss_mib(server.pid):.0f} MiB"
+        f"## readers: {pages} pages reading the leaderboard back to back for {args.seconds:g} s: {read} reads; ", end=""
     )
-    print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
+    print(f"honest told: {dict(honest.outcomes.most_common(3))}")
+    report_visitor(latencies, f"; server {before:.0f} -> {load.rss_mib(server.pid):.0f} MiB")
 
 
 def lock(url: str, votes_db: Path, args) -> None:
@@ -209,23 +192,8 @@ def lock(url: str, votes_db: Path, args) -> None:
     print(f"the same vote once the lock was released: {again[2]!r}")
 
 
-BOARD_CODE = """
-import json, os, sys, time
-from benchmarks.load import rss_mib
-from transformer_en_de.app.arena.arena import Arena
-from transformer_en_de.app.arena.votes import VoteStore
-arena = Arena(VoteStore(sys.argv[1]))
-before = rss_mib(os.getpid())
-started = time.perf_counter()
-rows, line = arena.leaderboard({})
-first = time.perf_counter() - started
-grew = rss_mib(os.getpid()) - before
-print(json.dumps({"seconds": first, "grew_mib": grew, "line": line, "order": [row["system"] for row in rows]}))
-"""
-
-
 def board(args, scratch: Path) -> None:
-    """A database of `--votes` votes (from 2,000 sessions of 500 networks, some in 4 s), then the first leaderboard."""
+    """A database of `--votes` votes (2,000 sessions of 500 networks, some voting in 4 s), then the first board."""
     from transformer_en_de.app.arena.votes import VoteStore
 
     path = scratch / "board.sqlite3"
@@ -242,10 +210,8 @@ def board(args, scratch: Path) -> None:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
-    result = subprocess.run(
-        [sys.executable, "-c", BOARD_CODE, str(path)], cwd=harness.ROOT, capture_output=True, text=True, check=True
-    )
-    answer = json.loads(result.stdout.splitlines()[-1])
+    command = [sys.executable, "-c", BOARD_CODE, str(path)]
+    answer = json.loads(subprocess.check_output(command, cwd=harness.ROOT, text=True).splitlines()[-1])
     print(
         f"## board: {args.votes:,} votes: first leaderboard in {answer['seconds']:.2f} s, resident memory "
         f"+{answer['grew_mib']:.0f} MiB; order {answer['order']}"
@@ -260,11 +226,10 @@ def serve(scratch: Path, args):
     sys.path.insert(0, str(harness.ROOT / "tests"))
     from tiny_marian import build_tiny_marian  # the tests' stand-in for MarianMT: random weights write nonsense
 
-    votes_db = scratch / "votes.sqlite3"
-    nonsense = build_tiny_marian(scratch / "nonsense")
+    votes_db, nonsense = scratch / "votes.sqlite3", build_tiny_marian(scratch / "nonsense")
     options = ["--comparison-models", nonsense, "--backend", args.backend, "--votes-db", votes_db]
-    proxy = ["--forwarded-allow-ips", "127.0.0.1"]
-    with load.app_server(*options, *proxy, threads=args.threads, log=scratch / "app.log") as (server, url):
+    options += ["--forwarded-allow-ips", "127.0.0.1"]
+    with load.app_server(*options, threads=args.threads, log=scratch / "app.log") as (server, url):
         deadline = time.monotonic() + 180
         while "ready" not in client(url, ORDINARY).predict(api_name="/status"):
             if time.monotonic() > deadline:

@@ -1,22 +1,14 @@
 """Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
 translation, and do the server's memory and upload folder stay bounded?
 
-Starts `python app.py --backend ...` (our model only, offline) on 127.0.0.1 with its own upload folder. For each attack,
-all from 127.0.0.1, the attackers start, and half a second later an ordinary visitor (`load.Visitor`: gradio_client,
-in a process of its own) sends `--ordinary` one-sentence requests at the page's defaults (the shipped folder's beams,
-128 tokens), `--pause` seconds apart; then the attackers stop. Server and clients share the cores this runs on, unless
-`--split-cores` gives the server (and the visitor, whose work is light) the first and the attackers the others. Attacks
-that end by themselves keep the visitor visiting until they do. The attacks, each a function below that says what it
-does, run in the order of `attacks()`: none (the visitor alone), file job, inside redraws, largest inside views (the
-RSS after it should stay within +300 MB of "at start"), queue flood, session eviction, starvation stream, busy clients,
-many files, trickled uploads, upload flood, slow connections (`--slow` of them), slow bodies, bad calls (every answer
-one line), heavy, server files (/etc/passwd, /dev/zero, ... as file values: "read" counts an answer not refused), held
-heartbeats, odd reads, join flood, session churn, slow links, churn then learners, one session's views, views at once,
-unread views, bad redraws and, with `--backend ctranslate2`, killed worker (last: the visitor should lose at most one
-call, the log a line or two).
-Earlier attacks come before those that spend the address's quotas (uploads, new sessions) so that each is refused for
-what it is. It prints, per attack, the visitor's p50 / p95 / max latency and failures (no translation, a notice, an
-error) and what the attackers got; then the server's resident memory and upload folder before and after.
+`python app.py --backend ...` (our model, offline, its own upload folder) on 127.0.0.1. Per attack (the functions
+below, in the order of `attacks()`; the ones that spend the address's quotas of uploads and sessions come late, so
+that each earlier one is refused for what it is): the attackers start, and half a second later the ordinary visitor
+(`load.Visitor`) sends `--ordinary` sentences at the page's defaults, `--pause` s apart, going on while an attack
+that ends by itself runs. It prints the visitor's p50 / p95 / max and failures (no translation, a notice, an error)
+and what the attackers got, then the server's RSS and upload folder. A pass: no visitor failure, latencies of about a
+second (more on a shared core), each attack refused for what it is, memory bounded, no traceback in the server log.
+`--split-cores` puts the server and the visitor on the first core, the attackers on the others.
 
     OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
     [--attacks "queue flood" "slow bodies"] [--split-cores]
@@ -26,7 +18,6 @@ import itertools
 import json
 import os
 import signal
-import statistics
 import tempfile
 import threading
 import time
@@ -39,12 +30,13 @@ from benchmarks import harness, load
 from benchmarks.load import BEAMS, PAGE_TOKENS, SENTENCE, Page, attackers, counted, in_background, outcome
 
 HEAVY_TEXT = ("A MAN IN A BLUE JACKET IS REPAIRING A BICYCLE WHILE TWO DOGS PLAY IN THE SNOW AND " * 40)[:3_000]
+HEAVY = [HEAVY_TEXT, "beam search", 8, 255, ""]  # the text that made the model loop until its bound
 FILE_LINE = "A man in a blue jacket is repairing a bicycle on the street while two dogs play in the snow.\n"
 TINY = ["A dog.", "greedy", 1, 4, ""]
-# 29 different made-up words of rare letters: as many pieces as a sentence can give the Inside view.
-RARE_WORDS = " ".join(
+# 29 made-up words of rare letters: as many pieces as a sentence can give the Inside view.
+RARE_WORDS = (
     "jqzjvkv jwzwq jxkvjqq jzkw jzqq jzzv kjzk kkqxkv kvqzj kywzk qxxy vwqkwj vwyxjj vxvz vzqvjy wqqzyvk wvjjk "
-    "wvvv wxww wxwxjqq wyjvzx wyqkwxx wzkxjxk xkxxqyq xqjkk xvwwvwj xvzx ykwv yqyvv".split()
+    "wvvv wxww wxwxjqq wyjvzx wyqkwxx wzkxjxk xkxxqyq xqjkk xvwwvwj xvzx ykwv yqyvv"
 )
 # Values outside the Inside tab's choices: an unknown kind, a layer past the last, a head that is no number, ...
 ODD_REDRAWS = [("sideways", 1, 0), ("cross", 99, 0), ("cross", 1, "x"), (["cross"], None, 3.5), ({"k": 1}, -4, 10**30)]
@@ -55,12 +47,14 @@ BAD_CALLS = [
     ("call/translate", b"[" * 100_000 + b"]" * 100_000),
     ("call/load_example", b'{"data": [99]}'),
 ]
+SERVER_FILES = ["/etc/passwd", "app.py", ".git/config", "/proc/self/status", "/dev/zero", "http://127.0.0.1:9/x"]
 FILE_ROUTES = [
     ("call/translate_file", lambda v: {"data": [v, None, "greedy", 1, 1]}),
     ("call/translate", lambda v: {"data": [v, "greedy", 1, 1, ""]}),
     ("call/v2/translate_file", lambda v: {"source_file": v, "reference_file": None}),
     ("queue/join", lambda v: {"data": [v, None, "greedy", 1, 1], "session_hash": "reader"}),
 ]
+UPLOAD = b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
 
 
 def options(parser):
@@ -68,19 +62,15 @@ def options(parser):
     parser.add_argument("--backend", choices=["torch", "ctranslate2"], default="torch", help="what decodes")
     parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's requests per attack")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
-    parser.add_argument(
-        "--split-cores",
-        action="store_true",
-        help="the server and the visitor on the first core, the attackers on the rest",
-    )
+    parser.add_argument("--split-cores", action="store_true", help="server and visitor on the first core")
     parser.add_argument("--slow", type=int, default=5_000, help="slow connections (headers never finished)")
     parser.add_argument("--attacks", nargs="*", default=None, help="only these attacks (names as printed)")
 
 
 class Target:
-    """What the attacks aim at: the running app, its events, a raw HTTP client and the files they send."""
+    """The running app as the attacks see it: its events, a raw HTTP client, a long file to send."""
 
-    def __init__(self, url: str, scratch: Path, server=None, log: Path | None = None):
+    def __init__(self, url: str, scratch: Path, server, log: Path):
         self.url, self.server, self.log, self.turn = url, server, log, itertools.count()
         self.http = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=64))
         self.named, self.redraws = load.events(url)
@@ -95,14 +85,16 @@ class Target:
     def inside(self, sentence: str = SENTENCE) -> list:
         return [sentence, "beam search", BEAMS, PAGE_TOKENS]
 
+    def file_job(self, *decoding):
+        from gradio_client import Client, handle_file
+
+        client = Client(self.url, verbose=False)
+        return client.submit(handle_file(self.source), None, *decoding, api_name="/translate_file")
+
 
 def file_job(target: Target):
-    """A visitor's file job through gradio_client at the page's defaults; stop() reads it."""
-    from gradio_client import Client, handle_file
-
-    job = Client(target.url, verbose=False).submit(
-        handle_file(target.source), None, "beam search", BEAMS, PAGE_TOKENS, api_name="/translate_file"
-    )
+    """A visitor's file job (gradio_client) at the page's defaults; the visitor asks until its last line is done."""
+    job = target.file_job("beam search", BEAMS, PAGE_TOKENS)
 
     def stop():
         try:
@@ -110,17 +102,13 @@ def file_job(target: Target):
         except Exception as error:  # the benchmark goes on to the next attack
             return f"the file job failed ({type(error).__name__})"
 
-    stop.running = lambda: not job.done()  # the visitor keeps asking until the job's last line is scored
+    stop.running = lambda: not job.done()
     return stop
 
 
 def session_eviction(target: Target):
-    """New sessions in a loop while a visitor's (greedy) file job runs: the visitor's session must not be pushed out."""
-    from gradio_client import Client, handle_file
-
-    job = Client(target.url, verbose=False).submit(
-        handle_file(target.source), None, "greedy", 1, 64, api_name="/translate_file"
-    )
+    """New sessions in a loop while a visitor's greedy file job runs: the visitor's session must not be pushed out."""
+    job = target.file_job("greedy", 1, 64)
     stop_flood = attackers(*[lambda: load.raw_translate(target.http, target.url, TINY)] * 4)
 
     def stop():
@@ -135,100 +123,66 @@ def session_eviction(target: Target):
     return stop
 
 
-class RedrawSession:
-    """A page that looked inside and keeps `in_flight` redraws of its attention pictures queued: queue/join posts of
-    the private redraw events in its session, their results read from the session's stream in a thread."""
+def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3) -> Counter:
+    """A page looks inside, then keeps `in_flight` redraws of its pictures queued until `stopped`: what it was told."""
+    told, redraws, pending, page = Counter(), itertools.cycle(target.redraws), 0, None
 
-    def __init__(self, target: Target, outcomes: Counter, stopped: threading.Event, in_flight: int = 3):
-        self.target, self.outcomes, self.stopped, self.in_flight = target, outcomes, stopped, in_flight
-        self.changed, self.pending, self.finished, self.page = threading.Condition(), {}, {}, None
+    def redraw() -> bool:
+        posted = page.join(next(redraws)[0], [None, "cross", 1, 0])
+        if posted.status_code != 200:
+            told[f"redraw join HTTP {posted.status_code}"] += 1
+            stopped.wait(0.2)
+        return posted.status_code == 200
 
-    def count(self, label: str, event: str | None = None) -> None:
-        with self.changed:
-            if event is None or self.pending.pop(event, None) is not None:
-                self.outcomes[label] += 1
-            else:  # read before its post came back
-                self.finished[event] = label
-            self.changed.notify_all()
-
-    def run(self) -> None:
-        try:
-            self.page = Page(self.target.url)
-            view = self.page.ask(
-                self.target.named["inside"], self.target.inside("A man in a blue jacket is repairing a bicycle.")
-            )
-        except Exception as error:
-            return self.count(f"/inside failed ({type(error).__name__})")
+    try:
+        page = Page(target.url)
+        view = page.ask(target.named["inside"], target.inside("A man in a blue jacket is repairing a bicycle."))
         shown = outcome(view) == "answered" and "message" not in view["output"]["data"][0]
-        self.count(f"/inside {'answered' if shown else 'refused'}")
-        threading.Thread(target=self.read, daemon=True).start()
-        for fn_index, _ in itertools.cycle(self.target.redraws):
-            with self.changed:
-                while len(self.pending) >= self.in_flight and not self.stopped.is_set():
-                    for event in [e for e, posted in self.pending.items() if time.monotonic() - posted > 60]:
-                        del self.pending[event]
-                        self.outcomes["redraws without an answer in 60 s"] += 1
-                    self.changed.wait(0.5)
-            if self.stopped.is_set():
-                return
-            try:
-                posted = self.page.join(fn_index, [None, "cross", 1, 0])
-            except Exception as error:
-                self.count(f"redraw join {type(error).__name__}")
-                continue
-            if posted.status_code != 200:
-                self.count(f"redraw join HTTP {posted.status_code}")
-                self.stopped.wait(0.2)
-                continue
-            with self.changed:
-                event = posted.json()["event_id"]
-                if event in self.finished:
-                    self.outcomes[self.finished.pop(event)] += 1
-                else:
-                    self.pending[event] = time.monotonic()
-
-    def read(self) -> None:
-        """The session's stream, opened again whenever the server closes it (it does when nothing is pending)."""
-        while not self.stopped.is_set():
-            try:
-                for message in self.page.messages():
-                    if "refused" in message:
-                        self.count(f"stream HTTP {message['refused']}")
-                        self.stopped.wait(0.5)
-                    elif message.get("msg") == "process_completed":
-                        error = (message.get("output") or {}).get("error") or message.get("title") or "no message"
-                        refused = f"redraw refused: {str(error).splitlines()[0][:80] if str(error) else 'no message'}"
-                        self.count("redrawn" if message.get("success") else refused, message.get("event_id"))
-                    elif message.get("msg") in ("close_stream", "unexpected_error"):
-                        break
-            except Exception as error:  # closed at the end, or by the server
-                if not self.stopped.is_set():
-                    self.count(f"stream {type(error).__name__}")
-                    self.stopped.wait(0.5)
+        told[f"/inside {'answered' if shown else 'refused'}"] += 1
+    except Exception as error:
+        told[f"/inside failed ({type(error).__name__})"] += 1
+        stopped.set() if page is None else page.close()
+        return told
+    while not stopped.is_set():
+        try:
+            while pending < in_flight and not stopped.is_set():
+                pending += redraw()
+            for message in page.messages():  # the server closes the stream when nothing is pending: opened again
+                if "refused" in message:
+                    told[f"stream HTTP {message['refused']}"] += 1
+                    stopped.wait(0.5)
+                elif message.get("msg") == "process_completed":
+                    error = str((message.get("output") or {}).get("error") or message.get("title") or "no message")
+                    told["redrawn" if message.get("success") else f"redraw refused: {error.splitlines()[0][:80]}"] += 1
+                    pending -= 1
+                    pending += not stopped.is_set() and redraw()
+                elif message.get("msg") in ("close_stream", "unexpected_error"):
+                    pending = 0
+                if stopped.is_set() or "refused" in message or pending == 0:
+                    break
+        except Exception as error:  # closed by the server: the page goes on
+            told[f"stream {type(error).__name__}"] += 1
+            pending = 0
+            stopped.wait(0.5)
+    page.close()
+    return told
 
 
 def inside_redraws(target: Target, sessions: int = 15):
     """`sessions` pages that looked inside, each keeping 3 redraws of its pictures in flight."""
-    outcomes, stopped = Counter(), threading.Event()
-    pages = [RedrawSession(target, outcomes, stopped) for _ in range(sessions)]
-    threads = [threading.Thread(target=page.run, daemon=True) for page in pages]
-    for thread in threads:
-        thread.start()
+    stopped = threading.Event()
+    stop_pages = attackers(*[lambda: redraw_session(target, stopped)] * sessions, repeat=False)
 
     def stop():
         stopped.set()
-        for thread, page in zip(threads, pages, strict=True):
-            thread.join(timeout=60)
-            if page.page is not None:
-                page.page.close()
         found = ", ".join(f"{fn_index} {name}" for fn_index, name in target.redraws)
-        return f"{sessions} sessions (redraw events {found}): {counted(outcomes)}"
+        return f"{sessions} sessions (redraw events {found}): {stop_pages()}"
 
     return stop
 
 
 def largest_inside_views(target: Target, times: int = 10) -> str:
-    """/inside on 29 different made-up words of rare letters, read in full, `times` in a row, one session."""
+    """/inside on 29 made-up words of rare letters, read in full, `times` in a row, one session."""
     from gradio_client import Client
 
     client, sizes, messages, failures = Client(target.url, verbose=False), [], Counter(), Counter()
@@ -246,36 +200,24 @@ def largest_inside_views(target: Target, times: int = 10) -> str:
         f"{count} with {'a NOT one-line' if chr(10) in text else 'a one-line'} message: '{text[:160]}'"
         for text, count in messages.items()
     )
-    return f"{len(sizes)} answers of {size}; refused: {refused or 'none'}" + (
-        f"; failed: {counted(failures)}" if failures else ""
-    )
-
-
-def busy_clients(target: Target):
-    """4 more visitors' load: tiny greedy requests, each thread its session, read."""
-    local = threading.local()
-
-    def busy_client():
-        local.session = getattr(local, "session", None) or f"tiny-{next(target.turn)}"
-        return load.raw_translate(target.http, target.url, TINY, session=local.session)
-
-    return attackers(*[busy_client] * 4)
+    failed = f"; failed: {counted(failures)}" if failures else ""
+    return f"{len(sizes)} answers of {size}; refused: {refused or 'none'}{failed}"
 
 
 def many_files(target: Target, count: int = 999) -> str:
     """One upload of `count` tiny files, then an upload from another address."""
     files = [("files", (f"f{number}.txt", f"{number}\n".encode(), "text/plain")) for number in range(count)]
-    text = target.http.post(f"{target.url}gradio_api/upload", files=files)
-    shown = text.text.strip()
+    answer = target.http.post(f"{target.url}gradio_api/upload", files=files)
+    shown = answer.text.strip()
     shown = shown[:150] + ("..." if len(shown) > 150 else "") if "\n" not in shown else f"NOT one line: {shown[:100]}"
     other = load.upload_from(target.url, "127.0.0.3", 2)
-    return f"{count} files in one upload: HTTP {text.status_code} ({shown}); {other}"
+    return f"{count} files in one upload: HTTP {answer.status_code} ({shown}); {other}"
 
 
 def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, seconds: float | None = None):
-    """`count` connections each sending `request` (headers and the start of a body), then `chunk` every `every`
-    seconds (one thread drips on all), for `seconds` (else the visitor's run); stop() gives the connections."""
-    began, stopped = time.monotonic(), threading.Event()  # `seconds` counts from the first connection
+    """`count` connections each sending `request`, then `chunk` every `every` s (one thread drips on all), for
+    `seconds` from the first connection (else until stopped); stop() gives the connections."""
+    began, stopped = time.monotonic(), threading.Event()
     opened = load.connections(url, count, request)
 
     def drip():
@@ -301,11 +243,10 @@ def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, s
 
 
 def trickled_uploads(target: Target, count: int = 210):
-    """Uploads declaring 1 MB that trickle their body (100 bytes a second each); before they close, an upload from
-    another address."""
+    """Uploads declaring 1 MB that trickle their body, 100 bytes a second; before they close, an upload from another
+    address."""
     part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="t.txt"\r\nContent-Type: text/plain\r\n\r\n'
-    headers = b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
-    stop_dripping = dripping(target.url, count, headers + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
+    stop_dripping = dripping(target.url, count, UPLOAD + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
 
     def stop():
         opened = stop_dripping()
@@ -331,12 +272,11 @@ def slow_bodies(target: Target, count: int = 1_100, seconds: float = 35.0):
 
 
 def slow_connections(target: Target, count: int):
-    """Connections that never finish their request's headers."""
+    """Connections that never finish their request's headers (slowloris)."""
     opened = load.connections(target.url, count, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 
     def stop():
-        found = load.states(opened)
-        alive = sum(number for state, number in found.items() if state != "closed by the server")
+        alive = sum(number for state, number in load.states(opened).items() if state != "closed by the server")
         return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
 
     return stop
@@ -372,22 +312,15 @@ def heavy(target: Target):
         answer = load.post(http, url, "call/translate", {"data": ["A man.", "greedy", 1, 8, reference]})
         return f"5 MB reference HTTP {answer.status_code}"
 
-    heavy_raw = lambda: load.raw_translate(http, url, [HEAVY_TEXT, "beam search", 8, 255, ""])  # noqa: E731
+    heavy_raw = lambda: load.raw_translate(http, url, HEAVY)  # noqa: E731
     return attackers(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference, repeat=False)
 
 
 def server_files(target: Target):
-    """Server files named as file values on every call route, with every fn_index; "read" if not refused."""
+    """Server files (a torch library among them) named as file values on every call route, with every fn_index;
+    "read" counts an answer that is not a refusal."""
     torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
-    files = [
-        "/etc/passwd",
-        "app.py",
-        ".git/config",
-        "/proc/self/status",
-        "/dev/zero",
-        str(torch_lib),
-        "http://127.0.0.1:9/x",
-    ]
+    files = [*SERVER_FILES[:5], str(torch_lib), SERVER_FILES[5]]
 
     def server_file():
         number = next(target.turn)
@@ -401,7 +334,6 @@ def server_files(target: Target):
 
 def odd_reads(target: Target):
     """Streams of unknown sessions; a stored file downloaded with several ranges, by both of Gradio's file routes."""
-    stored = target.stored
 
     def odd_read():
         number = next(target.turn)
@@ -409,7 +341,7 @@ def odd_reads(target: Target):
             stream = target.http.get(f"{target.url}gradio_api/queue/data", params={"session_hash": f"nobody-{number}"})
             return load.one_line(stream)
         form = "file=" if number % 3 == 0 else "file/"
-        answer = target.http.get(f"{target.url}gradio_api/{form}{stored[0]}", headers={"Range": "bytes=0-0,5-9"})
+        answer = target.http.get(f"{target.url}gradio_api/{form}{target.stored[0]}", headers={"Range": "bytes=0-0,5-9"})
         return f"ranges on {form}<path> HTTP {answer.status_code}"
 
     return attackers(*[odd_read] * 4)
@@ -432,7 +364,8 @@ def slow_links(target: Target, pages: int = 20, late: float = 4.0) -> str:
 
 
 def churn_then_learners(target: Target, rate: int = 20, learners: int = 60) -> str:
-    """`rate` new sessions a second from the address until they are refused; then `learners` pages open from it."""
+    """`rate` new sessions a second from the address until they are refused; then a class of `learners` pages opens
+    from it, twice: every learner must be answered."""
     script = Counter()
 
     def churn():
@@ -476,22 +409,19 @@ def views_at_once(target: Target, views: int = 90) -> str:
 
 
 def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
-    """`views` sessions each ask /inside and open their event stream, which they never read, for `hold` seconds; the
-    server's RSS (MiB) before and at its largest while they are open."""
+    """`views` sessions each ask /inside and open their event stream, never read, for `hold` s: the server's RSS."""
     before, largest, held = load.rss_mib(target.server.pid), 0.0, []
     for _ in range(views):
         session, view = os.urandom(8).hex(), target.inside(FILE_LINE.strip())
-        if load.join(target.http, target.url, target.named["inside"], view, session) != "HTTP 200":
-            continue
-        request = f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-        held += load.connections(target.url, 1, request, receive_buffer=4_096)  # a reader that never reads
+        if load.join(target.http, target.url, target.named["inside"], view, session) == "HTTP 200":
+            request = f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            held += load.connections(target.url, 1, request, receive_buffer=4_096)  # a reader that never reads
     ends = time.monotonic() + hold
     while time.monotonic() < ends:
         largest = max(largest, load.rss_mib(target.server.pid))
         time.sleep(0.5)
     load.states(held)
-    return (
-        f"{len(held)} views asked, streams never read for {hold:g} s: server RSS {before:,.0f} -> at most "
+    return f"{len(held)} views asked, streams never read for {hold:g} s: server RSS {before:,.0f} -> at most " + (
         f"{largest:,.0f} MiB"
     )
 
@@ -502,12 +432,12 @@ def bad_redraws(target: Target, count: int = 20) -> str:
     try:
         outcome(page.ask(target.named["inside"], target.inside()))
         time.sleep(0.5)
-        before = target.log.read_bytes()
+        before = target.log.stat().st_size
         answers = Counter(
             outcome(page.ask(target.redraws[-1][0], [None, *ODD_REDRAWS[n % len(ODD_REDRAWS)]])) for n in range(count)
         )
         time.sleep(0.5)
-        grown = target.log.read_bytes()[len(before) :].decode(errors="replace")
+        grown = target.log.read_bytes()[before:].decode(errors="replace")
     finally:
         page.close()
     return (
@@ -517,15 +447,10 @@ def bad_redraws(target: Target, count: int = 20) -> str:
 
 
 def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
-    """(the server's child processes, those running the CTranslate2 worker: a killed one, a zombie, has no command
-    line)."""
-    children = set()
+    """(the server's child processes, those running the CTranslate2 worker; a killed one has no command line)."""
+    children, workers = set(), []
     for path in Path(f"/proc/{server_pid}/task").glob("*/children"):
-        try:
-            children.update(int(child) for child in path.read_text().split())
-        except OSError:
-            pass
-    workers = []
+        children.update(int(child) for child in path.read_text().split())
     for child in sorted(children):
         try:
             if b"ctranslate2_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
@@ -535,21 +460,16 @@ def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
     return sorted(children), workers
 
 
-def quiet_log(log: Path, quiet: float = 3.0, longest: float = 60.0) -> int:
-    """The log's size once it has not grown for `quiet` seconds (what the attack before wrote is not counted)."""
-    size, since, deadline = log.stat().st_size, time.monotonic(), time.monotonic() + longest
-    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then: float = 3.0):
+    """SIGKILL the server's CTranslate2 worker while it decodes the visitor's call (the first moment after `after` s
+    that it spends CPU, at `latest` s at the latest); the visitor goes on for `then` s more. A pass: the worker is
+    started again, the visitor loses at most one call, the log says so in a line or two."""
+    pid, log = target.server.pid, target.log
+    size, since = log.stat().st_size, time.monotonic()
+    while time.monotonic() - since < 3.0:  # what the attack before writes to the log is not counted
         time.sleep(0.2)
         if log.stat().st_size != size:
             size, since = log.stat().st_size, time.monotonic()
-    return size
-
-
-def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then: float = 3.0):
-    """SIGKILL the server's CTranslate2 worker while it decodes the visitor's call (the first moment after `after` s
-    that it spends CPU, at `latest` s at the latest); the visitor goes on for `then` s more."""
-    pid, log = target.server.pid, target.log
-    before = quiet_log(log)
     children, workers = ctranslate2_workers(pid)
     if not workers:
         return lambda: f"no CTranslate2 worker among the server's children {children}"
@@ -557,13 +477,13 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
 
     def kill():
         last = load.cpu_ticks(victim)
-        while True:
+        while not killed:
             time.sleep(0.005)
             elapsed, ticks = time.monotonic() - began, load.cpu_ticks(victim)
             busy, last = ticks > last, ticks
             if (elapsed >= after and busy) or elapsed >= latest:
                 os.kill(victim, signal.SIGKILL)
-                return killed.update(at=elapsed, busy=busy, when=time.monotonic())
+                killed.update(at=elapsed, busy=busy, when=time.monotonic())
 
     killer = threading.Thread(target=kill, daemon=True)
     killer.start()
@@ -573,7 +493,7 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
         if not killed:
             return f"worker {victim} was not killed"
         now = ctranslate2_workers(pid)[1]
-        lines = log.read_bytes()[before:].decode(errors="replace").splitlines()
+        lines = log.read_bytes()[size:].decode(errors="replace").splitlines()
         restarted = f"restarted as {', '.join(map(str, now))}" if now and victim not in now else "NOT restarted"
         first = f": {lines[0].strip()[:160]}" if lines else ""
         doing = "while decoding" if killed["busy"] else "idle"
@@ -585,14 +505,16 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
 
 
 def attacks(target: Target, args) -> dict:
-    """name -> start(): starts the attack and returns its stop(), in the order they run. The floods: 4 threads each
-    (queue flood: 3,000 capitals at beam 8, never read; starvation stream: tiny greedy calls without a session, never
-    read; upload flood: 100 kB files; bad calls: unknown API names and fn_index, 100,000-deep JSON, a `load_example`
-    that does not exist); join flood: 10 new sessions a second for 15 s, each joining 3 ordinary /translate calls;
-    session churn: 100 new sessions a second for 30 s, each joining the corpus comparison (neither read)."""
+    """name -> start(), which starts the attack and returns its stop(), in the order they run. The floods are 4
+    threads each: queue flood (3,000 capitals at beam 8, never read), starvation stream (tiny greedy calls without a
+    session, never read), busy clients (tiny calls, each thread its session, read), upload flood (100 kB files), bad
+    calls (unknown API names and fn_index, 100,000-deep JSON, a `load_example` that does not exist); join flood: 10 new
+    sessions a second for 15 s, each joining 3 ordinary /translate calls; session churn: 100 new sessions a second for
+    30 s, each joining the corpus comparison (neither read)."""
     http, url, named = target.http, target.url, target.named
     hundred_kb = b"A dog runs in the park.\n" * 4_200 + b"\n"
     flooding = lambda data, read=False: attackers(*[lambda: load.raw_translate(http, url, data, read=read)] * 4)  # noqa: E731
+    busy = [lambda n=n: load.raw_translate(http, url, TINY, session=f"tiny-{n}") for n in range(4)]
 
     def upload():  # Gradio keeps one copy of identical uploads: each is distinct
         return f"upload HTTP {target.upload('u.txt', hundred_kb + f'{next(target.turn)}'.encode()).status_code}"
@@ -601,23 +523,22 @@ def attacks(target: Target, args) -> dict:
         route, body = BAD_CALLS[next(target.turn) % len(BAD_CALLS)]
         return load.one_line(load.post(http, url, route, body))
 
-    def churn():
-        return [load.join(http, url, named["comparison"], [])]
-
     def join_flood():
         session = os.urandom(8).hex()
         return [load.join(http, url, named["translate"], load.ORDINARY, session) for _ in range(3)]
 
+    churn = lambda: [load.join(http, url, named["comparison"], [])]  # noqa: E731
+    beside = lambda attack: lambda: in_background(lambda: attack(target))  # noqa: E731 (an outcome in words)
     chosen = {
         "none": lambda: lambda: "no attackers",
         "file job": lambda: file_job(target),
         "inside redraws": lambda: inside_redraws(target),
-        "largest inside views": lambda: in_background(lambda: largest_inside_views(target)),
-        "queue flood": lambda: flooding([HEAVY_TEXT, "beam search", 8, 255, ""]),
+        "largest inside views": beside(largest_inside_views),
+        "queue flood": lambda: flooding(HEAVY),
         "session eviction": lambda: session_eviction(target),
         "starvation stream": lambda: flooding(TINY),
-        "busy clients": lambda: busy_clients(target),
-        "many files": lambda: in_background(lambda: many_files(target)),
+        "busy clients": lambda: attackers(*busy),
+        "many files": beside(many_files),
         "trickled uploads": lambda: trickled_uploads(target),
         "upload flood": lambda: attackers(*[upload] * 4),
         "slow connections": lambda: slow_connections(target, args.slow),
@@ -629,36 +550,30 @@ def attacks(target: Target, args) -> dict:
         "odd reads": lambda: odd_reads(target),
         "join flood": lambda: attackers(*[join_flood] * 4, rate=10, seconds=15, unit="sessions"),
         "session churn": lambda: attackers(*[churn] * 8, rate=100, seconds=30, unit="sessions"),
-        "slow links": lambda: in_background(lambda: slow_links(target)),
-        "churn then learners": lambda: in_background(lambda: churn_then_learners(target)),
-        "one session's views": lambda: in_background(lambda: one_sessions_views(target)),
-        "views at once": lambda: in_background(lambda: views_at_once(target)),
-        "unread views": lambda: in_background(lambda: unread_views(target)),
-        "bad redraws": lambda: in_background(lambda: bad_redraws(target)),
+        "slow links": beside(slow_links),
+        "churn then learners": beside(churn_then_learners),
+        "one session's views": beside(one_sessions_views),
+        "views at once": beside(views_at_once),
+        "unread views": beside(unread_views),
+        "bad redraws": beside(bad_redraws),
     }
     if args.backend == "ctranslate2":  # last: if no worker is started again, nothing decodes
         chosen["killed worker"] = lambda: killed_worker(target)
     return chosen
 
 
-def split_cores(split: bool) -> tuple[set[int], set[int]]:
-    """(the server's cores, the clients'): all of this process's, or split, the first for the server."""
-    cores = os.sched_getaffinity(0)
-    if not split or len(cores) < 2:
-        return cores, cores
-    return {min(cores)}, cores - {min(cores)}
-
-
 def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
     uploads, log = scratch / "gradio", scratch / "app.log"
-    server_cores, client_cores = split_cores(args.split_cores)
+    cores = os.sched_getaffinity(0)
+    server_cores = {min(cores)} if args.split_cores and len(cores) > 1 else cores
+    client_cores = cores - server_cores or cores
     options = ["--model", model_folder, "--comparison-models", "--backend", args.backend]
     rows, memory, visitor = [], {}, None
     serving = load.app_server(*options, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads))
     with serving as (server, url):
         os.sched_setaffinity(0, client_cores)  # this process and the visitor's
         try:
-            # Split, the visitor is not on the attackers' core (a browser elsewhere): beside the server (light work)
+            # Split, the visitor is not on the attackers' cores (a browser elsewhere): beside the server (light work)
             visitor = load.Visitor(url, cores=server_cores if args.split_cores else None)
             visitor.visit(sentences[:1], 0.0)  # warm-up
             memory["at start"] = (load.rss_mib(server.pid), load.folder_mb(uploads))
@@ -683,17 +598,7 @@ def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
         finally:
             if visitor is not None:
                 visitor.close()
-    text = log.read_text()
-    for part in text.split("Traceback")[1:]:  # what failed, to find it
-        print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
-    return dict(
-        rows=rows,
-        memory=memory,
-        tracebacks=text.count("Traceback"),
-        descriptors=text.count("Too many open"),
-        log_bytes=len(text.encode()),
-        cores=(server_cores, client_cores),
-    )
+    return dict(rows=rows, memory=memory, log=log.read_text(), cores=(server_cores, client_cores))
 
 
 def main():
@@ -705,36 +610,27 @@ def main():
         model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
         result = run(model_folder, english, args, Path(scratch))
     server, clients = (", ".join(map(str, sorted(cores))) for cores in result["cores"])
-    beside = ", the ordinary visitor beside the server" if args.split_cores else ""
+    for part in result["log"].split("Traceback")[1:]:  # what failed, to find it
+        print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
     print(
         f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
         f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1; server on CPU {server}, clients on "
-        f"CPU {clients}{beside})"
+        f"CPU {clients}{', the ordinary visitor beside the server' if args.split_cores else ''})"
     )
     print(
         f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam {BEAMS}, {PAGE_TOKENS} "
-        f"tokens, {args.pause:g} s apart; a failure is an answer without a translation, with a notice, or an "
-        "exception"
+        f"tokens, {args.pause:g} s apart; a failure is an answer without a translation, with a notice, or an exception"
     )
-    rows = [
-        [
-            name,
-            len(seconds),
-            failures,
-            f"{statistics.median(seconds):.2f}",
-            f"{load.percentile(seconds, 0.95):.2f}",
-            f"{max(seconds):.2f}",
-        ]
-        for name, seconds, failures, _ in result["rows"]
-    ]
+    rows = [[name, len(seconds), failures, *load.seconds_row(seconds)] for name, seconds, failures, _ in result["rows"]]
     harness.print_table(["attack", "requests", "failures", "p50 (s)", "p95 (s)", "max (s)"], rows)
-    for name, _, _, outcome_text in result["rows"]:
-        print(f"# {name}: {outcome_text}")
+    for name, _, _, told in result["rows"]:
+        print(f"# {name}: {told}")
     memory = [[when, f"{rss:,.0f}", f"{size:,.1f}"] for when, (rss, size) in result["memory"].items()]
     harness.print_table(["server", "RSS (MiB)", "upload folder (MB)"], memory)
+    log = result["log"]
     print(
-        f"# server log: {result['log_bytes']:,} bytes, {result['tracebacks']} tracebacks, {result['descriptors']} "
-        "'Too many open files'"
+        f"# server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks, "
+        f"{log.count('Too many open')} 'Too many open files'"
     )
     print(f"# {harness.describe_machine(args.threads)}")
 

@@ -1,25 +1,21 @@
-"""The load harness the attack and load benchmarks share (and the app's tests import their page client from).
+"""The one load harness of the attack and load benchmarks (the app's tests import its page client from here).
 
-- `app_server`: `python app.py ...` started on a free port of 127.0.0.1, waited for, stopped at the end;
-- `Page`: a session as the browser runs it: its heartbeat open while the page is, calls posted to queue/join, their
-  results read from the session's event stream; `events` reads the page's events from /config;
-- raw HTTP clients: `post`, `raw_translate`, `upload_from` and sockets that send part of a request (`connections`);
-- attackers: `attackers` runs a function in threads (again and again, at a rate, for a time, or once each) and counts
-  what it returns; `in_background` runs one scenario beside the visitor; `in_parallel` runs pages at once;
-- `Visitor`: the ordinary visitor (gradio_client) in a process of its own, timing its translations.
-Every attack here returns a `stop()` that ends it and says, in words, what the attackers got; `stop.running()` says
-whether an attack that ends by itself is still going (the visitor keeps visiting until it is not).
+`app_server` starts `python app.py` on a free port and stops it; `Page` is a session as the browser runs it; `post`,
+`raw_translate`, `join`, `connections` and `states` are raw HTTP and socket clients; `attackers`, `in_background` and
+`in_parallel` run clients in threads and count what they got; `Visitor` is the ordinary visitor (gradio_client) in a
+process of its own, timing its translations. An attack returns a `stop()` that ends it and says in words what the
+attackers got; `stop.running()`, where it has one, says whether an attack that ends by itself is still going.
 """
 
 import itertools
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,15 +24,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
-
 SENTENCE = "A dog runs in the park."
 PAGE_TOKENS = 128  # the page's default "max new tokens"
 
 
 def shipped_beams(folder: Path = SHIPPED_DIR) -> int:
-    """The beams the shipped folder decodes with (its record's "decoding", else its generation_config), which the
-    page offers by default; when the folder is not there, the translation defaults' (those of the random model that
-    `harness.model_folder_to_serve` serves then)."""
+    """The beams the page offers by default: the shipped folder's, else those of the random model served without it."""
     for name, key in (("eval_results.json", "decoding"), ("generation_config.json", None)):
         if (folder / name).is_file():
             record = json.loads((folder / name).read_text())
@@ -55,33 +48,16 @@ BEAMS = shipped_beams()
 ORDINARY = [SENTENCE, "beam search", BEAMS, PAGE_TOKENS, ""]  # /translate at the page's defaults
 
 
-# --- the server -------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_up(url: str, server: subprocess.Popen, timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"app.py exited with code {server.returncode} before serving; see its output.")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"app.py did not answer at {url} within {timeout:.0f} s.")
+# --- the server and what it uses ----------------------------------------------------------------------------------
 
 
 @contextmanager
 def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[int] | None = None, **environment):
-    """`python app.py *options --port <free>` offline (its output into `log`, else this process's stderr; on `cores`;
-    `environment` added to this process's), up: yields (process, url); stopped at the end."""
-    port = free_port()
+    """`python app.py *options --port <free>` offline (output into `log`, else stderr; pinned to `cores`), up:
+    yields (process, url); stopped at the end."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(threads))
     output = open(log, "w") if log else subprocess.DEVNULL
     pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
@@ -89,9 +65,18 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
     server = subprocess.Popen(
         command, cwd=ROOT, env=env | environment, stdout=output, stderr=output if log else None, preexec_fn=pinned
     )
+    url, deadline = f"http://127.0.0.1:{port}/", time.monotonic() + 600
     try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_until_up(url, server)
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"app.py exited with code {server.returncode} before serving; see its output.")
+            try:
+                httpx.get(url, timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"app.py did not answer at {url} within 600 s.") from None
+                time.sleep(0.5)
         yield server, url
     finally:
         server.terminate()
@@ -101,15 +86,13 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
 
 
 def rss_mib(pid: int) -> float:
-    """Resident memory of a process, MiB (Linux /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of a process, MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
 
 
 def cpu_ticks(pid: int) -> int:
-    """User + system CPU time of a process so far, in clock ticks (Linux /proc)."""
+    """User + system CPU time of a process so far, in clock ticks."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
@@ -120,27 +103,28 @@ def folder_mb(folder: Path) -> float:
 
 def percentile(values: list[float], fraction: float) -> float:
     """Linear-interpolated percentile (fraction in [0, 1])."""
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def latencies_line(latencies: list[float]) -> str:
     return (
-        f"{len(latencies)} translations, median {percentile(latencies, 0.5):.2f} s, p95 "
-        f"{percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s"
+        statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1] if values[1:] else values[0]
     )
 
 
-# --- pages ------------------------------------------------------------------------------------------------------
+def seconds_row(latencies: list[float]) -> list[str]:
+    """[p50, p95, max] of latencies, in seconds."""
+    latencies = latencies or [float("nan")]
+    return [f"{value:.2f}" for value in (statistics.median(latencies), percentile(latencies, 0.95), max(latencies))]
+
+
+def latencies_line(latencies: list[float]) -> str:
+    p50, p95, most = seconds_row(latencies)
+    return f"{len(latencies)} translations, median {p50} s, p95 {p95} s, max {most} s"
+
+
+# --- pages --------------------------------------------------------------------------------------------------------
 
 
 def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
     """From /config: {api_name: fn_index} of the events a client may call by name, and [(fn_index, name)] of the Inside
-    tab's redraws (private events with 4 inputs: the session's view, kind, layer, head). Gradio 6 numbers an event by
-    its dependency's "id" (the same as its place in the list, unless events were rendered later)."""
+    tab's redraws (private events with 4 inputs: the session's view, kind, layer, head)."""
     named, redraws = {}, []
     for place, dependency in enumerate(httpx.get(f"{url}config", timeout=30).json()["dependencies"]):
         fn_index, name = dependency.get("id", place), dependency.get("api_name")
@@ -151,11 +135,16 @@ def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
     return named, redraws
 
 
+def call_body(fn_index: int, data: list, session: str | None = None) -> dict:
+    """A queue/join or run/predict call as the page sends it (in a new session if none)."""
+    session = session or os.urandom(8).hex()
+    return {"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None}
+
+
 class Page:
     """A page's session as the browser runs it: its heartbeat open while the page is (`settle`: open before the first
     call, else alongside it; none with `heartbeat=False`, a script posting and leaving). From `peer`, a loopback
-    address the connections start from; with `address`, every request names it in X-Forwarded-For (a visitor behind a
-    proxy the server trusts)."""
+    address the connections start from; with `address`, every request names it in X-Forwarded-For."""
 
     def __init__(
         self, url: str, address: str | None = None, peer: str | None = None, heartbeat: bool = True, settle: bool = True
@@ -166,32 +155,22 @@ class Page:
         self.http = httpx.Client(timeout=httpx.Timeout(30, read=120), headers=headers, transport=transport)
         self.beating, self.closed = threading.Event(), threading.Event()
         if heartbeat:
-            threading.Thread(target=self._heartbeat, daemon=True).start()
+            threading.Thread(target=self.heartbeat, daemon=True).start()
             if settle and not self.beating.wait(30):
                 raise TimeoutError("the heartbeat did not open")
 
-    def _heartbeat(self) -> None:
+    def heartbeat(self) -> None:
         try:
             with self.http.stream("GET", f"{self.url}gradio_api/heartbeat/{self.session}") as beat:
                 self.beating.set()
                 for _ in beat.iter_raw():
                     if self.closed.is_set():
                         return
-        except httpx.HTTPError:  # its connection closed with the page (`close`)
+        except httpx.HTTPError:  # its connection closed with the page
             pass
 
-    def body(self, fn_index: int, data: list) -> dict:
-        """A call of this page's session, as the page sends it."""
-        return {
-            "data": data,
-            "fn_index": fn_index,
-            "session_hash": self.session,
-            "event_data": None,
-            "trigger_id": None,
-        }
-
     def join(self, fn_index: int, data: list) -> httpx.Response:
-        return self.http.post(f"{self.url}gradio_api/queue/join", json=self.body(fn_index, data))
+        return self.http.post(f"{self.url}gradio_api/queue/join", json=call_body(fn_index, data, self.session))
 
     def messages(self):
         """The session's event stream, message by message; {"refused": status} if it is not opened."""
@@ -219,8 +198,8 @@ class Page:
         return (self.read() or [{}])[0] if status == 200 else {"refused": status}
 
     def run(self, fn_index: int, data: list) -> dict:
-        """An event outside the queue (`queue=False`), as the page calls it: its answer, or {"refused": status}."""
-        answer = self.http.post(f"{self.url}gradio_api/run/predict", json=self.body(fn_index, data))
+        """An event outside the queue, as the page calls it: its answer, or {"refused": status}."""
+        answer = self.http.post(f"{self.url}gradio_api/run/predict", json=call_body(fn_index, data, self.session))
         return answer.json() if answer.status_code == 200 else {"refused": answer.status_code}
 
     def close(self) -> None:
@@ -252,37 +231,25 @@ def counted(outcomes: Counter) -> str:
 
 
 def in_parallel(count: int, target) -> Counter:
-    """`target()` in `count` threads at once; their outcomes counted."""
-    outcomes, lock = Counter(), threading.Lock()
-
-    def run():
-        try:
-            label = target()
-        except Exception as error:  # a page's own failure is an outcome
-            label = type(error).__name__
-        with lock:
-            outcomes[label] += 1
-
-    threads = [threading.Thread(target=run) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    return outcomes
+    """`target()` in `count` threads at once; their outcomes counted (an exception as its name)."""
+    stop = attackers(*[target] * count, repeat=False)
+    stop()
+    return stop.outcomes
 
 
-# --- raw HTTP clients -------------------------------------------------------------------------------------------
+# --- raw HTTP and socket clients ----------------------------------------------------------------------------------
 
 
 def post(http: httpx.Client, url: str, route: str, body, **headers) -> httpx.Response:
     """A POST to /gradio_api/`route` of a JSON body (bytes as they are, anything else encoded)."""
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", **headers}
-    return http.post(f"{url}gradio_api/{route}", content=content, headers=headers)
+    return http.post(
+        f"{url}gradio_api/{route}", content=content, headers={"Content-Type": "application/json", **headers}
+    )
 
 
 def raw_translate(http: httpx.Client, url: str, data: list, session: str | None = None, read: bool = True) -> str:
-    """A raw call of /translate (no page): its outcome in a word."""
+    """A call of /translate without a page: its outcome in a word."""
     posted = post(http, url, "call/translate", {"data": data} | ({"session_hash": session} if session else {}))
     if posted.status_code != 200:
         return f"HTTP {posted.status_code}"
@@ -296,14 +263,7 @@ def raw_translate(http: httpx.Client, url: str, data: list, session: str | None 
 
 def join(http: httpx.Client, url: str, fn_index: int, data: list, session: str | None = None) -> str:
     """A queue/join post in `session` (a new one if none), never read: its status."""
-    body = {
-        "data": data,
-        "fn_index": fn_index,
-        "session_hash": session or os.urandom(8).hex(),
-        "event_data": None,
-        "trigger_id": None,
-    }
-    return f"HTTP {post(http, url, 'queue/join', body).status_code}"
+    return f"HTTP {post(http, url, 'queue/join', call_body(fn_index, data, session)).status_code}"
 
 
 def one_line(response: httpx.Response) -> str:
@@ -316,38 +276,38 @@ def one_line(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}, {'one line' if ok else 'NOT one line'}"
 
 
-def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].strip("/"))
-
-
 def upload_from(url: str, peer: str, number: int) -> str:
     """One small upload over a connection from `peer` (a loopback address): its status, in words."""
     part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="u.txt"\r\n\r\n'
     body = part + f"A dog {number}.".encode() + b"\r\n--B--\r\n"
     headers = "POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
-    headers += f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    request = f"{headers}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
     try:
-        with socket.create_connection(("127.0.0.1", port_of(url)), timeout=30, source_address=(peer, 0)) as connection:
-            connection.sendall(headers.encode() + b"\r\n" + body)
+        (connection,) = connections(url, 1, request, peer=peer, timeout=30, strict=True)
+        with connection:
             status = int(connection.recv(64).split()[1])
     except Exception as error:
         return f"an upload from {peer} failed ({type(error).__name__})"
     return f"an upload from {peer}: HTTP {status} ({'accepted' if status == 200 else 'NOT accepted'})"
 
 
-def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
+def connections(url: str, count: int, request, peer=None, receive_buffer=None, timeout=5.0, strict=False) -> list:
     """Up to `count` connections (from `peer`, a loopback address, if given), each sending `request` (bytes, or a
-    function of its number) and nothing more; as many as the machine lets open. `receive_buffer`: a small one makes a
-    reader that never reads."""
-    opened, source = [], (peer, 0) if peer else None
+    function of its number) and nothing more: as many as the machine lets open (`strict`: all, or raise). A small
+    `receive_buffer` makes a reader that never reads."""
+    opened = []
     for number in range(count):
         try:
-            connection = socket.create_connection(("127.0.0.1", port_of(url)), timeout=5, source_address=source)
+            connection = socket.create_connection(
+                ("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=timeout, source_address=(peer or "", 0)
+            )
             if receive_buffer:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             connection.sendall(request(number) if callable(request) else request)
             opened.append(connection)
         except OSError:
+            if strict:
+                raise
             break
     return opened
 
@@ -370,18 +330,16 @@ def states(opened: list[socket.socket], close: bool = True, timeout: float = 0.0
     return found
 
 
-# --- attackers --------------------------------------------------------------------------------------------------
+# --- attackers ----------------------------------------------------------------------------------------------------
 
 
-def attackers(
-    *targets, repeat: bool = True, rate: float | None = None, seconds: float | None = None, unit: str | None = None
-):
-    """Each target in a thread of its own, called again and again until stopped (or once each, `repeat=False`); with
-    `rate`, that many calls a second in all (the threads take numbered turns), for `seconds` at most. What the calls
-    return (a label, or a list of labels) is counted; an exception counts as its name. With `unit`, what was counted
-    is said per `unit` made and at what pace."""
-    outcomes, done, lock, stopped = Counter(), Counter(), threading.Lock(), threading.Event()
-    turns, began = itertools.count(), time.monotonic()
+def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped: threading.Event | None = None):
+    """Each target in a thread of its own, called again and again until stopped (or once, `repeat=False`); with
+    `rate`, that many calls a second in all, for `seconds` at most. What the calls return (a label, or labels; an
+    exception, its name) is counted; with `unit`, said per `unit` made and at what pace. `stopped`: the event that
+    stop() sets (targets may wait on it)."""
+    outcomes, lock, stopped = Counter(), threading.Lock(), stopped or threading.Event()
+    turns, done, began = itertools.count(), Counter(), time.monotonic()
 
     def loop(target):
         while not stopped.is_set():
@@ -413,12 +371,13 @@ def attackers(
         elapsed = time.monotonic() - began
         return f"{done['calls']:,} {unit} in {elapsed:.0f} s ({done['calls'] / elapsed:.0f}/s): {counted(outcomes)}"
 
+    stop.outcomes = outcomes
     stop.running = lambda: seconds is not None and time.monotonic() - began < seconds and not stopped.is_set()
     return stop
 
 
 def in_background(target):
-    """`target()` (returning its outcome in words) once in a thread; the visitor visits until it has returned."""
+    """`target()` (its outcome in words) once in a thread; the visitor visits until it has returned."""
     outcome = []
 
     def run():
@@ -438,21 +397,24 @@ def in_background(target):
     return stop
 
 
-# --- the ordinary visitor ---------------------------------------------------------------------------------------
+# --- the ordinary visitor -----------------------------------------------------------------------------------------
 
 
 class Visitor:
-    """The ordinary visitor in a process of its own (`visitor_process`): one gradio_client session for the whole run,
-    as on a machine of its own (attackers' threads in this process would otherwise hold its interpreter)."""
+    """The ordinary visitor in a process of its own, one gradio_client session for the whole run, as on a machine of
+    its own (attackers' threads in this process would hold its interpreter). `address`: the visitor's, in
+    X-Forwarded-For; `cores`: where its process runs."""
 
     def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
-        """`address`: the visitor's, in X-Forwarded-For (a server that trusts the benchmark's proxy); else its own.
-        `cores`: where its process runs (default: where this one does)."""
         code = "from benchmarks.load import visitor_process; visitor_process()"
-        command = [sys.executable, "-c", code, url, *([address] if address else [])]
         pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
         self.process = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pinned
+            [sys.executable, "-c", code, url, *([address] if address else [])],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=pinned,
         )
 
     def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
@@ -471,12 +433,12 @@ class Visitor:
 
 
 def visitor_process() -> None:
-    """The visitor's process: each line on stdin asks {"sentences": [...], "pause": seconds}; each is answered by one
-    line {"latencies": [...], "failures": n}. A failure: an answer without a translation, with a notice, or an error."""
+    """Each line on stdin {"sentences": [...], "pause": s} is answered by a line {"latencies": [...], "failures": n}. A
+    failure: an answer without a translation, with a notice, or an error."""
     from gradio_client import Client
 
     headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
-    for attempt in range(3):  # a page opened in a crowd's burst may wait past gradio_client's 5 s for /config: again
+    for attempt in range(3):  # a page opened in a crowd's burst may wait past gradio_client's 5 s for /config
         try:
             client = Client(sys.argv[1], verbose=False, headers=headers)
             break

@@ -1,14 +1,13 @@
 """Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
 translation, and do the server's memory and upload folder stay bounded?
 
-`python app.py --backend ...` (our model, offline, its own upload folder) on 127.0.0.1. Per attack (the functions
-below, in the order of `attacks()`; the ones that spend the address's quotas of uploads and sessions come late, so
-that each earlier one is refused for what it is): the attackers start, and half a second later the ordinary visitor
-(`load.Visitor`) sends `--ordinary` sentences at the page's defaults, `--pause` s apart, going on while an attack
-that ends by itself runs. It prints the visitor's p50 / p95 / max and failures (no translation, a notice, an error)
-and what the attackers got, then the server's RSS and upload folder. A pass: no visitor failure, latencies of about a
-second (more on a shared core), each attack refused for what it is, memory bounded, no traceback in the server log.
-`--split-cores` puts the server and the visitor on the first core, the attackers on the others.
+`python app.py --backend ...` on 127.0.0.1. Per attack (the functions below, in the order of `attacks()`; those that
+spend the address's quotas of uploads and sessions come late, so that each earlier one is refused for what it is) the
+attackers start and the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences at the page's defaults, going on
+while an attack that ends by itself runs. Printed: the visitor's p50 / p95 / max and failures, what the attackers got,
+the server's RSS and upload folder. A pass: no visitor failure, latencies of about a second (more on a shared core),
+each attack refused for what it is, memory bounded, no traceback in the server log. `--split-cores`: the server and
+the visitor on the first core, the attackers on the others.
 
     OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
     [--attacks "queue flood" "slow bodies"] [--split-cores]
@@ -141,7 +140,8 @@ def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3)
         told[f"/inside {'answered' if shown else 'refused'}"] += 1
     except Exception as error:
         told[f"/inside failed ({type(error).__name__})"] += 1
-        stopped.set() if page is None else page.close()
+        if page is not None:
+            page.close()
         return told
     while not stopped.is_set():
         try:

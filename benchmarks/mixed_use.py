@@ -12,11 +12,10 @@ the second half. A pass: no failed call, a flat slope (a few MiB a minute at mos
 
 `--trace counts` has the server report (through a `sitecustomize` written here; app.py unchanged) at `--warm_up`
 minutes and at the end: glibc's heap, Gradio's sessions kept and the text their page values hold, the sizes of
-Gradio's and our containers, the object types grown, what `malloc_trim(0)` gives back. `--trace allocations` also
-traces allocations (tracemalloc: a slower server) and says where those still alive were made. glibc's settings are
-tried as `MALLOC_ARENA_MAX=2 python -m ...`: the server inherits this environment.
+Gradio's and our containers, the object types grown, what `malloc_trim(0)` gives back. glibc's settings are tried as
+`MALLOC_ARENA_MAX=2 python -m ...`: the server inherits this environment.
 
-    OMP_NUM_THREADS=1 nice -n 5 python -m benchmarks.mixed_use --threads 1 [--minutes 60] [--trace counts|allocations]
+    OMP_NUM_THREADS=1 nice -n 5 python -m benchmarks.mixed_use --threads 1 [--minutes 60] [--trace counts]
 """
 
 import os
@@ -36,11 +35,7 @@ from benchmarks.arena_attacks import CAPTIONS, better, serve
 from benchmarks.load import BEAMS, PAGE_TOKENS, Page, events, folder_mb, outcome, rss_mib
 
 TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
-    "192.0.2.10",
-    "203.0.113.5",
-    "198.51.100.20",
-    "192.0.2.30",
-    "198.51.100.40",
+    "192.0.2.10 203.0.113.5 198.51.100.20 192.0.2.30 198.51.100.40".split()
 )
 KINDS = ("open", "translate", "arena", "inside", "board", "file")
 ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds of attention
@@ -49,10 +44,10 @@ ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds 
 # of what Gradio holds, so it reads Gradio's own attributes (the tests' check of private names leaves this file out).
 IN_THE_SERVER = r'''
 """benchmarks.mixed_use --trace: a report into $MIXED_USE_TRACE.<n> at each SIGUSR1."""
-import ctypes, gc, os, signal, sys, threading, tracemalloc
+import ctypes, gc, os, signal, sys, threading
 from collections import Counter
 
-LIBC, STDLIB, asked, first = ctypes.CDLL("libc.so.6"), os.path.dirname(os.__file__), threading.Event(), {}
+LIBC, asked, first = ctypes.CDLL("libc.so.6"), threading.Event(), {}
 FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
 
 
@@ -100,22 +95,9 @@ def report(number):
     if not first:
         first.update(types=types)
         lines.append("(the first report: later ones say what grew since)")
-        if os.environ.get("MIXED_USE_ALLOCATIONS"):  # those still alive later grew
-            tracemalloc.start(6)
     else:
         grown = (types - first["types"]).most_common(20)
         lines.append("objects grown by type: " + ", ".join(f"{name} +{count:,}" for name, count in grown))
-    if number and tracemalloc.is_tracing():
-        sites, blocks = Counter(), Counter()
-        for trace in tracemalloc.take_snapshot().traces:  # the 3 innermost frames outside the standard library
-            outside = [frame for frame in reversed(trace.traceback) if not frame.filename.startswith(STDLIB)]
-            site = tuple(outside[:3]) or tuple(reversed(trace.traceback))[:3]
-            sites[site], blocks[site] = sites[site] + trace.size, blocks[site] + 1
-        alive = tracemalloc.get_traced_memory()[0] / 2**20
-        lines.append(f"allocated since the first report and alive: {alive:,.0f} MiB")
-        for site, size in sites.most_common(15):
-            lines += [f"{size / 2**20:,.1f} MiB in {blocks[site]:,} blocks, allocated at:"]
-            lines += [f"    {frame.filename}:{frame.lineno}" for frame in site]
     if number:  # the last: how much of the resident memory is glibc's free memory, which it gives back if asked
         before = resident()
         LIBC.malloc_trim(0)
@@ -150,7 +132,7 @@ def options(parser):
     parser.add_argument("--translators", type=int, default=3, help="translators on the page at once (default 3)")
     parser.add_argument("--players", type=int, default=2, help="arena players at once (default 2)")
     parser.add_argument("--file_lines", type=int, default=200, help="lines of each file job (default 200)")
-    parser.add_argument("--trace", choices=["counts", "allocations"], help="the server reports what it holds")
+    parser.add_argument("--trace", choices=["counts"], help="the server reports what it holds")
     parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
 
 
@@ -164,20 +146,17 @@ class Site:
         self.calls, self.latencies, self.failures, self.seconds = Counter(), [], Counter(), {kind: [] for kind in KINDS}
         self.named, redraws = events(url)
         dependencies = httpx.get(f"{url}config", timeout=30).json()["dependencies"]
-        ids = [dependency.get("id", place) for place, dependency in enumerate(dependencies)]
         after_inside = {
-            i for i, d in zip(ids, dependencies, strict=True) if d.get("trigger_after") == self.named["inside"]
+            d.get("id", n) for n, d in enumerate(dependencies) if d.get("trigger_after") == self.named["inside"]
         }
         self.draw_inside = next(fn_index for fn_index, _ in redraws if fn_index in after_inside)
         self.redraws = [fn_index for fn_index, _ in redraws if fn_index not in after_inside]
-        # The Translate tab's timer: a private event outside the queue with no inputs, which the page calls each second
-        # until the comparison models are loaded (its first answer stops it).
-        ticks = [
-            i
-            for i, d in zip(ids, dependencies, strict=True)
-            if not d.get("queue", True) and not d.get("inputs") and not d.get("api_name")
+        # The Translate tab's timer: a private event outside the queue without inputs, which the page calls each second
+        # until the comparison models are loaded
+        timer = [
+            n for n, d in enumerate(dependencies) if not (d.get("queue", True) or d.get("inputs") or d.get("api_name"))
         ]
-        self.tick = ticks[0] if ticks else None
+        self.tick = dependencies[timer[0]].get("id", timer[0]) if timer else None
 
     def count(self, kind: str, label: str, seconds: float | None = None) -> None:
         with self.lock:
@@ -355,7 +334,6 @@ def main():
             (trace.parent / "sitecustomize.py").write_text(IN_THE_SERVER)
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(trace.parent), os.environ.get("PYTHONPATH")]))
             os.environ["MIXED_USE_TRACE"] = str(trace)
-            os.environ["MIXED_USE_ALLOCATIONS"] = "1" if args.trace == "allocations" else ""
         with serve(scratch, args) as (server, url, _):
             site, memory, uploads = crowd(server, url, sentences, args, trace)
         log = (scratch / "app.log").read_text(errors="replace")

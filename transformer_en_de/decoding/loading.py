@@ -122,8 +122,7 @@ def check_code_origin(folder: str | Path, listed: str, *, hub_repo: bool) -> Non
 def needs_remote_code(source: str, *, revision: str | None = None, local_files_only: bool = False) -> bool:
     """Whether loading `source` needs its own modeling code: its config names a model type transformers does not
     know and maps it to code (`auto_map`). Reads config.json only; runs nothing."""
-    from transformers import PretrainedConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING, PretrainedConfig
 
     config, _ = PretrainedConfig.get_config_dict(source, revision=revision, local_files_only=local_files_only)
     return "auto_map" in config and config.get("model_type") not in CONFIG_MAPPING

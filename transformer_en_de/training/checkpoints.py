@@ -12,10 +12,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
 import torch
 from safetensors import SafetensorError, safe_open
 from transformers import GenerationConfig
-from transformers.trainer_pt_utils import safe_globals
 
 from modeling import TransformerMTForConditionalGeneration
 from modeling.length_bound import saved_bound
@@ -101,12 +101,19 @@ def damaged_checkpoint(checkpoint: str | Path) -> str | None:
     return None
 
 
+def numpy_globals() -> list:
+    """What the Trainer's RNG state pickles besides tensors, as its own safe load allows: numpy arrays (their
+    reconstructor as an array's `__reduce__` names it) and their dtypes."""
+    reconstruct = numpy.zeros(0).__reduce__()[0]
+    return [reconstruct, numpy.ndarray, numpy.dtype, type(numpy.dtype(numpy.uint32))]
+
+
 def _unsafe_pickle(path: Path) -> str | None:
     """Why a safe load (`weights_only`, as the Trainer loads optimizer, scheduler and RNG states) refuses a torch.save
     file, or None. A file this project's training wrote is plain tensors and numbers; anything else in it was put
     there by something else, and is never unpickled with code allowed."""
     try:
-        with safe_globals():
+        with torch.serialization.safe_globals(numpy_globals()):
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))

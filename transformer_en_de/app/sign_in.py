@@ -1,23 +1,11 @@
-"""Whether visitors can sign in with Hugging Face to vote in the arena, decided and checked before the app starts.
+"""Whether the arena's visitors can sign in with Hugging Face, decided and checked before the app starts.
 
-Gradio serves the sign-in itself once the page has a `gr.LoginButton` (`gradio.oauth.attach_oauth`, when the page is
-mounted), and picks its routes by where it runs:
-
-- on a Space (SYSTEM=spaces and SPACE_ID, as the runtime sets them) the real OAuth routes: the visitor signs in on the
-  Hub, with the OAuth app the Hub makes for a Space whose metadata says `hf_oauth: true` (it sets OAUTH_CLIENT_ID,
-  OAUTH_CLIENT_SECRET, OAUTH_SCOPES and OPENID_PROVIDER_URL), through authlib;
-- elsewhere a stand-in that signs every visitor in as the account of this machine's Hugging Face token, which it asks
-  the Hub (`whoami` at HF_ENDPOINT) when the page is mounted.
-
-Who signed in is kept in a session cookie signed with sha256(OAUTH_CLIENT_SECRET + "-v4"). Off a Space there is
-usually no secret, so anyone can compute that key and forge a cookie for any account; and the stand-in's login route
-hands every visitor the machine's account anyway. So only the real routes with a real OAuth app's secret make a
-signed-in visitor an account (`SignIn.accounts`): `--sign_in` (`accounts`) refuses to start anywhere else, in one
-line, and `--sign_in stand-in` keeps Gradio's stand-in as a way to try the page, its votes counted as anonymous.
-
-Either route fails inside Gradio with a traceback, at the first request or at start-up; `sign_in_mode` finds the same
-problems first and says each in one line (`SignInUnavailable`). The account's name is never read here: only whether
-one can be had.
+Gradio serves the sign-in once the page has a `gr.LoginButton`: on a Space (SYSTEM=spaces and SPACE_ID) its real OAuth
+routes, with the OAuth app the Hub makes for `hf_oauth: true`; elsewhere a stand-in that signs every visitor in as the
+account of this machine's token. Who signed in is kept in a cookie signed with sha256(OAUTH_CLIENT_SECRET + "-v4"):
+without a real secret anyone can forge it. So only the real routes with a real secret count a visitor as an account
+(`SignIn.accounts`); `--sign_in stand-in` tries the page, its votes anonymous. What would fail inside Gradio with a
+traceback stops here in one line (`SignInUnavailable`).
 """
 
 import importlib.util
@@ -31,25 +19,18 @@ from ..hub_access import HUB_CONNECT_TIMEOUT_S, cause, connect
 
 # What the Hub sets in a Space whose metadata has `hf_oauth: true`; Gradio's real routes need every one.
 SPACE_OAUTH_VARIABLES = ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES", "OPENID_PROVIDER_URL")
-# gradio[oauth]: authlib for the real routes; itsdangerous signs the session cookie that holds who signed in.
-SPACE_PACKAGES, LOCAL_PACKAGES = ("authlib", "itsdangerous"), ("itsdangerous",)
-ON_A_SPACE = "with their Hugging Face account (the Space's OAuth app)"
-LOCALLY = (
-    "as the account of this machine's Hugging Face token, at {endpoint} (Gradio's local stand-in, to try the page: "
-    "its votes count as anonymous)"
-)
 ACCOUNTS, STAND_IN = "accounts", "stand-in"  # what `--sign_in` asks for (`--sign_in` alone: accounts)
+TRY_STAND_IN = "try the page with `--sign_in stand-in` (its votes count as anonymous)"
 NO_OAUTH_APP = (
     "--sign_in counts a vote as an account's only through a real OAuth app, and {unset} {verb} not set: off a "
     "Space, Gradio's sign-in is a local stand-in that signs anyone in as this machine's account, under a cookie key "
     "anyone can compute. Run on a Space with `hf_oauth: true` (or set SYSTEM=spaces and SPACE_ID with a real OAuth "
-    "app's OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, OAUTH_SCOPES and OPENID_PROVIDER_URL), or try the page with "
-    "`--sign_in stand-in` (its votes count as anonymous)."
+    f"app's {', '.join(SPACE_OAUTH_VARIABLES)}), or {TRY_STAND_IN}."
 )
 NOT_A_SPACE = (
     "--sign_in: an OAuth app is set, but Gradio serves its real sign-in only where SYSTEM=spaces and SPACE_ID are set "
     "(as on a Space); here it would serve its local stand-in, which signs anyone in as this machine's account. Set "
-    "them, or try the page with `--sign_in stand-in` (its votes count as anonymous)."
+    f"them, or {TRY_STAND_IN}."
 )
 
 
@@ -59,8 +40,7 @@ class SignInUnavailable(Exception):
 
 @dataclass(frozen=True)
 class SignIn:
-    """How visitors sign in (`how`, a few words for the log), and whether a signed-in visitor counts as an account
-    (`accounts`: only through Gradio's real OAuth routes and a real OAuth app's secret)."""
+    """How visitors sign in (a few words for the log), and whether a signed-in visitor counts as an account."""
 
     how: str
     accounts: bool
@@ -77,34 +57,34 @@ def asked_for(value: str | bool | None) -> str:
 
 
 def sign_in_mode(asked: str | bool | None, environ: Mapping[str, str] = os.environ) -> SignIn | None:
-    """None when votes are anonymous (sign-in neither asked for nor set up by a Space's `hf_oauth: true`); otherwise
-    how visitors sign in (`SignIn`). Raises SignInUnavailable when it cannot work, or when accounts are asked for where
-    Gradio would serve its stand-in."""
+    """None when votes are anonymous (no sign-in asked for, nor set up by a Space's `hf_oauth: true`); else how
+    visitors sign in. Raises SignInUnavailable where it cannot work, or where accounts would be a stand-in's."""
     asked = asked_for(asked)
-    # A Space as Gradio tells one (SYSTEM=spaces and a SPACE_ID): only there does it serve its real OAuth routes.
-    space = environ.get("SYSTEM") == "spaces" and environ.get("SPACE_ID") is not None
+    space = environ.get("SYSTEM") == "spaces" and environ.get("SPACE_ID") is not None  # as Gradio tells a Space
     if not (asked or (space and environ.get("OAUTH_CLIENT_ID"))):
         return None
-    if space:  # Gradio's real routes (a stand-in is not served on a Space)
-        need_packages(SPACE_PACKAGES)
-        unset = [name for name in SPACE_OAUTH_VARIABLES if not environ.get(name)]
+    unset = [name for name in SPACE_OAUTH_VARIABLES if not environ.get(name)]
+    if space:  # Gradio's real routes (authlib), whose session cookie itsdangerous signs
+        need_packages("authlib", "itsdangerous")
         if unset:
             raise SignInUnavailable(
                 f"sign-in on a Space needs `hf_oauth: true` in its README's metadata ({', '.join(unset)} not set)."
             )
-        return SignIn(ON_A_SPACE, accounts=True)
+        return SignIn("with their Hugging Face account (the Space's OAuth app)", accounts=True)
+    if asked == ACCOUNTS and unset:
+        raise SignInUnavailable(NO_OAUTH_APP.format(unset=", ".join(unset), verb="is" if len(unset) == 1 else "are"))
     if asked == ACCOUNTS:
-        unset = [name for name in SPACE_OAUTH_VARIABLES if not environ.get(name)]
-        if unset:
-            verb = "is" if len(unset) == 1 else "are"
-            raise SignInUnavailable(NO_OAUTH_APP.format(unset=", ".join(unset), verb=verb))
         raise SignInUnavailable(NOT_A_SPACE)
-    need_packages(LOCAL_PACKAGES)
+    need_packages("itsdangerous")
     check_local_account()
-    return SignIn(LOCALLY.format(endpoint=constants.ENDPOINT), accounts=False)
+    return SignIn(
+        f"as the account of this machine's Hugging Face token, at {constants.ENDPOINT} (Gradio's local stand-in, to "
+        "try the page: its votes count as anonymous)",
+        accounts=False,
+    )
 
 
-def need_packages(names: tuple[str, ...]) -> None:
+def need_packages(*names: str) -> None:
     missing = [name for name in names if importlib.util.find_spec(name) is None]
     if missing:
         raise SignInUnavailable(f"sign-in needs {', '.join(missing)}: pip install 'gradio[oauth]'.")
@@ -121,8 +101,7 @@ def check_local_account() -> None:
     if constants.is_offline_mode():
         raise SignInUnavailable("--sign_in asks the Hub whose token this is, and HF_HUB_OFFLINE=1 forbids it.")
     try:
-        # huggingface_hub's client has no timeout: a Hub that cannot be reached fails here in seconds instead.
-        connect(constants.ENDPOINT, HUB_CONNECT_TIMEOUT_S)
+        connect(constants.ENDPOINT, HUB_CONNECT_TIMEOUT_S)  # huggingface_hub has no timeout: fail in seconds here
         account = whoami(token=token)
     except Exception as error:  # OSError, HTTP errors: anything that keeps the account from being known
         raise SignInUnavailable(

@@ -1,11 +1,9 @@
 """Battles the server issued and the rules a vote on one must pass: single use, in time, from its visitor, at a
 person's pace, within a signed-in account's daily allowance; and the rate at which one source may start battles.
 
-A battle is issued when a visitor is shown two anonymous translations; it holds everything the vote will store, so
-that a vote carries nothing but its battle's id and a choice (the client never says which systems it saw). The books
-live in memory and are bounded: a restart forgets open battles, which only asks their visitors to start new ones. A
-vote the database cannot take now (`VoteNotStored`) puts its battle back and counts nothing against the visitor, so
-the same vote can be cast again.
+A battle holds everything its vote will store, so a vote carries only the battle's id and a choice (the client never
+says which systems it saw). The books live in memory, bounded: a restart only asks open battles' visitors to start new
+ones. A vote the database cannot take now (`VoteNotStored`) puts everything back, so the same vote can be cast again.
 """
 
 import math
@@ -13,110 +11,63 @@ import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
-from .votes import CHOICES, Vote, VoteNotStored, VoteStore
+from .votes import Shown, Vote, VoteNotStored, VoteStore, check_choice
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
 OTHER_VISITOR = "This battle was shown to another session: start a new one."
 DAILY_VOTES = 200  # a signed-in account's votes a day
 OVER_ALLOWANCE = f"This account has cast its {DAILY_VOTES} votes for today: thank you, come back tomorrow (UTC)."
 TOO_MANY_BATTLES = "Many battles are being started from your network or account right now: try again in {wait} s."
+TOO_SOON = "One vote every {every:g} seconds: wait {wait} s and vote again."
 SYSTEM_FAILED = "A system failed on this text, so this battle cannot be voted on: start a new one."
 
 
 class BattleRefused(Exception):
-    """A vote on a battle that cannot take one; the message is one line for the visitor."""
+    """A battle or a vote on one that cannot be had; the message is one line for the visitor."""
 
 
 class VoteTooSoon(Exception):
     """A vote faster than a person reads two translations; the message says how long to wait."""
 
 
-@dataclass(frozen=True)
-class Battle:
+@dataclass(frozen=True, kw_only=True)
+class Battle(Shown):
     """Two systems' translations of one text, shown anonymously as A and B."""
 
-    battle_id: str
-    visitor: str
-    system_a: str
-    system_b: str
-    source_text: str
-    translation_a: str
-    translation_b: str
-    decoding_a: Mapping = field(default_factory=dict)
-    decoding_b: Mapping = field(default_factory=dict)
-    failed: tuple[str, ...] = ()  # the systems that failed on the text (their translation is an error)
+    failed: tuple[str, ...] = ()  # the systems that failed on the text
     issued_at: float = 0.0  # on the book's clock
 
     def vote(self, choice: str, source: str = "", signed_in: bool = False, seconds: float | None = None) -> Vote:
-        """This battle's visitor's vote for `choice`, counted for `source`, `seconds` after the battle was shown."""
-        return Vote(
-            battle_id=self.battle_id,
-            system_a=self.system_a,
-            system_b=self.system_b,
-            source_text=self.source_text,
-            translation_a=self.translation_a,
-            translation_b=self.translation_b,
-            choice=choice,
-            visitor=self.visitor,
-            decoding_a=self.decoding_a,
-            decoding_b=self.decoding_b,
-            source=source,
-            signed_in=signed_in,
-            seconds_to_vote=None if seconds is None else round(seconds, 3),
-        )
+        """This battle's vote for `choice`, counted for `source`, `seconds` after the battle was shown."""
+        shown = {name.name: getattr(self, name.name) for name in fields(Shown)}
+        seconds = None if seconds is None else round(seconds, 3)
+        return Vote(**shown, choice=choice, source=source, signed_in=signed_in, seconds_to_vote=seconds)
 
 
 class BattleBook:
     """The open battles: issued with an unguessable id, claimed once by their visitor within `ttl_seconds`."""
 
     def __init__(self, ttl_seconds: float = 1800, max_open: int = 10_000, clock: Callable[[], float] = time.monotonic):
-        self.ttl_seconds = ttl_seconds
-        self.max_open = max_open
-        self.clock = clock
-        self._open: OrderedDict[str, Battle] = OrderedDict()  # oldest first: every battle lives ttl_seconds
+        self.ttl_seconds, self.max_open, self.clock = ttl_seconds, max_open, clock
+        self._open: OrderedDict[str, Battle] = OrderedDict()  # oldest first
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._open)
 
-    def issue(
-        self,
-        *,
-        visitor: str,
-        system_a: str,
-        system_b: str,
-        source_text: str,
-        translation_a: str,
-        translation_b: str,
-        decoding_a: Mapping | None = None,
-        decoding_b: Mapping | None = None,
-        failed: tuple[str, ...] = (),
-    ) -> str:
-        """Open a battle for `visitor` (a hashed session) and return its id."""
-        battle_id = secrets.token_urlsafe(16)
-        battle = Battle(
-            battle_id,
-            visitor,
-            system_a,
-            system_b,
-            source_text,
-            translation_a,
-            translation_b,
-            dict(decoding_a or {}),
-            dict(decoding_b or {}),
-            tuple(failed),
-            self.clock(),
-        )
+    def issue(self, **shown) -> str:
+        """Open a battle of `shown` (`Battle`'s fields: visitor, system_a, ...) and return its id."""
+        battle = Battle(battle_id=secrets.token_urlsafe(16), **shown, issued_at=self.clock())
         with self._lock:
             self._sweep()
-            self._open[battle_id] = battle
+            self._open[battle.battle_id] = battle
             while len(self._open) > self.max_open:
-                self._open.popitem(last=False)  # the oldest battle goes first: its visitor has most likely left
-        return battle_id
+                self._open.popitem(last=False)  # the oldest first: its visitor has most likely left
+        return battle.battle_id
 
     def claim(self, battle_id: str, visitor: str) -> Battle:
         """The battle, removed from the book (a battle takes one vote); `BattleRefused` if it cannot be voted on."""
@@ -126,7 +77,7 @@ class BattleBook:
             if battle is None:
                 raise BattleRefused(UNKNOWN_BATTLE)
             if battle.visitor != visitor:
-                raise BattleRefused(OTHER_VISITOR)  # and left open: a stranger cannot spend someone else's battle
+                raise BattleRefused(OTHER_VISITOR)  # left open: a stranger cannot spend someone else's battle
             del self._open[battle_id]
         if battle.failed:
             raise BattleRefused(SYSTEM_FAILED)
@@ -136,7 +87,6 @@ class BattleBook:
         """Put a claimed battle back (its vote could not be stored), as old as it was."""
         with self._lock:
             self._open[battle.battle_id] = battle
-            # The sweep expects the oldest first; a reopening is rare (a database that refused a write).
             self._open = OrderedDict(sorted(self._open.items(), key=lambda item: item[1].issued_at))
 
     def _sweep(self) -> None:
@@ -145,43 +95,62 @@ class BattleBook:
             self._open.popitem(last=False)
 
 
-class VotePace:
-    """At most one vote per `min_seconds` from each visitor (a hashed session, not an address, so the visitors
-    behind one school's or office's address are paced one by one)."""
+class RateLimit:
+    """At most `burst` admissions at once per key, one more every `interval` seconds: a token bucket, kept as the time
+    it is full again (GCRA). A key whose bucket is full is forgotten, as it changes no answer; at most `max_keys`
+    are held. A refusal (`refused`) takes nothing."""
 
-    def __init__(
-        self, min_seconds: float = 3.0, max_visitors: int = 100_000, clock: Callable[[], float] = time.monotonic
-    ):
-        self.min_seconds = min_seconds
-        self.max_visitors = max_visitors
-        self.clock = clock
-        self._last_vote: OrderedDict[str, float] = OrderedDict()  # least recent voter first
+    def __init__(self, interval: float, burst: float, max_keys: int, clock: Callable[[], float]):
+        self.interval, self.burst, self.max_keys, self.clock = interval, burst, max_keys, clock
+        self._full_at: OrderedDict[str, float] = OrderedDict()  # least recently admitted first
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._last_vote)
+            return len(self._full_at)
 
-    def admit(self, visitor: str) -> None:
-        """Count a vote from `visitor` now, or raise `VoteTooSoon` (and count nothing) if it comes too soon."""
+    def admit(self, key: str) -> None:
         now = self.clock()
         with self._lock:
-            # A visitor whose last vote is min_seconds old would be admitted anyway, so forgetting them changes no
-            # answer: memory holds only the voters of the last min_seconds.
-            while self._last_vote and next(iter(self._last_vote.values())) <= now - self.min_seconds:
-                self._last_vote.popitem(last=False)
-            last = self._last_vote.get(visitor)
-            if last is not None:
-                wait = math.ceil(self.min_seconds - (now - last))
-                raise VoteTooSoon(f"One vote every {self.min_seconds:g} seconds: wait {wait} s and vote again.")
-            self._last_vote[visitor] = now
-            while len(self._last_vote) > self.max_visitors:  # a flood of sessions: the least recent is let go early
-                self._last_vote.popitem(last=False)
+            while self._full_at and next(iter(self._full_at.values())) <= now:
+                self._full_at.popitem(last=False)
+            full_at = max(self._full_at.get(key, now), now)
+            wait = full_at - (self.burst - 1) * self.interval - now
+            if wait > 0:
+                raise self.refused(math.ceil(wait))
+            self._full_at.pop(key, None)
+            self._full_at[key] = full_at + self.interval
+            while len(self._full_at) > self.max_keys:  # a flood of keys: the least recent go early
+                self._full_at.popitem(last=False)
 
-    def forget(self, visitor: str) -> None:
-        """Take back `visitor`'s last counted vote (it could not be stored): they may vote again at once."""
+    def give_back(self, key: str) -> None:
+        """Return `key`'s last admission (what it was for did not happen)."""
         with self._lock:
-            self._last_vote.pop(visitor, None)
+            if key in self._full_at:
+                self._full_at[key] -= self.interval
+
+    def refused(self, wait: int) -> Exception:
+        return BattleRefused(TOO_MANY_BATTLES.format(wait=wait))
+
+
+class VotePace(RateLimit):
+    """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account: `cast_vote`), so the
+    visitors behind one school's address are paced one by one."""
+
+    def __init__(self, min_seconds: float = 3.0, max_visitors: int = 100_000, clock=time.monotonic):
+        super().__init__(min_seconds, 1, max_visitors, clock)
+
+    def refused(self, wait: int) -> Exception:
+        return VoteTooSoon(TOO_SOON.format(every=self.interval, wait=wait))
+
+
+class BattleRate(RateLimit):
+    """How fast one source (a signed-in account, else a network) may start battles. A class of 60 behind one
+    address, each starting a battle every two minutes or so, stays inside it; a script's sessions from that address
+    share it, at about what one core decodes beside a visitor."""
+
+    def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000, clock=time.monotonic):
+        super().__init__(1 / per_second, burst, max_sources, clock)
 
 
 class DailyAllowance:
@@ -194,8 +163,7 @@ class DailyAllowance:
 
     def admit(self, account: str) -> None:
         with self._lock:
-            day = int(self.clock() // 86_400)
-            if day != self._day:
+            if (day := int(self.clock() // 86_400)) != self._day:
                 self._day, self._used = day, Counter()
             if self._used[account] >= self.per_day:
                 raise BattleRefused(OVER_ALLOWANCE)
@@ -203,39 +171,7 @@ class DailyAllowance:
 
     def give_back(self, account: str) -> None:
         with self._lock:
-            if self._used[account] > 0:
-                self._used[account] -= 1
-
-
-class BattleRate:
-    """How fast one source (a signed-in account, else a network) may start battles: a bucket of `burst` battles,
-    refilled at `per_second`. A class of 60 behind one address, each reading a battle, voting and starting the next
-    every two minutes or so, stays inside it; a script's sessions from that address share it, whatever their number,
-    at about what one core decodes beside a visitor (two translations a battle)."""
-
-    def __init__(
-        self,
-        per_second: float = 0.5,
-        burst: float = 60.0,
-        max_sources: int = 100_000,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.per_second, self.burst, self.max_sources, self.clock = per_second, burst, max_sources, clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (tokens, as of when)
-        self._lock = threading.Lock()
-
-    def admit(self, source: str) -> None:
-        """Take one battle from `source`'s bucket, or raise `BattleRefused` saying how long to wait."""
-        now = self.clock()
-        with self._lock:
-            tokens, when = self._buckets.pop(source, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - when) * self.per_second)
-            if tokens < 1:
-                self._buckets[source] = (tokens, now)
-                raise BattleRefused(TOO_MANY_BATTLES.format(wait=math.ceil((1 - tokens) / self.per_second)))
-            self._buckets[source] = (tokens - 1, now)
-            while len(self._buckets) > self.max_sources:  # the least recent source is let go: it starts full again
-                self._buckets.popitem(last=False)
+            self._used[account] = max(0, self._used[account] - 1)
 
 
 @dataclass(frozen=True)
@@ -259,14 +195,10 @@ def cast_vote(
     allowance: DailyAllowance | None = None,
     cast_at: float | None = None,
 ) -> Battle:
-    """Check a vote against every rule and store it; the battle comes back so the page can reveal the systems.
-
-    The pace (per account when signed in, else per session) is checked before the battle is claimed: a vote too soon
-    leaves the battle open for a second try. A vote the database cannot take puts everything back (`VoteNotStored`).
-    `cast_at` (the book's clock) is when the vote was sent, if it waited in a queue before this call.
-    """
-    if ballot.choice not in CHOICES:
-        raise ValueError(f"A vote is one of {', '.join(CHOICES)}; this one was not.")  # never echoed: any size
+    """Check a vote against every rule and store it; returns the battle, so the page can reveal the systems. A vote
+    too soon leaves its battle open; one the database cannot take puts everything back. `cast_at` (the book's clock):
+    when the vote was sent, if it waited in a queue."""
+    check_choice(ballot.choice)
     paced = ballot.source if ballot.signed_in else ballot.visitor
     allowed = allowance if ballot.signed_in else None
     pace.admit(paced)
@@ -277,13 +209,13 @@ def cast_vote(
             counted = True
         battle = book.claim(ballot.battle_id, ballot.visitor)
         try:
-            seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at  # from shown to sent
+            seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at
             store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, seconds))
         except VoteNotStored:
             book.reopen(battle)
             raise
     except (BattleRefused, VoteNotStored):
-        pace.forget(paced)  # nothing was stored: the visitor may vote again at once, within the same allowance
+        pace.give_back(paced)  # nothing was stored: the visitor may vote again at once, within the same allowance
         if counted:
             allowed.give_back(ballot.source)
         raise

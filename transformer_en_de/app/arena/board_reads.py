@@ -1,10 +1,6 @@
 """The leaderboard as pages read it: worked out again only after a vote was stored (or `FRESH_SECONDS` passed, for a
-writer elsewhere), its plot drawn again only when its table changed, and sent to a session only when it changed since
-that session last saw it.
-
-Sixty pages reading the board back to back would otherwise each read the votes, rank the systems and send the same
-table and picture again; now a read of an unchanged board costs a comparison, and a session whose page already shows
-the board gets nothing new (the page keeps what it shows).
+writer elsewhere), drawn again only when its table changed, and sent to a session only when it changed since that
+session last saw it: sixty pages reading back to back cost one working-out, and a page showing the board gets nothing.
 """
 
 import threading
@@ -17,8 +13,8 @@ SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the leas
 
 
 class BoardReads:
-    """`read(session)`: (table, picture) when the board changed since `session` last read it, else None;
-    `vote_stored()`: the next read works the board out again."""
+    """`read(session)`: (table, picture) when the board changed since `session` last read it, else None. `table()`
+    gives (the board's rows, its Markdown table); `draw(rows)` the plot as sent to the page."""
 
     def __init__(
         self,
@@ -27,7 +23,6 @@ class BoardReads:
         fresh_seconds: float = FRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ):
-        # `table()`: (the board's rows, its Markdown table); `draw(rows)`: the plot as sent to the page
         self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
         self._answer: tuple[str, object] | None = None
         self._version, self._worked_out = 0, float("-inf")
@@ -35,6 +30,7 @@ class BoardReads:
         self._lock = threading.Lock()  # one reader works the board out; the others wait for it and share it
 
     def vote_stored(self) -> None:
+        """The next read works the board out again."""
         with self._lock:
             self._worked_out = float("-inf")
 

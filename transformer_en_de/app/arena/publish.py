@@ -1,14 +1,10 @@
-"""Publishing the arena's votes to a Hub dataset, with `huggingface_hub.CommitScheduler`.
+"""Publishing the arena's votes to a Hub dataset with `huggingface_hub.CommitScheduler`.
 
-The SQLite store stays the record; the publisher copies the votes not yet published into an append-only JSON-lines
-file (one per process start: `votes/votes-<UTC time>-<random>.jsonl`, one vote a line, in its published form:
-`Vote.published`) under the scheduler's lock, just before each of the scheduler's pushes, beside a dataset card. The
-folder should persist with the database (a Space's /data). What is published is known by the battles' ids in the
-folder's files, read at a start, never by the database's row ids: a database started afresh, restored from an older
-copy or moved beside the folder has every vote the folder lacks published, once.
-
-Without a way to the Hub (`HF_HUB_OFFLINE=1`, no token, no repo, the Hub refusing) `start` says so in one line in
-`status` and publishes nothing, at once: voting goes on, into the local database only.
+The SQLite store stays the record. Before each of the scheduler's pushes, the votes not yet published are appended to
+this process's JSON-lines file (`votes/votes-<UTC time>-<random>.jsonl`, one `Vote.published` row a line) beside the
+dataset card (`dataset_card.md`). What is published is known by the battle ids in the folder's files, never by row
+ids, so a new, restored or moved database publishes every vote the folder lacks, once (the folder should persist with
+the database). Without a way to the Hub, `status` says so in one line and votes stay in the database only.
 """
 
 import json
@@ -19,78 +15,15 @@ from pathlib import Path
 
 from huggingface_hub import CommitScheduler, HfApi, get_token, is_offline_mode
 
-from ...markdown import markdown_table
+from ...hub_access import cause
 from .votes import VoteStore
 
-DATASET_CARD_TEMPLATE = """---
-license: cc-by-4.0
-task_categories:
-- translation
-language:
-- en
-- de
-pretty_name: English→German translation arena votes
-configs:
-- config_name: default
-  data_files: votes/*.jsonl
----
-
-# English→German translation arena votes
-
-Blind votes from the Arena tab of the transformer-en-de demo. A visitor typed English text, was shown two German
-translations by two systems whose names were hidden (shown as A and B), and voted for the better one, a tie, or
-"both bad"; the names were revealed after the vote. Visitors were told that their text and their vote are stored and
-may be published here.
-
-Each line of `votes/*.jsonl` is one vote:
-
-{fields}
-
-Each field is here for a use: the texts, systems, decoding and choice are the comparison itself; `battle_id` makes a
-vote count once however often the files are copied; `visitor`, `source` and `signed_in` let a reader weigh votes as
-the arena does (one session, one account or network, is one voice) without naming anyone; `time` and
-`seconds_to_vote` show when and how the votes came. What need not be exact is rounded: the time to the hour, the
-seconds to whole ones. The salt of the hashes is a secret of the arena, so a hash cannot be traced back to a session,
-an account or an address; a `source` changes every UTC day, so one address's or account's votes are linked within a
-day and never across days. The visitors were asked before they voted (the page says that their text and vote are
-stored and may be published here). The arena's leaderboard bounds each source's weight (an account at most 20
-battles, an anonymous network 10) and, where visitors can sign in, ranks the signed-in accounts' votes apart from the
-anonymous ones; the votes themselves are all here.
-"""
-
-# What each line of votes/*.jsonl holds: (field, what it is), the dataset card's table.
-VOTE_FIELDS = [
-    ("`time`", "when the vote was cast, UTC, rounded down to the hour (e.g. `2026-11-28T21:00Z`)"),
-    ("`battle_id`", "a random id of the battle (one vote per battle): the vote's identity"),
-    ("`system_a`, `system_b`", "the systems shown as A and as B"),
-    ("`decoding_a`, `decoding_b`", 'how each system decoded (e.g. `{"num_beams": 4, "length_penalty": 0.6}`)'),
-    ("`source_text`", "the English text the visitor typed"),
-    ("`translation_a`, `translation_b`", "the two translations shown"),
-    ("`choice`", "`A`, `B`, `tie` or `both bad`"),
-    (
-        "`visitor`",
-        "a salted hash of the visitor's page session (16 hex characters; a new one each time the page is "
-        "opened), never an address",
-    ),
-    (
-        "`source`",
-        "who the leaderboard counts the vote for, hashed with the vote's UTC day: the voter's Hugging Face "
-        "account when signed in, else the network the vote came from (an IPv4 address, an IPv6 /64); the same within a "
-        "day, different across days; empty for votes cast before this field existed",
-    ),
-    ("`signed_in`", "whether the voter was signed in with Hugging Face (through the Space's OAuth app)"),
-    (
-        "`seconds_to_vote`",
-        "whole seconds from the two translations being shown to the vote (null for votes cast "
-        "before this field existed)",
-    ),
-]
-DATASET_CARD = DATASET_CARD_TEMPLATE.format(fields=markdown_table(["field", "what it is"], VOTE_FIELDS))
+DATASET_CARD = Path(__file__).with_name("dataset_card.md").read_text(encoding="utf-8")  # what each field is, and why
 
 
-class _VoteScheduler(CommitScheduler):
-    """A CommitScheduler that brings the votes file up to date before each push (overriding `push_to_hub` is how
-    huggingface_hub's guide extends it)."""
+class VoteScheduler(CommitScheduler):
+    """A CommitScheduler that brings the votes file up to date before each push (huggingface_hub's guide extends it by
+    overriding `push_to_hub`)."""
 
     def __init__(self, before_push: Callable[[CommitScheduler], None], **kwargs):
         self.before_push = before_push  # set first: the parent's __init__ starts the thread that pushes
@@ -104,21 +37,10 @@ class _VoteScheduler(CommitScheduler):
 class VotePublisher:
     """The votes of `store`, pushed to the dataset `repo_id` every `every_minutes` from the local `folder`."""
 
-    def __init__(
-        self,
-        store: VoteStore,
-        repo_id: str | None,
-        folder: str | Path,
-        every_minutes: float = 10,
-        token: str | None = None,
-        endpoint: str | None = None,
-    ):
-        self.store = store
-        self.repo_id = repo_id
+    def __init__(self, store: VoteStore, repo_id: str | None, folder, every_minutes=10, token=None, endpoint=None):
+        self.store, self.repo_id, self.every_minutes = store, repo_id, every_minutes
+        self.token, self.endpoint = token, endpoint
         self.folder = Path(folder).expanduser().resolve()  # resolved, as the scheduler keys its files
-        self.every_minutes = every_minutes
-        self.token = token
-        self.endpoint = endpoint
         self.scheduler: CommitScheduler | None = None
         self.status = "Votes are kept locally only: publishing has not started."
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -132,23 +54,24 @@ class VotePublisher:
             return self
         token = self.token or get_token()
         if not self.repo_id:
-            self.status = "Votes are kept locally only: no dataset repo to publish them to."
+            why = "no dataset repo to publish them to"
         elif is_offline_mode():
-            self.status = "Votes are kept locally only: the Hub is switched off (HF_HUB_OFFLINE=1)."
+            why = "the Hub is switched off (HF_HUB_OFFLINE=1)"
         elif not token:
-            self.status = "Votes are kept locally only: no Hugging Face token (HF_TOKEN)."
+            why = "no Hugging Face token (HF_TOKEN)"
         else:
             return self._start_scheduler(token)
+        self.status = f"Votes are kept locally only: {why}."
         return self
 
     def _start_scheduler(self, token: str) -> "VotePublisher":
-        self.published, self.last_seen_id = self._published_in_folder(), 0
+        self.published, self.last_seen_id = self.published_in_folder(), 0
         card = self.folder / "README.md"
         if not card.exists() or card.read_text() != DATASET_CARD:  # rewritten only when changed: no empty commits
             self.folder.mkdir(parents=True, exist_ok=True)
             card.write_text(DATASET_CARD)
         try:
-            self.scheduler = _VoteScheduler(
+            self.scheduler = VoteScheduler(
                 self._append_new_votes,
                 repo_id=self.repo_id,
                 repo_type="dataset",
@@ -158,23 +81,20 @@ class VotePublisher:
                 hf_api=HfApi(endpoint=self.endpoint, token=token),
             )
         except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({first_line})."
+            self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({cause(error)})."
             return self
         self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
         return self
 
-    def _published_in_folder(self) -> set[str]:
-        """The battle ids of the votes the files of this folder hold; a line cut short by a crash is cut off."""
+    def published_in_folder(self) -> set[str]:
+        """The battle ids of the votes in the folder's files; a line cut short by a crash is cut off."""
         published = set()
         for path in sorted((self.folder / "votes").glob("*.jsonl")):
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 data = data[: data.rfind(b"\n") + 1]
                 path.write_bytes(data)  # its vote is in the database: it goes into this process's file
-            for line in data.splitlines():
-                if line.strip():
-                    published.add(json.loads(line)["battle_id"])
+            published.update(json.loads(line)["battle_id"] for line in data.splitlines() if line.strip())
         return published
 
     def write_new_votes(self) -> int:
@@ -186,18 +106,15 @@ class VotePublisher:
         with scheduler.lock:  # the scheduler lists and sizes the files under this lock: it never sees half a line
             stored = self.store.votes_since(self.last_seen_id)
             votes = [vote for vote in stored if vote.battle_id not in self.published]
-            if not votes:
-                self.last_seen_id = stored[-1].id if stored else self.last_seen_id
-                return 0
-            self.votes_file.parent.mkdir(parents=True, exist_ok=True)
-            rows = [json.dumps(vote.published(self.store.salt), ensure_ascii=False) + "\n" for vote in votes]
-            with self.votes_file.open("a", encoding="utf-8") as file:
-                file.write("".join(rows))
-            self.published.update(vote.battle_id for vote in votes)
-            self.last_seen_id = stored[-1].id  # only once written: a failed write is tried again at the next push
-            # The scheduler uploads a file whose mtime changed; two writes within the file system's timestamp
-            # granularity would look unchanged, so the file is marked as not uploaded.
-            scheduler.last_uploaded.pop(self.votes_file, None)
+            if votes:
+                self.votes_file.parent.mkdir(parents=True, exist_ok=True)
+                rows = [json.dumps(vote.published(self.store.salt), ensure_ascii=False) + "\n" for vote in votes]
+                with self.votes_file.open("a", encoding="utf-8") as file:
+                    file.write("".join(rows))
+                self.published.update(vote.battle_id for vote in votes)
+                # A second write within the file system's timestamp granularity would look unchanged to the scheduler.
+                scheduler.last_uploaded.pop(self.votes_file, None)
+            self.last_seen_id = stored[-1].id if stored else self.last_seen_id  # once written: a failure is retried
             return len(votes)
 
     def push_now(self):

@@ -1,27 +1,12 @@
 """The arena's leaderboard: Bradley–Terry ratings from the votes, with bootstrap intervals, beside BLEU.
 
-Bradley–Terry (1952) gives each system a strength p, and system i beats system j with probability p_i / (p_i + p_j).
-The strengths are fitted by Zermelo's iteration, the minorization–maximization algorithm of Hunter (2004): p_i <-
-W_i / sum_j n_ij / (p_i + p_j), with W_i i's wins and n_ij the games of i and j. They are reported on Elo's scale,
-1000 + 400 log10 p, with the mean rating anchored at 1000, so 400 points are odds of 10 to 1.
-
-What a vote counts for: "A" or "B" is a win and a loss, a tie half a win to each side. "both bad" says nothing about
-which system is better, so it is left out of the ratings; it still counts as a battle of both systems (`both_bad`).
-No one source decides the board. Each vote is counted for a source (`Vote.source`: a signed-in account, else the
-network it came from; a vote stored before sources existed, for its session): a source's rated votes weigh together at
-most `ACCOUNT_WEIGHT` battles for an account, `NETWORK_WEIGHT` for an anonymous network (each of its votes weighs
-min(1, bound / its votes)). Nothing is thrown away: the votes stay stored and the board says how many weigh less and
-why. (Many networks are many sources: where sign-in is on, the arena ranks signed-in accounts' votes on a board of
-their own, `arena.py`.) There is no reading-time rule: how soon a vote follows its battle is something a script can
-simply wait out.
-
-The 95% interval is the 2.5th to 97.5th percentile of the ratings refitted on sources resampled with replacement (a
-cluster bootstrap: one source's votes are not independent evidence); it is given only for a system rated by at least
-`INTERVAL_SOURCES` sources whose resampling moves its rating by a point or more (with fewer sources, or sources that
-all voted alike, resampling them cannot show how far the rating could be off).
-
-The counts are running (`Tally`): a new vote adds to its source's win matrix, so a leaderboard costs the number of
-sources times the systems squared, whatever the number of votes, and never reads the votes' texts.
+Bradley–Terry (1952): system i beats j with probability p_i / (p_i + p_j); the strengths are fitted by Zermelo's
+iteration (the MM algorithm of Hunter 2004) and reported on Elo's scale, 1000 + 400 log10 p, mean 1000. A tie is half
+a win to each side; "both bad" says nothing about which is better, so it counts as a battle but not in the rating.
+Each vote counts for a source (a signed-in account, else the network it came from): a source's rated votes weigh
+together at most `ACCOUNT_WEIGHT` or `NETWORK_WEIGHT` battles, so no one source decides the board. The 95% interval
+is a cluster bootstrap over the sources, given only from `INTERVAL_SOURCES` sources. The counts are running (`Tally`):
+a leaderboard costs sources x systems², whatever the number of votes.
 """
 
 from collections import Counter, defaultdict
@@ -38,8 +23,7 @@ BASE_RATING, SCALE = 1000.0, 400.0
 # that never met, still get a finite rating, pulled towards the mean by one game's worth of evidence.
 PRIOR_GAMES = 1.0
 SCORE_OF_A = {"A": 1.0, "B": 0.0, "tie": 0.5}
-# No one source decides the board: a signed-in account's rated votes weigh together at most ACCOUNT_WEIGHT battles,
-# all the anonymous votes from one network address at most NETWORK_WEIGHT.
+# The most battles' weight a signed-in account's rated votes have together, and an anonymous network's.
 ACCOUNT_WEIGHT, NETWORK_WEIGHT = 20.0, 10.0
 INTERVAL_SOURCES = 5  # a system's interval is shown once this many sources rated it
 
@@ -81,9 +65,8 @@ class SourceCount:
 
 
 class Tally:
-    """Running counts of the votes: each system's battles, wins, ties, losses and "both bad" (every vote, one by one);
-    each source's rated votes (`SourceCount`). `add` takes the votes after `last_id` as the store counts them
-    (`VoteStore.counts_since`)."""
+    """Running counts: each system's battles, wins, ties, losses and "both bad" (every vote, one by one), and each
+    source's rated votes; `add` takes what `VoteStore.counts_since` gives."""
 
     def __init__(self):
         self.last_id = 0
@@ -148,7 +131,9 @@ class Tally:
 def tally_of(votes: Iterable[Vote]) -> Tally:
     """The tally of these votes (as the store would count them)."""
     tally = Tally()
-    tally.add(VoteCount.of(vote) for vote in votes)
+    tally.add(
+        VoteCount(v.system_a, v.system_b, v.choice, v.source or f"session:{v.visitor}", v.signed_in) for v in votes
+    )
     return tally
 
 
@@ -158,9 +143,8 @@ def leaderboard_rows(
     rounds: int = 200,
     seed: int = 0,
 ) -> list[dict]:
-    """One row per system, best first: rank, system, rating, lower, upper (the 95% interval; None for a system rated
-    by fewer than `INTERVAL_SOURCES` sources), battles, wins, ties, losses, both_bad (every vote, one by one), votes
-    (its rated ones), sources (how many sources rated it) and bleu (None where `bleu` has no score)."""
+    """One row per system, best first: rank, system, rating, lower and upper (the 95% interval, or None), battles,
+    wins, ties, losses, both_bad (every vote), votes (its rated ones), sources (that rated it) and bleu (or None)."""
     tally = votes if isinstance(votes, Tally) else tally_of(votes)
     systems = tally.systems
     k = len(systems)
@@ -176,25 +160,14 @@ def leaderboard_rows(
 
     rows = []
     for number, system in enumerate(systems):
-        counts = tally.outcomes[system]
+        counts = {name: tally.outcomes[system][name] for name in ("battles", "wins", "ties", "losses", "both_bad")}
         sources = tally.sources_rating(system)
         # a zero-width interval (every source voted alike) would claim a certainty the votes do not have
         interval = sources >= INTERVAL_SOURCES and k > 1 and upper[number] - lower[number] >= 1
-        row = dict(
-            system=system,
-            rating=float(ratings[number]),
-            lower=float(lower[number]) if interval else None,
-            upper=float(upper[number]) if interval else None,
-            battles=counts["battles"],
-            wins=counts["wins"],
-            ties=counts["ties"],
-            losses=counts["losses"],
-            both_bad=counts["both_bad"],
-            sources=sources,
-        )
-        row["votes"] = row["wins"] + row["ties"] + row["losses"]
-        row["bleu"] = (bleu or {}).get(system)
-        rows.append(row)
+        bounds = (float(lower[number]), float(upper[number])) if interval else (None, None)
+        rated = counts["wins"] + counts["ties"] + counts["losses"]
+        row = dict(system=system, rating=float(ratings[number]), lower=bounds[0], upper=bounds[1], **counts)
+        rows.append(row | dict(sources=sources, votes=rated, bleu=(bleu or {}).get(system)))
     rows.sort(key=lambda row: (-row["rating"], row["system"]))
     return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
 

@@ -1,9 +1,6 @@
-"""The Arena tab: two anonymous translations of the same English, a vote, the names revealed; the leaderboard below;
-what a vote counts for, and whether the visitor is signed in. The battles and votes themselves: `app/arena/`.
-
-Every output has a label, so that `/gradio_api/info` and `Client.view_api()` name what `/battle`, `/vote` and
-`/leaderboard` return. The arena's messages go to a text box, which renders nothing (no Markdown, no HTML, no link);
-the Vote button is offered only once a battle is there, so that a refused battle is said once."""
+"""The Arena tab: two anonymous translations of the same English, a vote, the names revealed, the leaderboard; what a
+vote counts for, and whether the visitor is signed in (the battles and votes themselves: `app/arena/`). Every output
+is labelled, so the API names what it returns; messages go to a text box, which renders nothing."""
 
 import random
 
@@ -12,7 +9,6 @@ import gradio as gr
 from ..arena.arena import CONSENT, example_sentences, vote_rules
 from ..arena.votes import CHOICES
 
-# The tab's line on sign-in (what each kind of vote counts for: `vote_rules()`, below it).
 SIGNED_IN = "You are signed in with Hugging Face: your votes count as your account's."
 NOT_SIGNED_IN = "You are not signed in: your votes are anonymous. Sign in with Hugging Face to count as yourself."
 ANONYMOUS_ONLY = "Votes here are anonymous: this page has no sign-in."
@@ -23,10 +19,9 @@ STAND_IN = (
 
 
 def arena_tab(app, sign_in=None) -> gr.Markdown | None:
-    """The tab, wired to `app.battle`, `app.vote` and `app.leaderboard` (`app`: app.py's `TranslationApp`). `sign_in`
-    (`sign_in.SignIn`, or None): a "Sign in with Hugging Face" button; where it counts accounts, the line saying
-    whether the visitor is signed in (returned: the page fills it when it loads, `signed_in_line`); with the stand-in,
-    a line saying that votes count as anonymous; without sign-in, a line saying that votes here are anonymous."""
+    """The tab, wired to `app.battle`, `app.vote` and `app.leaderboard`; with `sign_in` (`sign_in.SignIn`), a "Sign in
+    with Hugging Face" button. Returns the line on sign-in where it counts accounts (filled on load, `signed_in_line`),
+    else None."""
     accounts = bool(getattr(sign_in, "accounts", False))
     app.arena.accounts = accounts  # the arena, not the page, decides whom a vote counts for; it is told here
     two = len(app.systems) > 1
@@ -79,13 +74,13 @@ def arena_tab(app, sign_in=None) -> gr.Markdown | None:
 
 
 def vote_offered(battle_id: str):
-    """The Vote button, offered only when there is a battle to vote on."""
-    return gr.update(interactive=bool(battle_id))
+    """The Vote button, offered only once there is a battle (so a refused battle is said once)."""
+    return gr.Button(interactive=bool(battle_id))
 
 
 def vote_taken(system_a: str):
-    """The Vote button once the vote is stored (the names revealed): a battle takes one vote."""
-    return gr.update(interactive=not system_a)
+    """The Vote button once the names are revealed: a battle takes one vote."""
+    return gr.Button(interactive=not system_a)
 
 
 def signed_in_line(profile: gr.OAuthProfile | None) -> str:

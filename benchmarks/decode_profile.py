@@ -1,18 +1,18 @@
 """Where a decoding step's time goes: torch's operators by input shape, and the Python around them.
 
-1. The shipped model's `generate()` with its saved defaults (its beams, the per-sentence bound) on the first sentences
-   of test_2016_flickr, at `--batch-size` (sorted by length when above 1), under `torch.profiler` with shapes
-   recorded: the operators with the most self time, each with its calls, time per call and share of the profile.
-2. The cost of one step outside the operators: a model of the same layout (layers, heads, the same search) with
-   d_model 16, d_ff 16 and a vocabulary of 64, where the products take next to nothing, decodes 20 tokens per
-   sentence at the same batch size; its time per step is that of the module path (transformers' cache objects,
-   masks, output records, module calls) and of the beam search's bookkeeping.
+1. The model's `generate()` with its saved defaults on the first sentences of test_2016_flickr at `--batch-size`
+   (sorted by length above 1) under `torch.profiler`: the operators with the most self time.
+2. One step outside the operators: the same layout and search with d_model 16, d_ff 16 and 64 words, whose products
+   cost next to nothing, decodes 20 tokens a sentence; its time per step is the module path's and the search's.
 
-The profiler adds to what it measures: one sentence at a time its total matches the wall time, but in batches of 32
-it puts the log-softmax over the vocabulary at several times what the same call takes in a plain run (0.78 ms for
-128 rows, timed around the call). Read the shares as where to look, and time an operator alone before acting on it.
+The profiler adds to what it measures (in batches of 32 it puts the log-softmax at several times its plain cost):
+read the shares as where to look, and time an operator alone before acting on it.
 
-    python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1]
+`--cache` instead: generation with the key/value cache against without it (every step re-runs the decoder over the
+prefix) and against a static cache (every position allocated up front, so a compiled forward sees one shape;
+uncompiled it attends over all of them): random weights of the shipped size, every output forced to `--new-tokens`.
+
+    python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1] [--cache [--quick]]
 """
 
 import time
@@ -25,17 +25,19 @@ from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
 
 PYTHON_PATH_STEPS = 20
+CACHES = {"cache": {}, "no cache": {"use_cache": False}, "static cache": {"cache_implementation": "static"}}
 
 
 def options(parser):
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per generate() call")
     parser.add_argument("--sentences", type=int, default=40, help="sentences of test_2016_flickr to profile")
     parser.add_argument("--top", type=int, default=12, help="operators to list")
+    parser.add_argument("--cache", action="store_true", help="time generation with and without the cache instead")
+    parser.add_argument("--new-tokens", type=int, default=32, help="--cache: tokens generated per output")
 
 
 def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: int) -> tuple[list[list], float]:
-    """The operators with the most self time (name, input shapes, calls, µs per call, share) and the profile's
-    total self time in seconds."""
+    """The operators with the most self time as rows, and the profile's total self time in seconds."""
     if batch_size > 1:
         sources = sorted(sources, key=lambda text: len(tokenizer(text)["input_ids"]))
     batches = [
@@ -64,36 +66,70 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
 
 
 def python_path_step_ms(layout: TransformerMTConfig, batch_size: int, source_length: int = 15) -> float:
-    """Milliseconds per decoding step of `generate()` (the translation defaults' beams) with a model of this layout
-    whose products are tiny."""
+    """Milliseconds per decoding step of `generate()` with a model of this layout whose products are tiny."""
     config = TransformerMTConfig(**{**layout.to_dict(), "d_model": 16, "d_ff": 16, "vocab_size": 64})
     model = TransformerMTForConditionalGeneration(config).eval()
     set_translation_defaults(model.generation_config, config)
     source = torch.randint(3, 64, (batch_size, source_length))
     steps = dict(min_new_tokens=PYTHON_PATH_STEPS, max_new_tokens=PYTHON_PATH_STEPS)
+    rounds = 10
     with torch.inference_mode():
         model.generate(source, **steps)  # warm-up
-        rounds, began = 10, time.perf_counter()
+        began = time.perf_counter()
         for _ in range(rounds):
             model.generate(source, **steps)
-        seconds = (time.perf_counter() - began) / rounds
-    return 1e3 * seconds / PYTHON_PATH_STEPS
+    return 1e3 * (time.perf_counter() - began) / rounds / PYTHON_PATH_STEPS
+
+
+def cache_table(args, tokenizer) -> None:
+    model = TransformerMTForConditionalGeneration(harness.shipped_config()).eval()
+    english, _ = harness.sample_sentences("test_2016_flickr", 64)
+    rounds = 2 if args.quick else 4
+    rows = []
+    for batch_size, num_beams in [(1, 1), (64, 4)] if args.quick else [(1, 1), (1, 4), (64, 1), (64, 4)]:
+        inputs = tokenizer(english[:batch_size], padding=True, return_tensors="pt")
+        settings = dict(
+            num_beams=num_beams, do_sample=False, min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens
+        )
+        outputs = {}
+
+        def generate(name, inputs=inputs, settings=settings, outputs=outputs):
+            with torch.inference_mode():
+                outputs[name] = model.generate(**inputs, **settings, **CACHES[name])
+
+        sides = {name: lambda name=name: generate(name) for name in CACHES}
+        timings = harness.alternate(sides, rounds=rounds if batch_size == 1 else max(rounds - 2, 1), warmup=0)
+        if not all(torch.equal(outputs["cache"], ids) for ids in outputs.values()):
+            raise AssertionError(f"batch {batch_size}, beams {num_beams}: ids differ with and without the cache")
+        cached, uncached, static = timings["cache"], timings["no cache"], timings["static cache"]
+        rows.append([batch_size, "greedy" if num_beams == 1 else f"beam {num_beams}"])
+        rows[-1] += [
+            harness.spread(cached.wall),
+            harness.spread(uncached.wall),
+            f"{uncached.seconds / cached.seconds:.2f}x",
+        ]
+        rows[-1] += [f"{uncached.cpu_seconds / cached.cpu_seconds:.2f}x", f"{cached.seconds / static.seconds:.2f}x"]
+    print(
+        f"# with and without the cache: random weights of the shipped size, {args.new_tokens} new tokens per output, "
+        f"{rounds} rounds at batch 1, {max(rounds - 2, 1)} at 64; the same ids every way"
+    )
+    header = ["batch", "decoding", "cache: wall s", "no cache: wall s", "speed-up (wall)", "speed-up (CPU)"]
+    harness.print_table(header + ["static cache vs dynamic (wall)"], rows)
 
 
 def main():
     args, model, tokenizer = harness.model_under_test(__doc__.splitlines()[0], options)
+    if args.cache:
+        cache_table(args, tokenizer)
+        return
     print("torch's float32 products: " + ("MKL" if torch.backends.mkl.is_available() else "not MKL (another BLAS)"))
     sources = harness.read_split("test_2016_flickr", "en")[: args.sentences]
     rows, total = operator_table(model, tokenizer, sources, args.batch_size, args.top)
-    print(
-        f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}: operators by self time "
-        f"(profiled total {total:.2f} s)"
-    )
+    print(f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}, by self time (total {total:.2f} s)")
     harness.print_table(["operator", "input shapes", "calls", "µs per call", "share"], rows)
-    step_ms = python_path_step_ms(model.config, args.batch_size)
     print(
-        f"\n# the same layout with d_model 16 (the products next to nothing): {step_ms:.2f} ms per decoding step "
-        f"at batch {args.batch_size}, beam {model.generation_config.num_beams}"
+        f"\n# the same layout with d_model 16: {python_path_step_ms(model.config, args.batch_size):.2f} ms per "
+        f"decoding step at batch {args.batch_size}, beam {model.generation_config.num_beams}"
     )
 
 

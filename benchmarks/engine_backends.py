@@ -1,39 +1,48 @@
-"""The engine's two backends, PyTorch and CTranslate2: speed and BLEU, and what sharing one process costs.
+"""The engine's two backends, PyTorch and CTranslate2 (our converter): speed, BLEU, and what one process costs.
 
-1. backends: `translate_corpus.py` on test_2016_flickr (the model's saved decoding: its beams and length penalty, the
-   bound per sentence; batches of 64) with `--backend torch`, `--backend ctranslate2` and `--backend ctranslate2
-   --int8`, each run in a process of its own, the three back to back in every round (a shared machine slows them
-   alike); translation seconds from the run's record (the conversion, made once and cached, is not timed), BLEU
-   against the references. Ratios are each round's, then their median.
-2. one process: the engine with PyTorch (saved decoding, batches of 32) in a process where CTranslate2 is loaded and
-   has translated, in these ways, each a process of its own, back to back:
-   - alone: no CTranslate2 in the process (the reference);
-   - in-process: `CTranslate2Backend(process=False)`, CTranslate2 in the same process, as it comes;
-   - in-process, OMP_WAIT_POLICY=PASSIVE: the same with both OpenMP runtimes told not to spin while they wait;
-   - worker: the engine's default, CTranslate2 in its own process (`transformer_en_de/decoding/ctranslate2_worker.py`).
-   Each child times PyTorch and CTranslate2 alternately (`--repeats` times, the median).
+`--parts` (default `backends one-process`):
+- in-turns: the systems in this process, alternating on every sentence (batch 1) or length-sorted batch of 32 of
+  test_2016_flickr, after a check that both backends write the same greedy tokens: ours (the engine with the saved
+  decoding: beams, length penalty, the bound 1.5 x source + 10), ours with transformers' beam search (the same ids
+  expected), generate() as a Hub user runs it (float32 and int8 weights), and CTranslate2 float32 through the engine
+  (in its worker process, whose CPU time counts). Then, unless `--skip-bound`, ours on val with and without the bound.
+- backends: `translate_corpus.py` on test_2016_flickr (batches of 64) with `--backend torch`, `--backend ctranslate2`
+  and `--backend ctranslate2 --int8`, each a process of its own, back to back every round; seconds from the run's
+  record (the conversion cached before, untimed).
+- precision: the engine with PyTorch at lower precision against float32, in turns on batches of 32: bf16 weights,
+  int8 dynamic (`int8_dynamic`: int8 weights of every `nn.Linear`, activations quantized per batch), and the same
+  with a float32 output layer. A variant passes if its BLEU is within 0.3 of float32's.
+- one-process: the engine with PyTorch in a process where CTranslate2 is loaded and has translated: alone (the
+  reference); in-process (`process=False`); the same with OMP_WAIT_POLICY=PASSIVE (no OpenMP runtime spins while it
+  waits); worker (the default). Each way a child process timing both alternately (`--repeats`, the median).
+Ratios are each round's, then their median.
 
-    python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts backends one-process]
-
-The machine's CPU capability (`torch.backends.cpu.get_cpu_capability()`) is printed with the figures.
+    python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts PART ...]
 """
 
 import argparse
+import copy
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.harness import DATA_DIR, ROOT, SHIPPED_DIR, json_from_child
-from transformer_en_de.markdown import markdown_table
+from benchmarks import harness
+from transformer_en_de.decoding import backends, ctranslate2_backend
+from transformer_en_de.decoding.engine import DecodingSettings, translate
+from transformer_en_de.decoding.int8 import int8_dynamic
+from transformer_en_de.decoding.loading import load_model
+from transformer_en_de.evaluation import corpus_scores
 
 SPLIT = "test_2016_flickr"
+CT2, OURS, PLAIN, HUB = "CTranslate2 float32", "ours (engine)", "ours, transformers' beam search", "generate()"
+MAX_BLEU_DROP = 0.3
+NO_BOUND = DecodingSettings(max_new_tokens_ratio=1e6)  # every limit is then the cap of max_new_tokens
 SYSTEMS = {
     "PyTorch float32": ["--backend", "torch"],
     "CTranslate2 float32": ["--backend", "ctranslate2"],
@@ -47,62 +56,163 @@ ONE_PROCESS = {
 }
 
 
-def machine(threads: int) -> str:
-    return (
-        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, {threads} thread(s), "
-        f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU(s) usable"
+def options(parser):
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every system (in-turns: passes at batch 32)")
+    parser.add_argument("--repeats", type=int, default=2, help="one process: timings per side in each child")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    parser.add_argument("--batch1-sentences", type=int, default=None, help="in-turns: batch 1 on the first N only")
+    parser.add_argument("--skip-bound", action="store_true", help="in-turns: leave out the bound on/off on val")
+    parser.add_argument("--parts", nargs="+", choices=["in-turns", "precision", "backends", "one-process"])
+    parser.add_argument("--child", choices=list(ONE_PROCESS), help=argparse.SUPPRESS)
+    parser.set_defaults(threads=1, parts=["backends", "one-process"])
+
+
+def ratios_text(ratios: list[float]) -> list[str]:
+    return [", ".join(f"{r:.2f}x" for r in ratios), f"**{statistics.median(ratios):.2f}x**"]
+
+
+def in_turns(runners: dict, tokenizer, sources: list[str], batch_size: int, rounds: int, other_cpu: dict):
+    """(texts, timings): each runner over `sources` in length-sorted chunks of `batch_size`, alternating on every
+    chunk; `other_cpu` (name -> function) adds the CPU seconds of a runner's worker process."""
+    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
+    chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    texts = {name: [""] * len(sources) for name in runners}
+    totals = {name: harness.Timings() for name in runners}
+    for _ in range(rounds):
+        spent = {name: harness.Timings() for name in runners}
+        for chunk in chunks:
+            chunk_sources = [sources[index] for index in chunk]
+            for name, run in runners.items():
+                timed = spent[name].time(lambda run=run, c=chunk_sources: run(c), other_cpu.get(name, lambda: 0.0))
+                for index, text in zip(chunk, timed, strict=True):
+                    texts[name][index] = text
+        for name, timings in spent.items():
+            totals[name].wall.append(sum(timings.wall))
+            totals[name].cpu.append(sum(timings.cpu))
+    return texts, totals
+
+
+def engine(model, tokenizer, backend=None, settings=DecodingSettings()):
+    return lambda chunk: translate(model, tokenizer, chunk, settings, backend=backend).texts
+
+
+def in_turns_part(args) -> None:
+    model, tokenizer = load_model(str(harness.SHIPPED_DIR))
+    plain_model = copy.deepcopy(model)
+    plain_model.drop_finished_sentences = False
+    sources = harness.read_split(SPLIT, "en")[: args.limit]
+    references = harness.read_split(SPLIT, "de")[: args.limit]
+
+    def hub_user(model):
+        def run(chunk):
+            with torch.inference_mode():
+                generated = model.generate(**tokenizer(chunk, padding=True, return_tensors="pt"))
+            return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+
+        return run
+
+    with tempfile.TemporaryDirectory() as folder:
+        ctranslate2_backend.convert(model, tokenizer, folder)
+        decoder = backends.CTranslate2Backend(folder, tokenizer, threads=args.threads)
+        greedy = DecodingSettings(num_beams=1, max_new_tokens=100, max_new_tokens_ratio=1e6)
+        runs = [translate(model, tokenizer, sources[:100], greedy, backend=b).translations for b in (None, decoder)]
+        ours, theirs = ([translation.generated_ids for translation in run] for run in runs)
+        if ours != theirs:  # the converter maps every weight right, or the figures compare different models
+            raise AssertionError("greedy tokens differ between CTranslate2 and our model")
+        runners = {
+            CT2: engine(model, tokenizer, decoder),
+            HUB: hub_user(model),
+            f"{HUB}, int8 weights": hub_user(int8_dynamic(model)),
+        }
+        runners[OURS] = engine(model, tokenizer)
+        rows, outputs = [], {}
+        for batch_size in (1, 32):
+            if batch_size == 32:
+                runners[PLAIN] = engine(plain_model, tokenizer)
+            corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
+            for name in (CT2, OURS):
+                runners[name](corpus[:batch_size])  # warm-up
+            rounds = args.rounds if batch_size > 1 else 1
+            texts, timings = in_turns(runners, tokenizer, corpus, batch_size, rounds, {CT2: decoder.cpu_seconds})
+            outputs[batch_size] = texts
+            for name, t in timings.items():
+                bleu = corpus_scores(texts[name], references[: len(corpus)])["bleu"]
+                ratios = [t.seconds / timings[CT2].seconds, t.cpu_seconds / timings[CT2].cpu_seconds]
+                rows.append([batch_size, f"{name}, {len(corpus)} sentences", f"{len(corpus) / t.seconds:.1f}"])
+                rows[-1] += [f"{ratio:.2f}x" for ratio in ratios] + [f"{bleu:.2f}"]
+        decoder.close()
+    print(
+        f"\n# in turns: the same greedy tokens on 100 sentences; {SPLIT}, {len(sources)} sentences, the saved decoding "
+        f"(beam {model.generation_config.num_beams}); systems alternate on every sentence / batch"
     )
+    harness.print_table(
+        ["batch", "system", "sentences/s", "CTranslate2 speed / this (wall)", "same, CPU time", "BLEU"], rows
+    )
+    print(f"ours and transformers' beam search give identical translations: {outputs[32][OURS] == outputs[32][PLAIN]}")
+    print(f"generate() and the engine give identical translations: {outputs[32][HUB] == outputs[32][OURS]}")
+    if args.skip_bound:
+        return
+    val, val_references = harness.read_split("val", "en")[: args.limit], harness.read_split("val", "de")[: args.limit]
+    bounded = {
+        "bound 1.5 x source + 10 (default)": engine(model, tokenizer),
+        "no bound (cap of 255 new tokens)": engine(model, tokenizer, settings=NO_BOUND),
+    }
+    texts, timings = in_turns(bounded, tokenizer, val, 32, 1, {})
+    print(f"\n# The per-sentence bound: ours on val, {len(val)} sentences, batches of 32")
+    rows = [
+        [n, f"{len(val) / t.seconds:.1f}", f"{corpus_scores(texts[n], val_references)['bleu']:.2f}"]
+        for n, t in timings.items()
+    ]
+    harness.print_table(["decoding", "sentences/s", "BLEU"], rows)
+
+
+def precision_part(args) -> None:
+    model, tokenizer = load_model(str(harness.SHIPPED_DIR))
+    variants = {"float32": model, "bf16 weights": copy.deepcopy(model).to(torch.bfloat16)}
+    variants |= {"int8 dynamic": int8_dynamic(model)}
+    variants |= {"int8 dynamic, float32 output layer": int8_dynamic(model, keep_output_layer=True)}
+    sources = harness.read_split(SPLIT, "en")[: args.limit]
+    references = harness.read_split(SPLIT, "de")[: args.limit]
+    runners = {name: engine(variant, tokenizer) for name, variant in variants.items()}
+    texts, timings = in_turns(runners, tokenizer, sources, 32, 1, {})
+    scores = {name: corpus_scores(texts[name], references) for name in variants}
+    base = timings["float32"]
+    print(f"\n# precision: the engine on {SPLIT}, {len(sources)} sentences, saved decoding, batches of 32")
+    rows = []
+    for name, t in timings.items():
+        change = scores[name]["bleu"] - scores["float32"]["bleu"]
+        rows.append([name, f"{scores[name]['bleu']:.2f}", f"{scores[name]['chrf']:.2f}", f"{change:+.2f}"])
+        rows[-1] += [f"{len(sources) / t.seconds:.1f}", f"{base.seconds / t.seconds:.2f}x"]
+        rows[-1] += [f"{base.cpu_seconds / t.cpu_seconds:.2f}x", "yes" if -change <= MAX_BLEU_DROP else "no"]
+    header = ["variant", "BLEU", "chrF", "BLEU vs float32", "sentences/s", "speed-up (wall)", "speed-up (CPU)"]
+    harness.print_table(header + ["passes"], rows)
 
 
 def environment(threads: int, extra: dict | None = None) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.ROOT), env.get("PYTHONPATH")]))
     return env | (extra or {})
-
-
-# ------------------------------------------------------------------------------------------------ 1. backends
 
 
 def corpus_run(system: str, output: Path, threads: int, limit: int | None) -> dict:
     """`translate_corpus.py` with `system`'s flags in a process of its own: seconds, CPU seconds, BLEU."""
-    from transformer_en_de.evaluation import corpus_scores
-
-    command = [
-        sys.executable,
-        str(ROOT / "translate_corpus.py"),
-        "--model",
-        str(SHIPPED_DIR),
-        "--input",
-        str(DATA_DIR / f"{SPLIT}.en"),
-        "--output",
-        str(output),
-        "--source_lang",
-        "en",
-        "--target_lang",
-        "de",
-        "--threads",
-        str(threads),
-        "--device",
-        "cpu",
-        *SYSTEMS[system],
-    ] + (["--limit", str(limit)] if limit else [])
+    command = [sys.executable, str(harness.ROOT / "translate_corpus.py"), "--model", str(harness.SHIPPED_DIR)]
+    command += ["--input", str(harness.DATA_DIR / f"{SPLIT}.en"), "--output", str(output), "--source_lang", "en"]
+    command += ["--target_lang", "de", "--threads", str(threads), "--device", "cpu", *SYSTEMS[system]]
+    command += ["--limit", str(limit)] if limit else []
     subprocess.run(command, check=True, env=environment(threads), stderr=subprocess.DEVNULL)
-    state = json.loads(output.with_name(f"{output.name}.progress.json").read_text(encoding="utf-8"))
+    record = json.loads(output.with_name(f"{output.name}.progress.json").read_text(encoding="utf-8"))
     hypotheses = output.with_name(f"{output.name}.de").read_text(encoding="utf-8").splitlines()
-    references = (DATA_DIR / f"{SPLIT}.de").read_text(encoding="utf-8").splitlines()[: len(hypotheses)]
-    return {
-        "seconds": state["seconds"],
-        "cpu_seconds": state["cpu_seconds"],
-        "sentences": state["lines_written"],
-        "bleu": corpus_scores(hypotheses, references)["bleu"],
-    }
+    references = harness.read_split(SPLIT, "de")[: len(hypotheses)]
+    return record | {"bleu": corpus_scores(hypotheses, references)["bleu"]}
 
 
 def backends_part(args) -> None:
-    runs: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
+    runs = {system: [] for system in SYSTEMS}
     with tempfile.TemporaryDirectory() as scratch:
         for system in SYSTEMS:  # convert once, untimed: every timed run finds the conversion cached
-            corpus_run(system, Path(scratch) / f"warm-{len(runs[system])}-{system.replace(' ', '_')}", args.threads, 8)
+            corpus_run(system, Path(scratch) / f"warm-{system.replace(' ', '_')}", args.threads, 8)
         for number in range(args.rounds):
             for system in SYSTEMS:
                 output = Path(scratch) / f"{number}-{system.replace(' ', '_')}"
@@ -110,148 +220,88 @@ def backends_part(args) -> None:
                 print(f"  round {number + 1}: {system} {runs[system][-1]}", file=sys.stderr, flush=True)
     base = runs["PyTorch float32"]
     print(
-        f"\n# 1. translate_corpus.py on {SPLIT}, {base[0]['sentences']} sentences, saved decoding, "
+        f"\n# backends: translate_corpus.py on {SPLIT}, {base[0]['lines_written']} sentences, saved decoding, "
         f"batches of 64; each system a process of its own, back to back, {args.rounds} round(s)"
     )
     rows = []
     for system, results in runs.items():
-        ratios = [other["seconds"] / result["seconds"] for result, other in zip(results, base, strict=True)]
-        cpu_ratio = statistics.median(
-            other["cpu_seconds"] / result["cpu_seconds"] for result, other in zip(results, base, strict=True)
-        )
-        rate = statistics.median(result["sentences"] / result["seconds"] for result in results)
-        per_round = ", ".join(f"{r:.2f}x" for r in ratios)
-        median = f"**{statistics.median(ratios):.2f}x**"
-        rows.append([system, f"{rate:.1f}", per_round, median, f"{cpu_ratio:.2f}x", f"{results[0]['bleu']:.2f}"])
-    header = [
-        "system",
-        "sentences/s (median)",
-        "speed / PyTorch float32, per round",
-        "median",
-        "same, per CPU-second",
-        "BLEU",
-    ]
-    print(markdown_table(header, rows, "lrlrrr"))
-
-
-# ------------------------------------------------------------------------------------------------ 2. one process
+        ratios = [b["seconds"] / r["seconds"] for r, b in zip(results, base, strict=True)]
+        cpu_ratio = statistics.median(b["cpu_seconds"] / r["cpu_seconds"] for r, b in zip(results, base, strict=True))
+        rate = statistics.median(result["lines_written"] / result["seconds"] for result in results)
+        rows.append([system, f"{rate:.1f}", *ratios_text(ratios), f"{cpu_ratio:.2f}x", f"{results[0]['bleu']:.2f}"])
+    header = ["system", "sentences/s (median)", "speed / PyTorch float32, per round", "median", "same, per CPU-second"]
+    harness.print_table(header + ["BLEU"], rows)
 
 
 def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None:
     """In this process: PyTorch's engine timed beside CTranslate2 loaded as `mode` says; prints one JSON line."""
-    torch.set_num_threads(threads)
-    from transformer_en_de.decoding import backends
-    from transformer_en_de.decoding.engine import DecodingSettings, translate
-    from transformer_en_de.decoding.loading import load_model
-
-    model, tokenizer = load_model(str(SHIPPED_DIR))
-    sources = (DATA_DIR / f"{SPLIT}.en").read_text(encoding="utf-8").splitlines()[:count]
+    model, tokenizer = load_model(str(harness.SHIPPED_DIR))
+    sources = harness.read_split(SPLIT, "en")[:count]
     settings = DecodingSettings(batch_size=32)
-    decoder = None
+    sides = {"PyTorch": None}
     if mode != "alone":
-        decoder = backends.load_backend(
-            str(SHIPPED_DIR), model, tokenizer, threads=threads, process=mode.startswith("worker")
+        worker = mode.startswith("worker")
+        sides["CTranslate2"] = backends.load_backend(
+            str(harness.SHIPPED_DIR), model, tokenizer, threads=threads, process=worker
         )
-    sides = {"PyTorch": None} | ({"CTranslate2": decoder} if decoder is not None else {})
     for backend in sides.values():
         translate(model, tokenizer, sources[:32], settings, backend=backend)  # warm-up; CTranslate2 has now run
-    seconds = {name: [] for name in sides}
-    cpu = {name: [] for name in sides}
+    timings = {name: harness.Timings() for name in sides}
     for _ in range(repeats):
         for name, backend in sides.items():
-            started, cpu_started = time.perf_counter(), _cpu(backend)
-            translate(model, tokenizer, sources, settings, backend=backend)
-            seconds[name].append(time.perf_counter() - started)
-            cpu[name].append(_cpu(backend) - cpu_started)
-    print(
-        json.dumps(
-            {
-                **{name: count / statistics.median(values) for name, values in seconds.items()},
-                **{f"{name} cpu": count / statistics.median(values) for name, values in cpu.items()},
-            }
-        )
-    )
-    if decoder is not None:
-        decoder.close()
-
-
-def _cpu(backend) -> float:
-    """CPU seconds of this process (every thread: an OpenMP runtime spinning here counts), and of the backend's
-    worker process if it has one."""
-    return time.process_time() + (backend.cpu_seconds() if backend is not None else 0.0)
+            # CPU seconds of this process (an OpenMP runtime spinning here counts) and of the backend's worker
+            other_cpu = backend.cpu_seconds if backend is not None else lambda: 0.0
+            timings[name].time(lambda b=backend: translate(model, tokenizer, sources, settings, backend=b), other_cpu)
+    rates = {name: count / t.seconds for name, t in timings.items()}
+    print(json.dumps(rates | {f"{name} cpu": count / t.cpu_seconds for name, t in timings.items()}))
+    if mode != "alone":
+        sides["CTranslate2"].close()
 
 
 def one_process_part(args) -> None:
     count = args.limit or (96 if args.quick else 320)
-    rates: dict[str, list[dict]] = {mode: [] for mode in ONE_PROCESS}
+    rates = {mode: [] for mode in ONE_PROCESS}
     for number in range(args.rounds):
         for mode, extra in ONE_PROCESS.items():
+            flags = ["--child", mode, "--limit", str(count), "--repeats", str(args.repeats), "--threads"]
+            env = environment(args.threads, extra)
             rates[mode].append(
-                json_from_child(
-                    "benchmarks.engine_backends",
-                    "--child",
-                    mode,
-                    "--limit",
-                    str(count),
-                    "--repeats",
-                    str(args.repeats),
-                    "--threads",
-                    str(args.threads),
-                    env=environment(args.threads, extra),
-                )
+                harness.json_from_child("benchmarks.engine_backends", *flags, str(args.threads), env=env)
             )
             print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
-    alone = rates["alone"]
     print(
-        f"\n# 2. The engine with PyTorch (saved decoding, batches of 32, {count} sentences of {SPLIT}) "
-        f"beside CTranslate2; "
+        f"\n# one process: the engine with PyTorch (batches of 32, {count} sentences of {SPLIT}) beside CTranslate2; "
         f"each way a process of its own, back to back, {args.rounds} round(s) x {args.repeats} repeats"
     )
-    print(
-        "| CTranslate2 loaded | PyTorch sentences/s | PyTorch speed / alone (per round) | median | same, per "
-        "CPU-second | CTranslate2 sentences/s (per CPU-second) |"
-    )
-    print("|---|---:|---|---:|---:|---:|")
+    rows = []
     for mode, results in rates.items():
-        ratios = [result["PyTorch"] / reference["PyTorch"] for result, reference in zip(results, alone, strict=True)]
+        ratios = [r["PyTorch"] / a["PyTorch"] for r, a in zip(results, rates["alone"], strict=True)]
         cpu_ratio = statistics.median(
-            result["PyTorch cpu"] / reference["PyTorch cpu"] for result, reference in zip(results, alone, strict=True)
+            r["PyTorch cpu"] / a["PyTorch cpu"] for r, a in zip(results, rates["alone"], strict=True)
         )
-        ours = statistics.median(result["PyTorch"] for result in results)
-        theirs = (
-            f"{statistics.median(r['CTranslate2'] for r in results):.1f} "
-            f"({statistics.median(r['CTranslate2 cpu'] for r in results):.1f})"
-            if mode != "alone"
-            else "—"
-        )
-        print(
-            f"| {mode} | {ours:.1f} | {', '.join(f'{r:.2f}x' for r in ratios)} | **{statistics.median(ratios):.2f}x**"
-            f" | {cpu_ratio:.2f}x | {theirs} |"
-        )
+        theirs = "—"
+        if mode != "alone":
+            theirs = f"{statistics.median(r['CTranslate2'] for r in results):.1f} "
+            theirs += f"({statistics.median(r['CTranslate2 cpu'] for r in results):.1f})"
+        rate = statistics.median(r["PyTorch"] for r in results)
+        rows.append([mode, f"{rate:.1f}", *ratios_text(ratios), f"{cpu_ratio:.2f}x", theirs])
+    header = ["CTranslate2 loaded", "PyTorch sentences/s", "PyTorch speed / alone (per round)", "median"]
+    harness.print_table(header + ["same, per CPU-second", "CTranslate2 sentences/s (per CPU-second)"], rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test; figures are noisier)")
-    parser.add_argument("--threads", type=int, default=1, help="threads for PyTorch and CTranslate2 (default 1)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of every system back to back (default 2)")
-    parser.add_argument("--repeats", type=int, default=2, help="one process: timings per side in each child")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
-    parser.add_argument("--parts", nargs="+", choices=["backends", "one-process"], default=["backends", "one-process"])
-    parser.add_argument("--child", choices=list(ONE_PROCESS), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = harness.parse_args(__doc__.splitlines()[0], options)
     if args.child:
         one_process_child(args.child, args.limit, args.repeats, args.threads)
         return
-    if not (SHIPPED_DIR / "model.safetensors").is_file():
-        raise SystemExit(f"No trained model at {SHIPPED_DIR}: this benchmark needs the shipped weights.")
     if args.quick:
         args.limit, args.rounds, args.repeats = args.limit or 96, 1, 1
-    print(f"# Engine backends: {machine(args.threads)}")
-    if "backends" in args.parts:
-        backends_part(args)
-    if "one-process" in args.parts:
-        one_process_part(args)
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(f"# Engine backends: {harness.describe_machine(args.threads)}, CPU capability {capability}")
+    parts = {"in-turns": in_turns_part, "precision": precision_part, "backends": backends_part}
+    parts["one-process"] = one_process_part
+    for part in args.parts:
+        parts[part](args)
 
 
 if __name__ == "__main__":

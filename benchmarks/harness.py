@@ -1,15 +1,12 @@
-"""What every benchmark shares: threads, the shipped-size config, real Multi30k batches, and A/B timing.
+"""What the benchmarks share: flags, the shipped model's config, Multi30k batches, A/B timing, child processes, tables.
 
-The benchmarks are a package run from the repository root (`python -m benchmarks.NAME`), which puts the
-project's `modeling`, `tokenizer` and `transformer_en_de` on the import path: nothing is installed. The package's
-`__init__` sets the Hub offline before any of them is imported.
-
-Both sides of a comparison run in one process on the same inputs, alternating A, B, A, B, ... after a warm-up,
-so that a background load on the machine slows both alike: absolute times drift, the ratio holds.
+Both sides of a comparison run on the same inputs, alternating A, B, A, B, ... after a warm-up (or each in a process
+of its own, round after round), so that a background load slows both alike: absolute times drift, the ratio holds.
 """
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -17,33 +14,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
-from tokenizer import config_token_fields, load_tokenizer, train_tokenizer
+from tokenizer import load_tokenizer
 from transformer_en_de import data
 from transformer_en_de.decoding import loading
 from transformer_en_de.markdown import markdown_table
 from transformer_en_de.training import precision
 
 ROOT = Path(__file__).resolve().parent.parent
-
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
-
-# The shipped size, for when the shipped folder is not there (its config.json is read when it is).
-SHIPPED_SIZE = dict(
-    d_model=256,
-    encoder_layers=3,
-    decoder_layers=3,
-    num_attention_heads=4,
-    d_ff=1024,
-    dropout=0.3,
-    attention_dropout=0.1,
-)
 
 
 def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
@@ -58,11 +44,9 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     return args
 
 
-def model_under_test(
-    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
-) -> tuple[argparse.Namespace, object, object]:
-    """The flags (with `--model`, a folder; default the shipped one; and the benchmark's own `extra`), the machine
-    printed, the model and tokenizer loaded as the app and the scripts load them."""
+def model_under_test(description: str, extra=None) -> tuple[argparse.Namespace, object, object]:
+    """The flags (with `--model`, default the shipped folder), the machine printed, the model and tokenizer loaded
+    as the app loads them."""
 
     def options(parser):
         parser.add_argument("--model", default=str(SHIPPED_DIR), help="a model folder")
@@ -76,51 +60,10 @@ def model_under_test(
 
 
 def read_split(split: str, language: str) -> list[str]:
-    """A Multi30k file beside the repository, read as every script reads it (`data.read_lines`)."""
     path = DATA_DIR / f"{split}.{language}"
     if not path.is_file():
         raise SystemExit(f"Multi30k not found: expected {path} (the benchmarks read the data beside the repository).")
     return data.read_lines(path)
-
-
-def benchmark_tokenizer():
-    """The shipped model's tokenizer if there is one, else the same recipe trained here (about 2 s)."""
-    if (SHIPPED_DIR / "tokenizer.json").is_file():
-        return load_tokenizer(SHIPPED_DIR)
-    return train_tokenizer(files=[DATA_DIR / "train.en", DATA_DIR / "train.de"], vocab_size=8000)
-
-
-def shipped_config(tokenizer=None, **overrides) -> TransformerMTConfig:
-    """The shipped model's config if it exists, else the shipped size with the tokenizer's special ids."""
-    if (SHIPPED_DIR / "config.json").is_file():
-        config = TransformerMTConfig.from_pretrained(SHIPPED_DIR)
-        for name, value in overrides.items():
-            setattr(config, name, value)
-        return config
-    settings = dict(SHIPPED_SIZE, vocab_size=8000)
-    if tokenizer is not None:
-        settings.update(config_token_fields(tokenizer))
-    settings.update(overrides)
-    return TransformerMTConfig(**settings)
-
-
-def config_source() -> str:
-    return str(SHIPPED_DIR / "config.json") if (SHIPPED_DIR / "config.json").is_file() else "default shipped size"
-
-
-def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
-    """(folder, description): `model` if it is a saved model folder, else a random-weight model of the shipped size
-    saved into `scratch` (speed does not depend on the weights)."""
-    if (model / "config.json").is_file():
-        return model, str(model)
-    folder = scratch / "model"
-    tokenizer = benchmark_tokenizer()
-    torch.manual_seed(0)
-    model = TransformerMTForConditionalGeneration(shipped_config(tokenizer))
-    set_translation_defaults(model.generation_config, model.config)  # the translation defaults the folder is saved with
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder, "random weights, shipped size"
 
 
 def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -130,42 +73,58 @@ def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], 
     return [english[i] for i in chosen], [german[i] for i in chosen]
 
 
-def training_setup(description: str):
-    """Arguments, shipped-size config, rounds and real Multi30k batches for a training benchmark."""
+def shipped_config(**overrides) -> TransformerMTConfig:
+    return TransformerMTConfig.from_pretrained(SHIPPED_DIR, **overrides)
+
+
+def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
+    """(folder, description): `model` if it is a saved model folder, else a random-weight model of the shipped size
+    saved into `scratch` (speed does not depend on the weights)."""
+    if (model / "config.json").is_file():
+        return model, str(model)
+    folder = scratch / "model"
+    torch.manual_seed(0)
+    random_model = TransformerMTForConditionalGeneration(shipped_config())
+    set_translation_defaults(random_model.generation_config, random_model.config)
+    random_model.save_pretrained(folder)
+    load_tokenizer(SHIPPED_DIR).save_pretrained(folder)
+    return folder, "random weights, shipped size"
+
+
+# ---------------------------------------------------------------------------------------------------------- training
+
+
+def training_setup(description: str, extra=None):
+    """Flags, the shipped config, rounds and real Multi30k batches for a training benchmark on the CPU."""
 
     def training_flags(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--batch-size", type=int, default=128, help="sentences per batch (the training run uses 128)"
-        )
+        parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (training uses 128)")
         parser.add_argument(
             "--precision",
             choices=["auto", "bf16", "float32"],
             default="auto",
-            help="auto (default): what train.py picks on this machine, bf16 autocast only where bf16 is native",
+            help="auto (default): what train.py picks here, bf16 autocast only where bf16 is native",
         )
+        if extra is not None:
+            extra(parser)
 
     args = parse_args(description, training_flags)
     args.bf16 = args.precision == "bf16" or (args.precision == "auto" and precision.native_bf16(use_cpu=True))
-    tokenizer = benchmark_tokenizer()
-    config = shipped_config(tokenizer)
-    rounds, batches_per_round = (3, 2) if args.quick else (8, 4)
-    batches = training_batches(tokenizer, args.batch_size, batches_per_round)
-    return args, config, rounds, batches
+    rounds, count = (3, 2) if args.quick else (8, 4)
+    return args, shipped_config(), rounds, training_batches(load_tokenizer(SHIPPED_DIR), args.batch_size, count)
 
 
 def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """`count` training batches as the training run sees them: grouped by length, padded per batch, pads -100.
-
-    Like the Trainer's group_by_length sampler: a random megabatch of 50 batches is sorted by source length and
-    cut into batches; `count` of them, evenly spread from the longest to the shortest, are returned.
-    """
+    """`count` batches as training sees them (grouped by length, pads -100 in the labels): like the Trainer's
+    group_by_length sampler, a random megabatch of 50 batches sorted by source length and cut, `count` of the cuts
+    evenly spread from the longest to the shortest."""
     per_megabatch = 50
     english, german = sample_sentences("train", batch_size * per_megabatch, seed)
     lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
     order = sorted(range(len(english)), key=lambda index: -lengths[index])
-    picks = [round(k * (per_megabatch - 1) / max(count - 1, 1)) for k in range(count)]
     batches = []
-    for pick in picks:
+    for k in range(count):
+        pick = round(k * (per_megabatch - 1) / max(count - 1, 1))
         chosen = order[pick * batch_size : (pick + 1) * batch_size]
         source = tokenizer([english[i] for i in chosen], padding=True, return_tensors="pt")
         target = tokenizer(text_target=[german[i] for i in chosen], padding=True, return_tensors="pt")
@@ -174,31 +133,72 @@ def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> l
     return batches
 
 
-def alternate(sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, "Timings"]:
-    """Time each side round-robin (A, B, A, B, ...) after `warmup` untimed rounds."""
-    for _ in range(warmup):
-        for run in sides.values():
-            run()
-    timings = {name: Timings() for name in sides}
-    for _ in range(rounds):
-        for name, run in sides.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            run()
-            timings[name].wall.append(time.perf_counter() - wall)
-            timings[name].cpu.append(time.process_time() - cpu)
-    return timings
+def adamw(model):
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
 
 
+def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1) -> Callable[[], None]:
+    """A call trains on `batches`, one optimizer step per `accumulate` of them, in bf16 autocast when `bf16`."""
+    device = next(model.parameters()).device
+
+    def step():
+        for index, batch in enumerate(batches, start=1):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_of(model, batch)
+            (loss / accumulate).backward()
+            if index % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        synchronize(device)
+
+    return step
+
+
+def training_matmul_flops(config: TransformerMTConfig, batch_size: int, source_length: int, target_length: int):
+    """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch: the projections of every layer and
+    the tied output projection, and QK^T and AV of every attention (causal counted in full). Softmax, norms, the
+    loss and AdamW are not matmuls and not counted: a floor on the work done."""
+    d, d_ff, encoder, decoder = config.d_model, config.d_ff, config.encoder_layers, config.decoder_layers
+    source_tokens, target_tokens = batch_size * source_length, batch_size * target_length
+    projections = source_tokens * (encoder * (4 * d * d + 2 * d * d_ff) + decoder * 2 * d * d)  # cross-attn K, V
+    projections += target_tokens * (decoder * (6 * d * d + 2 * d * d_ff) + d * config.vocab_size)
+    attention = (
+        4 * d * batch_size * (encoder * source_length**2 + decoder * (target_length + source_length) * target_length)
+    )
+    return 3 * (2 * projections + attention)
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype) -> float:
+    """The dense peak in FLOP/s: the best of 12 timings of large square matmuls (the first ones warm up)."""
+    size, per_timing = (8192, 10) if device.type == "cuda" else (2048, 1)
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+    best = math.inf
+    for _ in range(12):
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(per_timing):
+            a @ b
+        synchronize(device)
+        best = min(best, (time.perf_counter() - start) / per_timing)
+    return 2 * size**3 / best
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for a GPU's queued kernels: a timer read before this measures the launches."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------------------ timing
+
+
+@dataclass
 class Timings:
-    """Wall-clock and process CPU seconds per call.
+    """Wall-clock and process CPU seconds per call. CPU time is the cross-check on a shared machine: other processes
+    stretch wall time, not this process's CPU time (with one thread; with more, idle threads spinning count too)."""
 
-    Wall time is the figure; CPU time is the cross-check on a shared machine: other processes stretch wall time
-    but not the CPU time this process spends (with one thread; with more, idle threads spinning count too).
-    """
-
-    def __init__(self):
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -207,6 +207,26 @@ class Timings:
     @property
     def cpu_seconds(self) -> float:
         return median(self.cpu)
+
+    def time(self, run: Callable[[], object], other_cpu: Callable[[], float] = lambda: 0.0):
+        """`run()`, its wall and CPU seconds added; `other_cpu`: CPU seconds of a process that works for it."""
+        wall, cpu = time.perf_counter(), time.process_time() + other_cpu()
+        result = run()
+        self.wall.append(time.perf_counter() - wall)
+        self.cpu.append(time.process_time() + other_cpu() - cpu)
+        return result
+
+
+def alternate(sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, Timings]:
+    """Time each side round-robin (A, B, A, B, ...) after `warmup` untimed rounds."""
+    for _ in range(warmup):
+        for run in sides.values():
+            run()
+    timings = {name: Timings() for name in sides}
+    for _ in range(rounds):
+        for name, run in sides.items():
+            timings[name].time(run)
+    return timings
 
 
 def median(values: list[float]) -> float:
@@ -222,9 +242,8 @@ def spread(values: list[float]) -> str:
 
 
 def json_from_child(module: str, *arguments: str, env: dict | None = None) -> dict:
-    """Run `python -m module arguments...` from the repository root in a process of its own (nothing of this one: no
-    model, allocator state or thread pool) and return the JSON object its last line of output prints. A child that
-    fails stops the benchmark with the last line it wrote to stderr."""
+    """`python -m module arguments...` in a process of its own (no model, allocator state or thread pool of this
+    one): the JSON object its last line prints. A child that fails stops the benchmark with its last stderr line."""
     done = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
@@ -232,24 +251,25 @@ def json_from_child(module: str, *arguments: str, env: dict | None = None) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int) -> dict[str, list[dict]]:
+    """Each spec's child (`module` with its arguments) once a round, one after the other, for `rounds` rounds."""
+    runs = {name: [] for name in specs}
+    for _ in range(rounds):
+        for name, arguments in specs.items():
+            runs[name].append(json_from_child(module, *arguments))
+    return runs
+
+
 def paired_ratio(runs: dict[str, list[dict]], model: str, base: str, figure: str) -> str:
-    """`model`'s `figure` over `base`'s, round by round (each round runs both, one after the other, so a slow
-    stretch of the machine slows both alike), as text: the median, and the lowest and highest round's when there are
-    several, which say how far one round's ratio can be trusted."""
+    """`model`'s `figure` over `base`'s, round by round (a slow stretch slows both alike): the median ratio, and the
+    lowest-highest round's, which say how far one round can be trusted."""
     ratios = [mine[figure] / theirs[figure] for mine, theirs in zip(runs[model], runs[base], strict=True)]
     text = f"{median(ratios):.2f}x"
     return text if len(ratios) < 2 else f"{text} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def print_table(header: list[str], rows: list[list[object]]) -> None:
-    """A Markdown table on stdout, ready for the README."""
     print(markdown_table(header, rows))
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for a GPU's queued kernels: they run asynchronously, so a timer read before this measures the launches."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def describe_machine(threads: int) -> str:
@@ -260,8 +280,8 @@ def describe_machine(threads: int) -> str:
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:
-    """A process's peak RSS so far (VmHWM; this process by default). Not ru_maxrss: that one carries over the
-    parent's peak across fork+exec. OSError once the process has exited."""
+    """A process's peak RSS so far (VmHWM; not ru_maxrss, which carries the parent's peak across fork+exec).
+    OSError once the process has exited."""
     with open(f"/proc/{pid}/status") as handle:
         for line in handle:
             if line.startswith("VmHWM:"):

@@ -1,15 +1,17 @@
-"""Training throughput (target tokens/s): our model against torch.nn.Transformer wired the same way.
+"""Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way, and the
+matmul FLOP/s each achieves as a share of this device's measured matmul peak.
 
-One step = forward + label-smoothed loss + backward + AdamW step on the CPU, in the precision train.py picks here
-(bf16 autocast only where bf16 is native; `--precision` to choose), on real Multi30k batches. "ours" is the step
-train.py takes (`transformer_en_de.training.loop.scored_loss`: the output projection on real target tokens only);
-"ours, every position projected" computes the same loss from the model's full logits, padding too, like the reference.
-The reference is `torch.nn.Transformer` with the same sizes, post-norm layers (no extra final LayerNorm),
-the same dropouts, one embedding shared by source, target and the output projection, sinusoidal positions on scaled
-embeddings, and the same loss; it gets the masks our model gets from the training collator (source padding, causal
-target). Before timing, the script gives it our weights and checks that both compute the same loss.
+One step = forward + label-smoothed loss + backward + AdamW, in the precision train.py picks here (`--precision` to
+choose), on real Multi30k batches grouped by length. "ours" is train.py's step (`scored_loss`: the output projection
+on real target tokens only); "ours, every position projected" takes the loss from the full logits, like the
+reference. The reference has our sizes, post-norm layers, dropouts, one shared tied embedding, sinusoidal positions
+and loss, and is checked to compute our loss with our weights. FLOPs are counted over the padded batch
+(`harness.training_matmul_flops`, the same count for every row), so the share of peak is a floor.
 
-    python -m benchmarks.train_throughput [--quick] [--precision auto|bf16|float32]
+`--distillation`: what word-level distillation (`train.py --teacher`) costs a step instead: round 7's student (the
+shipped size with 6+1 layers, random weights) with and without the shipped model's term (`scored_loss`).
+
+    python -m benchmarks.train_throughput [--quick] [--threads 1] [--precision auto|bf16|float32] [--distillation]
 """
 
 import math
@@ -19,9 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks import harness
-from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
+from modeling import TransformerMTConfig
+from modeling import TransformerMTForConditionalGeneration as Ours
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, shift_tokens_right, sinusoidal_table
 from transformer_en_de.training import precision
+from transformer_en_de.training.distillation import Teacher
 from transformer_en_de.training.loop import scored_loss
 
 
@@ -43,10 +47,10 @@ class TorchTransformerMT(nn.Module):
             batch_first=True,
             norm_first=config.norm_placement == "pre",
         )
-        encoder_layer = nn.TransformerEncoderLayer(**layer_options)
-        decoder_layer = nn.TransformerDecoderLayer(**layer_options)
-        encoder = nn.TransformerEncoder(encoder_layer, config.encoder_layers, enable_nested_tensor=False)
-        decoder = nn.TransformerDecoder(decoder_layer, config.decoder_layers)
+        encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(**layer_options), config.encoder_layers, enable_nested_tensor=False
+        )
+        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer_options), config.decoder_layers)
         # torch uses one dropout rate everywhere; ours separates attention and activation dropout: match them.
         for layer in list(encoder.layers) + list(decoder.layers):
             layer.dropout.p = config.activation_dropout
@@ -68,11 +72,12 @@ class TorchTransformerMT(nn.Module):
     def forward(self, input_ids, attention_mask, labels):
         decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
         source_padding = attention_mask == 0  # (B, S), True where padded
-        target_length = decoder_input_ids.shape[1]
+        # On a GPU the CPU-made causal mask is harmless: with tgt_is_causal and no target padding mask,
+        # nn.MultiheadAttention drops it and passes is_causal to SDPA.
         hidden_states = self.transformer(
             self.embed(input_ids),
             self.embed(decoder_input_ids),
-            tgt_mask=nn.Transformer.generate_square_subsequent_mask(target_length),
+            tgt_mask=nn.Transformer.generate_square_subsequent_mask(decoder_input_ids.shape[1]),
             src_key_padding_mask=source_padding,
             memory_key_padding_mask=source_padding,
             tgt_is_causal=True,
@@ -87,7 +92,7 @@ class TorchTransformerMT(nn.Module):
 
 
 @torch.no_grad()
-def copy_weights(ours: TransformerMTForConditionalGeneration, reference: TorchTransformerMT) -> None:
+def copy_weights(ours: Ours, reference: TorchTransformerMT) -> None:
     """Give the reference our weights (q, k, v stacked into torch's in_proj), so the two can be checked equal."""
 
     def attention(theirs, mine):
@@ -95,23 +100,25 @@ def copy_weights(ours: TransformerMTForConditionalGeneration, reference: TorchTr
         theirs.in_proj_bias.copy_(torch.cat([mine.q_proj.bias, mine.k_proj.bias, mine.v_proj.bias]))
         theirs.out_proj.load_state_dict(mine.out_proj.state_dict())
 
-    def feed_forward(theirs, mine):
-        theirs.linear1.load_state_dict(mine.fc1.state_dict())
-        theirs.linear2.load_state_dict(mine.fc2.state_dict())
+    def norms_and_feed_forward(theirs, mine, norms):
+        for number, name in enumerate(norms, start=1):
+            getattr(theirs, f"norm{number}").load_state_dict(getattr(mine, name).state_dict())
+        theirs.linear1.load_state_dict(mine.feed_forward.fc1.state_dict())
+        theirs.linear2.load_state_dict(mine.feed_forward.fc2.state_dict())
 
     reference.shared.weight.copy_(ours.model.shared.weight)
     for theirs, mine in zip(reference.transformer.encoder.layers, ours.model.encoder.layers, strict=True):
         attention(theirs.self_attn, mine.self_attn)
-        theirs.norm1.load_state_dict(mine.self_attn_norm.state_dict())
-        theirs.norm2.load_state_dict(mine.feed_forward_norm.state_dict())
-        feed_forward(theirs, mine.feed_forward)
+        norms_and_feed_forward(theirs, mine, ["self_attn_norm", "feed_forward_norm"])
     for theirs, mine in zip(reference.transformer.decoder.layers, ours.model.decoder.layers, strict=True):
         attention(theirs.self_attn, mine.self_attn)
         attention(theirs.multihead_attn, mine.cross_attn)
-        theirs.norm1.load_state_dict(mine.self_attn_norm.state_dict())
-        theirs.norm2.load_state_dict(mine.cross_attn_norm.state_dict())
-        theirs.norm3.load_state_dict(mine.feed_forward_norm.state_dict())
-        feed_forward(theirs, mine.feed_forward)
+        norms_and_feed_forward(theirs, mine, ["self_attn_norm", "cross_attn_norm", "feed_forward_norm"])
+
+
+def full_projection_loss(model, batch) -> torch.Tensor:
+    """train.py's label-smoothed loss from the logits of every position (the model's own `loss` is unsmoothed)."""
+    return label_smoothed_cross_entropy(model(**batch).logits, batch["labels"], model.config.label_smoothing)
 
 
 def check_same_function(ours, reference, batch) -> None:
@@ -125,88 +132,94 @@ def check_same_function(ours, reference, batch) -> None:
         raise AssertionError(f"the reference is not wired like our model: loss {theirs.item()} vs {mine.item()}")
 
 
-def full_projection_loss(model, batch) -> torch.Tensor:
-    """train.py's label-smoothed loss from the logits of every position (the model's own `loss` is unsmoothed)."""
-    return label_smoothed_cross_entropy(model(**batch).logits, batch["labels"], model.config.label_smoothing)
+def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, reference: str, peak: float, config=None):
+    """Times each side's step (name -> (model, loss function)) in turns on `batches` on `device`: table rows (with the
+    matmul FLOP/s of `config`'s count, when given, as a share of `peak`) and a ratio line per side to `reference`."""
+    device_batches = [{key: tensor.to(device) for key, tensor in batch.items()} for batch in batches]
+    steps = {}
+    for name, (model, loss_of) in sides.items():
+        model.to(device)
+        steps[name] = harness.training_step(model, loss_of, harness.adamw(model), device_batches, bf16)
+    timings = harness.alternate(steps, rounds=rounds, warmup=1)
+    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+    size = batches[0]["input_ids"].shape[0]
+    flops = sum(
+        harness.training_matmul_flops(config, size, batch["input_ids"].shape[1], batch["labels"].shape[1])
+        for batch in batches
+        if config is not None
+    )
+    rows, lines, base = [], [], timings[reference]
+    for name, t in timings.items():
+        rows.append([f"{len(batches)} x {size}", name, f"{sum(p.numel() for p in sides[name][0].parameters()):,}"])
+        rows[-1] += [harness.spread(t.wall), f"{t.cpu_seconds:.3g}", f"{tokens / t.seconds:,.0f}"]
+        rows[-1] += [f"{flops / t.seconds / 1e9:,.0f}", f"{flops / t.seconds / peak:.1%}"] if config else ["", ""]
+        if name != reference:
+            lines.append(
+                f"{name} / {reference}, batch {size}: throughput {base.seconds / t.seconds:.2f}x wall, "
+                f"{base.cpu_seconds / t.cpu_seconds:.2f}x CPU time; time a step {t.seconds / base.seconds:.2f}x"
+            )
+    return rows, lines
 
 
-def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1):
-    """A call trains on `batches`, one optimizer step per `accumulate` of them (gradients summed over the
-    micro-batches), in bf16 autocast on the model's device when `bf16`. On a GPU it waits for the queued kernels at
-    the end, so that a timer around the call measures the work done, not the work launched."""
-    device = next(model.parameters()).device
+def compare_steps(config, batches_of: dict, device: torch.device, bf16: bool, rounds: int) -> None:
+    """Ours (both losses) against torch.nn.Transformer on each batch size's batches (size -> batches), one table."""
+    peak = harness.matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
+    print(f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds")
+    rows, lines = [], []
+    for batches in batches_of.values():
+        models = {}
+        for name in ("torch.nn.Transformer", "ours", "ours, every position projected"):
+            torch.manual_seed(0)
+            models[name] = (TorchTransformerMT if name.startswith("torch") else Ours)(config).train()
+        check_same_function(models["ours"], models["torch.nn.Transformer"], batches[0])  # on the CPU, before moving
+        losses = {"ours": scored_loss, "ours, every position projected": full_projection_loss}
+        sides = {name: (model, losses.get(name, lambda m, batch: m(**batch))) for name, model in models.items()}
+        table = step_table(sides, batches, device, bf16, rounds, "torch.nn.Transformer", peak, config)
+        rows, lines = rows + table[0], lines + table[1]
+        del models, sides
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print_steps(rows, lines)
 
-    def step():
-        for index, batch in enumerate(batches, start=1):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_of(model, batch)
-            (loss / accumulate).backward()
-            if index % accumulate == 0:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-        harness.synchronize(device)
 
-    return step
+def print_steps(rows, lines):
+    header = ["batches", "model", "parameters", "wall s/round: median [IQR]", "CPU s/round", "target tokens/s"]
+    harness.print_table(header + ["matmul GFLOP/s", "share of peak"], rows)
+    print("\n".join(lines))
 
 
-def adamw(model):
-    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+def distillation(args, batches, rounds) -> None:
+    """The student (round 7's 6+1 shape, random weights) with and without the shipped model's word-level term."""
+    teacher = Teacher(Ours.from_pretrained(harness.SHIPPED_DIR).eval().requires_grad_(False), 0.5, "shipped")
+    config = harness.shipped_config(encoder_layers=6, decoder_layers=1, dropout=0.1)
+    losses = {
+        "student alone": scored_loss,
+        "student + teacher": lambda m, batch: scored_loss(m, batch, teacher=teacher),
+    }
+    sides = {}
+    for name, loss_of in losses.items():
+        torch.manual_seed(0)
+        sides[name] = (Ours(config).train(), loss_of)
+    print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(args.bf16)}, AdamW")
+    print_steps(*step_table(sides, batches, torch.device("cpu"), args.bf16, rounds, "student alone", 1.0))
 
 
 def main():
-    args, config, rounds, batches = harness.training_setup(__doc__.splitlines()[0])
-    target_tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
-
-    torch.manual_seed(0)
-    ours = TransformerMTForConditionalGeneration(config).train()
-    torch.manual_seed(0)
-    reference = TorchTransformerMT(config).train()
-    check_same_function(ours, reference, batches[0])
-
-    torch.manual_seed(0)
-    ours_forward = TransformerMTForConditionalGeneration(config).train()
-    timings = harness.alternate(
-        {
-            "ours": training_step(ours, scored_loss, adamw(ours), batches, args.bf16),
-            "ours, every position projected": training_step(
-                ours_forward, full_projection_loss, adamw(ours_forward), batches, args.bf16
-            ),
-            "torch.nn.Transformer": training_step(
-                reference, lambda model, batch: model(**batch), adamw(reference), batches, args.bf16
-            ),
-        },
-        rounds=rounds,
-        warmup=1,
+    args, config, rounds, batches = harness.training_setup(
+        __doc__.splitlines()[0],
+        lambda parser: parser.add_argument(
+            "--distillation", action="store_true", help="a student with and without a teacher"
+        ),
     )
-    models = {"ours": ours, "ours, every position projected": ours_forward, "torch.nn.Transformer": reference}
-    parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
-    print(f"# Training throughput ({harness.describe_machine(args.threads)}; config: {harness.config_source()})")
+    print(f"# Training throughput ({harness.describe_machine(args.threads)})")
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "
-        f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}, "
-        f"attention dropout {config.attention_dropout}; {precision.name(args.bf16)}, AdamW; "
-        f"{len(batches)} batches of {args.batch_size} Multi30k pairs ({target_tokens} target tokens) per round, "
-        f"{rounds} rounds"
+        f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}"
     )
-    harness.print_table(
-        ["model", "parameters", "wall s/round: median [IQR]", "CPU s/round", "target tokens/s"],
-        [
-            [
-                name,
-                f"{parameters[name]:,}",
-                harness.spread(t.wall),
-                f"{t.cpu_seconds:.3g}",
-                f"{target_tokens / t.seconds:,.0f}",
-            ]
-            for name, t in timings.items()
-        ],
-    )
-    theirs_t = timings["torch.nn.Transformer"]
-    for name in ("ours", "ours, every position projected"):
-        print(
-            f"ratio {name} / torch.nn.Transformer (throughput): {theirs_t.seconds / timings[name].seconds:.2f}x wall, "
-            f"{theirs_t.cpu_seconds / timings[name].cpu_seconds:.2f}x CPU time"
-        )
+    if args.distillation:
+        distillation(args, batches, rounds)
+    else:
+        compare_steps(config, {args.batch_size: batches}, torch.device("cpu"), args.bf16, rounds)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,12 @@
 """Peak memory of a training run's start: the first start, which reads, mixes and tokenizes the corpora, against a
 second start of the same mix, which reads the tokenized mix the first one kept (`PreparedMix`, memory-mapped).
 
-Each start is `train.py` in a process of its own, one training step, one thread; its peak resident memory is read
-from /proc (VmHWM) while it runs. The second start is the reference: what a run holds besides its data pipeline
-(model, optimizer, Trainer, validation), so the difference is what preparing the mix costs and keeps.
+Each start is `train.py` in a process of its own, one step, one thread; its peak RSS (VmHWM) is polled from /proc.
+The second start holds what a run holds besides its data pipeline, so the difference is what preparing the mix costs.
+The default mix is task 1 twice with teacher-big and the tagged back-translation (528,000 pairs an epoch with the
+case variants).
 
     python -m benchmarks.training_memory [--mix CORPUS ...] [--start MODEL_FOLDER]
-
-The default mix is task 1 twice with teacher-big and the tagged back-translation (528,000 pairs an epoch with the
-case variants); the round-7 run's mix adds the three other teachers (1.26 million).
 """
 
 import argparse
@@ -22,16 +20,18 @@ from pathlib import Path
 
 from benchmarks import harness
 
-ROOT = harness.ROOT
 DISTILL = harness.DATA_DIR.parent / "multi30k-distill"
 DEFAULT_MIX = [str(DISTILL / "teacher-big"), f"{DISTILL / 'bt-beam'}:tagged"]
+ONE_STEP = """--train_weight 2 --case_augmentation 0.4 --max_tokens 4300 --max_steps 1 --save_strategy no
+    --eval_strategy no --average_last 0 --load_best_model_at_end false --disable_tqdm true""".split()
 
 
 def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
     """(peak RSS in bytes, seconds) of a child process, its VmHWM polled until it exits."""
-    started = time.time()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = [0]
+    started, peak = time.time(), [0]
+    process = subprocess.Popen(
+        command, cwd=harness.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
     def poll():
         while process.poll() is None:
@@ -56,52 +56,17 @@ def main() -> None:
     parser.add_argument("--start", default=str(harness.SHIPPED_DIR), help="model folder to train")
     parser.add_argument("--data_dir", default=str(harness.DATA_DIR))
     args = parser.parse_args()
-
     with tempfile.TemporaryDirectory() as scratch:
-        env = dict(
-            os.environ, TRANSFORMER_MT_CACHE=str(Path(scratch) / "cache"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"
-        )
+        env = dict(os.environ, TRANSFORMER_MT_CACHE=f"{scratch}/cache", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         rows, peaks = [], []
         for number, start in enumerate(("first start (prepares the mix)", "second start (reads it)")):
-            # The same tokenizer file both times (it is part of the kept mix's fingerprint), another output folder.
-            command = [
-                sys.executable,
-                "train.py",
-                "--model_name_or_path",
-                args.start,
-                "--tokenizer_name",
-                args.start,
-                "--data_dir",
-                args.data_dir,
-                "--train_weight",
-                "2",
-                "--extra_train",
-                *args.mix,
-                "--case_augmentation",
-                "0.4",
-                "--max_tokens",
-                "4300",
-                "--max_steps",
-                "1",
-                "--save_strategy",
-                "no",
-                "--eval_strategy",
-                "no",
-                "--test_split",
-                "",
-                "--average_last",
-                "0",
-                "--load_best_model_at_end",
-                "false",
-                "--disable_tqdm",
-                "true",
-                "--output_dir",
-                str(Path(scratch) / f"run-{number}"),
-            ]
-            peak, seconds = peak_rss_of_run(command, env)
+            # The same tokenizer both times (part of the kept mix's fingerprint), another output folder.
+            command = [sys.executable, "train.py", "--model_name_or_path", args.start, "--tokenizer_name", args.start]
+            command += ["--data_dir", args.data_dir, "--extra_train", *args.mix, "--test_split", "", *ONE_STEP]
+            peak, seconds = peak_rss_of_run(command + ["--output_dir", str(Path(scratch) / f"run-{number}")], env)
             peaks.append(peak / 2**30)
             rows.append([start, f"{peaks[-1]:.2f}", f"{seconds:.0f}"])
-            print(f"{start}: peak {peak / 2**30:.2f} GiB in {seconds:.0f} s", flush=True)
+            print(f"{start}: peak {peaks[-1]:.2f} GiB in {seconds:.0f} s", flush=True)
     print(f"\n{harness.describe_machine(1)}; mix: task 1 x2 + {' '.join(Path(m).name for m in args.mix)}")
     harness.print_table(["train.py", "peak RSS (GiB)", "seconds"], rows)
     first, second = peaks

@@ -10,7 +10,7 @@ from torch import nn
 def int8_dynamic(model, keep_output_layer: bool = False):
     """A copy of `model` for CPU inference with int8 weights in every nn.Linear (activations quantized per batch;
     `keep_output_layer`: all but the output projection `lm_head`). On test_2016_flickr it keeps BLEU within 0.3 of
-    float32 at about 1.3x the speed (`python -m benchmarks.inference_precision`)."""
+    float32 at about 1.3x the speed (`python -m benchmarks.engine_backends --parts precision`)."""
     model = copy.deepcopy(model).cpu()
     linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     chosen = [name for name in linears if not (keep_output_layer and name == "lm_head")]

@@ -1,15 +1,12 @@
 """Decoding speed of an earlier commit's model code against today's, as a Hub user runs it, each in its own process.
 
-The shipped folder is copied twice, with `modeling/` as it was at `--baseline` (any git revision) and as it is.
-Each system runs in a process of its own (`--worker`) that loads its folder's code as `trust_remote_code` loads it
-from the Hub and translates test_2016_flickr with `generate()` and the saved defaults at batch 1 and at batch 32
-(sorted by length); the processes take turns, round after round. Sentences/s (the median round), the ratio to the
-first system and whether the ids equal its ids.
-
-Systems: the baseline, and with `--baseline-kernels` each of its linear kernels (`linear_kernel.py`, where it has
-one); today's; today's with transformers' beam search (`drop_finished_sentences = False`) and with a static cache
-(not with `--no-variants`); with `--compiled`, a static cache and the forward compiled by generate() (the first pass
-compiles and is given apart; the speed is a second pass).
+The shipped folder is copied with `modeling/` as it was at `--baseline` and as it is; each system is a process of
+its own (`--worker`, outside the repository) that loads its folder's code as `trust_remote_code` does and translates
+test_2016_flickr with `generate()` and the saved defaults at batch 1 and batch 32 (sorted by length), the processes
+taking turns round after round: sentences/s (median round), the ratio to the first system, whether the ids equal its.
+Systems: the baseline (and each of `--baseline-kernels` of its `linear_kernel.py`); today's; unless `--no-variants`,
+today's with transformers' beam search and with a static cache; with `--compiled`, a static cache and the forward
+compiled by generate() (the compiling first pass given apart, the speed a second pass).
 
     python -m benchmarks.code_versions --baseline bd87c05 [--baseline-kernels blas onednn] [--compiled]
         [--no-variants] [--threads 1] [--rounds 3] [--quick]

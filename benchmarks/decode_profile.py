@@ -1,16 +1,12 @@
 """Where a decoding step's time goes: torch's operators by input shape, and the Python around them.
 
-1. The model's `generate()` with its saved defaults on the first sentences of test_2016_flickr at `--batch-size`
-   (sorted by length above 1) under `torch.profiler`: the operators with the most self time.
-2. One step outside the operators: the same layout and search with d_model 16, d_ff 16 and 64 words, whose products
-   cost next to nothing, decodes 20 tokens a sentence; its time per step is the module path's and the search's.
-
-The profiler adds to what it measures (in batches of 32 it puts the log-softmax at several times its plain cost):
-read the shares as where to look, and time an operator alone before acting on it.
-
-`--cache` instead: generation with the key/value cache against without it (every step re-runs the decoder over the
-prefix) and against a static cache (every position allocated up front, so a compiled forward sees one shape;
-uncompiled it attends over all of them): random weights of the shipped size, every output forced to `--new-tokens`.
+1. `generate()` with the saved defaults on the first sentences of test_2016_flickr at `--batch-size` under
+   `torch.profiler`: the operators with the most self time. The profiler adds to what it measures (in batches of 32
+   the log-softmax shows at several times its plain cost): read shares as where to look.
+2. The same layout and search with d_model 16, d_ff 16 and 64 words decode 20 tokens a sentence: the time per step of
+   the module path and the search, the products costing next to nothing.
+`--cache` instead: generation with the key/value cache against none (each step re-runs the decoder over the prefix)
+and a static one (uncompiled, it attends over every allocated position); random weights, outputs forced to a length.
 
     python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1] [--cache [--quick]]
 """

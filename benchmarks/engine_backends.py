@@ -1,20 +1,16 @@
 """The engine's two backends, PyTorch and CTranslate2 (our converter): speed, BLEU, and what one process costs.
 
 `--parts` (default `backends one-process`):
-- in-turns: the systems in this process, alternating on every sentence (batch 1) or length-sorted batch of 32 of
-  test_2016_flickr, after a check that both backends write the same greedy tokens: ours (the engine with the saved
-  decoding: beams, length penalty, the bound 1.5 x source + 10), ours with transformers' beam search (the same ids
-  expected), generate() as a Hub user runs it (float32 and int8 weights), and CTranslate2 float32 through the engine
-  (in its worker process, whose CPU time counts). Then, unless `--skip-bound`, ours on val with and without the bound.
-- backends: `translate_corpus.py` on test_2016_flickr (batches of 64) with `--backend torch`, `--backend ctranslate2`
-  and `--backend ctranslate2 --int8`, each a process of its own, back to back every round; seconds from the run's
-  record (the conversion cached before, untimed).
-- precision: the engine with PyTorch at lower precision against float32, in turns on batches of 32: bf16 weights,
-  int8 dynamic (`int8_dynamic`: int8 weights of every `nn.Linear`, activations quantized per batch), and the same
-  with a float32 output layer. A variant passes if its BLEU is within 0.3 of float32's.
-- one-process: the engine with PyTorch in a process where CTranslate2 is loaded and has translated: alone (the
-  reference); in-process (`process=False`); the same with OMP_WAIT_POLICY=PASSIVE (no OpenMP runtime spins while it
-  waits); worker (the default). Each way a child process timing both alternately (`--repeats`, the median).
+- in-turns: in this process, alternating on every sentence (batch 1) or length-sorted batch of 32 of
+  test_2016_flickr, once both backends are seen to write the same greedy tokens: ours (the engine, saved decoding),
+  ours with transformers' beam search, generate() as a Hub user runs it (float32 and int8 weights), CTranslate2
+  float32 through the engine (in its worker, whose CPU time counts); then (not `--skip-bound`) the bound on and off.
+- precision: the engine at lower precision against float32: bf16 weights, int8 dynamic (`int8_dynamic`), int8 with
+  a float32 output layer. A variant passes if its BLEU is within 0.3 of float32's.
+- backends: `translate_corpus.py --backend torch | ctranslate2 | ctranslate2 --int8` on test_2016_flickr, each a
+  process of its own, back to back every round; seconds from the run's record (the conversion cached, untimed).
+- one-process: the engine with PyTorch where CTranslate2 is loaded and has translated: alone (the reference),
+  in-process, in-process with OMP_WAIT_POLICY=PASSIVE, or in its worker (the default); each a child process.
 Ratios are each round's, then their median.
 
     python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts PART ...]

@@ -1,15 +1,12 @@
 """GPU figures: training throughput against torch.nn.Transformer, the WMT14 base recipe's step time, generate() speed.
 
-Sections (`--sections 1,2,3`, default all; one that fails is printed and the next still runs):
-1. `benchmarks.train_throughput`'s comparison on the GPU, batches of 128 and 512 sentences (128 underuses a GPU).
-2. The WMT14 base recipe of docs/training.md (d_model 512, 6+6 layers, vocabulary 37,000): one optimizer step at
-   about 25,000 source + 25,000 target tokens (random tokens, 27 a side; gradients accumulated only if the batch
-   does not fit), its median time and the hours 100,000 steps take.
-3. `generate()` of the shipped model with float32 and bf16 weights and its saved defaults on the first sentences of
-   test_2016_flickr.en, batch 32 (sorted by length) and batch 1; and whether CTranslate2 with CUDA is usable here.
-
-Every timing ends in `torch.cuda.synchronize()`. Without a CUDA GPU it runs on the CPU and says so (a smoke test);
-`--quick` shrinks every section.
+Sections (`--sections 1,2,3`; one that fails is printed and the next still runs):
+1. `benchmarks.train_throughput`'s comparison, batches of 128 and 512 sentences (128 underuses a GPU).
+2. The WMT14 base recipe of docs/training.md: one optimizer step at about 25,000 source + 25,000 target tokens
+   (random tokens, 27 a side; accumulated only if the batch does not fit) and the hours 100,000 steps take.
+3. `generate()` of the shipped model with float32 and bf16 weights on test_2016_flickr.en, batch 32 and batch 1;
+   and whether CTranslate2 with CUDA is usable here.
+Every timing ends in a synchronize. Without a CUDA GPU it runs on the CPU and says so (a smoke test).
 
     python -m benchmarks.gpu [--quick] [--sections 1,2,3] [--source test_2016_flickr.en] [--data multi30k-folder]
 """
@@ -39,22 +36,14 @@ STEPS = 100_000  # the paper's base run (docs/training.md)
 def options(parser):
     parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run (default 1,2,3)")
     parser.add_argument("--source", type=Path, help=f"English for section 3 (default: Multi30k's {TEST_FILE})")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="Multi30k folder with train.en/train.de for section 1 (default: beside the repository, else beside "
-        "--source, else gpu-data/multi30k)",
-    )
-    # CPU threads matter little when a GPU computes: the cores this process may use.
-    parser.set_defaults(threads=len(os.sched_getaffinity(0)))
+    parser.add_argument("--data", type=Path, help="Multi30k folder with train.en/train.de for section 1")
+    parser.set_defaults(threads=len(os.sched_getaffinity(0)))  # the cores this process may use
 
 
 def section_training(args, device, bf16):
     tokenizer = load_tokenizer(harness.SHIPPED_DIR)
     sizes = (32, 128) if args.quick and device.type == "cpu" else (128, 512)
     rounds, count = (2, 2) if args.quick else (8, 4)
-    if sizes[-1] != 512:
-        print("NOTE: shrunk (--quick on the CPU): batches of 32 and 128 sentences instead of 128 and 512")
     batches = {size: harness.training_batches(tokenizer, size, count) for size in sizes}
     compare_steps(harness.shipped_config(), batches, device, bf16, rounds)
 
@@ -66,8 +55,6 @@ def section_base_recipe(args, device, bf16):
     sentences = 8 if shrunk else round(25_000 / length)
     rounds, warmup = (2, 1) if shrunk else (10, 2)
     peak = harness.matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
-    if shrunk:
-        print(f"NOTE: shrunk: {sentences} sentences a step instead of {round(25_000 / length)}; not the recipe's hours")
     generator = torch.Generator().manual_seed(0)
 
     def random_batch(size: int) -> dict:
@@ -133,8 +120,6 @@ def section_generate(args, device, bf16):
         f"{settings.num_beams}, length penalty {settings.length_penalty} and the per-sentence bound; first sentences "
         f"of {args.source}; {rounds} rounds after a warm-up pass"
     )
-    if device.type == "cpu" and not precision.native_bf16(use_cpu=True):
-        print("NOTE: this CPU has no native bf16: the bf16 weights are emulated, not a figure to use")
     by_length = sorted(sentences[:batched_count], key=lambda text: len(tokenizer(text)["input_ids"]))
     runs = {
         32: [by_length[i : i + 32] for i in range(0, len(by_length), 32)],

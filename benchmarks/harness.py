@@ -45,8 +45,7 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def model_under_test(description: str, extra=None) -> tuple[argparse.Namespace, object, object]:
-    """The flags (with `--model`, default the shipped folder), the machine printed, the model and tokenizer loaded
-    as the app loads them."""
+    """The flags (with `--model`), the machine printed, the model and tokenizer loaded as the app loads them."""
 
     def options(parser):
         parser.add_argument("--model", default=str(SHIPPED_DIR), help="a model folder")
@@ -66,10 +65,10 @@ def read_split(split: str, language: str) -> list[str]:
     return data.read_lines(path)
 
 
-def sample_sentences(split: str, count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+def sample_sentences(split: str, count: int) -> tuple[list[str], list[str]]:
     """`count` random sentence pairs (English, German) of a Multi30k split, the same ones on every run."""
     english, german = read_split(split, "en"), read_split(split, "de")
-    chosen = random.Random(seed).sample(range(len(english)), count)
+    chosen = random.Random(0).sample(range(len(english)), count)
     return [english[i] for i in chosen], [german[i] for i in chosen]
 
 
@@ -94,32 +93,11 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
 # ---------------------------------------------------------------------------------------------------------- training
 
 
-def training_setup(description: str, extra=None):
-    """Flags, the shipped config, rounds and real Multi30k batches for a training benchmark on the CPU."""
-
-    def training_flags(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (training uses 128)")
-        parser.add_argument(
-            "--precision",
-            choices=["auto", "bf16", "float32"],
-            default="auto",
-            help="auto (default): what train.py picks here, bf16 autocast only where bf16 is native",
-        )
-        if extra is not None:
-            extra(parser)
-
-    args = parse_args(description, training_flags)
-    args.bf16 = args.precision == "bf16" or (args.precision == "auto" and precision.native_bf16(use_cpu=True))
-    rounds, count = (3, 2) if args.quick else (8, 4)
-    return args, shipped_config(), rounds, training_batches(load_tokenizer(SHIPPED_DIR), args.batch_size, count)
-
-
-def training_batches(tokenizer, batch_size: int, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """`count` batches as training sees them (grouped by length, pads -100 in the labels): like the Trainer's
-    group_by_length sampler, a random megabatch of 50 batches sorted by source length and cut, `count` of the cuts
-    evenly spread from the longest to the shortest."""
+def training_batches(tokenizer, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
+    """`count` batches as the Trainer's group_by_length sampler makes them (a random megabatch of 50 sorted by source
+    length and cut; `count` cuts from the longest to the shortest), padded, pads -100 in the labels."""
     per_megabatch = 50
-    english, german = sample_sentences("train", batch_size * per_megabatch, seed)
+    english, german = sample_sentences("train", batch_size * per_megabatch)
     lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
     order = sorted(range(len(english)), key=lambda index: -lengths[index])
     batches = []
@@ -242,8 +220,8 @@ def spread(values: list[float]) -> str:
 
 
 def json_from_child(module: str, *arguments: str, env: dict | None = None) -> dict:
-    """`python -m module arguments...` in a process of its own (no model, allocator state or thread pool of this
-    one): the JSON object its last line prints. A child that fails stops the benchmark with its last stderr line."""
+    """The JSON object that the last line of `python -m module arguments...` prints, in a process of its own (no
+    model, allocator or thread pool of this one); a child that fails stops the benchmark with its last stderr line."""
     done = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]

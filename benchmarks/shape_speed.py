@@ -1,17 +1,12 @@
 """Which encoder and decoder depths can clear the shipping rule's speed side, measured before any of them is trained.
 
 Rule (a) asks a candidate to decode at least 1.3x as fast as the shipped model through `generate()` at batch 32 and
-at batch 1. A shape with random weights writes outputs of any length, so every sentence's output is held to the
-length of the shipped model's own translation (`</s>` forbidden before it and forced at it, for every beam; the tokens
-are the model's own). Each shape, built from the shipped config with random weights, is compared with the shipped
-shape built the same way; a trained folder (`--candidate`) with the shipped weights. Each model runs in a process of
-its own, one after the other in every round; medians.
-Shapes are `ENCxDEC[:field=value,...]`; a field of the generation config sets that model's decoding
-(`3x3:num_beams=2` is the shipped shape at two beams).
-
-`--free-running`: the rule's own comparison of trained folders, each `--candidate` against the reference as a Hub
-user runs them (`generate()` with the saved defaults, batch 32 and 1, outputs as long as each model writes them),
-and the engine's CTranslate2 backend at batch 32 (converted once and cached, untimed).
+batch 1. Shapes (`ENCxDEC[:field=value,...]`, a generation-config field setting the decoding: `3x3:num_beams=2`) are
+built from the shipped config with random weights, so every output is held to the length of the shipped model's own
+translation (`</s>` forbidden before it and forced at it, for every beam) and each is compared with the shipped shape
+built the same way; a trained `--candidate` with the shipped weights. `--free-running`: the rule's own comparison of
+trained folders as a Hub user runs them, and through the engine's CTranslate2 backend (batch 32). Each model runs in
+a process of its own, one after the other in every round; medians.
 
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 6x1 6x2 8x1 12x1 12x2 --candidate runs/NAME --threads 1
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed --free-running --candidate runs/NAME --threads 1

@@ -1,8 +1,8 @@
 """Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way, and the
 matmul FLOP/s each achieves as a share of this device's measured matmul peak.
 
-One step = forward + label-smoothed loss + backward + AdamW, in the precision train.py picks here (`--precision` to
-choose), on real Multi30k batches grouped by length. "ours" is train.py's step (`scored_loss`: the output projection
+One step = forward + label-smoothed loss + backward + AdamW, in the precision train.py picks here, on real Multi30k
+batches grouped by length. "ours" is train.py's step (`scored_loss`: the output projection
 on real target tokens only); "ours, every position projected" takes the loss from the full logits, like the
 reference. The reference has our sizes, post-norm layers, dropouts, one shared tied embedding, sinusoidal positions
 and loss, and is checked to compute our loss with our weights. FLOPs are counted over the padded batch
@@ -11,7 +11,7 @@ and loss, and is checked to compute our loss with our weights. FLOPs are counted
 `--distillation`: what word-level distillation (`train.py --teacher`) costs a step instead: round 7's student (the
 shipped size with 6+1 layers, random weights) with and without the shipped model's term (`scored_loss`).
 
-    python -m benchmarks.train_throughput [--quick] [--threads 1] [--precision auto|bf16|float32] [--distillation]
+    python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128] [--distillation]
 """
 
 import math
@@ -24,6 +24,7 @@ from benchmarks import harness
 from modeling import TransformerMTConfig
 from modeling import TransformerMTForConditionalGeneration as Ours
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy, shift_tokens_right, sinusoidal_table
+from tokenizer import load_tokenizer
 from transformer_en_de.training import precision
 from transformer_en_de.training.distillation import Teacher
 from transformer_en_de.training.loop import scored_loss
@@ -188,7 +189,7 @@ def print_steps(rows, lines):
     print("\n".join(lines))
 
 
-def distillation(args, batches, rounds) -> None:
+def distillation(bf16: bool, batches, rounds) -> None:
     """The student (round 7's 6+1 shape, random weights) with and without the shipped model's word-level term."""
     teacher = Teacher(Ours.from_pretrained(harness.SHIPPED_DIR).eval().requires_grad_(False), 0.5, "shipped")
     config = harness.shipped_config(encoder_layers=6, decoder_layers=1, dropout=0.1)
@@ -200,26 +201,30 @@ def distillation(args, batches, rounds) -> None:
     for name, loss_of in losses.items():
         torch.manual_seed(0)
         sides[name] = (Ours(config).train(), loss_of)
-    print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(args.bf16)}, AdamW")
-    print_steps(*step_table(sides, batches, torch.device("cpu"), args.bf16, rounds, "student alone", 1.0))
+    print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(bf16)}, AdamW")
+    print_steps(*step_table(sides, batches, torch.device("cpu"), bf16, rounds, "student alone", 1.0))
+
+
+def options(parser):
+    parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (training uses 128)")
+    parser.add_argument("--distillation", action="store_true", help="a student with and without a teacher instead")
 
 
 def main():
-    args, config, rounds, batches = harness.training_setup(
-        __doc__.splitlines()[0],
-        lambda parser: parser.add_argument(
-            "--distillation", action="store_true", help="a student with and without a teacher"
-        ),
-    )
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    bf16 = precision.native_bf16(use_cpu=True)  # what train.py picks here: bf16 autocast only where it is native
+    rounds, count = (3, 2) if args.quick else (8, 4)
+    batches = harness.training_batches(load_tokenizer(harness.SHIPPED_DIR), args.batch_size, count)
+    config = harness.shipped_config()
     print(f"# Training throughput ({harness.describe_machine(args.threads)})")
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "
         f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}"
     )
     if args.distillation:
-        distillation(args, batches, rounds)
+        distillation(bf16, batches, rounds)
     else:
-        compare_steps(config, {args.batch_size: batches}, torch.device("cpu"), args.bf16, rounds)
+        compare_steps(config, {args.batch_size: batches}, torch.device("cpu"), bf16, rounds)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,9 @@
 """Gradio app: our Transformer beside pretrained models (MarianMT by default), English → German.
 
-Decoding controls, sentence BLEU/chrF against an optional reference, whole files with corpus scores, what happens inside
-each model (pieces, positional encoding, attention, the beam search), and the corpus-level comparison. Runs locally
-(`python app.py`) and as a Hugging Face Space. This file holds loading, the page's assembly and its callbacks; each
-tab's layout and wiring is in `transformer_en_de/app/page/`, what the callbacks do in `transformer_en_de/app/`, and how
-the page is served and defended in `transformer_en_de/app/serving/`.
-
-Our model comes from `--model` / TRANSFORMER_MT_MODEL (a folder or a Hub id; default models/transformer-en-de), the
-comparison models from `--comparison_models` / COMPARISON_MODELS (ids or folders; "" for none), loaded in background
-threads: the page is up before they are, and one that cannot be loaded says why in one line. `--backend` and `--int8`
-choose what decodes; `--sign_in` lets the arena's voters sign in with Hugging Face, their votes counted as accounts'
-(on a Space whose metadata has `hf_oauth: true`, always; elsewhere only with a real OAuth app, else it stops in one
-line; `--sign_in stand-in` tries Gradio's local stand-in, its votes anonymous); `--forwarded_allow_ips` names the proxy
-whose X-Forwarded-For tells visitors apart (on a Space, the private networks its proxy connects from). How requests
-share the CPU and what the HTTP front refuses: docs/app.md and `transformer_en_de/app/serving/__init__.py`.
-
-Named API endpoints (gradio_client), with one (translation, details) pair per comparison model:
-    /translate(text, decoding, num_beams, max_new_tokens, reference)
-        -> (our_translation, our_details, [model_translation, model_details]..., notice)
-    /translate_file(source_file, reference_file, decoding, num_beams, max_new_tokens)
-        -> (translations_tsv, summary, first_lines: Markdown, each line beside its translations)
-    /inside(text, decoding, num_beams, max_new_tokens) -> dict (JSON): the first sentence inside our model and each
-        comparison model (pieces, positional encoding, attention by kind/layer/head, beam steps, translation)
-    /comparison() -> (notes, table), both Markdown
-    /status() -> status (Markdown: each comparison model's loading state, requests in progress)
-    /battle(text) -> (battle_id, translation_a, translation_b, message): two systems drawn at random, names hidden;
-        no battle: battle_id "" and the message says why
-    /vote(battle_id, choice) -> (system_a, system_b, message): the names revealed once the vote is stored
-    /leaderboard() -> (table: Markdown, plot)
+`python app.py --help` lists the options; the README's API table and docs/app.md describe the page and its named
+endpoints. This file holds loading, the page's assembly and its callbacks: each tab's layout is in
+`transformer_en_de/app/page/`, what the callbacks do in `transformer_en_de/app/`, how the page is served and defended in
+`transformer_en_de/app/serving/`.
 """
 
 import argparse
@@ -68,14 +44,7 @@ from transformer_en_de.app.serving import (  # noqa: E402
 from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode  # noqa: E402
 from transformer_en_de.app.text_checks import default_settings  # noqa: E402
 from transformer_en_de.app.translation import RequestContext, format_details, format_notice, translate_text  # noqa: E402
-from transformer_en_de.app.translators import (  # noqa: E402
-    BackgroundTranslator,
-    ModelUnavailableError,
-    comparison_names,
-    display_id,
-    load_our_translator,
-    parse_model_list,
-)
+from transformer_en_de.app.translators import ModelUnavailableError, display_id, load_our_translator, start_comparisons  # noqa: E402
 from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
@@ -106,7 +75,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "--comparison_models",
         "--comparison-models",
         nargs="*",
-        default=parse_model_list(os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS)),
+        default=os.environ.get("COMPARISON_MODELS", DEFAULT_COMPARISON_MODELS),
         help="models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
         f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
     )
@@ -134,15 +103,10 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         const="accounts",
         choices=["accounts", "stand-in"],
         default=asked_for(os.environ.get("ARENA_SIGN_IN")) or None,
-        help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1): a signed-in vote counts as "
-        "its account's, and the leaderboard ranks signed-in accounts' votes, the anonymous ones apart. On a Space "
-        "whose metadata has `hf_oauth: true` it is there without this flag; elsewhere it needs a real OAuth app "
-        "(SYSTEM=spaces, SPACE_ID, OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, OAUTH_SCOPES, OPENID_PROVIDER_URL, as a Space "
-        "has: without them Gradio's sign-in is a stand-in anyone can forge), else the app stops at once in one line. "
-        "`--sign_in stand-in` (ARENA_SIGN_IN=stand-in) tries Gradio's local stand-in, which signs every visitor in as "
-        "the account of this machine's Hugging Face token (at HF_ENDPOINT; the app stops in one line if there is no "
-        "token or the Hub cannot tell whose it is); its votes count as anonymous. The sign-in cookie is a secure one: "
-        "over plain HTTP a browser keeps it only at localhost or 127.0.0.1; anywhere else serve HTTPS",
+        help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1), a signed-in vote counted "
+        "as its account's: on a Space with `hf_oauth: true` always, elsewhere only with a real OAuth app, else the app "
+        "stops in one line; `stand-in` (ARENA_SIGN_IN=stand-in) tries Gradio's local stand-in, its votes anonymous "
+        "(docs/app.md, the Arena tab). The sign-in cookie is secure: serve HTTPS anywhere but localhost",
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
@@ -159,8 +123,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
 
 
 def default_votes_db() -> Path:
-    """Where the votes are kept: VOTES_DB; else a Space's persistent storage (/data) when it has one, else beside
-    app.py."""
+    """VOTES_DB; else a Space's persistent storage (/data) when it has one, else beside app.py."""
     if os.environ.get("VOTES_DB"):
         return Path(os.environ["VOTES_DB"])
     persistent = Path("/data")
@@ -169,30 +132,26 @@ def default_votes_db() -> Path:
 
 
 def unchanged(outputs: int) -> tuple:
-    """What a dropped call of a short piece of work answers: its `outputs` components left as they are."""
+    """What a dropped call answers: its `outputs` components left as they are."""
     return tuple(gr.skip() for _ in range(outputs))
 
 
 def voter_of(request: gr.Request, profile: gr.OAuthProfile | None = None) -> Voter:
-    """The arena's voter behind a request: its session, the address uvicorn gives (the proxy's visitor where the proxy
-    is trusted, `serving/server.py`) and the Hub account the visitor signed in with (the arena stores only its salted
-    hash)."""
+    """The arena's voter: the session, its address (the visitor's, behind a trusted proxy), its Hub account."""
     account = profile.username if profile is not None else None
     return Voter(request.session_hash or "", request.client.host if request.client else "", account)
 
 
 class TranslationApp:
-    """What the page serves from (our model, the comparison models, the serving layer, the limits) and its event
-    callbacks: each hands its inputs to `transformer_en_de/app/` and its results to the components. Every callback of
-    an event of work runs admitted (`serving.admitted`), or as side work (`in_turn`)."""
+    """What the page serves from, and its callbacks (each admitted, or as side work: `in_turn`)."""
 
     def __init__(
         self,
-        model_id: str,
-        comparison_model_ids: list[str] | None,
+        model_id: str = DEFAULT_MODEL,
+        comparison_model_ids: list[str] | None = None,
         *,
-        limits: Limits,
-        comparison_path: Path,
+        limits: Limits = Limits(),
+        comparison_path: Path = COMPARISON_PATH,
         backend: str = "auto",
         int8: bool = False,
         votes_db: Path | None = None,
@@ -205,15 +164,12 @@ class TranslationApp:
         votes = VoteStore(votes_db or default_votes_db())
         engine = dict(on_load=self.prepare_model, backend=backend, int8=int8)
         self.ours = load_our_translator(resolve_model(model_id), **engine)
-        ids = parse_model_list(comparison_model_ids)
-        self.comparisons = [
-            BackgroundTranslator(i, name, **engine) for i, name in zip(ids, comparison_names(ids), strict=True)
-        ]
+        self.comparisons = start_comparisons(comparison_model_ids, **engine)
         self.systems = [self.ours, *self.comparisons]
         self.views = ViewStore()  # the Inside tab's views, of which sessions keep only the ids
         self.arena = Arena(votes)
         self.board = BoardReads(self.leaderboard_table, lambda board: rendered(leaderboard_plot(board)))
-        self.publisher = VotePublisher(votes, votes_dataset, Path(votes.path).parent / "votes-dataset").start()
+        self.publisher = VotePublisher(votes, votes_dataset, votes.published_folder).start()
         if votes_dataset:
             print(f"app.py: {self.publisher.status}", flush=True)
         self.demo: gr.Blocks | None = None  # the page, once built
@@ -222,26 +178,18 @@ class TranslationApp:
         model.set_attn_implementation("eager")  # the Inside tab needs attention weights, which SDPA does not return
 
     def context(self, request: gr.Request, arrived: float | None) -> RequestContext:
-        """What every request needs besides its inputs: the systems, the turns, the limits, who asks and since when."""
         scheduler = self.serving.scheduler
         return RequestContext(self.ours, self.comparisons, scheduler, self.limits, request.session_hash, arrived)
 
     def in_turn(self, request: gr.Request, work, dropped: tuple):
-        """`work()` (a picture, the corpus table, a vote) as side work (`Serving.side_work`), its pictures rendered in
-        its turn too (Gradio would encode them after the callback, in its event loop); `dropped` if nobody reads it."""
+        """`work()` as side work, its pictures rendered in its turn too (Gradio would encode them after the callback,
+        in its event loop); `dropped` if nobody reads it."""
         pictures = lambda: tuple(rendered(value) if isinstance(value, Figure) else value for value in work())  # noqa: E731
         return self.serving.side_work(request, pictures, dropped)
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
-        """Translate English text with our model and every comparison model.
-
-        Args: text (str, one or more sentences), decoding ("beam search" or "greedy"), num_beams (int, 1-8; used with
-        beam search), max_new_tokens (int, 1-255), reference (str, optional German reference; "" for none).
-        Returns: our translation and details (Markdown: latency, tokens generated, parameters, sentence BLEU/chrF,
-        notices), then a translation and details per comparison model, then a notice about the request.
-        """
-        # Decoding takes turns on the CPU inside generate(): at each step of the search this request may wait for
-        # another one, or end (Cancelled: the page closed) - the engine's `TurnPoint`, which translation.py hands it.
+        """Translate English text (one or more sentences) with our model and every comparison model; sentence BLEU and
+        chrF against the German reference, if given. Returns each model's translation and details, then a notice."""
         with self.serving.admitted(request) as arrived:
             result = translate_text(
                 text, decoding, num_beams, max_new_tokens, reference, context=self.context(request, arrived)
@@ -249,8 +197,7 @@ class TranslationApp:
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
         return (*panels, format_notice(result))
 
-    # reference_file may be left out (None): its default makes it optional in the API. The page always sends the
-    # controls, whose own values are their defaults there; None here only lets the parameters follow it.
+    # Defaults make reference_file optional in the API (the page always sends the controls)
     def translate_file(
         self,
         source_file,
@@ -261,11 +208,8 @@ class TranslationApp:
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        """Translate an uploaded UTF-8 text file (.txt, .en, .de; one English sentence per line) with every model.
-
-        Returns a TSV (line, source, one column per model, reference) and a Markdown summary with timings and, when a
-        reference file with the same number of lines is given, corpus BLEU and chrF.
-        """
+        """Translate a UTF-8 text file (one English sentence per line) with every model: a TSV, a summary with corpus
+        BLEU and chrF against a reference file of as many lines, if given, and the first lines."""
         with self.serving.admitted(request) as arrived:
             result = translate_file(
                 uploaded_path(source_file, self.limits.max_file_bytes),
@@ -280,23 +224,21 @@ class TranslationApp:
         return result.path, result.summary, result.preview
 
     def comparison(self, request: gr.Request):
-        """Corpus-level results: Markdown notes (what the scores mean) and a Markdown table, one row per model and
-        test set (eval_results.json and compare.py's JSON)."""
+        """Corpus-level results: notes and a table, one row per model, test set and decoding (Markdown)."""
         return self.in_turn(request, self.corpus_markdown, unchanged(2))
 
     def corpus_markdown(self) -> tuple[str, str]:
-        summary, rows = self.corpus()
-        return summary, corpus_markdown(rows)
+        notes, rows = self.corpus()
+        return notes, corpus_markdown(rows)
 
     def corpus(self) -> tuple[str, list[list[str]]]:
-        """The corpus notes and rows (eval_results.json and compare.py's JSON)."""
         folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
         return corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
 
     def status(self):
-        """Each comparison model's loading state, what decodes, and the requests in progress, as Markdown lines."""
+        """Each comparison model's loading state, what decodes ours, and the requests in progress (Markdown)."""
         lines = [model.status() for model in self.comparisons]
-        lines.append(f"Our model decodes with {getattr(self.ours, 'backend_name', 'PyTorch')}.")
+        lines.append(f"Our model decodes with {self.ours.backend_name}.")
         return "\n\n".join(lines + [self.serving.scheduler.describe()])
 
     def poll_models(self):
@@ -306,24 +248,16 @@ class TranslationApp:
         done = all(model.done for model in self.comparisons)
         return (*statuses, *shown, intro_text(self.comparisons), gr.Timer(active=not done))
 
-    # ---------------------------------------------------------------- Inside the Transformer: its callbacks (issue 35)
-
     def inside(self, text, decoding, num_beams, max_new_tokens, request: gr.Request):
-        """What our model (and each comparison model that returns its attention) does with the text's first sentence.
-
-        Args: as /translate's first four. Returns a dict (JSON): source_tokens, source_ids, target_tokens, target_ids,
-        positional_encoding [positions][d_model], attention {encoder_self, decoder_self, cross} each
-        [layers][heads][query][key], beam_steps (each with beams and finished), finished, translation (as /translate
-        gives it for that sentence), notices, comparisons (the same per comparison model); or only message and notices.
-        """
+        """What our model (and each comparison model that returns its attention) does with the text's first sentence:
+        pieces, positional encoding, attention by kind, layer and head, the beam search (JSON; docs/app.md)."""
         with self.serving.admitted(request) as arrived:
             view = inside_request(text, decoding, num_beams, max_new_tokens, context=self.context(request, arrived))
         # The endpoint's answer; the id of the copy the pictures are drawn from, in place of the session's earlier one
         return view, self.views.put(view, request.session_hash)
 
     def draw_inside(self, view_id, kind, layer, head, request: gr.Request):
-        """Every picture of the Inside tab, from the server's copy of the view (no model runs); the endpoint's answer
-        emptied, so that Gradio's copy of it in the session goes."""
+        """Every picture of the Inside tab from the server's copy of the view (emptying Gradio's)."""
         pictures = lambda: [*draw_inside(self.views.get(view_id), kind, layer, head, len(self.systems)), None]  # noqa: E731
         return self.in_turn(request, pictures, unchanged(3 + 4 * len(self.systems)))
 
@@ -332,27 +266,18 @@ class TranslationApp:
         pictures = lambda: draw_attention(self.views.get(view_id), kind, layer, head, len(self.systems))  # noqa: E731
         return self.in_turn(request, pictures, unchanged(1 + len(self.systems)))
 
-    # ------------------------------------------------------------------ the arena: blind votes (app/arena/)
-
-    # Gradio fills `profile` from the visitor's sign-in session (None when not signed in, or the page has no sign-in);
-    # it is not an input of the endpoint, and the arena counts it as an account only where the sign-in is a real OAuth
-    # app, whose secret signs the session cookie (`Arena.accounts`, `sign_in.py`): no one else can make that cookie.
+    # Gradio fills `profile` from the visitor's sign-in session (None without one); not an input of the endpoint. The
+    # arena counts it as an account only where a real OAuth app's secret signs the cookie (`sign_in.py`).
     def battle(self, text, request: gr.Request, profile: gr.OAuthProfile | None):
-        """Two systems drawn at random translate the text; their names are hidden until the vote.
-
-        Args: text (str, English: one sentence or a few). Returns: battle_id (str; "" when there is no battle),
-        translation_a, translation_b (str; "" with no battle), message (one line; with no battle, why).
-        """
+        """Two systems drawn at random translate the English text, their names hidden until the vote: battle_id,
+        translation_a, translation_b ("" when there is no battle) and a one-line message."""
         settings = default_settings(self.ours.model, self.limits)  # what the page starts with, for both systems
         voter = voter_of(request, profile)
         with self.serving.admitted(request) as arrived:
             return self.arena.battle(text, self.context(request, arrived), settings, voter)
 
     def vote(self, battle_id, choice, request: gr.Request, profile: gr.OAuthProfile | None):
-        """Vote on a battle: choice is "A", "B", "tie" or "both bad".
-
-        Returns: system_a, system_b (the names revealed; "" if the vote was refused) and a one-line message.
-        """
+        """Vote on a battle ("A", "B", "tie" or "both bad"): the names revealed ("" if refused) and a message."""
         dropped, voter = ("", "", "Cancelled: nobody reads this."), voter_of(request, profile)
         cast_at = self.serving.arrival(request)  # when the visitor voted, not when its turn came
         return self.in_turn(request, lambda: self.voted(self.arena.vote(battle_id, choice, voter, cast_at)), dropped)
@@ -364,8 +289,7 @@ class TranslationApp:
 
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
-        # Readers back to back share one working-out and one drawing; a page that shows the board already gets nothing.
-        # A board still fresh is only looked up: no turn on the CPU, so many readers never hold up a battle.
+        # A fresh board is only looked up, with no turn on the CPU: many readers never hold up a battle
         read = lambda: self.board.read(request.session_hash) or unchanged(2)  # noqa: E731
         if self.board.is_fresh():
             with self.serving.admitted(request):
@@ -374,9 +298,7 @@ class TranslationApp:
 
     def leaderboard_table(self) -> tuple[list, str]:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""
-        _, rows = self.corpus()
-        # each system's test 2016 BLEU from the Corpus tab's own rows (ours: its record's), so the two never disagree
-        scored = bleu_by_model(rows)
+        scored = bleu_by_model(self.corpus()[1])  # the Corpus tab's own rows: the two never disagree
         bleu = {model: score for model, (score, _) in scored.items()}
         how = "; ".join(f"{model}: {decoding}" for model, (_, decoding) in scored.items())
         bleu_line = f"BLEU: cased sacreBLEU on test 2016 flickr, decoded as scored ({how})." if scored else ""
@@ -391,30 +313,10 @@ class TranslationApp:
 # ------------------------------------------------------------------------------------------------------------ the page
 
 
-def build_app(
-    model_id: str = DEFAULT_MODEL,
-    comparison_model_ids: list[str] | None = None,
-    *,
-    limits: Limits = Limits(),
-    comparison_path: Path = COMPARISON_PATH,
-    backend: str = "auto",
-    int8: bool = False,
-    votes_db: Path | None = None,
-    votes_dataset: str | None = None,
-    sign_in: SignIn | None = None,
-) -> TranslationApp:
-    """Load our model (ModelUnavailableError if it cannot be), start loading the others, build the page (`.demo`).
-    `sign_in`: the Arena tab has a "Sign in with Hugging Face" button (`sign_in_mode` checked that it can work)."""
-    app = TranslationApp(
-        model_id,
-        comparison_model_ids,
-        limits=limits,
-        comparison_path=comparison_path,
-        backend=backend,
-        int8=int8,
-        votes_db=votes_db,
-        votes_dataset=votes_dataset,
-    )
+def build_app(*model_ids, sign_in: SignIn | None = None, **options) -> TranslationApp:
+    """A `TranslationApp(*model_ids, **options)` (ModelUnavailableError if our model cannot be loaded) and its page
+    (`.demo`); `sign_in`: the Arena tab's "Sign in with Hugging Face" button (`sign_in_mode` checked that it works)."""
+    app = TranslationApp(*model_ids, **options)
     with gr.Blocks(title=f"English → German: {page_title(app.comparisons)}", delete_cache=DELETE_CACHE) as demo:
         intro = gr.Markdown(intro_text(app.comparisons))
         controls = decoding_controls(app)
@@ -436,9 +338,7 @@ def build_app(
         demo.load(app.status, None, status, api_name="status", queue=False)
         if signed_in is not None:  # reads the sign-in cookie only: no turn on the CPU
             demo.load(signed_in_line, None, signed_in, api_visibility="private", queue=False)
-        # A page that closes (its heartbeat ends) cancels its request; a client that keeps no page open is stopped
-        # when nobody reads its results (serving/scheduler.py). A client calling this event itself makes new sessions
-        # no faster than its address may (serving/guard.py), and cancels nothing of anyone else's.
+        # A page that closes cancels its request (a client calling this itself cancels nothing of anyone else's)
         demo.unload(app.cancel_visitor)
     app.serving.queue(demo)
     app.demo = demo

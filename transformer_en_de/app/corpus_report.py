@@ -1,4 +1,5 @@
-"""The Corpus comparison tab: whole-test-set scores from our model's eval_results.json and compare.py's JSON."""
+"""The Corpus comparison tab: whole-test-set scores from our model's eval_results.json and compare.py's JSON, a row per
+model, test set and decoding, each saying what scored it."""
 
 import json
 from pathlib import Path
@@ -25,27 +26,21 @@ EXPLAINED = (
     "counts the word sequences they share, chrF the character sequences. *val* is the Multi30k validation set, used "
     "to choose our model while it trained; *test* sets were kept apart until the final score."
 )
+# The figures' columns: (field, format, scale, unit)
+FIGURES = [("sentences", ","), ("bleu", ".2f"), ("chrf", ".2f"), ("parameters", ".1f", 1e-6, "M"), ("speed", ".1f")]
 RECORD = "its record (eval_results.json)"
-COMPARISON_PENALTY = "each model's own"  # compare.py without --length_penalty leaves it to each model
 COMPARISON = "compare.py"
+COMPARISON_PENALTY = "each model's own"  # compare.py without --length_penalty leaves it to each model
 
 
-def _number(value, digits: int = 2) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) and not isinstance(value, bool) else ""
-
-
-def _count(value) -> str:
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else ""
-
-
-def _millions(count) -> str:
-    return f"{count / 1e6:.1f}M" if isinstance(count, int | float) and not isinstance(count, bool) else ""
+def cell(value, form: str, scale: float = 1, unit: str = "") -> str:
+    """A number as `form` ("" for anything else)."""
+    return f"{value * scale:{form}}{unit}" if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
 def test_set_name(split: str) -> str:
     """ "val", or "test 2016 flickr" for test_2016_flickr (a file name such as test_2016_flickr.en too)."""
-    split = Path(split).name.split(".")[0]
-    return split if split == "val" else split.replace("_", " ")
+    return Path(split).name.split(".")[0].replace("_", " ")
 
 
 class Rows:
@@ -59,15 +54,11 @@ class Rows:
         values = {name: value for name, value in values.items() if value not in (None, "")}
         key = (model, test_set_name(split), decoding)
         row = self.rows.get(key)
-        if row is not None and any(
-            name in row and round(row[name], 2) != round(value, 2)
-            for name, value in values.items()
-            if name in ("bleu", "chrf")
-        ):  # the same decoding scored twice with other figures (another run): both rows, each named by its source
-            key = (*key[:2], f"{decoding} ")
-            row = None
-        if row is None:
-            row = self.rows.setdefault(key, {"scored_by": []})
+        scores = {name: round(value, 2) for name, value in values.items() if name in ("bleu", "chrf")}
+        if row and any(round(row.get(name, score), 2) != score for name, score in scores.items()):
+            # the same decoding scored with other figures (another run): both rows, each named by its source
+            key, row = (*key[:2], f"{decoding} "), None
+        row = row or self.rows.setdefault(key, {"scored_by": []})
         row["scored_by"].append(scored_by)
         row.update(values)
 
@@ -77,84 +68,40 @@ class Rows:
             return (model != OURS_NAME, model, split != "val", split, RECORD not in row["scored_by"], decoding)
 
         return [
-            [
-                model,
-                split,
-                decoding.strip(),
-                " and ".join(row["scored_by"]),
-                _count(row.get("sentences")),
-                _number(row.get("bleu")),
-                _number(row.get("chrf")),
-                _millions(row.get("parameters")),
-                _number(row.get("speed"), 1),
-            ]
+            [model, split, decoding.strip(), " and ".join(row["scored_by"])]
+            + [cell(row.get(name), *form) for name, *form in FIGURES]
             for (model, split, decoding), row in sorted(self.rows.items(), key=order)
         ]
 
 
-def evaluation_rows(results: dict, rows: Rows) -> None:
-    """Our model's scored splits from eval_results.json (the shape `evaluation.write_eval_results` writes), each under
-    the decoding the record says it was scored with."""
-    decoding = decoding_label(results["decoding"])
-    for split, score in results["scores"].items():
-        rows.put(
-            OURS_NAME,
-            split,
-            decoding,
-            RECORD,
-            sentences=score.get("num_sentences"),
-            bleu=score["bleu"],
-            chrf=score.get("chrf"),
-            parameters=results["num_parameters"],
-        )
-
-
-def comparison_rows(
-    comparison: dict,
-    rows: Rows,
-    ours: str | None,
-    origins: list[str] | None = None,
-    our_decoding: dict | None = None,
-) -> list[str]:
-    """compare.py's JSON: a row per system scored (ours under our name), under the comparison's one decoding; the
-    names of those that were not. Where the comparison left the length penalty to each model, our row names ours
-    (`our_decoding`, the record's). `origins` gets a line for each Hub model scored: the commit, and its weights when
-    they were not main's safetensors."""
+def comparison_rows(comparison: dict, rows: Rows, ours: str | None, our_decoding: dict | None) -> tuple[list, list]:
+    """compare.py's JSON: a row per system scored (ours under our name), under the comparison's one decoding (ours
+    under its record's length penalty where the comparison left it to each model); (the systems not scored, a line per
+    Hub model scored: its commit, and its weights when they were not main's safetensors)."""
     split = str(comparison.get("source_file") or "?")
     decoding = decoding_label(comparison, COMPARISON_PENALTY)
+    our_label = decoding
     if our_decoding and comparison.get("length_penalty") is None:
         our_label = decoding_label({**comparison, "length_penalty": our_decoding.get("length_penalty")})
-    else:
-        our_label = decoding
-    missing = []
-    for system in comparison.get("systems", []):
-        if not isinstance(system, dict):
-            continue
+    missing, origins = [], []
+    for system in (system for system in comparison.get("systems", []) if isinstance(system, dict)):
         name = display_id(str(system.get("model", "?")))
         name = OURS_NAME if name == ours else name
         if system.get("error") or system.get("bleu") is None:
             missing.append(name)
             continue
-        rows.put(
-            name,
-            split,
-            our_label if name == OURS_NAME else decoding,
-            COMPARISON,
-            sentences=comparison.get("num_sentences"),
-            bleu=system.get("bleu"),
-            chrf=system.get("chrf"),
-            parameters=system.get("num_parameters"),
-            speed=system.get("sentences_per_second"),
-        )
-        if origins is not None and isinstance(system.get("revision"), str):
+        figures = dict(bleu=system.get("bleu"), chrf=system.get("chrf"), parameters=system.get("num_parameters"))
+        label = our_label if name == OURS_NAME else decoding
+        speed = system.get("sentences_per_second")
+        rows.put(name, split, label, COMPARISON, sentences=comparison.get("num_sentences"), speed=speed, **figures)
+        if isinstance(system.get("revision"), str):
             weights = f" ({system['weights']})" if isinstance(system.get("weights"), str) else ""
             origins.append(f"{name} was scored at commit {system['revision'][:7]}{weights}.")
-    return missing
+    return missing, origins
 
 
 def bleu_by_model(rows: list[list[str]], split: str = "test 2016 flickr") -> dict[str, tuple[float, str]]:
-    """Each model's BLEU on `split` and the decoding it was scored with, from the table's rows: the first row of each
-    model (ours: its record's, which lists first when it has the split)."""
+    """Each model's BLEU on `split` and its decoding, from its first row (ours: its record's)."""
     found: dict[str, tuple[float, str]] = {}
     for model, row_split, decoding, _, _, bleu, *_ in rows:
         if row_split == split and bleu and model not in found:
@@ -163,14 +110,13 @@ def bleu_by_model(rows: list[list[str]], split: str = "test 2016 flickr") -> dic
 
 
 def corpus_markdown(rows: list[list[str]]) -> str:
-    """The rows as a Markdown table under `HEADERS` (each cell shown as text, numbers right-aligned); "" when there
-    are none."""
+    """The rows as a Markdown table, each cell shown as text; "" when there are none."""
     if not rows:
         return ""
     return markdown_table(HEADERS, [[as_text(cell) if cell else "" for cell in row] for row in rows], "llll" + "r" * 5)
 
 
-def _read_json(path: Path) -> tuple[dict | None, str]:
+def read_json(path: Path) -> tuple[dict | None, str]:
     """The file's JSON object, or None and a note saying why not ("" when the file is simply absent)."""
     if not path.is_file():
         return None, ""
@@ -181,21 +127,10 @@ def _read_json(path: Path) -> tuple[dict | None, str]:
     return (data, "") if isinstance(data, dict) else (None, f"{path.name} is not a JSON object.")
 
 
-def saved_decoding(folder: Path) -> dict | None:
-    """The search the folder's generation_config.json saves (beams, length penalty); None where it has none."""
-    config, _ = _read_json(folder / "generation_config.json")
-    return (
-        {"num_beams": config.get("num_beams", 1), "length_penalty": config.get("length_penalty", 1.0)}
-        if config
-        else None
-    )
-
-
 def corpus_table(
     model_folder: str | Path | None, comparison_path: Path, ours: str | None = None
 ) -> tuple[str, list[list[str]]]:
-    """Notes in Markdown and the table's rows, from whichever of the two files exist and can be read. `ours` is how
-    compare.py's JSON names our model (by default the folder's name)."""
+    """Notes (Markdown) and the table's rows; `ours`: our model's name in compare.py's JSON."""
     rows, notes = Rows(), [EXPLAINED]
     folder = Path(model_folder) if model_folder else None
     ours = ours or (display_id(str(folder)) if folder is not None else None)
@@ -208,35 +143,35 @@ def corpus_table(
             f"({str(error).replace(str(folder), display_id(str(folder)))})."
         )
     if results:
-        evaluation_rows(results, rows)
+        scored_with = decoding_label(results["decoding"])
+        for split, score in results["scores"].items():
+            figures = dict(bleu=score["bleu"], chrf=score.get("chrf"), parameters=results["num_parameters"])
+            rows.put(OURS_NAME, split, scored_with, RECORD, sentences=score.get("num_sentences"), **figures)
         notes.append(
             f"Our model's rows scored by its record were measured by the command that scored the folder, with the "
-            f"decoding it was saved with ({decoding_label(results['decoding'])})."
+            f"decoding it was saved with ({scored_with})."
         )
-        saved = saved_decoding(folder)
-        if saved and decoding_label(saved) != decoding_label(results["decoding"]):
-            notes.append(
-                f"The folder now decodes with {decoding_label(saved)}, not as its scores were made: rescore it "
-                "(`python average_checkpoints.py --rescore FOLDER`) before reading them as this model's."
-            )
-    comparison, problem = _read_json(comparison_path)
+        saved, _ = read_json(folder / "generation_config.json")
+        if saved:
+            saved_with = decoding_label({"num_beams": 1, "length_penalty": 1.0} | saved)
+            if saved_with != scored_with:
+                notes.append(
+                    f"The folder now decodes with {saved_with}, not as its scores were made: rescore it "
+                    "(`python average_checkpoints.py --rescore FOLDER`) before reading them as this model's."
+                )
+    comparison, problem = read_json(comparison_path)
     notes += [problem] if problem else []
     if comparison:
-        origins: list[str] = []
-        missing = comparison_rows(comparison, rows, ours, origins, results["decoding"] if results else None)
-        decoding = decoding_label(comparison, COMPARISON_PENALTY)
+        missing, origins = comparison_rows(comparison, rows, ours, results["decoding"] if results else None)
         notes.append(
-            f"The rows scored by compare.py come from one run in which every model translated the same sentences with "
-            f"the same decoding ({decoding}) and the same length limit, on one machine; cased, detokenised sacreBLEU. "
-            "A row scored by both agrees in both."
+            "The rows scored by compare.py come from one run in which every model translated the same sentences with "
+            f"the same decoding ({decoding_label(comparison, COMPARISON_PENALTY)}) and the same length limit, on one "
+            "machine; cased, detokenised sacreBLEU. A row scored by both agrees in both."
         )
         notes += [as_text(" ".join(origins))] if origins else []
         if missing:
-            names = ", ".join(missing)
-            notes.append(
-                f"{names} {'has' if len(missing) == 1 else 'have'} no scores here: not available when the "
-                "comparison ran."
-            )
+            have = "has" if len(missing) == 1 else "have"
+            notes.append(f"{', '.join(missing)} {have} no scores here: not available when the comparison ran.")
     table = rows.table()
     if not table:
         notes.insert(

@@ -1,11 +1,9 @@
 """The File tab: an uploaded text file (one English sentence per line) in, a TSV of every system's translations out.
 
-Files are split into lines as the rest of the project reads corpora (`transformer_en_de.data.split_lines`: LF, CRLF
-and a lone CR alike), so a file's lines pair up with a reference file's exactly as in compare.py. The TSV is written
-into the folder the app gives (Gradio's cache), where Gradio serves it from and `delete_cache` removes it: whole or
-not at all (written beside its place, moved there at the end), and only once every line is translated, so a job that
-fails, or a server stopped mid-job, leaves no empty or partial TSV. A visitor is told what went wrong in one plain
-line, never an error's own text (it may name a server path); the server's log gets the detail once.
+Lines are split as compare.py reads corpora (`data.split_lines`), so a file pairs up with its reference exactly as
+there. The TSV goes into Gradio's cache (served from there, removed by `delete_cache`) whole or not at all, and only
+once every line is translated: a failed or stopped job leaves nothing to serve. A visitor reads one plain line about
+what went wrong, never an error's own text (it may name a server path); the log gets the detail once.
 """
 
 import csv
@@ -26,7 +24,7 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems
+from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems, why_stopped
 
 FILE_TYPES = [".txt", ".en", ".de"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
@@ -44,8 +42,8 @@ class FileResult:
 
 
 def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
-    """Lines of a visitor's uploaded UTF-8 text file, split as `data.read_lines` splits a corpus; InputError in the
-    visitor's words for binary, non-UTF-8, oversized, empty or (with `check`, `check_lines`) broken text."""
+    """Lines of a visitor's uploaded UTF-8 text file; InputError in the visitor's words for binary, non-UTF-8,
+    oversized, empty or (with `check`) broken text."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
@@ -63,14 +61,11 @@ def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *
     if b"\x00" in data:
         raise InputError(f"The {what} ({name}) looks like a binary file; upload plain text, one sentence per line.")
     try:
-        text = data.decode("utf-8")
+        lines = split_lines(data.decode("utf-8").removeprefix("\ufeff"))  # a byte-order mark is no part of a sentence
     except UnicodeDecodeError as error:
         raise InputError(
             f"The {what} ({name}) is not UTF-8 text (byte {error.start} cannot be decoded); save it as UTF-8."
         ) from None
-    lines = split_lines(text)  # the same lines compare.py and the corpus translator read
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]  # a byte-order mark is not part of the first sentence
     if not any(line.strip() for line in lines):
         raise InputError(f"The {what} ({name}) has no text.")
     return check_lines(lines, what, name) if check else lines
@@ -83,16 +78,12 @@ def check_lines(lines: list[str], what: str, name: str) -> list[str]:
     return lines
 
 
-def read_files(
-    source_file, reference_file, settings: DecodingSettings, context: RequestContext
-) -> tuple[list[str], list[str] | None]:
-    """The English file's lines and the reference file's (None without one); InputError for files that cannot be
-    translated or do not pair up, Busy for a file too long while the long requests are all in flight."""
+def read_files(source_file, reference_file, settings: DecodingSettings, context: RequestContext):
+    """The English file's lines and the reference's (None without one); InputError, or Busy before any work."""
     limits = context.limits
     lines = read_upload(source_file, "English file", limits, check=False)
-    # A file too long for an ordinary request, while the long ones are all in flight, is refused before anything
-    # else is done with it (checks, tokenizing, planning): a burst of them costs the other visitors nothing. The
-    # file's one room request (its plan, `translate_lines`, asks no more).
+    # The file's one room request, before anything else is done with it (checks, tokenizing, planning): a burst of
+    # long files while the long requests are all in flight costs the other visitors nothing.
     admit(context, sum(1 for line in lines[: limits.max_file_lines] if line.strip()), settings)
     check_lines(lines, "English file", as_text(Path(source_file).name))
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
@@ -114,10 +105,8 @@ def translate_file(
     context: RequestContext,
     output_dir: str | Path,
     progress=None,
-    preview_lines: int = 10,
 ) -> FileResult:
-    """Translate a file with every system into a TSV in `output_dir`; corpus BLEU/chrF when references are given;
-    our model's confidence per line, and the lines out of its depth flagged."""
+    """Translate a file with every system into a TSV in `output_dir`, with corpus scores and our confidence."""
     limits = context.limits
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
@@ -135,20 +124,21 @@ def translate_file(
     except OSError as error:
         return FileResult(None, f"⚠️ {storage_problem(error)}")
     try:
-        result = translate_lines(lines, references, settings, notices, context, progress)
+        columns, rows = translate_lines(lines, references, settings, notices, context, progress)
+    except (Busy, Cancelled) as error:
+        return FileResult(None, f"⚠️ {why_stopped(error)}")
     except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
         log_failure("a file job failed", error)
         return FileResult(None, f"⚠️ {FAILED}")
-    if result is None or isinstance(result, str):
-        return FileResult(None, f"⚠️ {result}" if result else "")
-    columns, rows, notices = result
+    # the visitor's file name: letters, digits, "-", "_" and "." only, at most 60 characters
+    stem = re.sub(r"[^\w.-]+", "_", Path(source_file).stem)[:60].strip("._") or "translations"
     try:
-        path = write_tsv(folder, safe_stem(Path(source_file).stem), lines, columns, references)
+        path = write_tsv(folder, stem, lines, columns, references)
     except OSError as error:
         return FileResult(None, f"⚠️ {storage_problem(error)}")
     scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
     summary = file_summary(rows, notices, references is not None)
-    return FileResult(str(path), summary, scores, preview(lines, columns, preview_lines))
+    return FileResult(str(path), summary, scores, preview(lines, columns))
 
 
 def log_failure(what: str, error: BaseException) -> None:
@@ -162,9 +152,9 @@ def storage_problem(error: OSError) -> str:
     return NO_ROOM if error.errno in (errno.ENOSPC, errno.EDQUOT) else CANNOT_STORE
 
 
-def translate_lines(lines, references, settings: DecodingSettings, notices, context: RequestContext, progress):
-    """(columns, summary rows, notices) of every system's translations of `lines` (blank lines stay blank, so the
-    lines keep pairing up with the input and references); or the one-line reason nothing was translated."""
+def translate_lines(lines, references, settings: DecodingSettings, notices: list, context: RequestContext, progress):
+    """(columns, summary rows) of every system's translations of `lines`, blank lines left blank so that the lines
+    keep pairing up with the input and references; its notices added to `notices`. Raises Busy or Cancelled."""
     systems, limits = context.systems, context.limits
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
@@ -174,15 +164,9 @@ def translate_lines(lines, references, settings: DecodingSettings, notices, cont
         if progress is not None:
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
-    try:
-        plan, seconds = plan_request(context, sentences, settings, limits.file, unit="line")
-        notices += list(plan.notices)
-        kept = list(plan.sentences)
-        outputs = run_systems(context, plan, seconds + scoring, limits.file, on_batch)
-    except Busy as error:
-        return str(error)
-    except Cancelled:
-        return "Cancelled: the page that asked for this translation was closed."
+    plan, seconds = plan_request(context, sentences, settings, limits.file, unit="line")
+    notices += list(plan.notices)
+    outputs = run_systems(context, plan, seconds + scoring, limits.file, on_batch)
     columns, rows, confidence = {}, [], {}
     for output in outputs:
         if output.run is None:
@@ -192,17 +176,25 @@ def translate_lines(lines, references, settings: DecodingSettings, notices, cont
         if output.depth:
             confidence[f"{output.name} confidence"] = spread([depth_cell(c) for c in output.depth], filled, len(lines))
             flagged = sum(check.flagged for check in output.depth)
+            advice = comparison_advice([other for other in outputs[1:] if other.run is not None])
             notices.append(
                 f"{output.name}: {flagged:,} of {len(output.depth):,} sentences flagged as out of its depth"
-                f"{depth_advice(outputs) if flagged else '.'}"
+                + (f" (⚠ in its confidence column). {advice}" if flagged else ".")
             )
         notices += [f"{output.name}: {notice}" for notice in output.notices]
-        row = {"System": output.name, "Sentences": len(kept), "Seconds": round(output.seconds, 2)}
+        row = {"System": output.name, "Sentences": len(plan.sentences), "Seconds": round(output.seconds, 2)}
         # Scored when every line was translated (a plan that only lowered the beams translated them all)
         if references is not None and len(plan) == len(sentences) and not output.run.stopped_early:
             row.update(corpus_scores(columns[output.name], references))
         rows.append(row)
-    return columns | confidence, rows, notices
+    return columns | confidence, rows
+
+
+def depth_cell(check: DepthCheck) -> str:
+    """A line's confidence, "⚠" and why when out of the model's depth ("" when not translated: nan)."""
+    if check.score != check.score:
+        return ""
+    return f"{check.score:.0%}" + (f" ⚠ {check.reason}" if check.flagged else "")
 
 
 def spread(values: list[str], filled: list[int], count: int) -> list[str]:
@@ -213,46 +205,27 @@ def spread(values: list[str], filled: list[int], count: int) -> list[str]:
     return column
 
 
-def depth_cell(check: DepthCheck) -> str:
-    """A line's confidence, "⚠" and why when out of the model's depth."""
-    if check.score != check.score:  # nan: not translated
-        return ""
-    return f"{check.score:.0%}" + (f" ⚠ {check.reason}" if check.flagged else "")
-
-
-def depth_advice(outputs) -> str:
-    compared = [output for output in outputs[1:] if output.run is not None]
-    return f" (⚠ in its confidence column). {comparison_advice(compared)}"
-
-
-def preview(lines: list[str], columns: dict[str, list[str]], count: int) -> str:
-    """The first `count` non-blank lines beside each system's translation: a Markdown table, every cell shown as text
-    (the visitor's lines, and what the models wrote from them)."""
-    shown = [index for index, line in enumerate(lines) if line.strip()][:count]
-    if not shown:
+def preview(lines: list[str], columns: dict[str, list[str]], count: int = 10) -> str:
+    """The first `count` non-blank lines beside each system's translation, every cell shown as text and cut to
+    `PREVIEW_CELL_CHARS` (a line may be a megabyte long; the download has it whole)."""
+    filled = [index for index, line in enumerate(lines) if line.strip()]
+    if not filled:
         return ""
     headers = ["Line", "English", *columns]
-    rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in shown]
+    rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in filled[:count]]
     table = markdown_table(
-        headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows], "r" + "l" * (len(headers) - 1)
+        headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows], "r" + "l" * len(columns) + "l"
     )
-    more = len([line for line in lines if line.strip()]) - len(shown)
+    more = len(filled) - count
     return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 
 
-def preview_cell(text: str, most: int = PREVIEW_CELL_CHARS) -> str:
-    """A cell of the preview: at most `most` characters (a line may be a megabyte long; the download has it whole)."""
-    return text if len(text) <= most else text[:most].rstrip() + " …"
-
-
-def safe_stem(stem: str) -> str:
-    """The visitor's file name as the TSV's name: letters, digits, "-", "_" and "." only, at most 60 characters."""
-    return re.sub(r"[^\w.-]+", "_", stem)[:60].strip("._") or "translations"
+def preview_cell(text: str) -> str:
+    return text if len(text) <= PREVIEW_CELL_CHARS else text[:PREVIEW_CELL_CHARS].rstrip() + " …"
 
 
 def tsv_bytes(lines: list[str], references: list[str] | None, systems: int) -> int:
-    """A generous size for the TSV: the English, each system's column and our confidence at twice its bytes, the
-    references."""
+    """A generous size for the TSV: every column at twice its bytes, and the references."""
     english = sum(len(line.encode()) + 64 for line in lines)  # 64: a line's number, tabs, a confidence's reason
     return english * (2 * systems + 3) + sum(len(line.encode()) for line in references or [])
 
@@ -267,8 +240,8 @@ def check_disk(folder: Path, needed: int) -> None:
 
 
 def write_tsv(folder: Path, stem: str, lines, columns: dict[str, list[str]], references) -> Path:
-    """The TSV in a fresh subfolder of `folder` (two visitors' files never clash), written whole or not at all: into a
-    hidden file beside it, moved into place at the end. On any failure (a full disk) nothing is left; OSError."""
+    """The TSV in a fresh subfolder of `folder` (two visitors' files never clash), written into a hidden file beside
+    it and moved into place at the end: on any failure (a full disk) nothing is left; OSError."""
     folder = folder / uuid.uuid4().hex
     folder.mkdir(parents=True)
     path = folder / f"{stem}.de.tsv"

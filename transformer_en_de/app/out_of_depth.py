@@ -1,20 +1,13 @@
 """Is our model out of its depth on a sentence? It learned German from 29,000 photo descriptions and nothing else.
 
-Two signals, one score. The model's confidence (`engine.confidences`: the geometric mean of its probabilities for its
-own tokens) catches most everyday sentences, but not all: "Hello, how are you?" → "Ein Paar, wie man?" at 79%. How
-caption-like the English is catches the rest: a word bigram model of the training captions gives each source its
-mean log-probability per word, and a source less likely than nearly every caption has its confidence discounted:
+Its confidence (`engine.confidences`) catches most everyday sentences, but not all ("Hello, how are you?" → "Ein Paar,
+wie man?" at 79%); how caption-like the English is catches the rest (a word bigram model of the training captions):
 
     score = confidence × exp(DISCOUNT × min(0, log-probability per word − CAPTION_FLOOR))
 
-A sentence is flagged when its score is below `LOW_SCORE`, or when its translation loops (a word or a phrase three
-times in a row, a piece of a word or number again and again, or an overlong translation saying a phrase twice:
-`repeats_itself`), however sure of it the model is; a translation only longer than its source is no loop. The constants
-were chosen on the odd lines of `benchmarks/everyday_sentences.txt` (everyday sentences written for this) and on
-Multi30k validation; `python -m benchmarks.confidence` prints the flag rates there and on the held-out even lines, for
-the shipped model or any other.
-
-The bigram counts ship in `caption_bigrams.json.gz`, built from Multi30k's train.en by
+A sentence is flagged when its score is below `LOW_SCORE` or its translation loops (`repeats_itself`). The constants
+were chosen on the odd lines of `benchmarks/everyday_sentences.txt` and on Multi30k validation;
+`python -m benchmarks.confidence` prints the flag rates, held-out lines included. The shipped bigram counts are built by
 `python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`.
 """
 
@@ -33,9 +26,8 @@ from transformer_en_de.data import DataError, is_loop, read_lines
 STATISTICS = Path(__file__).with_name("caption_bigrams.json.gz")
 
 # CAPTION_FLOOR is about validation's 10th percentile of log-probability per word: 9 captions in 10 keep their
-# confidence as it is. Chosen with an earlier model; on the shipped one (`python -m benchmarks.confidence --threads
-# 1`): everyday sentences 97.4% flagged (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below
-# 0.64 flags 63-66% and 1.5%.
+# confidence. On the shipped model (`python -m benchmarks.confidence --threads 1`): everyday sentences 97.4% flagged
+# (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below 0.64 flags 63-66% and 1.5%.
 CAPTION_FLOOR = -5.7
 DISCOUNT = 0.15
 LOW_SCORE = 0.64
@@ -48,7 +40,7 @@ MIN_BIGRAM_COUNT = 3  # rarer bigrams are left out of the shipped file (it shrin
 @dataclass(frozen=True)
 class DepthCheck:
     flagged: bool
-    score: float  # 0..1, shown as the confidence %
+    score: float  # 0..1, shown as the confidence %; nan for a sentence not translated
     reason: str  # short, for the visitor; "" when not flagged
 
 
@@ -57,8 +49,7 @@ def words(sentence: str, lower: bool = True) -> list[str]:
 
 
 class CaptionBigrams:
-    """A word bigram model of captions: Witten-Bell interpolation with add-half unigrams (a word never seen still
-    gets a probability)."""
+    """A word bigram model of captions: Witten-Bell interpolation with add-half unigrams."""
 
     def __init__(self, unigrams: dict[str, int], contexts: dict[str, list[int]], bigrams: dict[str, int]):
         self.unigrams = unigrams  # word → count (END included, START not)
@@ -92,21 +83,21 @@ class CaptionBigrams:
         content = json.loads(gzip.decompress(path.read_bytes()))
         return cls(content["unigrams"], content["contexts"], content["bigrams"])
 
-    def _unigram(self, word: str) -> float:
+    def unigram(self, word: str) -> float:
         return (self.unigrams.get(word, 0) + 0.5) / (self.total + 0.5 * self.vocabulary)
 
-    def _bigram(self, first: str, second: str) -> float:
+    def bigram(self, first: str, second: str) -> float:
         seen, distinct = self.contexts.get(first, (0, 0))
         if not seen:
-            return self._unigram(second)
+            return self.unigram(second)
         weight = seen / (seen + distinct)
-        return weight * self.bigrams.get(f"{first} {second}", 0) / seen + (1 - weight) * self._unigram(second)
+        return weight * self.bigrams.get(f"{first} {second}", 0) / seen + (1 - weight) * self.unigram(second)
 
     def log_probability_per_word(self, sentence: str) -> float:
         """The mean log-probability of each word given the one before (the end of the sentence counted as a word)."""
         tokens = [START, *words(sentence), END]
         pairs = list(zip(tokens, tokens[1:], strict=False))
-        return sum(math.log(self._bigram(a, b)) for a, b in pairs) / len(pairs)
+        return sum(math.log(self.bigram(a, b)) for a, b in pairs) / len(pairs)
 
     def unseen_words(self, sentence: str) -> list[str]:
         """The words (letters only) that no caption has, as written, in order, once each."""
@@ -116,7 +107,6 @@ class CaptionBigrams:
 
 @functools.cache
 def caption_bigrams() -> CaptionBigrams:
-    """The shipped statistics, read once per process."""
     return CaptionBigrams.load(STATISTICS)
 
 
@@ -129,18 +119,18 @@ def familiarity(source: str) -> float:
 LOOP_REASON = "The translation repeats itself: the model has lost its way."
 # A piece of up to four characters four times in a row, over at least LOOP_CHARACTERS characters ("1999999999",
 # "Moreoreoreore"): a loop inside a word or a number, where the word check sees one word.
-_REPEATED_PIECE = re.compile(r"(\S{1,4}?)\1{3,}")
+REPEATED_PIECE = re.compile(r"(\S{1,4}?)\1{3,}")
 LOOP_CHARACTERS = 10
 LOOP_PHRASE_WORDS = 4  # an overlong translation that says this many words twice in one order loops
 
 
 def repeats_itself(source: str, translation: str, most: float = 3.0) -> bool:
-    """Whether a translation loops: a word or a phrase of up to three words three times in a row (`data.is_loop`), a
-    piece of a word or number again and again, or over `most` times its source's characters and saying a phrase of
-    `LOOP_PHRASE_WORDS` words twice. Length alone is no loop: "Hi." → "Erwachsene." is wrong, but repeats nothing."""
+    """A word or phrase of up to three words three times in a row (`data.is_loop`), a piece of a word or number again
+    and again, or over `most` times its source's characters and saying a phrase twice. Length alone is no loop: "Hi."
+    → "Erwachsene." is wrong, but repeats nothing."""
     if is_loop(source, translation, most=math.inf):
         return True
-    if any(len(match.group()) >= LOOP_CHARACTERS for match in _REPEATED_PIECE.finditer(translation)):
+    if any(len(match.group()) >= LOOP_CHARACTERS for match in REPEATED_PIECE.finditer(translation)):
         return True
     if len(translation) <= most * max(len(source), 1):
         return False
@@ -149,14 +139,14 @@ def repeats_itself(source: str, translation: str, most: float = 3.0) -> bool:
     return len(set(phrases)) < len(phrases)
 
 
-def _reason(source: str, familiar: float) -> str:
+def reason(source: str, familiar: float) -> str:
     if familiar == 1.0:
         return "The model is unsure of its own translation."
     unseen = caption_bigrams().unseen_words(source)
-    if unseen:
-        shown = ", ".join(f"“{word}”" for word in unseen[:3]) + (" …" if len(unseen) > 3 else "")
-        return f"Unlike the photo descriptions the model learned from (words it never saw: {shown})."
-    return "Unlike the photo descriptions the model learned from."
+    if not unseen:
+        return "Unlike the photo descriptions the model learned from."
+    shown = ", ".join(f"“{word}”" for word in unseen[:3]) + (" …" if len(unseen) > 3 else "")
+    return f"Unlike the photo descriptions the model learned from (words it never saw: {shown})."
 
 
 def check_depth(
@@ -166,16 +156,15 @@ def check_depth(
     *,
     low_score: float = LOW_SCORE,
 ) -> list[DepthCheck]:
-    """One check per source sentence, its translation's confidence and (when given) the translation. A sentence with no
-    confidence (not translated) has no translation to warn about: not flagged, score nan (show no figure)."""
-    if translations is None:
-        translations = [""] * len(sources)  # nothing to check for a loop
+    """One check per source sentence, from its translation's confidence (None: not translated, not flagged) and the
+    translation (when given, checked for loops)."""
+    translations = [""] * len(sources) if translations is None else translations
     if not len(sources) == len(confidences) == len(translations):
         raise ValueError(
             f"{len(sources)} sources but {len(confidences)} confidences and {len(translations)} translations: one each "
             "is needed"
         )
-    checks: list[DepthCheck] = []
+    checks = []
     for source, confidence, translation in zip(sources, confidences, translations, strict=True):
         if confidence is None:
             checks.append(DepthCheck(False, float("nan"), ""))
@@ -184,9 +173,8 @@ def check_depth(
         score = confidence * familiar
         if translation and repeats_itself(source, translation):
             checks.append(DepthCheck(True, score, LOOP_REASON))
-            continue
-        flagged = score < low_score
-        checks.append(DepthCheck(flagged, score, _reason(source, familiar) if flagged else ""))
+        else:
+            checks.append(DepthCheck(score < low_score, score, reason(source, familiar) if score < low_score else ""))
     return checks
 
 
@@ -208,6 +196,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-__all__ = ["DepthCheck", "check_depth", "familiarity", "repeats_itself"]

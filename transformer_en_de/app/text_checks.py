@@ -1,10 +1,8 @@
-"""Checks on what a visitor sends (text, decoding settings), the decoding controls' starting values, and the split of
-a text into sentences.
+"""Checks on what a visitor sends (text, decoding settings), the controls' starting values, and sentence splitting.
 
-Each check raises `InputError` with a message for the page; nothing a visitor types should reach the tokenizer as a
-crash (a lone surrogate, for one, makes the tokenizer raise TypeError). A raw API client may send anything JSON holds
-(a number for the text, `Infinity` for a slider): each gets its one line too. Messages never repeat a visitor's string
-as it was sent; `as_text` is how anything a visitor sent is shown on the page (text, never Markdown or HTML).
+Each check raises `InputError` with a line for the page: nothing a visitor or a raw API client sends (a lone surrogate,
+a number for the text, `Infinity` for a slider) reaches the tokenizer as a crash, and no message repeats the visitor's
+string; `as_text` is how anything a visitor sent is shown (text, never Markdown or HTML).
 """
 
 import math
@@ -17,9 +15,10 @@ DECODINGS = ("beam search", "greedy")
 # The controls' starting values for a model whose generation config does not say (a bare config has no max_new_tokens).
 FALLBACK_BEAMS = 4
 FALLBACK_MAX_NEW_TOKENS = 128
-# Tab, newline and carriage return are layout; every other control character is not text.
-_LAYOUT = {"\t", "\n", "\r"}
-_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”“»«)\]]*\s+")
+LAYOUT = {"\t", "\n", "\r"}  # the control characters that are text
+SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”“»«)\]]*\s+")
+# Markdown's backslash-escapable punctuation, "&" excepted (escaped as an entity first), and "$" (a LaTeX delimiter)
+MARKDOWN_MARK = re.compile(r"[\\`*_{}\[\]()#+\-.!|~:\"'$]")
 
 
 class InputError(ValueError):
@@ -27,48 +26,37 @@ class InputError(ValueError):
 
 
 def as_text(value) -> str:
-    """`value` for a Markdown component, shown as the characters it is: every Markdown and HTML mark escaped (a link,
-    an image, a tag or an entity sent by a visitor is displayed, never rendered), on one line."""
+    """`value` on one line for a Markdown component, every Markdown and HTML mark escaped: shown, never rendered."""
     text = " ".join(str(value).split())
-    return _MARKDOWN_MARK.sub(r"\\\g<0>", text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
-
-
-# Markdown's backslash-escapable punctuation, "&" excepted (its entity is escaped above, before this runs), and "$"
-# (a LaTeX delimiter where a Markdown component renders math).
-_MARKDOWN_MARK = re.compile(r"[\\`*_{}\[\]()#+\-.!|~:\"'$]")
+    return MARKDOWN_MARK.sub(r"\\\g<0>", text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def check_text(text, what: str = "text") -> str:
     """`text` if it is translatable; InputError for a value that is not a string, surrogates, control characters or
     nothing visible."""
     if not isinstance(text, str):
-        raise InputError(f"The {what} must be a string of text, not {_kind(text)}.")
-    for position, character in enumerate(text):
+        raise InputError(f"The {what} must be a string of text, not {kind(text)}.")
+    for position, character in enumerate(text, start=1):
         code = ord(character)
         if 0xD800 <= code <= 0xDFFF:
             raise InputError(
-                f"The {what} has a broken character at position {position + 1} (a lone surrogate, U+{code:04X}): "
+                f"The {what} has a broken character at position {position} (a lone surrogate, U+{code:04X}): "
                 "it is not valid Unicode. Paste the text again as plain text."
             )
-        if unicodedata.category(character) == "Cc" and character not in _LAYOUT:
+        if unicodedata.category(character) == "Cc" and character not in LAYOUT:
             raise InputError(
-                f"The {what} has a control character at position {position + 1} (U+{code:04X}), which is not text. "
+                f"The {what} has a control character at position {position} (U+{code:04X}), which is not text. "
                 "Remove it and try again."
             )
-    if text.strip() and not any(_visible(character) for character in text):
+    # Format characters (Cf: zero-width space, joiner, BOM) and separators show nothing on their own
+    shown = [c for c in text if not c.isspace() and unicodedata.category(c) not in ("Cf", "Zs", "Zl", "Zp")]
+    if text.strip() and not shown:
         raise InputError(f"The {what} has only invisible characters (zero-width spaces or joiners); type some words.")
     return text
 
 
-def _visible(character: str) -> bool:
-    # Format characters (Cf: zero-width space, joiner, BOM) and separators show nothing on their own.
-    return not character.isspace() and unicodedata.category(character) not in ("Cf", "Zs", "Zl", "Zp")
-
-
 def default_settings(model, limits) -> DecodingSettings:
-    """The decoding the page starts with, and the arena's battles decode with: what the model's generation config
-    decodes with (a saved model's `generation_config.json`), within the controls' ranges (`limits`: `max_beams`,
-    `max_new_tokens`), the fallbacks where it sets no value; in the app's batches."""
+    """The model's generation config within the controls' ranges (the fallbacks where it is silent)."""
     config = model.generation_config
     beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, limits.max_beams)
     tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, limits.max_new_tokens)
@@ -76,33 +64,32 @@ def default_settings(model, limits) -> DecodingSettings:
 
 
 def decoding_defaults(model, limits) -> tuple[str, int, int]:
-    """(decoding, beams, max new tokens) the controls start with: `default_settings` as the page shows them."""
+    """(decoding, beams, max new tokens): `default_settings` as the controls show them."""
     settings = default_settings(model, limits)
-    return ("beam search" if settings.num_beams > 1 else "greedy"), settings.num_beams, settings.max_new_tokens
+    return ("greedy" if settings.num_beams == 1 else "beam search"), settings.num_beams, settings.max_new_tokens
 
 
 def check_decoding(decoding, num_beams, max_new_tokens, limits) -> DecodingSettings:
-    """The request's decoding from the page's controls, within `limits` (`max_beams`, `max_new_tokens`), decoded in
-    the app's batches; InputError names the control and its range."""
+    """The request's decoding from the page's controls, within `limits`; InputError names the control and its range."""
     if not isinstance(decoding, str) or decoding not in DECODINGS:
         raise InputError(f"Decoding must be one of {', '.join(repr(d) for d in DECODINGS)}.")
-    beams = _whole_number("Beams", num_beams, 1, limits.max_beams)
-    tokens = _whole_number("Maximum new tokens", max_new_tokens, 1, limits.max_new_tokens)
+    beams = whole_number("Beams", num_beams, limits.max_beams)
+    tokens = whole_number("Maximum new tokens", max_new_tokens, limits.max_new_tokens)
     beams = 1 if decoding == "greedy" else beams
     return DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
 
 
-def _whole_number(name: str, value, low: int, high: int) -> int:
+def whole_number(name: str, value, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{name} must be a whole number from {low} to {high}, not {_kind(value)}.")
+        raise InputError(f"{name} must be a whole number from 1 to {high}, not {kind(value)}.")
     if not math.isfinite(value) or int(value) != value:
-        raise InputError(f"{name} must be a whole number from {low} to {high}, got {value:g}.")
-    if not low <= value <= high:
-        raise InputError(f"{name} must be from {low} to {high}, got {value:g}.")
+        raise InputError(f"{name} must be a whole number from 1 to {high}, got {value:g}.")
+    if not 1 <= value <= high:
+        raise InputError(f"{name} must be from 1 to {high}, got {value:g}.")
     return int(value)
 
 
-def _kind(value) -> str:
+def kind(value) -> str:
     """What a value sent in place of another is, in words (never the value itself)."""
     kinds = {bool: "true or false", int: "a number", float: "a number", list: "a list", dict: "an object"}
     return "nothing" if value is None else kinds.get(type(value), f"a {type(value).__name__}")
@@ -113,7 +100,7 @@ def split_sentences(text: str) -> tuple[list[str], list[str]]:
     sentences, separators = [], []
     for line in text.splitlines():
         start = 0
-        for end in [match.end() for match in _SENTENCE_END.finditer(line)] + [len(line)]:
+        for end in [match.end() for match in SENTENCE_END.finditer(line)] + [len(line)]:
             if line[start:end].strip():
                 sentences.append(line[start:end].strip())
                 separators.append(" ")
@@ -145,20 +132,20 @@ def split_long_sentences(sentences: list[str], separators: list[str], max_words:
 
 
 # Where a long sentence may be split: after a word ending a clause, or before a word starting one.
-_CLAUSE_END = re.compile(r"[,;:–—]$")
-_CLAUSE_START = {"and", "but", "or", "while", "whereas", "as", "so", "then", "which", "who", "where", "when"}
+CLAUSE_END = re.compile(r"[,;:–—]$")
+CLAUSE_START = {"and", "but", "or", "while", "whereas", "as", "so", "then", "which", "who", "where", "when"}
 
 
 def split_long_sentence(sentence: str, max_words: int) -> list[str]:
-    """`sentence` in parts of at most `max_words` words (one part if it is that short): each part ends at the last
-    comma (;:–—) within its words, else before the last "and" (but, while, which, …), else after `max_words` words;
-    never shorter than a third of `max_words` unless it is the last."""
+    """`sentence` in parts of at most `max_words` words: each ends at the last comma (;:–—) within its words, else
+    before the last "and" (but, while, which, …), else after `max_words` words; never shorter than a third of
+    `max_words` unless it is the last."""
     words = sentence.split()
     parts, start = [], 0
     while len(words) - start > max_words:
         ends = range(start + max(max_words // 3, 1), start + max_words + 1)  # the part is words[start:end]
-        at_comma = [end for end in ends if _CLAUSE_END.search(words[end - 1])]
-        at_conjunction = [end for end in ends if words[end].lower() in _CLAUSE_START]
+        at_comma = [end for end in ends if CLAUSE_END.search(words[end - 1])]
+        at_conjunction = [end for end in ends if words[end].lower() in CLAUSE_START]
         end = (at_comma or at_conjunction or [start + max_words])[-1]
         parts.append(" ".join(words[start:end]))
         start = end
@@ -171,8 +158,7 @@ def join_sentences(sentences: list[str], separators: list[str]) -> str:
 
 
 def read_text(text, max_chars: int) -> tuple[str, str]:
-    """A visitor's text cut to `max_chars` at a space where one is near, checked (`check_text`) and stripped; and the
-    notice saying it was cut ("" when not). InputError for a value that is not text (None reads as "")."""
+    """A visitor's text cut to `max_chars` near a space, checked and stripped, and the notice saying so."""
     text = "" if text is None else text
     if not isinstance(text, str) or len(text.strip()) <= max_chars:
         return check_text(text).strip(), ""

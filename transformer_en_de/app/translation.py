@@ -1,13 +1,9 @@
-"""The one request pipeline (text and files): sentences through every system, by the one engine, within the request's
-budget and turns; and the text tab's panels.
+"""The one request pipeline (text and files), and the text tab's panels.
 
-Every system (ours first, then the comparison models in the operator's order) translates the same sentences with the
-same settings: the request's one plan (`plan.DecodingPlan`, made once in `plan_request` and narrowed to the request's
-budget once by `budget.fit_budget`), so the panels compare like with like. A request asks the scheduler for room once
-before anything costly (`admit`). The path of `num_beams` from the page to `generate()` is docs/decoding.md. A sentence
-too long for the model (no full stop in many words) is translated in parts; a request that reaches its time limit
-keeps what it has translated.
-Our model's sentences are checked for being out of its depth (`out_of_depth.check_depth`).
+Every system (ours first, then the comparison models) translates the same sentences with the same settings: the
+request's one plan, made for our model and fitted to the request's budget once (`plan_request`), so that the panels
+compare like with like; the path of `num_beams` to `generate()` is docs/decoding.md. A request asks the scheduler for
+room once before anything costly (`admit`), and one that reaches its time limit keeps what it has translated.
 """
 
 from dataclasses import dataclass, field
@@ -46,20 +42,26 @@ TRUST_PRETRAINED = "Here, trust the pretrained model more."
 NO_PRETRAINED = "No pretrained model is on this page to compare with."
 # Models beside ours that are not known pretrained ones (`translators.known_pretrained`: a local folder, say)
 NOT_PRETRAINED = "The models beside it are not known pretrained models: the page cannot say whether they know better."
+CANCELLED = "Cancelled: the page that asked for this translation was closed."
 
 
 def comparison_advice(others: list) -> str:
-    """Whom to trust where our model is out of its depth, given the comparison systems that translated beside it
-    (anything with `pretrained`): a known pretrained model, else none."""
+    """Whom to trust where our model is out of its depth, given the systems that translated beside it."""
     if any(other.pretrained for other in others):
         return TRUST_PRETRAINED
     return NOT_PRETRAINED if others else NO_PRETRAINED
 
 
+def why_stopped(error: Busy | Cancelled | BackendError) -> str:
+    """The visitor's line for a request refused before any work (Busy), cancelled, or whose decoder failed for good."""
+    if isinstance(error, Cancelled):
+        return CANCELLED
+    return f"{error} Try again." if isinstance(error, BackendError) else str(error)
+
+
 @dataclass
 class RequestContext:
-    """What serves one visitor's request, and who sent it: the systems (ours first), the turns on the CPU, the limits,
-    the session and when the request entered Gradio's queue (None: now)."""
+    """One request's systems (ours first), turns, limits, session, and arrival in Gradio's queue (None: now)."""
 
     ours: Translator
     comparisons: list[Translator | BackgroundTranslator] = field(default_factory=list)
@@ -67,8 +69,7 @@ class RequestContext:
     limits: Limits = Limits()
     session: str | None = None
     arrived: float | None = None
-    # Side work (a look inside, an arena battle: the page's games around translating) waits behind every waiting
-    # translation, whoever sent it: many sessions' battles cannot slow another visitor's translation.
+    # Side work (a look inside, an arena battle) waits behind every waiting translation, whoever sent it
     side: bool = False
 
     @property
@@ -92,7 +93,7 @@ class SystemOutput:
     message: str = ""
     notices: list[str] = field(default_factory=list)
     run: TranslationRun | None = None
-    pretrained: bool = False  # a known pretrained model (`Translator.pretrained`)
+    pretrained: bool = False
 
 
 @dataclass
@@ -111,10 +112,9 @@ def available(system: Translator | BackgroundTranslator) -> tuple[Translator | N
 
 
 def planned_for(translator: Translator, plan: DecodingPlan) -> DecodingPlan:
-    """The request's `plan` (made for our model) for another system: the same sentences and settings, planned for its
-    model, tokenizer and backend."""
-    backend = getattr(translator, "backend", None)
-    return plan_decoding(translator.model, translator.tokenizer, list(plan.sentences), plan.settings, backend=backend)
+    """The request's `plan` (made for our model) for another system: the same sentences and settings."""
+    sentences = list(plan.sentences)
+    return plan_decoding(translator.model, translator.tokenizer, sentences, plan.settings, backend=translator.backend)
 
 
 def run_system(
@@ -125,18 +125,9 @@ def run_system(
     *,
     deadline: float | None = None,
 ) -> SystemOutput:
-    """One system's translations of its `plan` by the engine, taking turns on the CPU; at `deadline` (the request's
-    time limit) the batch in progress ends and what was translated is kept. Turns are taken inside `generate()`, at
-    each decoder step (the engine's `TurnPoint` calling `FairScheduler.checkpoint`): this request may wait there, or
-    stop."""
-    backend = getattr(translator, "backend", None)
-    output = SystemOutput(
-        name=translator.name,
-        num_parameters=translator.num_parameters,
-        backend_name=getattr(translator, "backend_name", "PyTorch"),
-        pretrained=translator.pretrained,
-    )
-    sentences, settings = list(plan.sentences), plan.settings
+    """One system's translations of its `plan`, taking turns on the CPU at each decoder step (the engine calls
+    `FairScheduler.checkpoint`); at `deadline` the batch in progress ends and what was translated is kept."""
+    backend = translator.backend
     run = run_plan(
         translator.model,
         translator.tokenizer,
@@ -147,7 +138,9 @@ def run_system(
         at_each_step=scheduler.checkpoint,
         backend=backend,
     )
-    output.run, output.seconds, output.new_tokens = run, run.seconds, run.new_tokens
+    output = SystemOutput(translator.name, seconds=run.seconds, new_tokens=run.new_tokens, run=run)
+    output.num_parameters, output.pretrained = translator.num_parameters, translator.pretrained
+    output.backend_name = translator.backend_name
     if run.stopped_early:
         output.notices.append(
             "The request reached its time limit (the CPU is shared with other visitors' requests): this is what was "
@@ -160,33 +153,30 @@ def run_system(
             f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound.text()}) before it "
             "ended: the translation is cut."
         )
-    if settings.max_new_tokens and settings.max_new_tokens > translator.max_new_tokens:
+    if plan.settings.max_new_tokens and plan.settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
     # A forward pass per batch; between batches (CTranslate2 has no decoder hook) the CPU goes to whoever comes first
     output.confidences = confidences(
-        translator.model, run.translations, settings.batch_size, backend=backend, should_stop=scheduler.should_stop
+        translator.model, run.translations, plan.settings.batch_size, backend=backend, should_stop=scheduler.should_stop
     )
     if translator.name == OURS_NAME:
-        known = output.confidences + [None] * (len(sentences) - len(output.confidences))
-        texts = run.texts + [""] * (len(sentences) - len(run.texts))
-        output.depth = check_depth(sentences, known, texts)
+        missing = len(plan.sentences) - len(run.texts)
+        known = output.confidences + [None] * (len(plan.sentences) - len(output.confidences))
+        output.depth = check_depth(list(plan.sentences), known, run.texts + [""] * missing)
     return output
 
 
 def admit(context: RequestContext, count: int, settings: DecodingSettings) -> None:
-    """Busy at once, before anything costly (tokenizing, planning), when a request of `count` sentences could not be
-    admitted now: the scheduler's room asked for with the least the request can cost (`budget.least_seconds`)."""
+    """Busy at once, before anything costly, when a request of `count` sentences could not be admitted now."""
     context.scheduler.check_room(least_seconds(context.ours.model, count, settings, context.ours.step_cost))
 
 
 def plan_request(
     context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
 ) -> tuple[DecodingPlan, float]:
-    """The request's one plan (our model's `DecodingPlan` of `sentences` with the request's `settings`), narrowed once
-    to what fits `budget` (fewer beams, then only the first sentences) at the cost of a step measured for our model
-    (`Translator.step_cost`), and its estimated CPU seconds (`budget.fit_budget`)."""
+    """Our model's plan of `sentences` fitted once to `budget`, and its estimated CPU seconds."""
     ours = context.ours
-    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=getattr(ours, "backend", None))
+    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=ours.backend)
     return fit_budget(plan, budget.cpu_seconds, ours.step_cost, unit)
 
 
@@ -201,9 +191,8 @@ def budget_plan(
 def run_systems(
     context: RequestContext, plan: DecodingPlan, work: float, budget: Budget, on_batch=None
 ) -> list[SystemOutput]:
-    """Every system's output of the request's `plan` (a message for one not loaded) inside one scheduler job of `work`
-    estimated CPU seconds per loaded system (`request_job`); `on_batch(number, done, total)` reports progress. Raises
-    Busy or Cancelled."""
+    """Every system's output of `plan` (a message for one not loaded) in one scheduler job of `work` estimated CPU
+    seconds per loaded system; `on_batch(number, done, total)` reports progress. Raises Busy or Cancelled."""
     outputs = []
     with request_job(context, work, budget) as job:
         for number, system in enumerate(context.systems):
@@ -218,9 +207,7 @@ def run_systems(
 
 
 def request_job(context: RequestContext, work: float, budget: Budget, *, side: bool = False):
-    """The request's scheduler job: `work` estimated CPU seconds per loaded system (heavy past the ordinary lane's
-    limit; `side` work, a look inside, comes after translations whatever its size), its time limit `budget.seconds`
-    counted from when the request arrived."""
+    """The request's scheduler job: `work` CPU seconds per loaded system, its time limit from arrival."""
     ready = sum(available(system)[0] is not None for system in context.systems)
     return context.scheduler.job(
         context.session, budget.seconds, work=ready * work, side=side or context.side, since=context.arrived
@@ -228,8 +215,7 @@ def request_job(context: RequestContext, work: float, budget: Budget, *, side: b
 
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
-    """The out-of-depth notice for our output ("" if no sentence is flagged): the advice to trust a pretrained model
-    only where one has translated beside it (`comparison_advice`)."""
+    """The out-of-depth notice for our output ("" if no sentence is flagged)."""
     flagged = [number + 1 for number, check in enumerate(output.depth) if check.flagged]
     if not flagged:
         return ""
@@ -240,8 +226,7 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
 
 
 def check_reference(reference, limits: Limits) -> tuple[str, str]:
-    """(reference, notice): a reference too long to score is dropped, and the notice says so; InputError for one that
-    is not text."""
+    """(reference, notice): one too long to score is dropped, and said; InputError for one not text."""
     if reference is None:
         return "", ""
     if not isinstance(reference, str):
@@ -256,81 +241,56 @@ def check_reference(reference, limits: Limits) -> tuple[str, str]:
     return check_text(reference, "reference").strip(), ""
 
 
-def score(output: SystemOutput, reference: str, scheduler: FairScheduler) -> str:
-    """Sentence BLEU/chrF of the output against the reference, unless the request must stop first; a notice if not."""
-    if scheduler.should_stop():  # a turn point like a decoder step: past the time limit or cancelled, no scores
-        return f"{output.name}: not scored, the request reached its time limit."
-    output.scores = sentence_scores(output.translation, reference)
-    return ""
+def refused(context: RequestContext, message: str) -> TextResult:
+    return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=message)
 
 
 def translate_text(
-    text: str | None,
-    decoding: str,
-    num_beams: int,
-    max_new_tokens: int,
-    reference: str | None = "",
-    *,
-    context: RequestContext,
+    text, decoding, num_beams, max_new_tokens, reference: str | None = "", *, context: RequestContext
 ) -> TextResult:
-    """Translate `text` (one or more sentences) with every system, decoding as the page's controls say
-    (`check_decoding`); sentence BLEU/chrF against `reference` if given (`translate_with_settings`)."""
+    """Translate `text` with every system as the page's controls say; sentence scores against `reference`."""
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, context.limits)
     except InputError as error:
-        return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=str(error))
+        return refused(context, str(error))
     return translate_with_settings(text, settings, reference, context=context)
 
 
 def translate_with_settings(
-    text: str | None, settings: DecodingSettings, reference: str | None = "", *, context: RequestContext
+    text, settings: DecodingSettings, reference: str | None = "", *, context: RequestContext
 ) -> TextResult:
-    """Translate `text` with every system and the request's checked `settings` (the page's controls', or the
-    arena's own); sentence BLEU/chrF against `reference` if given.
-
-    Every field is bounded before any work (the text cut to `limits.max_input_chars`, a reference past its limits not
-    scored); the estimate of the work (decoding for every system, and scoring) decides the request's lane.
-    """
+    """Translate `text` with every system and checked `settings` (the page's, or the arena's); every field bounded
+    before any work (the text cut, a reference past its limits not scored)."""
     limits, scheduler = context.limits, context.scheduler
-    result = TextResult([], [SystemOutput(name=system.name) for system in context.systems])
     try:
         text, clipped = read_text(text, limits.max_input_chars)
-        result.notices += [clipped] if clipped else []
         reference, too_long = check_reference(reference, limits)
-        result.notices += [too_long] if too_long else []
     except InputError as error:
-        result.message, result.notices = str(error), []
-        return result
+        return refused(context, str(error))
     if not text:
-        result.message, result.notices = "Type an English sentence (or several) to translate.", []
-        return result
+        return refused(context, "Type an English sentence (or several) to translate.")
     sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
-    result.sentences = sentences
-    result.notices += [in_parts] if in_parts else []
+    result = TextResult(sentences, [], [notice for notice in (clipped, too_long, in_parts) if notice])
     try:
         plan, seconds = budget_plan(context, sentences, settings, limits.text)
         result.notices += list(plan.notices)
-        kept = list(plan.sentences)
         work = seconds + 2 * len(reference) * limits.score_seconds_per_char
-        outputs = run_systems(context, plan, work, limits.text)
-    except Busy as error:  # refused before any work: the long requests are all in flight
-        result.message, result.notices, result.sentences = str(error), [], []
-        return result
+        result.outputs = run_systems(context, plan, work, limits.text)
     except Cancelled:
-        result.message = "Cancelled: the page that asked for this translation was closed."
+        result.outputs, result.message = refused(context, "").outputs, CANCELLED
         return result
-    except BackendError as error:  # what decodes failed for good (a worker that died again): one line, no traceback
-        result.message, result.notices, result.sentences = f"{error} Try again.", [], []
-        return result
-    for output in outputs:
+    except (Busy, BackendError) as error:  # Busy: refused before any work; BackendError: a worker that died again
+        return refused(context, why_stopped(error))
+    for output in result.outputs:
         if output.run is None:
             continue
-        output.translation = join_sentences(output.run.texts, separators[: len(kept)])
-        if reference:
-            output.notices += [notice for notice in [score(output, reference, scheduler)] if notice]
-    notice = depth_notice(outputs[0], outputs)
-    outputs[0].notices[:0] = [notice] if notice else []
-    result.outputs = outputs
+        output.translation = join_sentences(output.run.texts, separators[: len(plan.sentences)])
+        if reference and scheduler.should_stop():  # a turn point like a decoder step: past the time limit, no scores
+            output.notices.append(f"{output.name}: not scored, the request reached its time limit.")
+        elif reference:
+            output.scores = sentence_scores(output.translation, reference)
+    notice = depth_notice(result.outputs[0], result.outputs)
+    result.outputs[0].notices[:0] = [notice] if notice else []
     return result
 
 
@@ -358,15 +318,3 @@ def format_details(output: SystemOutput) -> str:
 def format_notice(result: TextResult) -> str:
     """The request's own notices (and its message), one line each."""
     return "\n\n".join(f"⚠️ {line}" for line in ([result.message] if result.message else []) + result.notices)
-
-
-__all__ = [
-    "RequestContext",
-    "SystemOutput",
-    "TextResult",
-    "format_details",
-    "format_notice",
-    "run_system",
-    "translate_text",
-    "translate_with_settings",
-]

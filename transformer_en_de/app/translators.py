@@ -1,15 +1,10 @@
-"""The models the app serves: ours (loaded at start, or the app does not start) and the comparison models the
-operator lists (loaded in background threads, so the page is up before they are; each says why it is unavailable).
+"""The models the app serves: ours (loaded at start, or the app does not start) and the comparison models the operator
+lists, loaded in background threads so that the page is up before they are (each says why it is unavailable).
 
-Every model is loaded by `decoding.loading.load_listed_model` (a folder or a Hub id, at one commit; offline it
-fails at once and says so). A visitor never chooses what is loaded: the list comes from the command line or the
-environment. So a comparison model whose repo has no safetensors on its commit loads those of the Hub's conversion
-pull request, or else its pickle weights through torch's `weights_only` unpickler, and its status line says which.
-
-Each can decode with PyTorch or CTranslate2 (`backend`: "torch", "ctranslate2", or "auto" for CTranslate2 where it
-is installed); the PyTorch model is loaded either way (the Inside tab's attention comes from it) and the engine is
-handed `Translator.backend` (None for PyTorch). A CTranslate2 worker process that dies is started again; one that
-keeps dying is given up, and the model itself decodes from then on (`Translator.backend` becomes None).
+A visitor never chooses what is loaded, so a listed comparison model without safetensors may load pickle weights
+(`decoding.loading.load_listed_model`), and its status line says so. Each decodes with PyTorch or CTranslate2; the
+PyTorch model is loaded either way (the Inside tab's attention comes from it) and takes over for good from a
+CTranslate2 worker that keeps dying.
 """
 
 import re
@@ -36,16 +31,14 @@ class Translator:
     """A loaded seq2seq model and its tokenizer, under a name for the page."""
 
     name: str
-    model_id: str  # the folder or Hub id it was loaded from (for the operator; the page shows `display_id`)
+    model_id: str  # the folder or Hub id it was loaded from (the page shows `display_id`)
     model: object
     tokenizer: object
-    decoder: object = None  # None for the model itself, or a `CTranslate2Backend` (see `backend`)
-    decoder_name: str = "PyTorch"  # "PyTorch", "PyTorch int8", "CTranslate2 float32", "CTranslate2 int8"
+    decoder: object = None  # a `CTranslate2Backend`, or None for the model itself
+    decoder_name: str = "PyTorch"
     revision: str | None = None  # the Hub commit it was loaded at (None for a folder)
-    weights: str = ""  # for the page, when the weights are not the safetensors of what was named (`LoadedModel`)
-    # What a decoder step of this model costs on this machine, which a request's budget is counted in: measured once
-    # it is loaded and prepared (`StepCost.measure`, a fraction of a second), unless given.
-    step_cost: StepCost | None = None
+    weights: str = ""  # for the page, when the weights are not the safetensors of what was named
+    step_cost: StepCost | None = None  # a decoder step's cost on this machine, measured once loaded unless given
 
     def __post_init__(self):
         if self.step_cost is None:
@@ -53,13 +46,11 @@ class Translator:
 
     @property
     def backend(self):
-        """What the engine decodes with now: the CTranslate2 backend, or None for the model itself, which takes over
-        for good once the backend's worker process has died too often (`CTranslate2Backend.gave_up`)."""
+        """What the engine decodes with: None for the model itself, also once CTranslate2 has given up."""
         return None if self.decoder is None or self.decoder.gave_up else self.decoder
 
     @property
     def backend_name(self) -> str:
-        """For the page: what decodes now ("PyTorch (CTranslate2 stopped)" once CTranslate2 has given up)."""
         stopped = self.decoder is not None and self.decoder.gave_up
         return "PyTorch (CTranslate2 stopped)" if stopped else self.decoder_name
 
@@ -69,7 +60,6 @@ class Translator:
 
     @property
     def pretrained(self) -> bool:
-        """A Hub model known to have learned from millions of sentences (`known_pretrained`), not a local folder."""
         return known_pretrained(self.model_id)
 
     @property
@@ -87,37 +77,32 @@ class Translator:
 
 # transformers' from_pretrained builds a model on the meta device through process-wide state: two loads at once
 # (the comparison models' threads) fail with "Cannot copy out of meta tensor". So loads take turns.
-_LOADING = threading.Lock()
+LOADING = threading.Lock()
 
 
 def load_translator(
     model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False, allow_pickle: bool = False
 ) -> Translator:
-    """Load through `load_listed_model`; RuntimeError in plain words when it cannot. `on_load(model)` prepares it.
-
-    `backend`: "torch", "ctranslate2" (converted once, cached: `backends.load_backend`) or "auto" (CTranslate2 when
-    it is installed). `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8 linear layers. `allow_pickle`: a
-    model the operator listed may load pickle weights where it has no safetensors (`loading.load_listed_model`)."""
+    """Load through `load_listed_model`, RuntimeError in plain words when it cannot; `on_load(model)` prepares it.
+    `backend`: "torch", "ctranslate2" or "auto"; `int8`: CTranslate2's int8 weights, or PyTorch's dynamic int8."""
     try:
         chosen = resolve_backend(backend)
     except BackendError as error:
         raise RuntimeError(f"could not be loaded: {error}") from error
-    with _LOADING:
+    with LOADING:
         loaded = load_listed_model(model_id, allow_pickle=allow_pickle)
-        model, tokenizer = loaded.model, loaded.tokenizer
+        model, tokenizer, decoder = loaded.model, loaded.tokenizer, None
         if chosen == "ctranslate2":  # converting saves and reads the model again (Transformers): not two at once
             try:
                 decoder = load_backend(model_id, model, tokenizer, int8=int8, fallback="PyTorch")
             except (BackendError, OSError, ValueError) as error:
                 raise RuntimeError(f"could not be loaded: {' '.join(str(error).split())}") from error
-    if chosen == "torch" and int8:
+    if decoder is None and int8:
         model = int8_dynamic(model)
     if on_load is not None:
         on_load(model)
-    origin = dict(revision=loaded.revision, weights=loaded.weights)
-    if chosen == "torch":
-        return Translator(name, model_id, model, tokenizer, None, "PyTorch int8" if int8 else "PyTorch", **origin)
-    return Translator(name, model_id, model, tokenizer, decoder, decoder.name, **origin)
+    decoder_name = decoder.name if decoder is not None else "PyTorch int8" if int8 else "PyTorch"
+    return Translator(name, model_id, model, tokenizer, decoder, decoder_name, loaded.revision, loaded.weights)
 
 
 def load_our_translator(model_id: str, *, on_load=None, backend: str = "torch", int8: bool = False) -> Translator:
@@ -150,8 +135,7 @@ def comparison_names(model_ids: list[str]) -> list[str]:
 
 
 # Hub models known to have learned translation from millions of sentences of every kind: the page calls only these
-# "pretrained". A local folder, or another Hub id, may hold anything (a copy of ours, a test model): the page does not
-# say what it learned from.
+# "pretrained". A local folder, or another Hub id, may hold anything (a copy of ours, a test model).
 PRETRAINED_FAMILIES = (
     "Helsinki-NLP/opus-mt-",
     "Helsinki-NLP/opus-tatoeba-",
@@ -174,15 +158,9 @@ def known_pretrained(model_id: str) -> bool:
     return any(name.startswith(family.lower()) for family in PRETRAINED_FAMILIES)
 
 
-NO_MODELS = ("", "none")
-
-
 def parse_model_list(value: str | list[str] | None) -> list[str]:
-    """Model ids from a flag (a list, each item perhaps itself comma-separated) or an environment variable (comma- or
-    space-separated). "", whitespace and "none" mean no comparison model at all (never the current folder)."""
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
+    """Model ids from a flag or the environment (comma- or space-separated); "" or "none" for none."""
+    items = [] if value is None else [value] if isinstance(value, str) else list(value)
     ids = [part for item in items for part in str(item).replace(",", " ").split()]
     return [] if [model_id.lower() for model_id in ids] in ([], ["none"]) else ids
 
@@ -193,13 +171,12 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~<])~?/[^\s'\"]*")
 
 
 def without_paths(text: str) -> str:
-    """`text` with every absolute path cut to its last part (".../site-packages/x/y.py" -> "y.py"): what a visitor
-    may be shown of a server's error."""
+    """`text` with every absolute path cut to its last part: what a visitor may be shown of a server's error."""
     return ABSOLUTE_PATH.sub(lambda match: match.group().rstrip("/").rsplit("/", 1)[-1] or "…", text)
 
 
 def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
-    """One line saying by name why a comparison model is not on the page (for the operator's log)."""
+    """One line saying by name why a comparison model is not on the page (no server paths)."""
     message = " ".join(str(error).split()) if isinstance(error, RuntimeError) else ""
     if "offline" in message and "cache" in message:
         cause = "the Hugging Face Hub is offline and the model is not cached"
@@ -210,7 +187,7 @@ def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
     shown = display_id(model_id)
     for path in {model_id, str(Path(model_id).expanduser().resolve())} if shown else ():
         cause = cause.replace(path, shown)
-    cause = without_paths(cause)  # the page, and the log, name no server paths (a cache, the virtual environment)
+    cause = without_paths(cause)
     if "opus-mt-" in model_id.lower():
         name = "MarianMT"  # what a visitor knows the OPUS-MT models as
     return f"{name} ({shown}) is not on this page: {cause}" if shown else f"{name} is not on this page: {cause}"
@@ -220,34 +197,23 @@ class BackgroundTranslator:
     """A comparison model loading in a daemon thread: `translator` is None until it is ready, `error` says why not."""
 
     def __init__(self, model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False):
-        self.model_id = model_id
-        self.name = name
+        self.model_id, self.name = model_id, name
         self.translator: Translator | None = None
         self.error: str | None = None
-        self._started = time.monotonic()
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._load, args=(on_load, backend, int8), name=f"load {name}", daemon=True
-        )
-        self._thread.start()
+        self.started, self.done = time.monotonic(), False  # done: loaded, or failed for good
+        options = dict(on_load=on_load, backend=backend, int8=int8)
+        threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True).start()
 
-    def _load(self, on_load, backend: str, int8: bool) -> None:
+    def load(self, **options) -> None:
         try:
             if not self.model_id.strip():
                 raise RuntimeError("could not be loaded: no model id was given.")
-            # Listed by the operator: pickle weights are allowed where a repo has no safetensors (said in `status`).
-            self.translator = load_translator(
-                self.model_id, self.name, on_load=on_load, backend=backend, int8=int8, allow_pickle=True
-            )
+            self.translator = load_translator(self.model_id, self.name, allow_pickle=True, **options)
         except Exception as error:  # any failure becomes the panel's message, never a crash of the app
             self.error = why_not_loaded(self.name, self.model_id, error)
-            print(f"app.py: {self.error}", flush=True)  # the operator's words go to the log; the page has one line
+            print(f"app.py: {self.error}", flush=True)
         finally:
-            self._done.set()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
+            self.done = True
 
     @property
     def pretrained(self) -> bool:
@@ -258,8 +224,7 @@ class BackgroundTranslator:
         return self.error is not None
 
     def status(self) -> str:
-        """One line in a visitor's words: loading, ready, or which model is not on the page and why (no server
-        paths: `why_not_loaded`)."""
+        """One line in a visitor's words: loading, ready, or which model is not on the page and why."""
         if self.translator is not None:
             millions = self.translator.num_parameters / 1e6
             commit = f" at commit {self.translator.revision[:7]}" if self.translator.revision else ""
@@ -267,5 +232,11 @@ class BackgroundTranslator:
             return f"{self.name} ready: {display_id(self.model_id)}{commit}, {millions:.2f}M parameters{weights}."
         if self.error is not None:
             return f"{self.error}. Our model translates alone."
-        waited = time.monotonic() - self._started
+        waited = time.monotonic() - self.started
         return f"{self.name} ({display_id(self.model_id)}) is loading in the background ({waited:.0f} s so far)…"
+
+
+def start_comparisons(model_ids: str | list[str] | None, **options) -> list[BackgroundTranslator]:
+    """A `BackgroundTranslator` per listed model (`parse_model_list`), under its panel name (`comparison_names`)."""
+    ids = parse_model_list(model_ids)
+    return [BackgroundTranslator(i, name, **options) for i, name in zip(ids, comparison_names(ids), strict=True)]

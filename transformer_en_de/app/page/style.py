@@ -34,11 +34,9 @@ def stacked_table_css(elem_id: str, headers: list[str], width: int = 640) -> str
 
 def page_css(systems: list) -> str:
     """The page's CSS, with the wide tables shown as one block per row on a phone."""
-    return CSS + "".join(
-        stacked_table_css(elem_id, headers)
-        for elem_id, headers in (
-            ("corpus-table", CORPUS_HEADERS),
-            ("file-summary", ["System", "Sentences", "Seconds", "BLEU", "chrF"]),
-            ("file-preview", ["Line", "English", *[system.name for system in systems]]),
-        )
-    )
+    tables = {
+        "corpus-table": CORPUS_HEADERS,
+        "file-summary": ["System", "Sentences", "Seconds", "BLEU", "chrF"],
+        "file-preview": ["Line", "English", *[system.name for system in systems]],
+    }
+    return CSS + "".join(stacked_table_css(elem_id, headers) for elem_id, headers in tables.items())

@@ -7,8 +7,7 @@ from ..text_checks import DECODINGS, decoding_defaults
 from ..translation import NO_PRETRAINED
 from ..translators import display_id, known_pretrained
 
-# An everyday sentence, where our model is out of its depth and says so: the intro points at it, and the shipped model's
-# page flags it (tests/test_out_of_depth.py).
+# An everyday sentence the shipped model is out of its depth on and says so (tests/test_out_of_depth.py)
 EVERYDAY_EXAMPLE = ["How much does this cost?", "Wie viel kostet das?"]
 # Sentences and references written for this app (not taken from Multi30k); the everyday one last.
 EXAMPLES = [
@@ -30,20 +29,18 @@ through the same code."""
 
 
 def page_title(comparisons: list) -> str:
-    """What the page sets our model beside, of `comparisons`: "pretrained models" only where one is a known
-    pretrained model (`translators.known_pretrained`: never a local folder)."""
+    """What the page sets our model beside: "pretrained models" only where one is known to be (never a folder)."""
     if any(known_pretrained(model.model_id) for model in comparisons):
         return "our Transformer beside pretrained models"
     return "our Transformer beside other models" if comparisons else "our Transformer"
 
 
 def intro_text(comparisons: list) -> str:
-    """The page's introduction, saying what the models beside ours (on the page or still loading) are: "millions of
-    sentences" only of known pretrained models."""
+    """The introduction, saying what the models beside ours (on the page or still loading) learned from, where known."""
     present = [model for model in comparisons if model.translator is not None or not model.done]
     pretrained = [model.name for model in present if model.pretrained]
     others = [model.name for model in present if not model.pretrained]
-    lines = []
+    lines = [] if present else [NO_PRETRAINED]
     if pretrained:
         lines.append(f"The pretrained {models(pretrained)} beside it learned from millions of sentences of every kind.")
     if others:
@@ -53,8 +50,6 @@ def intro_text(comparisons: list) -> str:
             f"{'a known pretrained model' if one else 'known pretrained models'}: what {'it' if one else 'they'} "
             "learned from, this page cannot say."
         )
-    if not present:
-        lines.append(NO_PRETRAINED)
     return INTRO.format(title=page_title(present), comparison=" ".join(lines))
 
 
@@ -65,18 +60,13 @@ def models(names: list[str]) -> str:
 
 def decoding_controls(app) -> list:
     """Decoding, beams and maximum new tokens, shared by both tabs; they start at what our model decodes with."""
-    limits = app.limits
-    decoding, beams, tokens = decoding_defaults(app.ours.model, limits)
+    decoding, beams, tokens = decoding_defaults(app.ours.model, app.limits)
+    whole = dict(step=1, precision=0, min_width=240)  # precision 0: the API types both as `int`
     with gr.Row():
         return [
             gr.Radio(list(DECODINGS), value=decoding, label="Decoding", min_width=240),
-            # precision 0: the API types both as whole numbers (`int`), as `check_decoding` reads them
-            gr.Slider(
-                1, limits.max_beams, value=beams, step=1, precision=0, label="Beams (beam search)", min_width=240
-            ),
-            gr.Slider(
-                1, limits.max_new_tokens, value=tokens, step=1, precision=0, label="Maximum new tokens", min_width=240
-            ),
+            gr.Slider(1, app.limits.max_beams, value=beams, label="Beams (beam search)", **whole),
+            gr.Slider(1, app.limits.max_new_tokens, value=tokens, label="Maximum new tokens", **whole),
         ]
 
 
@@ -96,30 +86,18 @@ def translate_tab(app, controls: list, intro: gr.Markdown) -> gr.Textbox:
     button = gr.Button("Translate", variant="primary", elem_id="translate")
     notice = gr.Markdown(label="Notice", elem_id="notice", latex_delimiters=[])
     panels, statuses, columns = model_panels(app.systems)
-    gr.Examples(
-        EXAMPLES,
-        inputs=[text, reference],
-        label="Examples (with references; the last is an everyday sentence)",
-        cache_examples=False,
-        elem_id="examples",
-    )
+    label = "Examples (with references; the last is an everyday sentence)"
+    gr.Examples(EXAMPLES, [text, reference], label=label, cache_examples=False, elem_id="examples")
     gr.Markdown("How each model reads the sentence and chooses its words: the *Inside the Transformer* tab.")
     app.serving.work(button.click, app.translate, [text, *controls, reference], [*panels, notice], api_name="translate")
     timer = gr.Timer(1.0, active=bool(app.comparisons))
-    timer.tick(
-        app.poll_models,
-        None,
-        [*statuses, *columns, intro, timer],
-        api_visibility="private",
-        queue=False,
-        show_progress="hidden",
-    )
+    polled = [*statuses, *columns, intro, timer]
+    timer.tick(app.poll_models, None, polled, api_visibility="private", queue=False, show_progress="hidden")
     return text
 
 
 def model_panels(systems: list) -> tuple[list, list, list]:
-    """A column per model (its translation and details), side by side on a wide screen, stacked on a phone; for each
-    comparison model a status line, and the rest of its column hidden while it cannot be loaded."""
+    """A column per model (translation, details); a comparison model's status line, the rest hidden while it fails."""
     panels, statuses, columns = [], [], []
     with gr.Row(equal_height=False):
         for number, system in enumerate(systems):
@@ -128,8 +106,8 @@ def model_panels(systems: list) -> tuple[list, list, list]:
                     statuses.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
                 with gr.Column(visible=not getattr(system, "failed", False)) as column:
                     gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
+                    # Each output named for its model: the API lists them by these labels
                     panels += [
-                        # Each output named for its model: the API lists them by these labels
                         gr.Textbox(
                             label=f"German ({system.name})", lines=4, interactive=False, elem_id=f"translation-{number}"
                         ),

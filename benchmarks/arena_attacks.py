@@ -9,7 +9,7 @@ lost when the database is locked, and what does the leaderboard cost on 100,000 
   s) and vote for the better translation every 10 s, and the ordinary visitor translates, for `--seconds`. A pass:
   the leaderboard keeps the honest order (ours first) and the visitor's latencies stay about a second.
 - lock: another process holds the votes database's write lock for 40 s while a visitor votes; the same vote again
-  once it is released. A pass: the vote is stored, not lost, and not stored twice.
+  once it is released. A pass: a quick answer that says the vote was not stored and to vote again, then stored.
 - readers: 60 pages of one address read the leaderboard back to back for `--seconds` while the honest visitors vote
   and the ordinary visitor translates; the server's memory before and after.
 - board: `--votes` votes in a fresh database; the first `Arena.leaderboard` in a new process: seconds and memory.
@@ -97,10 +97,10 @@ def party(url: str, address: str, sessions: int, choose, wait: float, pause: flo
 
         def battle_and_vote():
             visitor[:] = visitor or [client(url, address)]
-            battle_id, first, second, _ = visitor[0].predict(CAPTIONS[next(turns) % 5], api_name="/battle")
+            battle_id, first, second, message = visitor[0].predict(CAPTIONS[next(turns) % 5], api_name="/battle")
             if not battle_id:
                 stopped.wait(1.0)
-                return "no battle: " + first[:40]
+                return "no battle: " + (message or first)[:40]
             if stopped.wait(wait):
                 return []  # stopped while reading: no vote
             message = visitor[0].predict(battle_id, choose(first, second), api_name="/vote")[2]

@@ -320,7 +320,7 @@ def server_files(target: Target):
     """Server files (a torch library among them) named as file values on every call route, with every fn_index;
     "read" counts an answer that is not a refusal."""
     torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
-    files = [*SERVER_FILES[:5], str(torch_lib), SERVER_FILES[5]]
+    files = [*SERVER_FILES, str(torch_lib)]
 
     def server_file():
         number = next(target.turn)
@@ -448,16 +448,17 @@ def bad_redraws(target: Target, count: int = 20) -> str:
 
 def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
     """(the server's child processes, those running the CTranslate2 worker; a killed one has no command line)."""
-    children, workers = set(), []
-    for path in Path(f"/proc/{server_pid}/task").glob("*/children"):
-        children.update(int(child) for child in path.read_text().split())
-    for child in sorted(children):
+
+    def read(path: str) -> bytes:  # a thread or a child may end while it is read
         try:
-            if b"ctranslate2_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
-                workers.append(child)
+            return Path(path).read_bytes()
         except OSError:
-            pass
-    return sorted(children), workers
+            return b""
+
+    children = sorted(
+        {int(child) for path in Path(f"/proc/{server_pid}/task").glob("*/children") for child in read(path).split()}
+    )
+    return children, [child for child in children if b"ctranslate2_worker" in read(f"/proc/{child}/cmdline")]
 
 
 def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then: float = 3.0):

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
+from subprocess import PIPE, Popen
 
 import httpx
 
@@ -62,7 +63,7 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
     output = open(log, "w") if log else subprocess.DEVNULL
     pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
     command = [sys.executable, str(ROOT / "app.py"), *map(str, options), "--port", str(port)]
-    server = subprocess.Popen(
+    server = Popen(
         command, cwd=ROOT, env=env | environment, stdout=output, stderr=output if log else None, preexec_fn=pinned
     )
     url, deadline = f"http://127.0.0.1:{port}/", time.monotonic() + 600
@@ -272,36 +273,29 @@ def one_line(response: httpx.Response) -> str:
 
 def upload_from(url: str, peer: str, number: int) -> str:
     """One small upload over a connection from `peer` (a loopback address): its status, in words."""
-    part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="u.txt"\r\n\r\n'
-    body = part + f"A dog {number}.".encode() + b"\r\n--B--\r\n"
-    headers = "POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
-    request = f"{headers}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-    try:
-        (connection,) = connections(url, 1, request, peer=peer, timeout=30, strict=True)
-        with connection:
-            status = int(connection.recv(64).split()[1])
-    except Exception as error:
-        return f"an upload from {peer} failed ({type(error).__name__})"
+    with httpx.Client(timeout=30, transport=httpx.HTTPTransport(local_address=peer)) as http:
+        try:
+            status = http.post(f"{url}gradio_api/upload", files={"files": ("u.txt", f"A dog {number}.")}).status_code
+        except httpx.HTTPError as error:
+            return f"an upload from {peer} failed ({type(error).__name__})"
     return f"an upload from {peer}: HTTP {status} ({'accepted' if status == 200 else 'NOT accepted'})"
 
 
-def connections(url: str, count: int, request, peer=None, receive_buffer=None, timeout=5.0, strict=False) -> list:
+def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
     """Up to `count` connections (from `peer`, a loopback address, if given), each sending `request` (bytes, or a
-    function of its number) and nothing more: as many as the machine lets open (`strict`: all, or raise). A small
-    `receive_buffer` makes a reader that never reads."""
+    function of its number) and nothing more: as many as the machine lets open. A small `receive_buffer` makes a
+    reader that never reads."""
     opened = []
     for number in range(count):
         try:
             connection = socket.create_connection(
-                ("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=timeout, source_address=(peer or "", 0)
+                ("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5, source_address=(peer or "", 0)
             )
             if receive_buffer:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             connection.sendall(request(number) if callable(request) else request)
             opened.append(connection)
         except OSError:
-            if strict:
-                raise
             break
     return opened
 
@@ -401,15 +395,9 @@ class Visitor:
 
     def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
         code = "from benchmarks.load import visitor_process; visitor_process()"
+        command = [sys.executable, "-c", code, url, *([address] if address else [])]
         pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code, url, *([address] if address else [])],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=pinned,
-        )
+        self.process = Popen(command, cwd=ROOT, stdin=PIPE, stdout=PIPE, text=True, preexec_fn=pinned)
 
     def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
         """Each sentence translated at the page's defaults, `pause` s apart: (latencies, failures)."""

@@ -85,8 +85,14 @@ def containers():
     held = sum(text_bytes(session.config_values, seen) for session in kept) / 2**20
     lines = [f"gradio sessions kept: {len(kept):,} ({sum(s.is_closed for s in kept):,} closed), {held:,.1f} MiB of "
              "text in their page values", f"gradio queue: {sizes(app.demo._queue)}"]
-    ours = [(name, part) for name, part in vars(app).items() if type(part).__module__.startswith("transformer_en_de")]
-    return lines + [f"ours: {name}: {sizes(part)}" for name, part in ours if hasattr(part, "__dict__")]
+    for name, part in parts(app):  # our objects and theirs, a level down
+        lines += [f"ours: {name}: {sizes(part)}"] + [f"ours: {name}.{n}: {sizes(p)}" for n, p in parts(part)]
+    return lines
+
+
+def parts(owner):
+    found = vars(owner).items()
+    return [(n, p) for n, p in found if type(p).__module__.startswith("transformer_en_de") and hasattr(p, "__dict__")]
 
 
 def report(number):

@@ -11,7 +11,6 @@ box that renders nothing; a refused choice is named by its kind, never echoed.
 
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from transformer_en_de.markdown import markdown_table
 
 from ..translation import RequestContext, translate_with_settings
 from . import battles
-from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, leaderboard_rows, order_agreement
+from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
 from .votes import CHOICES, VoteNotStored, VoteStore
 
@@ -79,13 +78,10 @@ def page_line(text: str) -> str:
 
 
 def kind_of(value) -> str:
-    """What a refused value was, without its content: "nothing", "a text of 102,400 characters", "a list"."""
-    if value is None:
-        return "nothing"
+    """What a refused value was, without its content: "nothing", "a text of 102,400 characters", "of type list"."""
     if isinstance(value, str):
-        return f"a text of {len(value):,} character{'s' * (len(value) != 1)}" if value else "an empty text"
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+        return f"a text of {plural(len(value), 'character')}"
+    return "nothing" if value is None else f"of type {type(value).__name__}"
 
 
 def example_sentences(kind: str) -> list[str]:
@@ -119,16 +115,6 @@ class Board:
 
 
 @dataclass
-class Fit:
-    """One board's running tally and the rows last fitted on it."""
-
-    tally: Tally = field(default_factory=Tally)
-    rated_up_to: int = -1  # the last vote id the rows were fitted on (-1: never fitted)
-    when: float = 0.0
-    rows: list[dict] = field(default_factory=list)
-
-
-@dataclass
 class Arena:
     """Battles between the systems on the page, their votes in `store`, and the leaderboards. `accounts`: whether a
     signed-in visitor counts as an account (the sign-in is a real OAuth app); if not, every vote is its network's."""
@@ -142,7 +128,7 @@ class Arena:
 
     def __post_init__(self):
         self.last_id = 0  # the last vote the tallies hold
-        self.fits = {key: Fit() for key in BOARDS}  # by whose votes: everyone's, the signed-in, the anonymous
+        self.tallies = {key: Tally() for key in BOARDS}  # by whose votes: everyone's, the signed-in, the anonymous
         self._lock = threading.Lock()
 
     def account_of(self, voter: Voter) -> str | None:
@@ -209,23 +195,22 @@ class Arena:
 
     def boards(self, bleu: dict[str, float]) -> list[Board]:
         """The leaderboards, the one a visitor sees first first: with accounts, the signed-in votes', then the
-        anonymous ones'; without, one of every vote. A board is fitted again when it has new votes and
-        `LEADERBOARD_SECONDS` have passed (its line says how many newer votes are not in it yet)."""
+        anonymous ones'; without, one of every vote. Each is fitted again at most every `LEADERBOARD_SECONDS`."""
         with self._lock:
             last, counts = self.store.counts_since(self.last_id)
-            self.fits["all"].tally.add(counts, last)
-            self.fits["signed_in"].tally.add([count for count in counts if count.signed_in], last)
-            self.fits["anonymous"].tally.add([count for count in counts if not count.signed_in], last)
+            self.tallies["all"].add(counts, last)
+            self.tallies["signed_in"].add([count for count in counts if count.signed_in], last)
+            self.tallies["anonymous"].add([count for count in counts if not count.signed_in], last)
             self.last_id = last
             keys = ("signed_in", "anonymous") if self.accounts else ("all",)
-            fitted = {key: self._fitted(self.fits[key]) for key in keys}
+            fitted = {key: (*self.tallies[key].rows(LEADERBOARD_SECONDS), self.tallies[key].summary()) for key in keys}
         boards = []
-        for key, (rows, summary, newer) in fitted.items():
+        for key, (rows, newer, summary) in fitted.items():
             heading, line = BOARDS[key]
             rows = [row | {"bleu": bleu.get(row["system"])} for row in rows]
             if rows:
                 line = f"{resting_on(summary, key)} {order_agreement(rows)}"
-            elif key == "signed_in" and self.fits["all"].tally.votes:
+            elif key == "signed_in" and self.tallies["all"].votes:
                 line += " The anonymous votes are below."
             if newer > 0:  # a voter who looks at once sees why their vote is not counted yet
                 line += (
@@ -234,14 +219,6 @@ class Arena:
                 )
             boards.append(Board(heading, rows, line))
         return boards
-
-    def _fitted(self, fit: Fit) -> tuple[list[dict], dict, int]:
-        """(rows, summary, votes stored since the rows were fitted) of one board (the lock held)."""
-        # an empty board is fitted again at once: the first vote shows
-        stale = not fit.rows or time.monotonic() - fit.when >= LEADERBOARD_SECONDS
-        if fit.rated_up_to < 0 or (fit.rated_up_to != self.last_id and stale):
-            fit.rated_up_to, fit.when, fit.rows = self.last_id, time.monotonic(), leaderboard_rows(fit.tally)
-        return fit.rows, fit.tally.summary(), self.last_id - fit.rated_up_to
 
     def leaderboard(self, bleu: dict[str, float]) -> tuple[list[dict], str]:
         """(rows, the line saying what they rest on) of the board a visitor sees first."""

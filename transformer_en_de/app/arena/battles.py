@@ -3,7 +3,7 @@ person's pace, within a signed-in account's daily allowance; and the rate at whi
 
 A battle holds everything its vote will store, so a vote carries only the battle's id and a choice (the client never
 says which systems it saw). The books live in memory, bounded: a restart only asks open battles' visitors to start new
-ones. A vote the database cannot take now (`VoteNotStored`) puts everything back, so the same vote can be cast again.
+ones. A vote that is not stored (the database refused it now) puts everything back, so it can be cast again.
 """
 
 import math
@@ -12,9 +12,10 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, fields
 
-from .votes import Shown, Vote, VoteNotStored, VoteStore, check_choice
+from .votes import Shown, Vote, VoteStore, check_choice
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
 OTHER_VISITOR = "This battle was shown to another session: start a new one."
@@ -200,23 +201,15 @@ def cast_vote(
     when the vote was sent, if it waited in a queue."""
     check_choice(ballot.choice)
     paced = ballot.source if ballot.signed_in else ballot.visitor
-    allowed = allowance if ballot.signed_in else None
-    pace.admit(paced)
-    counted = False
-    try:
-        if allowed is not None:
-            allowed.admit(ballot.source)
-            counted = True
+    with ExitStack() as undo:  # what was taken is given back if the vote is not stored
+        pace.admit(paced)
+        undo.callback(pace.give_back, paced)  # the visitor may vote again at once
+        if ballot.signed_in and allowance is not None:
+            allowance.admit(ballot.source)
+            undo.callback(allowance.give_back, ballot.source)
         battle = book.claim(ballot.battle_id, ballot.visitor)
-        try:
-            seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at
-            store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, seconds))
-        except VoteNotStored:
-            book.reopen(battle)
-            raise
-    except (BattleRefused, VoteNotStored):
-        pace.give_back(paced)  # nothing was stored: the visitor may vote again at once, within the same allowance
-        if counted:
-            allowed.give_back(ballot.source)
-        raise
+        undo.callback(book.reopen, battle)
+        seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at
+        store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, seconds))
+        undo.pop_all()
     return battle

@@ -9,6 +9,7 @@ is a cluster bootstrap over the sources, given only from `INTERVAL_SOURCES` sour
 a leaderboard costs sources x systems², whatever the number of votes.
 """
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ class Tally:
         self.votes = 0
         self.outcomes: dict[str, Counter] = defaultdict(Counter)
         self.sources: dict[str, SourceCount] = {}
-        self.unrated = 0  # "both bad", and a system against itself
+        self.fitted_rows, self.fitted_up_to, self.fitted_at = [], -1, 0.0  # `rows`: the last fit (-1: none yet)
 
     def add(self, counts: Iterable[VoteCount], last_id: int | None = None) -> None:
         for vote in counts:
@@ -83,9 +84,7 @@ class Tally:
                 outcome = {own: "wins", "tie": "ties", "both bad": "both_bad"}.get(vote.choice, "losses")
                 self.outcomes[system]["battles"] += vote.count
                 self.outcomes[system][outcome] += vote.count
-            if vote.choice not in SCORE_OF_A or vote.system_a == vote.system_b:
-                self.unrated += vote.count
-            else:
+            if vote.choice in SCORE_OF_A and vote.system_a != vote.system_b:  # "both bad" and self-battles: unrated
                 source = self.sources.setdefault(vote.source, SourceCount(signed_in=vote.signed_in))
                 score = SCORE_OF_A[vote.choice]
                 source.rated += vote.count
@@ -93,6 +92,14 @@ class Tally:
                 source.wins[vote.system_b, vote.system_a] += (1 - score) * vote.count
         if last_id is not None:
             self.last_id = last_id
+
+    def rows(self, fresh_seconds: float) -> tuple[list[dict], int]:
+        """(leaderboard rows, votes added since they were fitted): fitted again when there are new votes and
+        `fresh_seconds` have passed, or at once while there are no rows (the first vote shows)."""
+        stale = not self.fitted_rows or time.monotonic() - self.fitted_at >= fresh_seconds
+        if self.fitted_up_to < 0 or (self.fitted_up_to != self.last_id and stale):
+            self.fitted_rows, self.fitted_up_to, self.fitted_at = leaderboard_rows(self), self.last_id, time.monotonic()
+        return self.fitted_rows, self.last_id - self.fitted_up_to
 
     @property
     def systems(self) -> list[str]:
@@ -109,7 +116,6 @@ class Tally:
             accounts=accounts,
             anonymous=len(self.sources) - accounts,
             over_bound=round(over_bound),
-            unrated=self.unrated,
         )
 
     def sources_rating(self, system: str) -> int:

@@ -225,12 +225,11 @@ def inspect(path: Path, published: int) -> tuple[str, int]:
 
 
 class VoteStore:
-    """The votes in an SQLite file: `add` one, read them all, or those after a row id. `published`: the folder of
-    published votes (default: `PUBLISHED_FOLDER` beside the database), read to know whether votes existed before."""
+    """The votes in an SQLite file: `add` one, read them all, or those after a row id."""
 
-    def __init__(self, path: str | Path, published: str | Path | None = None):
+    def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.published_folder = Path(published) if published else self.path.with_name(PUBLISHED_FOLDER)
+        self.published_folder = self.path.with_name(PUBLISHED_FOLDER)  # read to know whether votes existed before
         self.notes: list[str] = []  # what the start-up checks found, one line each (also printed)
         try:
             self._check_and_open()
@@ -287,24 +286,19 @@ class VoteStore:
         )
 
     def _migrate(self) -> None:
-        with self._lock:
+        with self._lock, self._connection:  # committed, or rolled back on an error
             # The write lock before the version is read: two processes opening an old file migrate it once.
             self._connection.execute("BEGIN IMMEDIATE")
-            try:
-                version = self._connection.execute("PRAGMA user_version").fetchone()[0]
-                if version > len(MIGRATIONS):
-                    raise StoreUnavailable(
-                        f"{self.path} is at schema version {version}, newer than this code's {len(MIGRATIONS)}: "
-                        "update the app."
-                    )
-                for step in MIGRATIONS[version:]:
-                    for statement in step.split(";"):
-                        self._connection.execute(statement)
-                self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
-                self._connection.execute("COMMIT")
-            except BaseException:
-                self._connection.execute("ROLLBACK")
-                raise
+            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise StoreUnavailable(
+                    f"{self.path} is at schema version {version}, newer than this code's {len(MIGRATIONS)}: update "
+                    "the app."
+                )
+            for step in MIGRATIONS[version:]:
+                for statement in step.split(";"):
+                    self._connection.execute(statement)
+            self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
     def _query(self, sql: str, parameters=()) -> list[tuple]:
         with self._lock:

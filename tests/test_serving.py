@@ -1,6 +1,7 @@
-"""The serving room's face (`transformer_en_de/app/serving/serving.py`) and the bounds its server keeps, each on its
-own: a page of one button served as the app serves its page. The whole app behind them: tests/test_app_server.py."""
+"""The serving front's face (`Serving`, transformer_en_de/app/serving/server.py) and the bounds its server keeps, each
+on its own: a page of one button served as the app serves its page. The whole app behind them: test_app_server.py."""
 
+import argparse
 import json
 import os
 import socket
@@ -15,7 +16,7 @@ import pytest
 from test_app_server import free_port
 
 from benchmarks.load import Page, in_parallel
-from transformer_en_de.app.serving import Limits, Serving, start_in_thread
+from transformer_en_de.app.serving import Budget, Limits, Serving, start_in_thread
 
 REQUEST_SECONDS = 0.5
 
@@ -23,6 +24,15 @@ REQUEST_SECONDS = 0.5
 def visitor(session: str = "visitor") -> SimpleNamespace:
     """What a callback reads of its `gr.Request` here."""
     return SimpleNamespace(session_hash=session)
+
+
+def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch):
+    monkeypatch.setenv("LIMIT_HEAVY_JOBS", "3")
+    parser = argparse.ArgumentParser()
+    Limits.add_flags(parser)
+    assert Limits.from_args(parser.parse_args([])) == Limits(heavy_jobs=3)
+    chosen = Limits.from_args(parser.parse_args(["--text_seconds", "40", "--max_beams", "4"]))
+    assert chosen == Limits(heavy_jobs=3, max_beams=4, text=Budget(cpu_seconds=8.0, seconds=40.0))
 
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():

@@ -1,33 +1,16 @@
-"""The app's HTTP front, a Starlette (ASGI) middleware: what a raw client sends is bounded and checked before Gradio
-sees it, and no client's calls can crowd out another visitor's. Each defence names the attack of
-`benchmarks/hostile_clients.py` (or `page_clients.py`, `arena_attacks.py`) it answers.
+"""The HTTP front, a Starlette (ASGI) middleware: what a raw client sends is bounded and checked before Gradio sees it,
+and no client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
 
-- Bad calls, heavy (a 5 MB reference), server files, slow bodies: bodies over `max_body_bytes` are refused before
-  they are read, and a body must be all in within `request_seconds` (uploads have their quota, `uploads.py`). JSON
-  nested too deep, a call to an event the page does not have (API name, fn_index), the wrong number of values, a file
-  value that is no upload, an example index out of range: one line each (404/422), never a traceback.
-- Session churn, join flood, churn then learners, session eviction: Gradio keeps the state of its 10,000 latest
-  sessions, and every call without a known session makes one (a
-  raw call without a session is one named after its event id); new sessions are admitted per address
-  (`new_sessions_per_address_per_second`, `new_sessions_per_address_burst` at once: a backstop against one machine,
-  never a pool one client drains for everyone), so a visitor's session is never pushed out while its request runs.
-  Pages (their heartbeat open) draw on a bucket of their own: a script churning sessions it never uses spends its
-  bucket, never the pages of a class behind its address. A session has at most `calls_per_session` calls queued or
-  running. An event the page paces (`Gate.pace`: the leaderboard) has a bucket per address too, and a call beyond it
-  is refused at once, before Gradio's queue and event streams spend anything on it (arena_attacks: readers).
-- Queue flood, starvation stream: raw calls (`POST /gradio_api/call/<api>`): an address has at most `UNREAD_CALLS`
-  posted within `stream_wait_seconds` whose results it has not begun to read (`GET /gradio_api/call/<api>/<id>`); the
-  scheduler drops each unread after that long, so a client that posts in a loop and never reads holds a few of the
-  callbacks, never the queue the others wait in. Calls without a session draw on their own bucket of new sessions: a
-  script's flood of them refuses its own calls, never a page opened from its address.
-- The address is the connection's, or the visitor's where uvicorn was told to trust the proxy in front of the app
-  (`server.py`: `forwarded_allow_ips`): this module never reads a forwarded header itself.
-- Deep links are refused: the app offers none, and a deep link would save what a visitor typed.
-- Held heartbeats: an address has at most `streams_per_address` responses open that stay open.
-- Slow links, unread views: `Gate.readers` counts the event streams being read and the pages open (their heartbeats), by
-  session: the scheduler drops or stops work nobody reads, and a page on a slow link, whose stream opens late, is
-  served. `Gate.stalls` watches each send to an event stream: an address that leaves `stalled_streams_per_address`
-  unread gets no more side work until it reads them (`streams.py`).
+- Bad calls, heavy, server files, slow bodies: a body over `max_body_bytes` or not in within `request_seconds` is
+  refused; JSON too deep, an event the page lacks, the wrong values, a file value that is no upload: one line each.
+- Session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
+  other sessions, calls without one), so that a script churning sessions spends its own, never a class's pages; a
+  session has `calls_per_session` calls queued or running; a paced event (arena_attacks: readers) has a bucket too.
+- Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
+- Held heartbeats: at most `streams_per_address` responses that stay open.
+- Slow links, unread views: `readers` counts the streams read and pages open, by session, so that the scheduler drops
+  work nobody reads; `stalls` watches each send, and an address that leaves streams unread gets no side work.
+- Deep links are refused: the app offers none, and one would save what a visitor typed.
 """
 
 import asyncio
@@ -39,67 +22,101 @@ import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
 
-from .http_answers import RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
-from .limits import Limits
-from .streams import Open, Stalls
-from .uploads import file_values_problem
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+from starlette.datastructures import QueryParams
 
+from .http_answers import Open, RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
+from .limits import Limits
+from .uploads import file_values_problem, nested
+
+# Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
 _CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<v2>v2/)?(?P<api>[^/]+)/?")
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
-_JOIN = "/gradio_api/queue/join"
-_UPLOAD = "/gradio_api/upload"
-_DEEP_LINK = "/gradio_api/deep_link"
+_JOIN, _UPLOAD, _DEEP_LINK = "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads, MCP streams.
 _STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*|mcp/.*)/?")
 INLINE_FILE = "An MCP call here takes no file inline (a data: URL); upload it through /gradio_api/upload."
-MAX_DEPTH = 32  # JSON nesting: a call's values are at most a few levels deep
-# Raw calls an address may have posted and not begun to read: a few of the callbacks (`concurrent_jobs`), each waiting
-# for its reader, and the others' calls have the rest.
-UNREAD_CALLS = 8
-# Sessions, raw calls and buckets the front remembers (the least recent forgotten first): Gradio keeps 10,000 sessions.
-REMEMBERED = 10_000
-# How long a new session's first call, refused, waits for its page's heartbeat (sent alongside it) before the refusal.
-PAGE_OPENS_SECONDS = 1.0
+MAX_DEPTH = 32  # JSON nesting: a call's values are a few levels deep
+UNREAD_CALLS = 8  # raw calls an address may have posted and not begun to read: a few of the callbacks
+REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgotten first), as many as Gradio keeps
+PAGE_OPENS_SECONDS = 1.0  # how long a new session's refused first call waits for its page's heartbeat
+
+
+class Stalls:
+    """The sends to event streams in progress, by address. uvicorn's `send` waits for the client to take the bytes, so
+    an unread stream is known only there: a send that waited `stalled_seconds` is stalled (an unread view holds its
+    ~200 kB in memory), and an address with `most` stalled gets no more side work until it reads."""
+
+    def __init__(self, stalled_seconds: float, most: int):
+        self.stalled_seconds, self.most = stalled_seconds, most
+        self._pending: dict[object, tuple[str, float]] = {}  # a send in progress → (its address, since when)
+        self._lock = threading.Lock()
+
+    def watched(self, address: str, send):
+        async def watched_send(message):
+            token = object()
+            with self._lock:
+                self._pending[token] = (address, time.monotonic())
+            try:
+                await send(message)
+            finally:
+                with self._lock:
+                    del self._pending[token]
+
+        return watched_send
+
+    def stalled(self, address: str) -> int:
+        since = time.monotonic() - self.stalled_seconds
+        with self._lock:
+            return sum(owner == address and started <= since for owner, started in self._pending.values())
+
+    def welcome(self, address: str | None) -> bool:
+        return address is None or self.stalled(address) < self.most
 
 
 class Gate:
-    """What the HTTP front shares with the callbacks and the page: the streams open and being read, sessions admitted,
-    calls per session, raw calls not read yet, the events whose calls count (`count`)."""
+    """What the front shares with the callbacks: streams open and read, sessions admitted, calls per session, raw calls
+    not read yet, the events whose calls count (`count`) and those paced (`pace`)."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
-        self.readers = Open()  # the event streams being read, by session
-        self.streams = Open()  # the responses open that stay open (`_STREAM`), by address
-        self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)  # unread, by address
-        self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address its calls came from lately
-        self._lock = threading.Lock()
-        # The sessions seen lately, each its own key, and the raw calls, ("call", event id) → their session: a stream
-        # read by either counts as read by the session (the newest last).
+        self.readers = Open()  # the event streams being read and pages open, by session
+        self.streams = Open()  # the responses open that stay open, by address
+        self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)
+        self._buckets = MovingWindowRateLimiter(MemoryStorage())
+        self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address of its latest call
+        # Sessions seen lately, each its own key, and raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
-        self._new_sessions: OrderedDict[tuple, tuple[float, float]] = OrderedDict()  # bucket → (tokens, as of when)
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
-        self.counted: set[int] = set()  # the fn_index of each event whose calls count (`count`)
-        self.paces: dict[int, tuple[int, float]] = {}  # fn_index → (burst, per second) of each paced event (`pace`)
+        self._lock = threading.Lock()
+        self.counted: set[int] = set()  # the fn_index of each event whose calls count
+        self.paces: dict[int, tuple[int, float]] = {}  # fn_index → (burst, per second)
+
+    def _take(self, burst: int, per_second: float, *bucket) -> bool:
+        """One of `burst` calls within any `burst / per_second` seconds, for `bucket`; False if none is left."""
+        window = RateLimitItemPerSecond(burst, max(1, round(burst / per_second)))
+        return self._buckets.hit(window, *map(str, bucket))
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
-        """Empty if a call of `session` from `address` may enter Gradio's queue, else the one-line reason; a `counted`
-        call counts against the session until its callback ends (`serving`)."""
+        """Why a call of `session` from `address` may not enter Gradio's queue, in one line ("" if it may); a `counted`
+        call counts against its session until its callback ends (`serving`)."""
         limits, now = self.limits, time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
-                # Three buckets per address: calls without a session, pages (their heartbeat open) and other new
-                # sessions, so that a script churning sessions it never uses spends its own, never a class's pages.
                 kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
-                if not self._new_session_from((address, kind), now):
+                burst, rate = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
+                if not self._take(burst, rate, "new", address, kind):
                     return (
                         "Too many new sessions from this address at once; this call was not started. Try again in a "
                         "few seconds."
                     )
             if session is None:
                 return ""
-            self._remember(session, session)
+            self._keep_latest(self._known, session, session)
             self._keep_latest(self._addresses, session, address)
             if not counted:
                 return ""
@@ -114,45 +131,21 @@ class Gate:
             calls.append(now)
         return ""
 
-    def _new_session_from(self, bucket: tuple[str, str], now: float) -> bool:
-        """Take one of the address's new sessions (`bucket`: the address, and the kind of session): a bucket of
-        `new_sessions_per_address_burst`, refilled at the per-address rate; False if it is empty (lock held)."""
-        burst, rate = self.limits.new_sessions_per_address_burst, self.limits.new_sessions_per_address_per_second
-        return self._take(bucket, burst, rate, now)
-
-    def _take(self, bucket: tuple, burst: int, rate: float, now: float) -> bool:
-        """Take one token of `bucket` (`burst` at most, refilled at `rate` a second); False if it is empty (lock held).
-        The least recent buckets are forgotten first."""
-        tokens, when = self._new_sessions.get(bucket, (float(burst), now))
-        tokens = min(burst, tokens + (now - when) * rate)
-        admitted = tokens >= 1
-        self._keep_latest(self._new_sessions, bucket, (tokens - admitted, now))
-        return admitted
-
-    def pace(self, dependency, burst: int, per_second: float):
-        """Pace the calls of this event (an event listener's result) per address: `burst` at once, then `per_second`;
-        a call beyond is refused at the front (`paced`). Returns it, to chain on."""
-        self.paces[dependency["id"]] = (burst, per_second)
-        return dependency
+    def pace(self, event, burst: int, per_second: float):
+        self.paces[event["id"]] = (burst, per_second)
+        return event
 
     def paced(self, event: dict, address: str) -> str:
-        """Empty if a call of `event` (its config) from `address` is within its pace, else the one-line reason."""
-        if event["id"] not in self.paces:
+        """ "" if a call of `event` (its config) from `address` is within its pace, else why not in one line."""
+        if event["id"] not in self.paces or self._take(*self.paces[event["id"]], "pace", address, event["id"]):
             return ""
-        burst, per_second = self.paces[event["id"]]
-        with self._lock:
-            if self._take(("pace", address, event["id"]), burst, per_second, time.monotonic()):
-                return ""
         return (
-            f"/{event.get('api_name') or 'this event'} was called from this address more often than {per_second:g} a "
-            "second lately; this call was not started. Try again in a few seconds."
+            f"/{event.get('api_name') or 'this event'} was called from this address more often than "
+            f"{self.paces[event['id']][1]:g} a second lately; this call was not started. Try again in a few seconds."
         )
 
-    def _remember(self, key: str | tuple, session: str) -> None:
-        """Note that a stream read by `key` is read by `session` (lock held); the least recent are forgotten first."""
-        self._keep_latest(self._known, key, session)
-
-    def _keep_latest(self, table: OrderedDict, key, value) -> None:
+    @staticmethod
+    def _keep_latest(table: OrderedDict, key, value) -> None:
         """`table[key] = value` as its newest entry, the least recent forgotten past `REMEMBERED` (lock held)."""
         table[key] = value
         table.move_to_end(key)
@@ -160,8 +153,8 @@ class Gate:
             table.popitem(last=False)
 
     def unread_slot(self, address: str) -> object | None:
-        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not begun to read, taken
-        at once so that calls posted side by side cannot all pass; None if it has `UNREAD_CALLS`."""
+        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once,
+        so that calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
         now = time.monotonic()
         with self._lock:
             while self._unread and now - next(iter(self._unread.values()))[1] > self.limits.stream_wait_seconds:
@@ -173,51 +166,42 @@ class Gate:
             return slot
 
     def posted(self, slot: object, event: str | None, session: str | None) -> None:
-        """A raw call Gradio queued: reading its results (by `event`) counts as reading `session`; or, without an
-        `event`, one that was not queued: its place is free again."""
+        """A raw call Gradio queued as `event`, whose stream reads `session`; or (no `event`) not queued: slot freed."""
         with self._lock:
             place = self._unread.pop(slot, None)
             if event is not None:
-                self._remember(("call", event), session)
+                self._keep_latest(self._known, ("call", event), session)
                 if place:
                     self._unread[event] = place
 
     def side_welcome(self, session: str | None) -> bool:
-        """Whether side work of `session` may run: its address reads its event streams (`streams.py`)."""
+        """Whether side work of `session` may run: its address reads its event streams."""
         with self._lock:
             address = self._addresses.get(session)
         return self.stalls.welcome(address)
 
     def is_known(self, session: str) -> bool:
-        """Whether a call of `session` came through here lately (a new session's first call is not known yet)."""
         with self._lock:
             return session in self._known
 
     def session_of(self, key: str | tuple) -> str | None:
-        """The session a stream reads, by its session or ("call", a raw call's event id, which is read from now on),
-        if a call of it came through here lately (only such a session has an event stream to read)."""
+        """The session a stream reads (by its session, or ("call", event id): read from now on), if it came here."""
         with self._lock:
             self._unread.pop(key[1] if isinstance(key, tuple) else None, None)
             return self._known.get(key)
 
     @contextmanager
     def serving(self, session: str | None):
-        """A callback of `session` runs inside this block: its call stops counting against the session at the end.
-        Yields when the call entered Gradio's queue (time.monotonic(); None for a call not counted here), so that its
-        time limit counts the wait for a free callback too."""
-        with self._lock:
-            calls = self._calls.get(session)
-            arrived = calls[0] if calls else None  # Gradio starts a session's calls in the order they came
+        """A callback of `session` runs inside; yields when its call entered the queue (None if not counted)."""
         try:
-            yield arrived
+            yield self.arrival(session)
         finally:
             self.served(session)
 
     def arrival(self, session: str | None) -> float | None:
-        """When the session's call now running entered Gradio's queue (time.monotonic()), as `serving` yields it."""
         with self._lock:
             calls = self._calls.get(session)
-            return calls[0] if calls else None
+            return calls[0] if calls else None  # Gradio starts a session's calls in the order they came
 
     def served(self, session: str | None) -> None:
         with self._lock:
@@ -227,45 +211,40 @@ class Gate:
             if not calls:
                 self._calls.pop(session, None)
 
-    def count(self, dependency):
-        """Count the calls of this event (an event listener's result: its `id` is the fn_index) against their session:
-        an event of the app's work group, whose callback says when it ends (`serving`). Returns it, to chain on."""
-        self.counted.add(dependency["id"])
-        return dependency
+    def count(self, event):
+        """Count the calls of `event` (a listener's result) against their session. Returns it."""
+        self.counted.add(event["id"])
+        return event
 
 
 class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
-    and a count of the event streams being read."""
+    and the event streams being read counted."""
 
     def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None):
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-        self.demo = demo
-        self.gate = gate
-        self.uploads = uploads  # uploads.UploadQuota, or None for Gradio's own cap only
+        self.app, self.max_body_bytes, self.demo, self.gate, self.uploads = app, max_body_bytes, demo, gate, uploads
         self.page: tuple[dict, dict] | None = None  # the page's events and components (`read_page`)
         self._page_read = asyncio.Lock()
 
     @staticmethod
     def address(scope) -> str:
-        """The client's address: the connection's, or the visitor's as uvicorn's proxy rule rewrote it (server.py)."""
+        """The connection's address, or the visitor's as uvicorn's proxy rule rewrote it (server.py)."""
         return (scope.get("client") or ("unknown",))[0]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method = scope["path"], scope["method"]
+        path, method, limits = scope["path"], scope["method"], self.gate.limits
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with self.gate.streams.open(self.address(scope), self.gate.limits.streams_per_address) as admitted:
+            with self.gate.streams.open(self.address(scope), limits.streams_per_address) as admitted:
                 if not admitted:
                     return await refuse(
                         send,
                         429,
-                        f"This address has {self.gate.limits.streams_per_address} responses open (event "
-                        "streams, downloads), the most it may have at once; close one first.",
+                        f"This address has {limits.streams_per_address} responses open (event streams, downloads), "
+                        "the most it may have at once; close one first.",
                     )
                 return await self.read(scope, receive, send)
         if method == "GET":
@@ -280,7 +259,7 @@ class RequestGuard:
             return await refuse(send, 413, self._too_large(size), await drain(receive))
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
         too_large = self._too_large(f"more than {self.max_body_bytes:,}")
-        body = await body_within(receive, send, self.max_body_bytes, self.gate.limits.request_seconds, too_large)
+        body = await body_within(receive, send, self.max_body_bytes, limits.request_seconds, too_large)
         if body is None:
             return
         if self.page is None:
@@ -300,17 +279,16 @@ class RequestGuard:
                 f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
             )
-        if refused := self.gate.paced(event, address):
-            self.gate.posted(slot, None, None)
-            return await refuse(send, 429, refused)
-        refused = self.gate.admit_session(session, address, counted)
-        if refused and session is not None and not self.gate.is_known(session) and await self.page_opens(session):
-            refused = self.gate.admit_session(session, address, counted)  # a page's: from the pages' bucket
+        refused = self.gate.paced(event, address)
+        if not refused:
+            refused = self.gate.admit_session(session, address, counted)
+            if refused and session is not None and not self.gate.is_known(session) and await self.page_opens(session):
+                refused = self.gate.admit_session(session, address, counted)  # a page's: from the pages' bucket
         if refused:
             self.gate.posted(slot, None, None)
             return await refuse(send, 429, refused)
-        # Gradio's answer is kept until what it says is noted here: the client reads a raw call's results by the event
-        # id it answers, and that stream must count as read from its first byte.
+        # Gradio's answer is held until noted here: a raw call's stream, read by the event id it answers, must count as
+        # read from its first byte.
         answered = RecordedAnswer()
         await contained(self.app, scope, replay(body, receive), answered)
         value = answered.value()
@@ -322,8 +300,8 @@ class RequestGuard:
         return await answer(send, answered.status, value)
 
     async def page_opens(self, session: str) -> bool:
-        """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS`: a page opens it as it posts its first
-        call, on another connection, and the two may cross."""
+        """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (a page opens it beside its first
+        call, on another connection)."""
         for _ in range(int(PAGE_OPENS_SECONDS / 0.05)):
             if self.gate.readers.is_read(session):
                 return True
@@ -331,20 +309,23 @@ class RequestGuard:
         return self.gate.readers.is_read(session)
 
     async def read(self, scope, receive, send):
-        """A GET: an event stream (a page's, by its session; a raw call's, by its event id), counted as read while it
-        is open, or anything else."""
-        path, query = scope["path"], scope.get("query_string", b"")
+        """A GET; an event stream (a page's by session, a raw call's by event id) counts as read while open."""
+        path = scope["path"]
         ranges = dict(scope["headers"]).get(b"range", b"")
         if path.startswith(("/gradio_api/file=", "/gradio_api/file/")) and b"," in ranges:
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
-            # A page is open while its heartbeat is, whenever its event stream opens (late on a slow link): its calls
-            # are read (Gradio keeps their messages for the stream), and they stop when it closes (the unload).
+            # A page is open while its heartbeat is, however late its event stream opens on a slow link.
             with self.gate.readers.open(heartbeat["session"]):
                 return await contained(self.app, scope, receive, send)
         call = _CALL_STREAM.fullmatch(path)
-        key = ("call", call["event"]) if call else page_stream(path, query)
+        if call:
+            key = ("call", call["event"])
+        elif path.rstrip("/") == "/gradio_api/queue/data":
+            key = QueryParams(scope.get("query_string", b"")).get("session_hash") or None
+        else:
+            key = None
         if key is None:  # not an event stream
             return await contained(self.app, scope, receive, send)
         if (session := self.gate.session_of(key)) is None:
@@ -355,25 +336,22 @@ class RequestGuard:
 
     @functools.cached_property
     def endpoints(self) -> dict:
-        """The page's public API endpoints as `/gradio_api/info` documents them ("/translate" → its parameters, ...):
-        built once, at the first call that needs them (the page's events do not change while it is served)."""
+        """The page's API endpoints as `/gradio_api/info` documents them ("/translate" → its parameters, ...)."""
         return self.demo.get_api_info()["named_endpoints"]
 
     async def read_page(self, scope) -> None:
-        """The page's events by fn_index and its components by id (`page`), as its `/config` serves them to every page
-        and client (gradio_client reads the same): asked of the page once, at the first call (`scope`'s connection)."""
+        """The page's events by fn_index and its components by id (`page`), from its /config (the JSON every page and
+        gradio_client reads), asked in-process once, at the first call."""
         async with self._page_read:
             if self.page is None:
                 config = await asked_of(self.app, scope, "/config")
                 if config is None:
                     raise RuntimeError("the page did not answer /config: the front cannot check calls")
-                self.page = (
-                    {event["id"]: event for event in config["dependencies"]},
-                    {component["id"]: component for component in config["components"]},
-                )
+                events = {event["id"]: event for event in config["dependencies"]}
+                self.page = events, {component["id"]: component for component in config["components"]}
 
     def event(self, api_name: str | None, fn_index=None) -> dict | None:
-        """The page's event called by its API name, or without one by its index; None if it has no such event."""
+        """The page's event called by its API name, or without one by its index; None if it has none such."""
         events = self.page[0]
         if api_name is None:
             return events.get(fn_index) if isinstance(fn_index, int) else None
@@ -386,16 +364,13 @@ class RequestGuard:
         )
 
     def check_call(self, path: str, body: bytes) -> tuple[int, str, dict, dict | None]:
-        """(status, one-line message, payload, the event called): the message is "" if the body may go on to Gradio.
-
-        The values are checked against the event Gradio will run: on `/call/` (and v2) the one its path names (a body
-        whose fn_index names another is refused); on `/run/`, `/api/` and `/queue/join` the body's fn_index, or
-        without one the path's name (the page itself sends `/run/predict` with an fn_index). File values are checked
-        wherever they are in the body (`uploads.file_values_problem`)."""
+        """(status, one-line problem, payload, the event called); the problem is "" if the body may go on to Gradio.
+        Values are checked against the event Gradio will run: on /call/ the one its path names, elsewhere the body's
+        fn_index, else the path's name; file values wherever they are."""
         call = _CALL.fullmatch(path)
         try:
             payload = json.loads(body) if body else None
-            too_deep = depth(payload) > MAX_DEPTH
+            too_deep = any(at > MAX_DEPTH and isinstance(item, list | dict) for item, at in nested(payload))
         except RecursionError:  # deeper than the parser goes
             payload, too_deep = None, True
         except (ValueError, UnicodeDecodeError):
@@ -407,7 +382,8 @@ class RequestGuard:
         problem = file_values_problem(payload, self.gate.limits.max_file_bytes)
         if problem:
             return 422, problem, {}, None
-        if path.startswith("/gradio_api/mcp") and inline_file(payload):
+        if path.startswith("/gradio_api/mcp") and any(is_data_url(item) for item, _ in nested(payload)):
+            # Gradio's MCP server would store an inline file outside the upload quota.
             return 422, INLINE_FILE, {}, None
         if call is None and path.rstrip("/") != _JOIN:
             return 0, "", {}, None
@@ -435,34 +411,9 @@ class RequestGuard:
         return 422 if problem else 0, problem, payload, event
 
 
-def inline_file(value) -> bool:
-    """Whether an MCP call carries a file inline (a base64 data: URL): Gradio's MCP server writes it to disk before the
-    call is admitted anywhere, outside the upload quota."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]:
-            return True
-        if isinstance(item, (list, dict)):
-            pending += item.values() if isinstance(item, dict) else item
-    return False
-
-
-def depth(value, limit: int = MAX_DEPTH + 1) -> int:
-    """How deeply `value` nests lists and objects (counted up to `limit`)."""
-    deepest, level = 0, [(value, 1)]
-    while level:
-        item, at = level.pop()
-        if isinstance(item, (list, dict)):
-            deepest = max(deepest, at)
-            if at < limit:
-                level += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]
-    return deepest
-
-
 def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
-    """A one-line message if a v2 call's body (the endpoint's parameters by name, as `/gradio_api/info` documents them
-    in `endpoint`) names a parameter the endpoint does not have or leaves out one without a default."""
+    """A one-line problem if a v2 call's body (parameters by name, `endpoint` as /gradio_api/info has it) names one the
+    endpoint lacks or leaves out one without a default."""
     parameters = endpoint.get("parameters", [])
     names = [parameter["parameter_name"] for parameter in parameters]
     unknown = [name for name in payload if name not in names and name not in ("session_hash", "oauth_token")]
@@ -475,8 +426,7 @@ def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
 
 
 def check_values(event: dict, components: dict, values: list) -> str:
-    """A one-line message if `values` do not fit the event's inputs (their number, a file value, an example index);
-    `components`: the page's, by id."""
+    """A one-line problem if `values` do not fit the event's inputs (their number, a file value, an example index)."""
     inputs = [components[number] for number in event["inputs"]]
     shown = [component for component in inputs if not component.get("skip_api")]  # a gr.State takes no value
     if len(values) not in (len(inputs), len(shown)):
@@ -493,8 +443,7 @@ def check_values(event: dict, components: dict, values: list) -> str:
                     f"/{event['api_name']} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
                 )
         elif component["type"] in ("file", "uploadbutton") and value is not None:
-            # Shaped as an upload's (the object /gradio_api/upload describes): Gradio would fail on any other with a
-            # traceback. Where its path points is checked for every value of every call (`file_values_problem`).
+            # Shaped as an upload's: Gradio would fail on any other with a traceback.
             if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
                 label = component["props"].get("label") or "file"
                 return (
@@ -504,7 +453,5 @@ def check_values(event: dict, components: dict, values: list) -> str:
     return ""
 
 
-def page_stream(path: str, query: bytes) -> str | None:
-    """The session whose messages a page's event stream (`/queue/data?session_hash=...`) reads; else None."""
-    found = re.search(rb"(?:^|&)session_hash=([^&]+)", query) if path.rstrip("/") == "/gradio_api/queue/data" else None
-    return found[1].decode("latin-1") if found else None
+def is_data_url(value) -> bool:
+    return isinstance(value, str) and value.startswith("data:") and ";base64," in value[:200]

@@ -1,11 +1,12 @@
-"""One-line answers and the small ASGI pieces the HTTP front and the upload quota share: a body read once and replayed,
-an answer recorded, the wrapped app run so that any failure is one line, a refused body drained."""
+"""One-line answers and the small ASGI pieces the front and the upload quota share."""
 
 import asyncio
 import json
+import threading
+from collections import Counter
+from contextlib import contextmanager
 
-# A refused body is read and dropped up to this size, so that the client gets the message; past it, the connection
-# closes. Nothing of it is kept.
+# A refused body is read and dropped up to this size so that the client reads the answer; past it, it is cut.
 DRAIN_BYTES = 64_000_000
 
 
@@ -24,8 +25,7 @@ def replay(body: bytes, receive):
 
 
 class RecordedAnswer:
-    """An ASGI `send` that keeps the status and body of the wrapped app's answer, passing each message on to `forward`
-    (the client's `send`) when there is one."""
+    """An ASGI `send` that keeps the status and body of an answer, passing each message on to `forward` if given."""
 
     def __init__(self, forward=None):
         self.status, self.parts, self.forward = 500, [], forward
@@ -47,11 +47,9 @@ class RecordedAnswer:
 
 
 async def contained(app, scope, receive, send, malformed: str = "") -> None:
-    """Run the wrapped app; a failure inside it (an unknown session's stream, a malformed upload) is one log line and,
-    when nothing was answered yet, one line to the client, not a traceback in the log: `malformed` (400) where the
-    caller knows that a failure other than the server's own (OSError) comes from what the client sent, else 500.
-    An error answer (5xx) is held until the app returns: an app that fails sends its plain "Internal Server Error"
-    first (Starlette's), and it is replaced by the one line."""
+    """Run the wrapped app; a failure inside it is one log line and, if nothing was answered yet, one line to the
+    client, not a traceback: `malformed` (400) if the caller knows that a failure not OSError is the client's, else
+    500. A 5xx answer is held until the app returns, so that Starlette's plain one is replaced by the line."""
     started, held = False, []
 
     async def tracked(message) -> None:
@@ -78,47 +76,30 @@ async def contained(app, scope, receive, send, malformed: str = "") -> None:
         await send(message)
 
 
-class TooLarge(Exception):
-    """A body past its bound; `drained`: whether the rest of it was read (if not, the answer closes the connection)."""
-
-    def __init__(self, drained: bool):
-        super().__init__("the request body is over its bound")
-        self.drained = drained
-
-
 async def body_within(receive, send, most: int, seconds: float, too_large: str) -> bytes | None:
-    """The whole body; or None once the client went away, or was refused in one line: past `most` bytes (413,
-    `too_large`), or not all in within `seconds` (408; hostile_clients: slow bodies: the answer closes the connection,
-    which frees its descriptor)."""
+    """The whole body; None once the client went away or was refused: past `most` bytes (413, `too_large`), or not
+    all in within `seconds` (408, closing the connection: hostile_clients, slow bodies)."""
+    parts, seen, more, drained = [], 0, True, None
     try:
-        return await read_body(receive, most, seconds)
-    except TooLarge as error:
-        await refuse(send, 413, too_large, error.drained)
+        async with asyncio.timeout(seconds):
+            while more and drained is None:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                parts.append(message.get("body", b""))
+                seen += len(parts[-1])
+                more = message.get("more_body", False)
+                if seen > most:
+                    drained = not more or await drain(receive)  # if not, the answer closes the connection
     except TimeoutError:
-        await refuse(send, 408, f"The request body did not arrive within {seconds:g} s; send it at once.", False)
-    return None
-
-
-async def read_body(receive, most: int, seconds: float) -> bytes | None:
-    """The whole body, or None if the client went away first; TooLarge past `most` bytes (the rest drained),
-    TimeoutError past `seconds`."""
-    parts, seen, more = [], 0, True
-    async with asyncio.timeout(seconds):
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            parts.append(message.get("body", b""))
-            seen += len(parts[-1])
-            more = message.get("more_body", False)
-            if seen > most:
-                raise TooLarge(not more or await drain(receive))
+        return await refuse(send, 408, f"The request body did not arrive within {seconds:g} s; send it at once.", False)
+    if drained is not None:
+        return await refuse(send, 413, too_large, drained)
     return b"".join(parts)
 
 
 async def asked_of(app, scope, path: str):
-    """The JSON the wrapped `app` answers to a GET of `path` (None if it is not JSON), asked in-process, as a client on
-    the connection of `scope` (the request now served) would ask it."""
+    """The JSON `app` answers to a GET of `path` (None if not JSON), asked in-process as a client of `scope` would."""
     headers = [(key, value) for key, value in scope.get("headers", []) if key == b"host"]
     request = dict(scope, method="GET", path=path, raw_path=path.encode(), query_string=b"", headers=headers)
     answered = RecordedAnswer()
@@ -131,8 +112,7 @@ async def asked_of(app, scope, path: str):
 
 
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:
-    """Read and drop the rest of a refused body (so that the client, still sending, reads the answer instead of a
-    broken pipe), up to `most` bytes; True if it was all read."""
+    """Read and drop the rest of a refused body up to `most` bytes; True if it was all read."""
     seen, more = 0, True
     while more and seen <= most:
         message = await receive()
@@ -154,3 +134,29 @@ async def answer(send, status: int, value, close: bool = False) -> None:
 
 async def refuse(send, status: int, message: str, drained: bool = True) -> None:
     await answer(send, status, {"error": message}, close=not drained)
+
+
+class Open:
+    """How many responses of each key (a session, an address) are open now."""
+
+    def __init__(self):
+        self._open = Counter()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def open(self, key: str, most: float = float("inf")):
+        """Yields False, counting nothing, if `key` has `most` open; else counts one while the block runs."""
+        with self._lock:
+            admitted = self._open[key] < most
+            self._open[key] += admitted
+        try:
+            yield admitted
+        finally:
+            with self._lock:
+                self._open[key] -= admitted
+                if self._open[key] <= 0:
+                    del self._open[key]
+
+    def is_read(self, key: str | None) -> bool:
+        with self._lock:
+            return key is not None and self._open.get(key, 0) > 0

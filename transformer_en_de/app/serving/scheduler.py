@@ -1,25 +1,13 @@
-"""The admission point's one order: every piece of the visitors' work takes turns on the CPU here, fair by visitor
-(heavy_visitors.py; hostile_clients: heavy, busy clients, inside redraws, views at once; arena_attacks: flood).
+"""The one order the visitors' work takes turns on the CPU in (heavy_visitors.py; hostile_clients: heavy, busy
+clients, inside redraws, views at once; arena_attacks: flood).
 
-Every request is an event of Gradio's queue in one concurrency group (`Serving.work`): Gradio bounds how many are in
-their callbacks and how many wait beyond them; inside the callbacks this is the only order. One request computes at a
-time and hands the CPU over at every step of the search (`checkpoint`, which the engine calls through the `TurnPoint` it
-hands `generate()`) and between engine batches (`should_stop`) to a waiting one that comes first: by lane (translations,
-then side work: pictures, tables, votes, looks inside and the arena's battles, then heavy requests), then the one whose
-session (a visitor: a page or a client, never an address) used the least CPU lately, its CPU seconds halving every
-`USAGE_HALF_LIFE` seconds. So a visitor who translates now and then goes before a client that keeps the CPU busy, a
-class behind one school address is served like many addresses, and sessions redrawing pictures (not preempted once they
-run) never hold up a translation. Nothing starves: a waiting session's usage only decays while the running ones' grows;
-a job of a lower lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes ran goes first, one such job
-between two of theirs; every request has its time. Only `heavy_jobs` heavy requests are in flight at once: another is
-refused at once (`Busy`).
-
-A call nobody reads spends nothing: one whose session neither has a page open (its heartbeat) nor opened a stream
-(`is_read`) within `stream_wait_seconds` of its arrival is dropped before it runs, and a running one whose reader left
-is cancelled at its next step (`cancel`). A page on a slow link, whose stream opens late, is open: its calls run. Past
-80% of its time a request starts no new batch; at its whole time the engine ends the batch in progress
-(`Job.hard_deadline`); either way it keeps what it translated. Time counts from its arrival in Gradio's queue. A session
-has one call queued or running: the HTTP front refuses a second (`guard.Gate.admit_session`).
+One request computes at a time and hands over at every search step (`checkpoint`) and between engine batches
+(`should_stop`) to a waiting one that comes first: by lane (translations, side work, heavy requests), then the session
+that used the least CPU lately (halving every `USAGE_HALF_LIFE` s), so a class behind one address is served like many
+addresses. Nothing starves: a lower lane's job that waited `HEAVY_AGING` x `aging_seconds` goes next, one between two
+of theirs. Only `heavy_jobs` heavy requests run at once (`Busy`). A call nobody reads (no page open, no stream) within
+`stream_wait_seconds` is dropped before it runs, and a running one stops when its reader left (`Cancelled`). Past 80%
+of its time a request starts no new batch, at 100% the batch ends; it keeps what it translated.
 """
 
 import threading
@@ -29,18 +17,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over the CPU
+SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over
 AGING_SECONDS = 0.5  # the unit of the lower lanes' aging, and how often a waiting request looks again
-HEAVY_AGING = 10  # a side or heavy job waiting this many times `aging_seconds` behind better lanes gets a turn
-# The lanes: aged first, then every ordinary request, then side work (a picture, a table, a vote: not preempted once it
-# runs; a look inside or a battle: preempted at each step like a translation), then heavy requests.
-AGED, ORDINARY, SIDE, HEAVY = -1, 0, 1, 2
-USAGE_HALF_LIFE = 10.0  # seconds: how fast a session's CPU use is forgiven
-SESSIONS_REMEMBERED = 4_096  # sessions whose recent CPU use is kept (the least recent go first)
+HEAVY_AGING = 10
+AGED, ORDINARY, SIDE, HEAVY = -1, 0, 1, 2  # the lanes, first first
+USAGE_HALF_LIFE = 10.0  # seconds
+SESSIONS_REMEMBERED = 4_096
 
 
 class Busy(RuntimeError):
-    """A heavy request refused at once, not started: as many as allowed are in flight; the message says what to do."""
+    """A heavy request refused at once: as many as allowed are in flight."""
 
 
 class Cancelled(RuntimeError):
@@ -49,21 +35,19 @@ class Cancelled(RuntimeError):
 
 @dataclass(eq=False)
 class Job:
-    """One request: its visitor, lane, deadlines, the CPU time it has been served, and whether it must stop."""
-
     session: str
     deadline: float  # (time.monotonic()) start no new engine batch after it
-    hard_deadline: float  # end the batch in progress (the engine's `deadline`), keeping what it has
+    hard_deadline: float  # end the batch in progress
     lane: int = ORDINARY
     served: float = 0.0
     charged: float = 0.0  # of `served`, what its session's usage already counts
     cancelled: bool = False
     watched: bool = False  # whether its session's stream is watched (`FairScheduler.is_read`)
-    unread_since: float | None = None  # (time.monotonic()) since when nobody reads its results, if so
+    unread_since: float | None = None
     turn_started: float | None = None
-    turn_began: float = 0.0  # (time.monotonic()) when its present turn began
-    waiting_since: float | None = None  # (time.monotonic()) since when it has waited for the CPU, if it does
-    starved: float = 0.0  # seconds it waited while a job of a better lane had the CPU, since its last turn
+    turn_began: float = 0.0
+    waiting_since: float | None = None
+    starved: float = 0.0  # seconds it waited while a better lane had the CPU, since its last turn
 
 
 class FairScheduler:
@@ -84,11 +68,9 @@ class FairScheduler:
         self.slice_seconds = slice_seconds
         self.aging_seconds = aging_seconds
         self.heavy_jobs = heavy_jobs
-        self.ordinary_seconds = ordinary_seconds  # for `check_room`: no heavier is ordinary
-        # session -> whether its results are being read (guard.Gate.readers); None: every call is read (scripts)
-        self.is_read = is_read
-        # session -> whether its side work may run (guard.Gate.side_welcome: its address reads its streams); None: yes
-        self.side_welcome = side_welcome
+        self.ordinary_seconds = ordinary_seconds
+        self.is_read = is_read  # session -> whether its results are read; None: every call is (scripts)
+        self.side_welcome = side_welcome  # session -> whether its side work may run; None: always
         self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
         self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
         self._condition = threading.Condition()
@@ -97,8 +79,6 @@ class FairScheduler:
         self._waiting: list[Job] = []
         self._jobs: list[Job] = []  # every admitted request, running or waiting
         self._local = threading.local()  # the job of the request this thread is serving
-
-    # ------------------------------------------------------------------------------------------------ requests
 
     @contextmanager
     def job(
@@ -110,13 +90,8 @@ class FairScheduler:
         side: bool = False,
         since: float | None = None,
     ) -> Iterator[Job]:
-        """Run a request's computation inside this block, taking turns; raises Busy or Cancelled.
-
-        `work`: the estimate in CPU seconds; past `ordinary_seconds` the request is heavy, and heavy requests are
-        bounded in number (`heavy_jobs`). `side` work comes after translations, whatever its size. `since`
-        (time.monotonic()): when the request arrived, if it waited before its callback ran (in Gradio's queue); its
-        `seconds` count from then.
-        """
+        """A request's computation runs inside, taking turns; Busy or Cancelled. `work`: estimated CPU seconds (past
+        `ordinary_seconds`, heavy); `since`: its arrival in Gradio's queue, whence its `seconds` count."""
         now = time.monotonic()
         start = now if since is None else min(since, now)
         watched = session is not None and self.is_read is not None  # an anonymous job has no stream to watch
@@ -266,8 +241,6 @@ class FairScheduler:
         return (
             f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the CPU."
         )
-
-    # ------------------------------------------------------------------------------------------------ turns
 
     def _take_turn(self, job: Job) -> None:
         with self._condition:

@@ -1,89 +1,145 @@
-"""The app's HTTP server: the page mounted in a FastAPI app of our own (`gr.mount_gradio_app`, its API also served as
-MCP tools at /gradio_api/mcp/), behind the HTTP front (`guard.RequestGuard`), served by uvicorn with its public
-settings only.
+"""`Serving`, the one object a page goes through, and the uvicorn server it builds: the page mounted in our FastAPI app
+(its API also as MCP tools) behind the HTTP front (`guard.py`), with uvicorn's public settings only.
 
-Who a client is: the connection's address, or behind a proxy the address that proxy appended to X-Forwarded-For,
-trusted only from the proxy's own address (uvicorn's `proxy_headers` with `forwarded_allow_ips`), never from any peer.
-On a Hugging Face Space that proxy connects from the Space's private networks (`SPACE_PROXY_NETWORKS`).
-
-Connections (hostile_clients.py: slow connections, slow bodies, held heartbeats): headers are at most
-`max_header_bytes` (`h11_max_incomplete_event_size`), an idle kept-alive connection closes after `keep_alive_seconds`
-(`timeout_keep_alive`), a body must be all in within `request_seconds` (the front: `http_answers.body_within`), the
-process may open as many descriptors as its hard limit allows (`raise_descriptor_limit`), and past `max_connections`
-(or those descriptors, less the process's own) a new request is answered 503 at once (`limit_concurrency`). What
-uvicorn cannot bound is said in `__init__.py`.
+Who a client is: the connection's address, or behind a trusted proxy (`forwarded_allow_ips`) the one it appended to
+X-Forwarded-For. On a Hugging Face Space that proxy connects from the private networks (`SPACE_PROXY_NETWORKS`).
 """
 
+import asyncio
+import contextlib
 import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 
 import gradio as gr
 import uvicorn
 from fastapi import FastAPI
 
+from transformer_en_de import heap
+
 from .guard import Gate, RequestGuard
 from .limits import Limits
-from .memory import giving_back
+from .scheduler import Cancelled, FairScheduler
 from .uploads import UploadQuota
 
-# On a Space every request comes through the Hub's proxy, from the Space's private network; nothing else reaches it.
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
+WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for the events that spend CPU
+
+
+class Serving:
+    """The defences of one page: the HTTP front's `gate`, the `uploads` quota and the `scheduler` all work takes turns
+    in, bounded by `limits`."""
+
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+        self.gate, self.uploads = Gate(limits), UploadQuota(limits)
+        self.scheduler = FairScheduler(
+            heavy_jobs=limits.heavy_jobs,
+            ordinary_seconds=limits.ordinary_cpu_seconds,
+            is_read=self.gate.readers.is_read,
+            side_welcome=self.gate.side_welcome,
+            stream_wait_seconds=limits.stream_wait_seconds,
+            unread_grace_seconds=limits.unread_grace_seconds,
+        )
+
+    def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
+        """`listener(fn, inputs, outputs, **options)` (a `click`, `demo.load`, a `then`) as an event of work: in the
+        WORK group (`side`: SIDE, with slots of its own so that a class's looks inside never hold a translation's:
+        hostile_clients, views at once), inputs as sent (the page answers a bad one in one line, Gradio would log a
+        traceback), its calls counted by the front. Returns the event; `fn` runs its work inside `admitted`."""
+        group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
+        event = listener(
+            fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
+        )
+        return self.gate.count(event)
+
+    def paced(self, event, burst: int, per_second: float):
+        """`event` paced per address at the front: `burst` calls, then `per_second`. Returns it."""
+        return self.gate.pace(event, burst, per_second)
+
+    @contextlib.contextmanager
+    def admitted(self, request):
+        """A work callback runs inside: its call stops counting against its session at the end. Yields when it
+        entered Gradio's queue (time.monotonic(), or None), its time limit's start."""
+        with self.gate.serving(request.session_hash) as arrived:
+            yield arrived
+
+    def arrival(self, request) -> float | None:
+        return self.gate.arrival(request.session_hash)
+
+    def side_work(self, request, work: Callable[[], tuple], dropped: tuple) -> tuple:
+        """`work()` admitted in the scheduler's side lane; a call nobody reads answers `dropped`."""
+        with self.admitted(request) as arrived:
+            try:
+                with self.scheduler.job(request.session_hash, self.limits.text.seconds, side=True, since=arrived):
+                    return work()
+            except Cancelled:
+                return dropped
+
+    def queue(self, demo) -> None:
+        """Gradio's queue bounded; the REST routes that would run a callback outside it (/run, /api) closed."""
+        demo.queue(max_size=self.limits.queue_size, api_open=False)
+
+    def server(
+        self, demo, *, css: str, host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
+    ) -> uvicorn.Server:
+        """The server for `demo`; host and port default to Gradio's (GRADIO_SERVER_NAME / _PORT, as a Space sets)."""
+        limits, descriptors = self.limits, raise_descriptor_limit()
+        app = FastAPI(lifespan=self.giving_back_memory)
+        app.add_middleware(
+            RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=self.gate, uploads=self.uploads
+        )
+        app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css, mcp_server=True)
+        config = uvicorn.Config(
+            app,
+            host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+            port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+            log_level="info",  # says where the page is ("Uvicorn running on ...")
+            access_log=False,  # a flood of requests would flood the log
+            http="h11",  # the implementation whose header size uvicorn bounds
+            # Counts every connection, even one still sending headers: kept below the descriptors, with room for the
+            # process's own files, so that past it a request is told 503 (hostile_clients: slow connections).
+            limit_concurrency=min(limits.max_connections, descriptors - 256),
+            timeout_keep_alive=limits.keep_alive_seconds,
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            timeout_graceful_shutdown=2,  # event streams stay open as long as their pages
+            proxy_headers=bool(forwarded_allow_ips),  # uvicorn alone would trust loopback peers
+            forwarded_allow_ips=forwarded_allow_ips or "",
+        )
+        return uvicorn.Server(config)
+
+    @contextlib.asynccontextmanager
+    async def giving_back_memory(self, _app):
+        """Large blocks kept apart from glibc's heap, its free pages given back every `memory_sweep_seconds` (by an
+        hour's end 417 of 664 MiB were free yet resident: mixed_use.py)."""
+
+        async def give_back() -> None:
+            while True:
+                await asyncio.sleep(self.limits.memory_sweep_seconds)
+                await asyncio.to_thread(heap.give_back)
+
+        heap.large_blocks_apart(self.limits.own_pages_bytes)
+        task = asyncio.create_task(give_back())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def raise_descriptor_limit() -> int:
-    """Let the process open as many files as its hard limit allows (connections that never finish their headers each
-    hold one); returns the soft limit now."""
+    """The soft descriptor limit raised to the hard one (each connection that never ends its headers holds one)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def build_server(
-    demo: gr.Blocks,
-    *,
-    gate: Gate,
-    uploads: UploadQuota,
-    limits: Limits,
-    css: str,
-    host: str | None = None,
-    port: int | None = None,
-    forwarded_allow_ips: str = "",
-) -> uvicorn.Server:
-    """The page mounted at the root of our FastAPI app, the HTTP front (`RequestGuard`, with the page's `gate` and
-    `uploads`) first in line, and the server bounded. The host and port default to Gradio's (GRADIO_SERVER_NAME /
-    GRADIO_SERVER_PORT, as a Space sets them). `forwarded_allow_ips`: the proxies whose X-Forwarded-For is trusted
-    (addresses or networks, comma-separated; "" for none)."""
-    descriptors = raise_descriptor_limit()
-    app = FastAPI(lifespan=giving_back(limits))  # memory given back (memory.py)
-    app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=gate, uploads=uploads)
-    app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css, mcp_server=True)
-    config = uvicorn.Config(
-        app,
-        host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        log_level="info",  # says where the page is once it listens ("Uvicorn running on ...")
-        access_log=False,  # a flood of requests would flood the log
-        http="h11",  # the implementation whose header size uvicorn can bound
-        # Counted with every connection open, idle or still sending its headers: below the descriptors, with room for
-        # the process's own files (comparison models, workers, Gradio's files), so that past it a request is told 503.
-        limit_concurrency=min(limits.max_connections, descriptors - 256),
-        timeout_keep_alive=limits.keep_alive_seconds,
-        h11_max_incomplete_event_size=limits.max_header_bytes,
-        timeout_graceful_shutdown=2,  # event streams stay open as long as their pages: stop without waiting for them
-        # The proxy rule: X-Forwarded-For rewrites the client's address only on connections from these addresses
-        # (uvicorn's own default would trust loopback peers: here nothing unless the operator says).
-        proxy_headers=bool(forwarded_allow_ips),
-        forwarded_allow_ips=forwarded_allow_ips or "",
-    )
-    return uvicorn.Server(config)
-
-
 def forwarded_allow_ips_by_default(environ) -> str:
-    """The operator's FORWARDED_ALLOW_IPS; else on a Space (the runtime sets SPACE_ID) the private networks the Hub's
-    proxy connects from, whose last X-Forwarded-For hop is the visitor's; elsewhere nothing is trusted."""
+    """FORWARDED_ALLOW_IPS; else on a Space (SPACE_ID set) its proxy's networks; else nothing trusted."""
     if "FORWARDED_ALLOW_IPS" in environ:
         return environ["FORWARDED_ALLOW_IPS"]
     return SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else ""

@@ -1,12 +1,9 @@
-"""Uploads that one client cannot spend for everyone (hostile_clients: upload flood, many files, trickled uploads), and
-the check that a file value in a call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
+"""The upload quota (hostile_clients: upload flood, many files, trickled uploads) and the check that a file value in a
+call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
 
-An upload's body (at most the file cap and its framing) is read into memory within `request_seconds` and its file parts
-are counted before Gradio stores anything: at most `files_per_upload` files an upload and
-`uploads_in_progress_per_address` bodies being read at once per address; an address keeps at most `uploads_per_address`
-files and `upload_bytes_per_address` bytes (a file counts at least `upload_block_bytes`), a share of
-`upload_total_bytes`, so one address cannot fill the space the others upload into; the disk must keep room (else one
-line, nothing written). Each upload is deleted after `upload_seconds`, which frees its share.
+An upload's body is read within `request_seconds` and its files counted before Gradio stores anything; an address
+keeps a share of `upload_total_bytes` and has a few bodies in progress; the disk keeps a margin; each upload is deleted
+after `upload_seconds`.
 """
 
 import os
@@ -19,12 +16,10 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .http_answers import RecordedAnswer, body_within, contained, drain, refuse, replay
+from .http_answers import Open, RecordedAnswer, body_within, contained, drain, refuse, replay
 from .limits import Limits
 
-# A multipart body holds the file and a few hundred bytes of framing a part; a body past the file cap and this is
-# refused.
-FRAMING_BYTES = 16_000
+FRAMING_BYTES = 16_000  # a multipart body's framing beside the file
 MALFORMED = (
     'This upload could not be read: send multipart/form-data whose parts named "files" are files, each with a file '
     "name."
@@ -33,14 +28,13 @@ NO_ROOM = "The server has no room for uploads now; try again later."
 
 
 def upload_folder() -> str:
-    """Where Gradio stores uploads and the files callbacks return: $GRADIO_TEMP_DIR, else <tmp>/gradio (Gradio's
-    "File access" guide)."""
+    """Where Gradio stores uploads: $GRADIO_TEMP_DIR, else <tmp>/gradio (Gradio's "File access" guide)."""
     return os.environ.get("GRADIO_TEMP_DIR") or os.path.realpath(os.path.join(tempfile.gettempdir(), "gradio"))
 
 
 def stored_upload(path, max_bytes: int) -> str | None:
-    """The real path of `path` if it names a regular file of at most `max_bytes` inside Gradio's upload folder (after
-    every symbolic link and `..` is resolved), else None. Nothing is opened or read."""
+    """The real path of `path` if it names a regular file of at most `max_bytes` in the upload folder, links and `..`
+    resolved, else None."""
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
     real = os.path.realpath(path)
@@ -54,9 +48,7 @@ def stored_upload(path, max_bytes: int) -> str | None:
 
 
 def uploaded_path(payload, max_bytes: int) -> str | None:
-    """The server path of an upload as sent to a callback that takes its inputs as sent (`Serving.work`): a file
-    stored in Gradio's upload folder (the front checked the call already; this holds for a caller that did not come
-    through it)."""
+    """The server path of an upload as sent to a callback (inputs as sent), if it is one stored here."""
     return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
@@ -69,25 +61,22 @@ def is_file_value(value) -> bool:
 
 
 def file_values_problem(payload, max_bytes: int) -> str:
-    """One line if any file value anywhere in a call's values is not an upload stored here, else "".
-
-    Gradio copies every file value of a call into its cache before the callback runs, whatever the input it is sent
-    to (a text box too), and reads a path or fetches a URL to do it. Its own check that a path lies in the upload folder
-    is active only in an app started by `launch()`, and this app is mounted (`server.py`). So every value is walked
-    here, at the front, for every route: a file value must name, by its resolved real path, a regular file in the
-    upload folder of at most `max_bytes` (no device, pipe or other server file; no URL to fetch)."""
-    pending = [payload]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, list):
-            pending += value
-        elif isinstance(value, dict):
-            if is_file_value(value):
-                problem = _file_value_problem(value, max_bytes)
-                if problem:
-                    return problem
-            pending += value.values()
+    """One line if any file value anywhere in a call is not an upload stored here, else "": Gradio copies every file
+    value into its cache before the callback runs, whatever its input (reading a path, fetching a URL)."""
+    for value, _ in nested(payload):
+        if is_file_value(value) and (problem := _file_value_problem(value, max_bytes)):
+            return problem
     return ""
+
+
+def nested(value):
+    """`value` and every value inside it, each with its depth (1 for `value`), walked without recursion."""
+    pending = [(value, 1)]
+    while pending:
+        item, at = pending.pop()
+        yield item, at
+        if isinstance(item, (list, dict)):
+            pending += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]
 
 
 def _file_value_problem(value: dict, max_bytes: int) -> str:
@@ -101,8 +90,8 @@ def _file_value_problem(value: dict, max_bytes: int) -> str:
 
 
 def file_parts(body: bytes, content_type: bytes) -> int | None:
-    """How many parts of a multipart body carry a file (a `filename` in their headers); None if it is not multipart
-    with a boundary. The delimiter cannot occur inside a part (RFC 2046), so splitting on it finds every part."""
+    """How many parts of a multipart body carry a file; None if it is not multipart with a boundary. The delimiter
+    cannot occur inside a part (RFC 2046)."""
     kind, _, parameters = content_type.decode("latin-1").partition(";")
     if kind.strip().lower() != "multipart/form-data":
         return None
@@ -121,14 +110,13 @@ def file_parts(body: bytes, content_type: bytes) -> int | None:
 
 
 class UploadQuota:
-    """Counts the uploads kept and being read (by address) and deletes each after its time; called by the HTTP front
-    for `/gradio_api/upload`."""
+    """Counts the uploads kept and being read, by address, and deletes each after its time."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
         self._kept: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # path → (address, bytes, time)
-        self._reading = Counter()  # address → bodies being read
-        self._reserved: dict[str, int] = {}  # address → bytes of uploads read and not yet stored
+        self._reading = Open()  # bodies being read, by address
+        self._reserved = Counter()  # address → bytes of uploads read and not yet stored
         self._lock = threading.Lock()
 
     def usage(self, address: str | None = None) -> tuple[int, int]:
@@ -176,18 +164,14 @@ class UploadQuota:
         if int(length) > limits.max_file_bytes + FRAMING_BYTES:
             message = f"The upload has {int(length):,} bytes; the limit here is {limits.max_file_bytes:,}."
             return await refuse(send, 413, message, await drain(receive))
-        with self._lock:
-            busy = self._reading[address] >= limits.uploads_in_progress_per_address
-            self._reading[address] += not busy
-        if busy:
-            message = f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
-            return await refuse(send, 429, message, await drain(receive))
-        try:  # the server delivers no more than the Content-Length checked above
+        with self._reading.open(address, limits.uploads_in_progress_per_address) as admitted:
+            if not admitted:
+                message = (
+                    f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
+                )
+                return await refuse(send, 429, message, await drain(receive))
+            # The server delivers no more than the Content-Length checked above.
             body = await body_within(receive, send, int(length), limits.request_seconds, "")
-        finally:
-            with self._lock:
-                self._reading[address] -= 1
-                self._reading += Counter()  # drops the addresses at zero
         if body is None:
             return  # the client went away (or its connection's deadline closed it): nothing was stored
         files = file_parts(body, headers.get(b"content-type", b""))
@@ -198,22 +182,20 @@ class UploadQuota:
         if refused:
             return await refuse(send, 507 if refused == NO_ROOM else 429, refused)
         with self._lock:
-            self._reserved[address] = self._reserved.get(address, 0) + size
+            self._reserved[address] += size
         answer = RecordedAnswer(forward=send)
         try:
             await contained(app, scope, replay(body, receive), answer, MALFORMED)
         finally:
             with self._lock:
                 self._reserved[address] -= size
-                if not self._reserved[address]:
-                    del self._reserved[address]
+                self._reserved += Counter()  # drops the addresses at zero
                 if answer.status == 200:
                     self.record(answer.value(), address)
 
     def record(self, paths, address: str) -> None:
         """Count the files an upload stored (Gradio answers their paths) against `address` (lock held)."""
         for path in paths if isinstance(paths, list) else []:
-            if stored_upload(path, self.limits.max_file_bytes):  # a regular file in the upload folder
-                # A disk spends a block on the smallest file.
+            if stored_upload(path, self.limits.max_file_bytes):
                 cost = max(os.path.getsize(path), self.limits.upload_block_bytes)
                 self._kept[path] = (address, cost, time.monotonic())

@@ -213,7 +213,8 @@ def backends_part(args) -> None:
             for system in SYSTEMS:
                 output = Path(scratch) / f"{number}-{system.replace(' ', '_')}"
                 runs[system].append(corpus_run(system, output, args.threads, args.limit))
-                print(f"  round {number + 1}: {system} {runs[system][-1]}", file=sys.stderr, flush=True)
+                done = runs[system][-1]
+                print(f"  round {number + 1}: {system} {done['seconds']} s, BLEU {done['bleu']:.2f}", file=sys.stderr)
     base = runs["PyTorch float32"]
     print(
         f"\n# backends: translate_corpus.py on {SPLIT}, {base[0]['lines_written']} sentences, saved decoding, "

@@ -1,52 +1,145 @@
-"""The Inside tab's outputs, in the order the page lists them, drawn from a view (`view_request.inside_request`'s
-answer, or the store's `EXPIRED`): the notices, each model's pieces, positional encoding, attention and beam search.
-A model with nothing to draw has its pictures hidden."""
+"""The Inside tab's outputs in the page's order, drawn from a view (`inside_request`'s answer, or the store's
+`EXPIRED`). A visitor's text is shown as text (`as_text`), never rendered."""
 
 import gradio as gr
-from matplotlib.figure import Figure
 
 from transformer_en_de.inside import KINDS
+from transformer_en_de.markdown import markdown_table
 
-from .captions import CAPTIONS
-from .markdown import format_beam_search, format_notices, format_pieces
+from ..text_checks import as_text
 from .pictures import plot_attention_heads, plot_positions, rendered
-from .view_request import systems_of
+
+# One line per picture: what the paper says it is, in a visitor's words.
+CAPTIONS = {
+    "pieces": "Section 3.4: the model reads and writes BPE pieces, each an id in one vocabulary; one learned embedding "
+    "matrix turns each id into a vector (ours shares it between English, German and the output layer).",
+    "positions": "Section 3.5: attention alone does not see word order, so a fixed pattern of sines and cosines, one "
+    "wavelength per dimension, is added to the vector of each position. Section 3.4: the embedding is first multiplied "
+    "by √d_model; the bars compare the size of the two parts.",
+    "encoder_self": "Section 3.2.3: in the encoder every English piece reads every English piece (self-attention); "
+    "section 3.2.1: each column is a softmax over the pieces it reads, so it sums to 1.",
+    "decoder_self": "Section 3.2.3: in the decoder each German piece reads only itself and the pieces before it (the "
+    "mask sets the later ones to zero: the empty triangle), so it cannot look at words not yet written.",
+    "cross": "Section 3.2.3: encoder-decoder attention: each German piece (queries) reads the English pieces (keys and "
+    "values from the encoder's output); section 3.2.1: softmax(QKᵀ/√d_k), one column per German piece.",
+    "heads": "Section 3.2.2: h heads attend side by side, each with its own projections, and often look at different "
+    "things.",
+    "beams": "Section 6.1: the paper decodes with beam search (4 beams, length penalty α = 0.6): at each step only the "
+    "best few partial translations live on (one table: a row per step, a column per beam, best first); a finished one "
+    "is scored by its log-probability divided by (its length)^α, so a higher α favours longer translations (the "
+    "second table ranks them).",
+}
 
 
 def draw_inside(view: dict | None, kind, layer, head, count: int) -> list:
-    """The tab's outputs for `count` models: the notices, then per model its pieces and positional encoding, then
-    `draw_attention`'s, then per model its beam search. A model with nothing to draw has its pictures hidden."""
-    views = padded(view, count)
-    pieces = [format_pieces(item) if item else "" for item in views]
-    positions = [shown(plot_positions(item) if item and not item.get("message") else None) for item in views]
-    beams = [format_beam_search(item) if item else "" for item in views]
+    """The notices, per model its pieces and positional encoding, `draw_attention`'s, per model its beam search."""
+    views = systems_of(view, count)
+    pieces = [model_markdown(item, format_pieces) for item in views]
+    positions = [model_picture(item, plot_positions) for item in views]
+    beams = [model_markdown(item, format_beam_search) for item in views]
     return [format_notices(view), *pieces, *positions, *draw_attention(view, kind, layer, head, count), *beams]
 
 
 def draw_attention(view: dict | None, kind, layer, head, count: int) -> list:
-    """Per model the attention picked by the page's controls, as sent (`kind`, `layer` from 1, `head` from 1 or 0 for
-    all: anything else draws cross-attention, layer 1, all heads), then its caption; for a view with nothing to draw
-    (`EXPIRED`, a refused sentence) the caption is its line."""
+    """Per model the attention picked, as sent: `kind`, `layer` from 1, `head` from 1 or 0 for all (anything else draws
+    cross-attention, layer 1, all heads); then its caption, or the view's line if it has none."""
     kind = kind if kind in KINDS else "cross"
     try:
         layer, head = int(layer) - 1, int(head) - 1 if int(head) > 0 else None
     except (TypeError, ValueError, OverflowError):
         layer, head = 0, None
-    views = padded(view, count)
-    attention = [shown(plot_attention_heads(item, kind, layer, head) if item else None) for item in views]
+    views = systems_of(view, count)
+    attention = [model_picture(item, plot_attention_heads, kind, layer, head) for item in views]
     caption = CAPTIONS[kind] + (f" {CAPTIONS['heads']}" if head is None else "") if views[0] else format_notices(view)
     return [*attention, caption]
 
 
-def padded(view: dict | None, count: int) -> list[dict]:
-    """The per-model views of `view`, `count` of them ({} for a model with none)."""
-    return (systems_of(view) + [{} for _ in range(count)])[:count]
+def systems_of(view: dict | None, count: int | None = None) -> list[dict]:
+    """The per-model views of a request's answer, ours first; `count` of them if given ({} for a model with none)."""
+    views = []
+    if view and "model" in view:
+        views = [{key: value for key, value in view.items() if key != "comparisons"}, *view.get("comparisons", [])]
+    return views if count is None else (views + [{}] * count)[:count]
 
 
-def shown(figure: Figure | None) -> gr.Plot:
-    """A plot's new value, rendered (`rendered`), hidden when there is nothing to draw (a comparison model not on the
-    page)."""
+def model_picture(view: dict, plot, *choice) -> gr.Plot:
+    """`plot(view, *choice)` rendered now (`rendered`), hidden when there is nothing to draw."""
+    figure = plot(view, *choice) if view and not view.get("message") else None
     return gr.Plot(value=rendered(figure), visible=figure is not None)
 
 
-__all__ = ["draw_attention", "draw_inside"]
+def model_markdown(view: dict, write) -> str:
+    """`write(view)`, or the model's line saying why it has no view; "" for a model not on the page."""
+    if view.get("message"):
+        return f"⚠️ {as_text(view['message'])}"
+    return write(view) if view else ""
+
+
+def format_notices(view: dict | None) -> str:
+    """The view's message (why there is none) and the request's notices, one paragraph each."""
+    if not view:
+        return ""
+    lines = ([view["message"]] if view.get("message") else []) + view.get("notices", [])
+    return "\n\n".join(f"⚠️ {as_text(line)}" for line in lines)
+
+
+def format_pieces(view: dict) -> str:
+    """The source and target pieces with their ids."""
+    rows = [f"**{as_text(view['model'])}**"]
+    for language, side in (("English", "source"), ("German", "target")):
+        pairs = zip(view[f"{side}_tokens"], view[f"{side}_ids"], strict=True)
+        pieces = " · ".join(f"{as_text(piece)} ({number})" for piece, number in pairs)
+        rows.append(f"**{language} pieces (ids)** {pieces}")
+    return "\n\n".join(rows)
+
+
+def format_beam_search(view: dict) -> str:
+    """The search as one table, a row a step and a column a live beam (best first: its text so far and its score),
+    each finished hypothesis marked in the cell of the beam it ended; then the finished hypotheses in the search's
+    order (log-probability ÷ pieces^α), each with its rank by log-probability alone."""
+    beams, finished = view["num_beams"], view["finished"]
+    intro = (
+        f"**{as_text(view['model'])}**: {beams} beam{'s' if beams > 1 else ''}, length penalty α = "
+        f"{view['length_penalty']:g}. A row per step: the live beams, best first, each with its text so far and its "
+        "score (the sum of the log-probabilities of its pieces); → `</s>` **#n**: the beam ends there, as finished "
+        "hypothesis #n below (✔ the translation)."
+    )
+    by_rank = {item["rank"]: item for item in finished}
+    rows = [search_row(step, [by_rank[rank] for rank in step["finished"]], beams) for step in view["beam_steps"]]
+    search = markdown_table(["step", *(f"beam {number}" for number in range(1, beams + 1))], rows, "r" + "l" * beams)
+    ranked = [
+        [
+            f"{item['rank']}{' ✔ chosen' if item['rank'] == 1 else ''}",
+            as_text(item["text"]),
+            item["step"],
+            "" if item["log_probability"] is None else f"{item['log_probability']:.3f}",
+            item["rank_without_penalty"],
+            "" if item["length_normalised"] is None else f"{item['length_normalised']:.3g}",
+        ]
+        for item in finished
+    ]
+    header = ["#", "translation", "pieces", "log-probability", "its rank", "÷ pieces^α"]
+    reordered = any(item["rank"] != item["rank_without_penalty"] for item in finished)
+    penalty = "reordered the finished hypotheses" if reordered else "kept the order of the log-probabilities"
+    title = "**Finished hypotheses**, in the order the search ranks them (log-probability ÷ pieces^α):"
+    return "\n\n".join(
+        [intro, search, title, markdown_table(header, ranked, "rlrrrr"), f"The length penalty {penalty}."]
+    )
+
+
+def search_row(step: dict, ended: list[dict], beams: int) -> list[str]:
+    """One step: its number, then `beams` cells; a hypothesis that ended here marked in the cell of the beam it extends,
+    or (none should) beside the step's number."""
+    cells = []
+    for beam in step["beams"]:
+        extended = [item for item in ended if item["pieces"][:-1] == beam["pieces"]]
+        cell = f"{as_text(beam['text']) or '(start)'} ({beam['score']:.2f})"
+        cells.append(" ".join([cell, *(ended_mark(item) for item in extended)]))
+        ended = [item for item in ended if item not in extended]
+    number = " ".join([str(step["step"]), *(ended_mark(item) for item in ended)])
+    return [number, *cells, *[""] * (beams - len(cells))]
+
+
+def ended_mark(item: dict) -> str:
+    """→ the hypothesis's last piece (`</s>`, or the one it held when the search was cut) and its rank, ✔ the chosen."""
+    return f"→ {as_text(item['pieces'][-1])} **#{item['rank']}**{' ✔' if item['rank'] == 1 else ''}"

@@ -1,6 +1,7 @@
 """The Inside tab's matplotlib pictures: the positional encoding beside the lengths of the scaled embedding and of the
-encoding (sections 3.4 and 3.5), and the attention weights of one head or of every head of a layer (section 3.2),
-laid out in inches before anything is drawn; and `rendered`, which encodes a picture as the page's plots show it."""
+encoding (sections 3.4 and 3.5), and the attention weights of one head or of every head of a layer (section 3.2).
+Each is laid out in inches before anything is drawn: matplotlib's layout engines measure every label of a figure to
+place it, which took most of a picture's time (3-5 s for the tab's first pictures on one core)."""
 
 import math
 import warnings
@@ -9,41 +10,41 @@ import gradio as gr
 import numpy as np
 from matplotlib.figure import Figure
 
-from .captions import KIND_TITLES
-
+KIND_TITLES = {
+    "encoder_self": "encoder self-attention",
+    "decoder_self": "decoder self-attention (masked)",
+    "cross": "cross-attention",
+}
 PICTURE = gr.Plot(render=False)  # what encodes a figure as the page's plots do (`rendered`)
 # Emoji and rare scripts are missing from matplotlib's default font; their labels show as boxes, which is enough.
 warnings.filterwarnings("ignore", message=r"Glyph .* missing from font")
 
-# The pictures are laid out in inches before anything is drawn: matplotlib's layout engines measure every label of a
-# figure to place it, which took most of a picture's time (3-5 s for the tab's first pictures on one core).
-CELL = 0.17  # inches per token row or column: room for one 7-point label
-FONT = 7  # points, of the token labels
-MAX_WIDTH = 20.0  # inches of heatmap cells in one figure; more tokens get smaller cells (and labels)
 
-
-def label_inches(labels: list[str], fontsize: float) -> float:
-    """Room for the longest label, in inches: DejaVu Sans (matplotlib's font) averages about 0.6 em a character, and
-    0.7 leaves room for wide ones, so no label is measured."""
-    return 0.7 * fontsize / 72 * max((len(label) for label in labels), default=1)
-
-
-def title_inches(title: str) -> float:
-    """The width of a figure that holds its 10-point title on one line (about 0.6 em a character in running text),
-    with a margin on either side."""
-    return 0.2 + 0.6 * 10 / 72 * len(title)
+def label_inches(labels: list[str], points: float) -> float:
+    """Room for the longest label: DejaVu Sans averages about 0.6 em a character, 0.7 leaves room for wide ones."""
+    return 0.7 * points / 72 * max((len(label) for label in labels), default=1)
 
 
 def cell_and_font(columns: int, rows: int) -> tuple[float, float]:
-    """(inches per cell, label points) for a grid of `columns` x `rows` cells: CELL, smaller past MAX_WIDTH."""
-    cell = min(CELL, MAX_WIDTH / max(columns, 1), MAX_WIDTH / max(rows, 1))
-    return cell, min(FONT, max(4.0, 0.8 * 72 * cell))
+    """(inches per cell, label points) for a grid of `columns` x `rows` cells: 0.17 inches, room for a 7-point label,
+    smaller past 20 inches of cells."""
+    cell = min(0.17, 20.0 / max(columns, 1), 20.0 / max(rows, 1))
+    return cell, min(7, max(4.0, 0.8 * 72 * cell))
 
 
-def inches_to_figure(figure: Figure, left: float, bottom: float, width: float, height: float) -> list[float]:
-    """A box given in inches from the figure's lower left corner, as the fractions `add_axes` takes."""
+def titled_figure(title: str, width: float, height: float, title_top: float) -> Figure:
+    """A figure at least as wide as its 10-point title on one line (about 0.6 em a character), the title at its top."""
+    width = max(width, 0.2 + 0.6 * 10 / 72 * len(title))
+    figure = Figure(figsize=(width, height), dpi=100)
+    figure.text(0.1 / width, 1 - title_top / height, title, fontsize=10, va="top")
+    return figure
+
+
+def add_axes(figure: Figure, left: float, bottom: float, width: float, height: float, **options):
+    """Axes at a box given in inches from the figure's lower left corner."""
     figure_width, figure_height = figure.get_size_inches()
-    return [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height]
+    box = [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height]
+    return figure.add_axes(box, **options)
 
 
 def plot_positions(view: dict) -> Figure | None:
@@ -57,56 +58,42 @@ def plot_positions(view: dict) -> Figure | None:
     left, heat, bars, top, bottom = 0.4 + label_inches(labels, font), 5.0, 2.0, 0.75, 0.55
     rows = cell * len(labels)
     title = f"{view['model']}: positional encoding added at each position"
-    width = max(left + heat + 1.0 + bars + 0.35, title_inches(title))  # room for the last number under the bars
-    figure = Figure(figsize=(width, top + max(rows, 1.0) + bottom), dpi=100)
+    # room for the last number under the bars
+    figure = titled_figure(title, left + heat + 1.0 + bars + 0.35, top + max(rows, 1.0) + bottom, 0.12)
     base = bottom + max(rows, 1.0) - rows  # a short sentence's rows sit under the title
-    axes = figure.add_axes(inches_to_figure(figure, left, base, heat, rows))
+    axes = add_axes(figure, left, base, heat, rows)
     image = axes.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
     axes.set_yticks(range(len(labels)), labels, fontsize=font)
     axes.set_xlabel(f"dimension (0 … {table.shape[1] - 1})", fontsize=8)
     axes.set_ylabel("source position", fontsize=8)
     axes.tick_params(axis="x", labelsize=7)
-    figure.colorbar(image, cax=figure.add_axes(inches_to_figure(figure, left + heat + 0.1, base, 0.12, rows)))
-    lengths = figure.add_axes(inches_to_figure(figure, left + heat + 1.0, base, bars, rows), sharey=axes)
+    figure.colorbar(image, cax=add_axes(figure, left + heat + 0.1, base, 0.12, rows))
+    lengths = add_axes(figure, left + heat + 1.0, base, bars, rows, sharey=axes)
     positions = np.arange(len(labels))
     scale = view["embed_scale"]
     lengths.barh(positions - 0.2, view["embedding_norms"], height=0.4, label=f"embedding × √d_model ({scale:.1f})")
     lengths.barh(positions + 0.2, view["positional_norms"], height=0.4, label="positional encoding")
-    lengths.tick_params(axis="y", labelleft=False)
-    lengths.tick_params(axis="x", labelsize=7)
+    lengths.tick_params(labelleft=False, labelsize=7)
     lengths.set_xlabel("length (L2)", fontsize=8)
     figure.legend(loc="upper right", fontsize=7, ncols=1, frameon=False)
-    figure.text(0.1 / width, 1 - 0.12 / figure.get_size_inches()[1], title, fontsize=10, va="top")
     return figure
 
 
-def chosen_layer_and_head(view: dict, kind: str, layer: int, head: int | None) -> tuple[int, int | None, int, int]:
-    """(layer, head or None for all, layers, heads) within the model's own sizes: a layer or head past them is its
-    last (the controls go as far as the largest model on the page)."""
+def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure:
+    """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
+    queries along the bottom and the pieces they read down the side, labelled once per row of heads. A layer or head
+    past the model's own is its last (the controls go as far as the largest model on the page)."""
     weights = view["attention"][kind]
     layers, heads = len(weights), len(weights[0])
-    return min(max(layer, 0), layers - 1), None if head is None else min(max(head, 0), heads - 1), layers, heads
-
-
-def attention_axes(view: dict, kind: str) -> tuple[list[str], list[str], str, str]:
-    """(query labels, key labels, x label, y label): queries along the bottom, the pieces they read down the side."""
+    layer, head = min(max(layer, 0), layers - 1), None if head is None else min(max(head, 0), heads - 1)
     source, decoder = view["source_tokens"], view["decoder_tokens"]
-    if kind == "encoder_self":
-        return source, source, "source tokens (reading)", "source tokens (read)"
-    if kind == "decoder_self":
-        return decoder, decoder, "generated tokens (reading)", "generated tokens (read)"
-    return decoder, source, "generated tokens", "source tokens"
-
-
-def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure | None:
-    """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
-    queries along the bottom and the pieces they read down the side; the side's labels once per row of heads."""
-    if view.get("message"):
-        return None
-    layer, head, layers, heads = chosen_layer_and_head(view, kind, layer, head)
-    queries, keys, xlabel, ylabel = attention_axes(view, kind)
+    queries, keys, xlabel, ylabel = {
+        "encoder_self": (source, source, "source tokens (reading)", "source tokens (read)"),
+        "decoder_self": (decoder, decoder, "generated tokens (reading)", "generated tokens (read)"),
+        "cross": (decoder, source, "generated tokens", "source tokens"),
+    }[kind]
     shown = [head] if head is not None else list(range(heads))
-    matrices = [np.asarray(view["attention"][kind][layer][number]).T for number in shown]  # (keys, queries)
+    matrices = [np.asarray(weights[layer][number]).T for number in shown]  # (keys, queries)
     columns = min(len(shown), 4)
     rows = math.ceil(len(shown) / columns)
     cell, font = cell_and_font(columns * len(queries), rows * len(keys))
@@ -121,15 +108,12 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
     height = 0.35 + rows * (above + panel_height + under)
     which = f"head {head + 1} of {heads}" if head is not None else f"all {heads} heads"
     title = f"{view['model']}: {KIND_TITLES[kind]}, layer {layer + 1} of {layers}, {which}"
-    width = max(panels + 0.85, title_inches(title))  # the colour bar and its numbers right of the panels
-    figure = Figure(figsize=(width, height), dpi=100)
+    figure = titled_figure(title, panels + 0.85, height, 0.08)  # the colour bar and its numbers right of the panels
     top = max(float(matrix.max()) for matrix in matrices)
     for index, (number, matrix) in enumerate(zip(shown, matrices, strict=True)):
         row, column = divmod(index, columns)
         bottom = height - 0.35 - (row + 1) * (above + panel_height + under) + under
-        axes = figure.add_axes(
-            inches_to_figure(figure, left + column * (panel_width + gap), bottom, panel_width, panel_height)
-        )
+        axes = add_axes(figure, left + column * (panel_width + gap), bottom, panel_width, panel_height)
         image = axes.imshow(matrix, aspect="auto", cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
         axes.set_xticks(range(len(queries)), queries, rotation=90, fontsize=font)
         axes.set_xlabel(xlabel, fontsize=8)
@@ -140,17 +124,12 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
         else:
             axes.set_yticks([])
         if index == 0:
-            bar = inches_to_figure(figure, panels + 0.1, bottom, 0.12, panel_height)
-    figure.colorbar(image, cax=figure.add_axes(bar))
-    figure.text(0.1 / width, 1 - 0.08 / height, title, fontsize=10, va="top")
+            colour_bar = (panels + 0.1, bottom, 0.12, panel_height)
+    figure.colorbar(image, cax=add_axes(figure, *colour_bar))
     return figure
 
 
 def rendered(figure: Figure | None):
-    """The picture as the page's plots show it (a PNG), encoded now, in the request's turn: Gradio would encode a
-    figure after the callback, in the event loop every visitor's connection waits on (one returned inside a `gr.Plot`
-    update twice: once when the update is made, again from its arguments)."""
+    """The picture as the page's plots show it (a PNG), encoded now, in the request's turn: Gradio would encode it
+    after the callback, in the event loop every visitor's connection waits on (twice, for one inside a `gr.Plot`)."""
     return PICTURE.postprocess(figure)
-
-
-__all__ = ["plot_attention_heads", "plot_positions", "rendered"]

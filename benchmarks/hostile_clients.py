@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -284,8 +285,8 @@ def slow_connections(target: Target, count: int):
 
 def held_heartbeats(target: Target, count: int = 1_000):
     """`count` heartbeat streams of one address (127.0.0.2), opened and never read."""
-    request = lambda number: f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode()  # noqa: E731
-    opened = load.connections(target.url, count, request, peer="127.0.0.2")
+    request = "GET /gradio_api/heartbeat/held-{} HTTP/1.1\r\nHost: x\r\n\r\n".format
+    opened = load.connections(target.url, count, lambda number: request(number).encode(), peer="127.0.0.2")
 
     def stop():
         refused = load.states(opened, timeout=0.01)["answered 429"]
@@ -312,7 +313,7 @@ def heavy(target: Target):
         answer = load.post(http, url, "call/translate", {"data": ["A man.", "greedy", 1, 8, reference]})
         return f"5 MB reference HTTP {answer.status_code}"
 
-    heavy_raw = lambda: load.raw_translate(http, url, HEAVY)  # noqa: E731
+    heavy_raw = partial(load.raw_translate, http, url, HEAVY)
     return attackers(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference, repeat=False)
 
 
@@ -376,7 +377,7 @@ def churn_then_learners(target: Target, rate: int = 20, learners: int = 60) -> s
     deadline = time.monotonic() + 120
     while not script["HTTP 429"] and time.monotonic() < deadline:  # the address's new sessions are spent
         time.sleep(0.2)
-    learner = lambda: load.page_call(target.url, target.named["comparison"], [], settle=False)  # noqa: E731
+    learner = partial(load.page_call, target.url, target.named["comparison"], [], settle=False)
     first = load.in_parallel(learners, learner)
     time.sleep(5)
     again = load.in_parallel(learners, learner)
@@ -403,8 +404,7 @@ def one_sessions_views(target: Target, views: int = 66) -> str:
 def views_at_once(target: Target, views: int = 90) -> str:
     """`views` pages each look inside at once, as a class on the Inside tab does, and read their answer."""
     started = time.monotonic()
-    look = lambda: load.page_call(target.url, target.named["inside"], target.inside())  # noqa: E731
-    outcomes = load.in_parallel(views, look)
+    outcomes = load.in_parallel(views, partial(load.page_call, target.url, target.named["inside"], target.inside()))
     return f"{views} Inside views at once: {counted(outcomes)}, all in {time.monotonic() - started:.1f} s"
 
 
@@ -514,8 +514,7 @@ def attacks(target: Target, args) -> dict:
     30 s, each joining the corpus comparison (neither read)."""
     http, url, named = target.http, target.url, target.named
     hundred_kb = b"A dog runs in the park.\n" * 4_200 + b"\n"
-    flooding = lambda data, read=False: attackers(*[lambda: load.raw_translate(http, url, data, read=read)] * 4)  # noqa: E731
-    busy = [lambda n=n: load.raw_translate(http, url, TINY, session=f"tiny-{n}") for n in range(4)]
+    busy = [partial(load.raw_translate, http, url, TINY, session=f"tiny-{n}") for n in range(4)]
 
     def upload():  # Gradio keeps one copy of identical uploads: each is distinct
         return f"upload HTTP {target.upload('u.txt', hundred_kb + f'{next(target.turn)}'.encode()).status_code}"
@@ -528,8 +527,14 @@ def attacks(target: Target, args) -> dict:
         session = os.urandom(8).hex()
         return [load.join(http, url, named["translate"], load.ORDINARY, session) for _ in range(3)]
 
-    churn = lambda: [load.join(http, url, named["comparison"], [])]  # noqa: E731
-    beside = lambda attack: lambda: in_background(lambda: attack(target))  # noqa: E731 (an outcome in words)
+    churn = partial(load.join, http, url, named["comparison"], [])
+
+    def flooding(data):  # never read
+        return attackers(*[partial(load.raw_translate, http, url, data, read=False)] * 4)
+
+    def beside(attack):  # an attack that returns its outcome in words
+        return lambda: in_background(partial(attack, target))
+
     chosen = {
         "none": lambda: lambda: "no attackers",
         "file job": lambda: file_job(target),

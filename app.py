@@ -119,6 +119,7 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         f"Hugging Face Space, where SPACE_ID is set, default {SPACE_PROXY_NETWORKS}, the private networks its proxy "
         "connects from; elsewhere none)",
     )
+    Limits.add_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -357,6 +358,7 @@ try:
     APP = build_app(
         OPTIONS.model,
         OPTIONS.comparison_models,
+        limits=Limits.from_args(OPTIONS),
         backend=OPTIONS.backend,
         int8=OPTIONS.int8,
         votes_db=OPTIONS.votes_db,

@@ -75,9 +75,8 @@ class Rows:
 
 
 def comparison_rows(comparison: dict, rows: Rows, ours: str | None, our_decoding: dict | None) -> tuple[list, list]:
-    """compare.py's JSON: a row per system scored (ours under our name), under the comparison's one decoding (ours
-    under its record's length penalty where the comparison left it to each model); (the systems not scored, a line per
-    Hub model scored: its commit, and its weights when they were not main's safetensors)."""
+    """compare.py's rows under its one decoding (ours: its record's length penalty where it left it to each model);
+    (the systems not scored, a line per Hub model's commit and weights)."""
     split = str(comparison.get("source_file") or "?")
     decoding = decoding_label(comparison, COMPARISON_PENALTY)
     our_label = decoding

@@ -125,9 +125,8 @@ LOOP_PHRASE_WORDS = 4  # an overlong translation that says this many words twice
 
 
 def repeats_itself(source: str, translation: str, most: float = 3.0) -> bool:
-    """A word or phrase of up to three words three times in a row (`data.is_loop`), a piece of a word or number again
-    and again, or over `most` times its source's characters and saying a phrase twice. Length alone is no loop: "Hi."
-    → "Erwachsene." is wrong, but repeats nothing."""
+    """A phrase of one to three words thrice in a row (`data.is_loop`), a piece of a word again and again, or over
+    `most` times its source's length saying a phrase twice. Length alone is no loop: "Hi." → "Erwachsene." is none."""
     if is_loop(source, translation, most=math.inf):
         return True
     if any(len(match.group()) >= LOOP_CHARACTERS for match in REPEATED_PIECE.finditer(translation)):

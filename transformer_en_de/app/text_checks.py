@@ -55,18 +55,18 @@ def check_text(text, what: str = "text") -> str:
     return text
 
 
-def default_settings(model, limits) -> DecodingSettings:
-    """The model's generation config within the controls' ranges (the fallbacks where it is silent)."""
+def decoding_defaults(model, limits) -> tuple[str, int, int]:
+    """(decoding, beams, max new tokens) the controls start with: the model's generation config within their ranges,
+    the fallbacks where it is silent."""
     config = model.generation_config
     beams = min(getattr(config, "num_beams", None) or FALLBACK_BEAMS, limits.max_beams)
     tokens = min(getattr(config, "max_new_tokens", None) or FALLBACK_MAX_NEW_TOKENS, limits.max_new_tokens)
-    return DecodingSettings(num_beams=beams, max_new_tokens=tokens, batch_size=limits.batch_size)
+    return ("greedy" if beams == 1 else "beam search"), beams, tokens
 
 
-def decoding_defaults(model, limits) -> tuple[str, int, int]:
-    """(decoding, beams, max new tokens): `default_settings` as the controls show them."""
-    settings = default_settings(model, limits)
-    return ("greedy" if settings.num_beams == 1 else "beam search"), settings.num_beams, settings.max_new_tokens
+def default_settings(model, limits) -> DecodingSettings:
+    """What the page starts with, and the arena's battles decode with."""
+    return check_decoding(*decoding_defaults(model, limits), limits)
 
 
 def check_decoding(decoding, num_beams, max_new_tokens, limits) -> DecodingSettings:
@@ -110,10 +110,10 @@ def split_sentences(text: str) -> tuple[list[str], list[str]]:
     return sentences, separators
 
 
-def split_long_sentences(sentences: list[str], separators: list[str], max_words: int):
-    """Sentences of more than `max_words` words in parts (`split_long_sentence`); (parts, separators, notice)."""
+def split_text(text: str, max_words: int) -> tuple[list[str], list[str], str]:
+    """Sentences of `text`, those of more than `max_words` words in parts; (parts, separators, notice)."""
     parts, part_separators, long = [], [], []
-    for sentence, separator in zip(sentences, separators, strict=True):
+    for sentence, separator in zip(*split_sentences(text), strict=True):
         pieces = split_long_sentence(sentence, max_words)
         if len(pieces) > 1:
             long.append((len(sentence.split()), len(pieces)))
@@ -137,9 +137,8 @@ CLAUSE_START = {"and", "but", "or", "while", "whereas", "as", "so", "then", "whi
 
 
 def split_long_sentence(sentence: str, max_words: int) -> list[str]:
-    """`sentence` in parts of at most `max_words` words: each ends at the last comma (;:–—) within its words, else
-    before the last "and" (but, while, which, …), else after `max_words` words; never shorter than a third of
-    `max_words` unless it is the last."""
+    """`sentence` in parts of at most `max_words` words, each ending at its last comma (;:–—), else before its
+    last "and" (but, while, …), else at `max_words`; never under a third of `max_words` but the last."""
     words = sentence.split()
     parts, start = [], 0
     while len(words) - start > max_words:
@@ -155,6 +154,22 @@ def split_long_sentence(sentence: str, max_words: int) -> list[str]:
 def join_sentences(sentences: list[str], separators: list[str]) -> str:
     """The inverse of `split_sentences` for translated sentences."""
     return "".join(sentence + separator for sentence, separator in zip(sentences, separators, strict=True)).strip()
+
+
+def check_reference(reference, limits) -> tuple[str, str]:
+    """(reference, notice): one too long to score is dropped, and said; InputError for one not text."""
+    if reference is None:
+        return "", ""
+    if not isinstance(reference, str):
+        return check_text(reference, "reference"), ""  # raises: not a string
+    lines = reference.count("\n") + 1
+    if len(reference) > limits.max_reference_chars or lines > limits.max_reference_lines:
+        return "", (
+            f"The reference has {len(reference):,} characters on {lines:,} lines; references of up to "
+            f"{limits.max_reference_chars:,} characters and {limits.max_reference_lines:,} lines are scored here, so "
+            "there are no scores. Use the File tab for longer texts."
+        )
+    return check_text(reference, "reference").strip(), ""
 
 
 def read_text(text, max_chars: int) -> tuple[str, str]:

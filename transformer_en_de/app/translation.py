@@ -23,15 +23,7 @@ from transformer_en_de.evaluation import sentence_scores
 
 from .out_of_depth import DepthCheck, check_depth
 from .serving import Budget, Busy, Cancelled, FairScheduler, Limits
-from .text_checks import (
-    InputError,
-    check_decoding,
-    check_text,
-    join_sentences,
-    read_text,
-    split_long_sentences,
-    split_sentences,
-)
+from .text_checks import InputError, check_decoding, check_reference, join_sentences, read_text, split_text
 from .translators import OURS_NAME, BackgroundTranslator, Translator
 
 OUT_OF_DEPTH = (
@@ -225,22 +217,6 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=comparison_advice(compared))
 
 
-def check_reference(reference, limits: Limits) -> tuple[str, str]:
-    """(reference, notice): one too long to score is dropped, and said; InputError for one not text."""
-    if reference is None:
-        return "", ""
-    if not isinstance(reference, str):
-        return check_text(reference, "reference"), ""  # raises: not a string
-    lines = reference.count("\n") + 1
-    if len(reference) > limits.max_reference_chars or lines > limits.max_reference_lines:
-        return "", (
-            f"The reference has {len(reference):,} characters on {lines:,} lines; references of up to "
-            f"{limits.max_reference_chars:,} characters and {limits.max_reference_lines:,} lines are scored here, so "
-            "there are no scores. Use the File tab for longer texts."
-        )
-    return check_text(reference, "reference").strip(), ""
-
-
 def refused(context: RequestContext, message: str) -> TextResult:
     return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=message)
 
@@ -269,7 +245,7 @@ def translate_with_settings(
         return refused(context, str(error))
     if not text:
         return refused(context, "Type an English sentence (or several) to translate.")
-    sentences, separators, in_parts = split_long_sentences(*split_sentences(text), limits.max_sentence_words)
+    sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
     result = TextResult(sentences, [], [notice for notice in (clipped, too_long, in_parts) if notice])
     try:
         plan, seconds = budget_plan(context, sentences, settings, limits.text)

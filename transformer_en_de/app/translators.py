@@ -202,7 +202,8 @@ class BackgroundTranslator:
         self.error: str | None = None
         self.started, self.done = time.monotonic(), False  # done: loaded, or failed for good
         options = dict(on_load=on_load, backend=backend, int8=int8)
-        threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True).start()
+        self._thread = threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True)
+        self._thread.start()
 
     def load(self, **options) -> None:
         try:

@@ -37,7 +37,7 @@ def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
         while process.poll() is None:
             try:
                 peak[0] = max(peak[0], harness.peak_rss_bytes(process.pid))
-            except OSError:  # it has just exited
+            except (OSError, RuntimeError):  # it has just exited (a zombie's status has no VmHWM)
                 break
             time.sleep(0.2)
 

@@ -22,9 +22,6 @@ import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
 
-from limits import RateLimitItemPerSecond
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 from starlette.datastructures import QueryParams
 
 from .http_answers import Open, RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
@@ -86,7 +83,7 @@ class Gate:
         self.readers = Open()  # the event streams being read and pages open, by session
         self.streams = Open()  # the responses open that stay open, by address
         self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)
-        self._buckets = MovingWindowRateLimiter(MemoryStorage())
+        self._buckets: OrderedDict[tuple, tuple[float, float]] = OrderedDict()  # bucket → (tokens, as of when)
         self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address of its latest call
         # Sessions seen lately, each its own key, and raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
@@ -97,9 +94,14 @@ class Gate:
         self.paces: dict[int, tuple[int, float]] = {}  # fn_index → (burst, per second)
 
     def _take(self, burst: int, per_second: float, *bucket) -> bool:
-        """One of `burst` calls within any `burst / per_second` seconds, for `bucket`; False if none is left."""
-        window = RateLimitItemPerSecond(burst, max(1, round(burst / per_second)))
-        return self._buckets.hit(window, *map(str, bucket))
+        """A token of `bucket` (`burst` at most, refilled at `per_second`), False if it is empty (lock held). A token
+        bucket: an address a script drained has a token again within 1 / `per_second`, where the `limits` library's
+        windows would refuse it for up to a whole window (hostile_clients: one session's views after the churn)."""
+        now = time.monotonic()
+        tokens, when = self._buckets.get(bucket, (float(burst), now))
+        tokens = min(burst, tokens + (now - when) * per_second)
+        self._keep_latest(self._buckets, bucket, (tokens - (tokens >= 1), now))
+        return tokens >= 1
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
         """Why a call of `session` from `address` may not enter Gradio's queue, in one line ("" if it may); a `counted`
@@ -137,8 +139,11 @@ class Gate:
 
     def paced(self, event: dict, address: str) -> str:
         """ "" if a call of `event` (its config) from `address` is within its pace, else why not in one line."""
-        if event["id"] not in self.paces or self._take(*self.paces[event["id"]], "pace", address, event["id"]):
+        if event["id"] not in self.paces:
             return ""
+        with self._lock:
+            if self._take(*self.paces[event["id"]], "pace", address, event["id"]):
+                return ""
         return (
             f"/{event.get('api_name') or 'this event'} was called from this address more often than "
             f"{self.paces[event['id']][1]:g} a second lately; this call was not started. Try again in a few seconds."

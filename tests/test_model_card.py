@@ -104,7 +104,7 @@ def test_card_of_a_deep_encoder_and_shallow_decoder_says_why_and_what_it_measure
         "cpu": "AMD EPYC, AVX512",
         "batch_32": 1.63,
         "batch_1": 1.44,
-        "command": "python -m benchmarks.model_speed old new --threads 1",
+        "command": "python -m benchmarks.shape_speed --free-running --candidate new --threads 1",
     }
     write_results(tmp_path, speed=speed)
     card = write_model_card(tmp_path, config=tiny_config(tiny_tokenizer, encoder_layers=6, decoder_layers=1))
@@ -113,7 +113,7 @@ def test_card_of_a_deep_encoder_and_shallow_decoder_says_why_and_what_it_measure
     assert "the decoder here has one layer." in card.text
     assert "1.63× the sentences a second of the 3 + 3 model shipped before (4 beams)" in card.text
     assert "1.44× one sentence at a time" in card.text and "(AMD EPYC, AVX512)" in card.text
-    assert "`python -m benchmarks.model_speed old new --threads 1`" in card.text
+    assert "`python -m benchmarks.shape_speed --free-running --candidate new --threads 1`" in card.text
     assert "@inproceedings{kasai2021deep," in card.text
 
     # without a measurement the card still says why, and claims no speed

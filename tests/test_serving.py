@@ -26,13 +26,19 @@ def visitor(session: str = "visitor") -> SimpleNamespace:
     return SimpleNamespace(session_hash=session)
 
 
-def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch):
+def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch, capsys):
     monkeypatch.setenv("LIMIT_HEAVY_JOBS", "3")
     parser = argparse.ArgumentParser()
     Limits.add_flags(parser)
     assert Limits.from_args(parser.parse_args([])) == Limits(heavy_jobs=3)
     chosen = Limits.from_args(parser.parse_args(["--text_seconds", "40", "--max_beams", "4"]))
     assert chosen == Limits(heavy_jobs=3, max_beams=4, text=Budget(cpu_seconds=8.0, seconds=40.0))
+    monkeypatch.setenv("LIMIT_MAX_BEAMS", "eight")
+    parser = argparse.ArgumentParser()
+    Limits.add_flags(parser)
+    with pytest.raises(SystemExit):  # a usage error naming the flag, not a traceback
+        parser.parse_args([])
+    assert "argument --max_beams: invalid int value: 'eight'" in capsys.readouterr().err
 
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():

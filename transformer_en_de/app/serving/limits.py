@@ -74,8 +74,9 @@ class Limits:
         """A flag per limit (a budget's two: --text_cpu_seconds, --text_seconds), its default LIMIT_<NAME> if set."""
         group = parser.add_argument_group("limits", "the server's limits (environment: LIMIT_<NAME>)")
         for name, default in flat(cls()).items():
-            default = type(default)(os.environ.get(f"LIMIT_{name.upper()}", default))
-            group.add_argument(f"--{name}", type=type(default), default=default, help="default %(default)s")
+            # argparse parses a string default as it parses the flag: a bad LIMIT_ value is a one-line usage error.
+            value = os.environ.get(f"LIMIT_{name.upper()}", default)
+            group.add_argument(f"--{name}", type=type(default), default=value, help="default %(default)s")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Limits":

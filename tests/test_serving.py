@@ -17,6 +17,7 @@ from test_app_server import free_port
 
 from benchmarks.load import Page, in_parallel
 from transformer_en_de.app.serving import Budget, Limits, Serving, start_in_thread
+from transformer_en_de.app.serving.limits import RateLimit
 
 REQUEST_SECONDS = 0.5
 
@@ -39,6 +40,17 @@ def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch, ca
     with pytest.raises(SystemExit):  # a usage error naming the flag, not a traceback
         parser.parse_args([])
     assert "argument --max_beams: invalid int value: 'eight'" in capsys.readouterr().err
+
+
+def test_a_rate_limit_refusal_takes_nothing_a_drained_key_refills_within_its_interval_and_keys_are_bounded():
+    now = [0.0]
+    rate = RateLimit(interval=0.5, burst=3, max_keys=2, clock=lambda: now[0])
+    assert [rate.take("script") for _ in range(3)] == [0.0] * 3
+    assert rate.take("script") == rate.take("script") == 0.5  # the second refusal waits no longer
+    now[0] += 0.5
+    assert rate.take("script") == 0.0 and rate.take("script") == 0.5
+    assert rate.take("visitor") == rate.take("another") == 0.0 and len(rate) == 2  # the least recent forgotten
+    assert rate.take("script") == 0.0  # forgotten: a full bucket again
 
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():

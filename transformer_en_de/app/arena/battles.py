@@ -15,6 +15,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, fields
 
+from ..serving.limits import RateLimit
 from .votes import Shown, Vote, VoteStore, check_choice
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
@@ -96,44 +97,6 @@ class BattleBook:
             self._open.popitem(last=False)
 
 
-class RateLimit:
-    """At most `burst` admissions at once per key, one more every `interval` seconds: a token bucket, kept as the time
-    it is full again (GCRA). A key whose bucket is full is forgotten, as it changes no answer; at most `max_keys`
-    are held. A refusal (`refused`) takes nothing."""
-
-    def __init__(self, interval: float, burst: float, max_keys: int, clock: Callable[[], float]):
-        self.interval, self.burst, self.max_keys, self.clock = interval, burst, max_keys, clock
-        self._full_at: OrderedDict[str, float] = OrderedDict()  # least recently admitted first
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._full_at)
-
-    def admit(self, key: str) -> None:
-        now = self.clock()
-        with self._lock:
-            while self._full_at and next(iter(self._full_at.values())) <= now:
-                self._full_at.popitem(last=False)
-            full_at = max(self._full_at.get(key, now), now)
-            wait = full_at - (self.burst - 1) * self.interval - now
-            if wait > 0:
-                raise self.refused(math.ceil(wait))
-            self._full_at.pop(key, None)
-            self._full_at[key] = full_at + self.interval
-            while len(self._full_at) > self.max_keys:  # a flood of keys: the least recent go early
-                self._full_at.popitem(last=False)
-
-    def give_back(self, key: str) -> None:
-        """Return `key`'s last admission (what it was for did not happen)."""
-        with self._lock:
-            if key in self._full_at:
-                self._full_at[key] -= self.interval
-
-    def refused(self, wait: int) -> Exception:
-        return BattleRefused(TOO_MANY_BATTLES.format(wait=wait))
-
-
 class VotePace(RateLimit):
     """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account: `cast_vote`), so the
     visitors behind one school's address are paced one by one."""
@@ -141,8 +104,9 @@ class VotePace(RateLimit):
     def __init__(self, min_seconds: float = 3.0, max_visitors: int = 100_000, clock=time.monotonic):
         super().__init__(min_seconds, 1, max_visitors, clock)
 
-    def refused(self, wait: int) -> Exception:
-        return VoteTooSoon(TOO_SOON.format(every=self.interval, wait=wait))
+    def admit(self, visitor: str) -> None:
+        if wait := self.take(visitor):
+            raise VoteTooSoon(TOO_SOON.format(every=self.interval, wait=math.ceil(wait)))
 
 
 class BattleRate(RateLimit):
@@ -152,6 +116,10 @@ class BattleRate(RateLimit):
 
     def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000, clock=time.monotonic):
         super().__init__(1 / per_second, burst, max_sources, clock)
+
+    def admit(self, source: str) -> None:
+        if wait := self.take(source):
+            raise BattleRefused(TOO_MANY_BATTLES.format(wait=math.ceil(wait)))
 
 
 class DailyAllowance:

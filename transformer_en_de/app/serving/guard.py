@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from starlette.datastructures import QueryParams
 
 from .http_answers import Open, RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
-from .limits import Limits
+from .limits import Limits, RateLimit
 from .uploads import file_values_problem, nested
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
@@ -83,7 +83,8 @@ class Gate:
         self.readers = Open()  # the event streams being read and pages open, by session
         self.streams = Open()  # the responses open that stay open, by address
         self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)
-        self._buckets: OrderedDict[tuple, tuple[float, float]] = OrderedDict()  # bucket → (tokens, as of when)
+        burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
+        self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
         self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address of its latest call
         # Sessions seen lately, each its own key, and raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
@@ -91,17 +92,7 @@ class Gate:
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
         self._lock = threading.Lock()
         self.counted: set[int] = set()  # the fn_index of each event whose calls count
-        self.paces: dict[int, tuple[int, float]] = {}  # fn_index → (burst, per second)
-
-    def _take(self, burst: int, per_second: float, *bucket) -> bool:
-        """A token of `bucket` (`burst` at most, refilled at `per_second`), False if it is empty (lock held). A token
-        bucket: an address a script drained has a token again within 1 / `per_second`, where the `limits` library's
-        windows would refuse it for up to a whole window (hostile_clients: one session's views after the churn)."""
-        now = time.monotonic()
-        tokens, when = self._buckets.get(bucket, (float(burst), now))
-        tokens = min(burst, tokens + (now - when) * per_second)
-        self._keep_latest(self._buckets, bucket, (tokens - (tokens >= 1), now))
-        return tokens >= 1
+        self.paces: dict[int, RateLimit] = {}  # fn_index → its calls' pace, by address
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
         """Why a call of `session` from `address` may not enter Gradio's queue, in one line ("" if it may); a `counted`
@@ -110,8 +101,7 @@ class Gate:
         with self._lock:
             if session is None or session not in self._known:
                 kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
-                burst, rate = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
-                if not self._take(burst, rate, "new", address, kind):
+                if self.new_sessions.take((address, kind)):
                     return (
                         "Too many new sessions from this address at once; this call was not started. Try again in a "
                         "few seconds."
@@ -134,19 +124,17 @@ class Gate:
         return ""
 
     def pace(self, event, burst: int, per_second: float):
-        self.paces[event["id"]] = (burst, per_second)
+        self.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
         return event
 
     def paced(self, event: dict, address: str) -> str:
         """ "" if a call of `event` (its config) from `address` is within its pace, else why not in one line."""
-        if event["id"] not in self.paces:
+        pace = self.paces.get(event["id"])
+        if pace is None or not pace.take(address):
             return ""
-        with self._lock:
-            if self._take(*self.paces[event["id"]], "pace", address, event["id"]):
-                return ""
         return (
             f"/{event.get('api_name') or 'this event'} was called from this address more often than "
-            f"{self.paces[event['id']][1]:g} a second lately; this call was not started. Try again in a few seconds."
+            f"{1 / pace.interval:g} a second lately; this call was not started. Try again in a few seconds."
         )
 
     @staticmethod

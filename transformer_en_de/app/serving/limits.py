@@ -1,10 +1,55 @@
 """The server's limits in one object, `Limits`: each is a command-line flag of app.py (`Limits.add_flags`), whose
 default is the environment variable LIMIT_<NAME> if set, else the value here (measured on the shipped model, one core).
+`RateLimit` is the token bucket the front and the arena pace their clients with.
 """
 
 import argparse
 import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+
+
+class RateLimit:
+    """Per key, `burst` admissions at once and one more every `interval` seconds: a token bucket, kept as the time it
+    is full again (GCRA). A key a script drained has a token again within `interval`, where a window (the `limits`
+    library's) would refuse it for up to a whole window (hostile_clients: one session's views after the churn). A full
+    bucket changes no answer and is forgotten; at most `max_keys` are held, the least recently admitted go first."""
+
+    def __init__(
+        self, interval: float, burst: float, max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ):
+        self.interval, self.burst, self.max_keys, self.clock = interval, burst, max_keys, clock
+        self._full_at: OrderedDict[Hashable, float] = OrderedDict()  # least recently admitted first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._full_at)
+
+    def take(self, key: Hashable) -> float:
+        """The seconds `key` must wait for a token: 0.0 when it had one and took it (a refusal takes nothing)."""
+        now = self.clock()
+        with self._lock:
+            while self._full_at and next(iter(self._full_at.values())) <= now:
+                self._full_at.popitem(last=False)
+            full_at = max(self._full_at.get(key, now), now)
+            wait = full_at - (self.burst - 1) * self.interval - now
+            if wait > 0:
+                return wait
+            self._full_at.pop(key, None)
+            self._full_at[key] = full_at + self.interval
+            while len(self._full_at) > self.max_keys:  # a flood of keys: the least recent go early
+                self._full_at.popitem(last=False)
+        return 0.0
+
+    def give_back(self, key: Hashable) -> None:
+        """Return `key`'s last token (what it was for did not happen)."""
+        with self._lock:
+            if key in self._full_at:
+                self._full_at[key] -= self.interval
 
 
 @dataclass(frozen=True)

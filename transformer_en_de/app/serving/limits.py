@@ -9,7 +9,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 
 class RateLimit:
@@ -52,90 +52,96 @@ class RateLimit:
                 self._full_at[key] -= self.interval
 
 
+def limit(default, help: str):
+    """A field of `Limits` (or `Budget`) whose `help` says what it bounds: its flag's help."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class Budget:
-    """What one request may take: estimated CPU seconds of decoding (`decoding/budget.py`), and seconds on the clock
-    from its arrival (at 80% it starts no new batch, at 100% the batch in progress ends)."""
+    """What one request may take."""
 
-    cpu_seconds: float
-    seconds: float
+    cpu_seconds: float = field(metadata={"help": "estimated CPU seconds of decoding (decoding/budget.py)"})
+    seconds: float = field(
+        metadata={"help": "seconds from its arrival (at 80% it starts no new batch, at 100% the batch ends)"}
+    )
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_beams: int = 8
-    max_new_tokens: int = 255
-    max_input_chars: int = 3_000  # a longer text is cut (and says so)
-    max_reference_chars: int = 10_000  # a longer reference is not scored (a cut one would score wrong)
-    max_reference_lines: int = 200
-    # Every body but an upload's: 3,000 characters of emoji, JSON-escaped, are 36 kB; a reference at its limit 120 kB.
-    max_body_bytes: int = 256_000
-    max_sentence_words: int = 30  # longer sentences are translated in parts (trained on up to ~40 words)
-    max_file_bytes: int = 1_000_000  # also the server's upload cap
-    max_file_lines: int = 2_000
-    text: Budget = Budget(cpu_seconds=8.0, seconds=25.0)  # 3,000 characters in 30-word parts at 8 beams: ~7 s
-    file: Budget = Budget(cpu_seconds=60.0, seconds=120.0)
-    batch_size: int = 8  # sentences per engine batch
-    # A request estimated above this is heavy: only `heavy_jobs` of those at once, more refused (scheduler.py).
-    ordinary_cpu_seconds: float = 1.5
-    heavy_jobs: int = 2
-    score_seconds_per_char: float = 2.5e-6  # sacreBLEU's BLEU and chrF on one core, counted against the budget
-    # Gradio's queue: callbacks at once for translations and for side work (together under the 40 a mounted page runs,
-    # less two for events outside the groups: `__init__.py`), and calls waiting beyond them.
-    concurrent_jobs: int = 24
-    side_jobs: int = 14
-    queue_size: int = 128
-    # A call nobody reads within this long of its arrival is dropped; a running one stops after the grace.
-    stream_wait_seconds: float = 2.0
-    unread_grace_seconds: float = 5.0
-    # An address with this many event streams whose send waits this long gets no side work until it reads them.
-    stalled_send_seconds: float = 10.0  # a 200 kB view drains in 5 s over a slow mobile link
-    stalled_streams_per_address: int = 8
-    memory_sweep_seconds: float = 60.0  # glibc's free heap is given back this often
-    own_pages_bytes: int = 262_144  # blocks this large get pages of their own, returned when freed
-    # New sessions per address: a class opening the page is within the burst; a loop cannot push out Gradio's 10,000.
-    new_sessions_per_address_per_second: float = 2.0
-    new_sessions_per_address_burst: int = 100
-    # Leaderboard reads per address: 45 a second from one address held the event loop from a visitor's translation.
-    board_reads_per_address_burst: int = 60
-    board_reads_per_address_per_second: float = 1.0
-    calls_per_session: int = 1  # queued or running: a page runs one at a time
-    files_per_upload: int = 4
-    uploads_in_progress_per_address: int = 4
-    uploads_per_address: int = 100
-    upload_bytes_per_address: int = 50_000_000
-    upload_total_bytes: int = 200_000_000
-    upload_block_bytes: int = 4_096  # what the smallest file costs the disk
-    upload_disk_margin_bytes: int = 100_000_000  # free disk an upload must leave
-    upload_seconds: float = 900.0  # how long an upload is kept
-    max_connections: int = 10_000  # past them a request is answered 503
-    request_seconds: float = 30.0  # to send a whole body: 1 MB at 300 kbit/s
-    keep_alive_seconds: float = 5.0
-    max_header_bytes: int = 16_384
-    streams_per_address: int = 256  # responses that stay open: a class of 30 holds about 60
+    max_beams: int = limit(8, "beams a request may ask for")
+    max_new_tokens: int = limit(255, "tokens of a sentence's translation")
+    max_input_chars: int = limit(3_000, "characters of a text; a longer one is cut (and says so)")
+    max_reference_chars: int = limit(10_000, "characters of a reference; a longer one is not scored (nor cut)")
+    max_reference_lines: int = limit(200, "lines of a reference")
+    # 3,000 characters of emoji, JSON-escaped, are 36 kB; a reference at its limit 120 kB.
+    max_body_bytes: int = limit(256_000, "bytes of a request's body, an upload's aside")
+    max_sentence_words: int = limit(30, "words of a sentence; a longer one is translated in parts (trained: ~40)")
+    max_file_bytes: int = limit(1_000_000, "bytes of a file to translate, also the server's upload cap")
+    max_file_lines: int = limit(2_000, "lines of a file to translate")
+    text: Budget = limit(Budget(8.0, 25.0), "a text's request (3,000 characters in 30-word parts at 8 beams: ~7 s)")
+    file: Budget = limit(Budget(60.0, 120.0), "a file's request")
+    batch_size: int = limit(8, "sentences per engine batch")
+    ordinary_cpu_seconds: float = limit(1.5, "estimated CPU seconds past which a request is heavy (scheduler.py)")
+    heavy_jobs: int = limit(2, "heavy requests at once; more are refused")
+    score_seconds_per_char: float = limit(2.5e-6, "sacreBLEU's BLEU and chrF on one core, counted against the budget")
+    # With side_jobs under the 40 a mounted page runs, less two for events outside the groups (`__init__.py`).
+    concurrent_jobs: int = limit(24, "translations' callbacks at once in Gradio's queue")
+    side_jobs: int = limit(14, "side work's callbacks at once in Gradio's queue, in slots of their own")
+    queue_size: int = limit(128, "calls waiting in Gradio's queue beyond the callbacks running")
+    stream_wait_seconds: float = limit(2.0, "a call nobody reads within this long of its arrival is dropped")
+    unread_grace_seconds: float = limit(5.0, "a running call nobody reads any more stops after this long")
+    # A 200 kB view drains in 5 s over a slow mobile link.
+    stalled_send_seconds: float = limit(10.0, "a send to an event stream that waits this long is stalled")
+    stalled_streams_per_address: int = limit(8, "stalled sends of an address past which it gets no side work")
+    memory_sweep_seconds: float = limit(60.0, "glibc's free heap is given back this often")
+    own_pages_bytes: int = limit(262_144, "blocks this large get pages of their own, returned when freed")
+    new_sessions_per_address_per_second: float = limit(2.0, "new sessions an address may open a second past its burst")
+    # A class opening the page is within the burst; a loop cannot push out Gradio's 10,000.
+    new_sessions_per_address_burst: int = limit(100, "new sessions an address may open at once")
+    # 45 a second from one address held the event loop from a visitor's translation.
+    board_reads_per_address_burst: int = limit(60, "leaderboard reads of an address at once")
+    board_reads_per_address_per_second: float = limit(1.0, "leaderboard reads of an address a second past its burst")
+    calls_per_session: int = limit(1, "calls of a session queued or running (a page runs one at a time)")
+    files_per_upload: int = limit(4, "files in one upload")
+    uploads_in_progress_per_address: int = limit(4, "uploads an address may be sending at once")
+    uploads_per_address: int = limit(100, "uploads an address may keep")
+    upload_bytes_per_address: int = limit(50_000_000, "bytes of uploads an address may keep")
+    upload_total_bytes: int = limit(200_000_000, "bytes of uploads the server keeps")
+    upload_block_bytes: int = limit(4_096, "what the smallest file costs the disk")
+    upload_disk_margin_bytes: int = limit(100_000_000, "free disk an upload must leave")
+    upload_seconds: float = limit(900.0, "seconds an upload is kept")
+    max_connections: int = limit(10_000, "connections at once; past them a request is answered 503")
+    request_seconds: float = limit(30.0, "seconds to send a whole body (1 MB at 300 kbit/s)")
+    keep_alive_seconds: float = limit(5.0, "seconds an idle connection is kept open")
+    max_header_bytes: int = limit(16_384, "bytes of a request's headers")
+    streams_per_address: int = limit(256, "responses an address holds open (streams, downloads): a class of 30, ~60")
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
         """A flag per limit (a budget's two: --text_cpu_seconds, --text_seconds), its default LIMIT_<NAME> if set."""
         group = parser.add_argument_group("limits", "the server's limits (environment: LIMIT_<NAME>)")
-        for name, default in flat(cls()).items():
+        for name, default, help in flags(cls()):
             # argparse parses a string default as it parses the flag: a bad LIMIT_ value is a one-line usage error.
             value = os.environ.get(f"LIMIT_{name.upper()}", default)
-            group.add_argument(f"--{name}", type=type(default), default=value, help="default %(default)s")
+            help = help.replace("%", "%%") + " (default %(default)s)"
+            group.add_argument(f"--{name}", type=type(default), default=value, help=help)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Limits":
-        values = {name: getattr(args, name) for name in flat(cls())}
+        values = {name: getattr(args, name) for name, _, _ in flags(cls())}
         for name, default in vars(cls()).items():
             if isinstance(default, Budget):
                 values[name] = Budget(values.pop(f"{name}_cpu_seconds"), values.pop(f"{name}_seconds"))
         return cls(**values)
 
 
-def flat(limits: Limits) -> dict:
-    """Every limit by its flag's name, a budget's parts after it."""
-    values = {}
-    for name, value in vars(limits).items():
-        parts = vars(value) if isinstance(value, Budget) else {"": value}
-        values.update({f"{name}_{part}".rstrip("_"): part_value for part, part_value in parts.items()})
-    return values
+def flags(limits: Limits):
+    """(flag name, value, help) of every limit, a budget's parts after it."""
+    for item in fields(limits):
+        value, help = getattr(limits, item.name), item.metadata["help"]
+        if isinstance(value, Budget):
+            for part in fields(value):
+                yield f"{item.name}_{part.name}", getattr(value, part.name), f"{help}: {part.metadata['help']}"
+        else:
+            yield item.name, value, help

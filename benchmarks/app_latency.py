@@ -1,13 +1,13 @@
 """Latency and throughput of the running app: one sentence through the "translate" endpoint with gradio_client.
 
-Per backend in `--backends`, its own `python app.py` (no comparison model unless `--comparison_models`): the start-up
-to a page that answers, p50 / p95 of sequential one-sentence requests (test_2016_flickr, the shipped folder's beams,
-128 new tokens), and sentences/s with `--clients` clients at once (the app queues them). A random model of the shipped
-size is served when the shipped folder is absent, and the figures say so.
+Per backend, its own `python app.py` (no comparison model unless `--comparison_models`): the start-up to a page that
+answers, p50 / p95 of sequential one-sentence requests (test_2016_flickr), and sentences/s with `--clients` clients at
+once (the app queues them). A random model of the shipped size is served when the shipped folder is absent.
 
     taskset -c 1 python -m benchmarks.app_latency --threads 1 [--backends torch ctranslate2] [--quick]
 """
 
+import itertools
 import os
 import statistics
 import tempfile
@@ -26,8 +26,8 @@ def options(parser):
     parser.add_argument("--max-new-tokens", type=int, default=load.PAGE_TOKENS, help="default: the page's")
 
 
-def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> dict:
-    """One server with `backend`: its start-up, sequential latencies and concurrent throughput."""
+def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> list:
+    """One server with `backend`: [start-up s, p50 s, p95 s, sequential sentences/s, concurrent sentences/s]."""
     from gradio_client import Client
 
     options = ["--model", model_folder, "--backend", backend, "--comparison-models", *args.comparison_models]
@@ -36,17 +36,16 @@ def measure(args, model_folder: Path, english: list[str], backend: str, requests
         startup = time.perf_counter() - launched
 
         def call(client, sentence):
-            decoding = ("beam search", args.num_beams, args.max_new_tokens, "")
-            return client.predict(sentence, *decoding, api_name="/translate")
+            return client.predict(
+                sentence, "beam search", args.num_beams, args.max_new_tokens, "", api_name="/translate"
+            )
 
-        client, latencies = Client(url, verbose=False), []
+        client, timings = Client(url, verbose=False), harness.Timings()
         call(client, english[0])  # warm-up: first decoding, first request through the queue
         for sentence in english[:requests]:
-            start = time.perf_counter()
-            call(client, sentence)
-            latencies.append(time.perf_counter() - start)
+            timings.time(lambda sentence=sentence: call(client, sentence))
 
-        clients, turns = [Client(url, verbose=False) for _ in range(args.clients)], iter(range(args.clients))
+        clients, turns = [Client(url, verbose=False) for _ in range(args.clients)], itertools.count()
 
         def send():  # each thread its client and its sentences
             turn = next(turns)
@@ -56,16 +55,12 @@ def measure(args, model_folder: Path, english: list[str], backend: str, requests
 
         start = time.perf_counter()
         outcomes = load.in_parallel(args.clients, send)
-        concurrent = time.perf_counter() - start
+        concurrent = args.clients * per_client / (time.perf_counter() - start)
         if outcomes["answered"] != args.clients:
             raise RuntimeError(f"concurrent clients failed: {load.counted(outcomes)}")
-    return dict(
-        startup=startup,
-        p50=statistics.median(latencies),
-        p95=statistics.quantiles(latencies, n=20, method="inclusive")[18],
-        sequential=requests / sum(latencies),
-        concurrent=args.clients * per_client / concurrent,
-    )
+    latencies = timings.wall
+    p95 = statistics.quantiles(latencies, n=20, method="inclusive")[18]
+    return [startup, statistics.median(latencies), p95, requests / sum(latencies), concurrent]
 
 
 def main():
@@ -81,11 +76,11 @@ def main():
         f"beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, test_2016_flickr sentences; {requests} "
         f"sequential requests; {args.clients} clients x {per_client} requests at once"
     )
-    first = figures[args.backends[0]]["concurrent"]
+    first = figures[args.backends[0]][-1]
     rows = [
-        [backend, f"{f['startup']:.1f}", f"{1000 * f['p50']:.0f}", f"{1000 * f['p95']:.0f}", f"{f['sequential']:.1f}"]
-        + [f"{f['concurrent']:.1f}", f"{f['concurrent'] / first:.2f}x"]
-        for backend, f in figures.items()
+        [backend, f"{startup:.1f}", f"{1000 * p50:.0f}", f"{1000 * p95:.0f}", f"{sequential:.1f}", f"{concurrent:.1f}"]
+        + [f"{concurrent / first:.2f}x"]
+        for backend, (startup, p50, p95, sequential, concurrent) in figures.items()
     ]
     header = ["backend", "start-up (s)", "p50 (ms)", "p95 (ms)", "sequential (sent/s)"]
     harness.print_table(header + [f"{args.clients} clients (sent/s)", f"vs {args.backends[0]}"], rows)

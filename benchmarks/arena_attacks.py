@@ -2,8 +2,7 @@
 lost when the database is locked, and what does the leaderboard cost on 100,000 votes?
 
 `python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), trusting
-127.0.0.1 as its proxy so that each client names its address in X-Forwarded-For, as a Space's proxy does.
-`--sections`:
+127.0.0.1 as its proxy: each client names its address in X-Forwarded-For, as behind a Space's proxy. `--sections`:
 - flood: `--script_sessions` sessions of one address battle and vote for the nonsense as fast as the app lets them
   (`--script_waits`: each waits as long as a reader), while 4 honest visitors of another read each battle (`--read`
   s) and vote for the better translation every 10 s, and the ordinary visitor translates, for `--seconds`. A pass:
@@ -122,7 +121,8 @@ def ordinary_visits(url: str, seconds: float) -> list[float]:
 
 
 def report_visitor(latencies: list[float], more: str = "") -> None:
-    print(f"ordinary visitor: {load.latencies_line(latencies)}{more}")
+    p50, p95, most = load.seconds_row(latencies)
+    print(f"ordinary visitor: {len(latencies)} translations, median {p50} s, p95 {p95} s, max {most} s{more}")
     print("its latencies in order (s):", " ".join(f"{latency:.1f}" for latency in latencies))
 
 
@@ -149,11 +149,8 @@ def flood(url: str, votes_db: Path, args) -> None:
 def readers(url: str, server, args, pages: int = 60) -> None:
     """`pages` pages (one address) read the leaderboard back to back while the honest visitors vote (the board
     changes every few seconds) and the ordinary visitor translates."""
-    before, fn_index, until = (
-        load.rss_mib(server.pid),
-        load.events(url)[0]["leaderboard"],
-        time.monotonic() + args.seconds,
-    )
+    before, fn_index = load.rss_mib(server.pid), load.events(url)[0]["leaderboard"]
+    until = time.monotonic() + args.seconds
     honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
 
     def reader():
@@ -168,10 +165,11 @@ def readers(url: str, server, args, pages: int = 60) -> None:
     reading = load.in_background(lambda: load.counted(load.in_parallel(pages, reader)))
     latencies = ordinary_visits(url, args.seconds)
     read, _ = reading(), honest()
+    told = dict(honest.outcomes.most_common(3))
     print(
         f"## readers: {pages} pages reading the leaderboard back to back for {args.seconds:g} s: {read} reads; ", end=""
     )
-    print(f"honest told: {dict(honest.outcomes.most_common(3))}")
+    print(f"honest told: {told}")
     report_visitor(latencies, f"; server {before:.0f} -> {load.rss_mib(server.pid):.0f} MiB")
 
 

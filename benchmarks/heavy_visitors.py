@@ -1,12 +1,10 @@
 """Heavy visitors against the running app: do ordinary visitors still get their translations quickly?
 
-`python app.py` (our model only, offline) on 127.0.0.1, driven by gradio_client: a heavy visitor with two tabs sends
-3,000 capitals without a full stop at the most beams and tokens (the text that made the model loop until its bound),
-again on each answer, for `--heavy-seconds`, and `--flood` more requests at once from its first tab; meanwhile the
-ordinary visitor (`load.Visitor`) translates one sentence at a time, `--pause` s apart. It prints the ordinary p50 /
-p95 / max and failures (a pass: none, and about a second), the heavy requests' times (cut at the time limit), how the
-flood was answered, and the server's CPU seconds beside the wall clock. `--busy N` adds N processes spinning on the
-same cores (other tenants of a shared machine).
+`python app.py` (our model only, offline) driven by gradio_client: a heavy visitor with two tabs sends 3,000 capitals
+without a full stop at the most beams and tokens (the text that made the model loop until its bound), again on each
+answer, for `--heavy-seconds`, and `--flood` more requests at once from its first tab; meanwhile the ordinary visitor
+(`load.Visitor`) translates one sentence at a time. A pass: no ordinary failure, and about a second. `--busy N` adds N
+processes spinning on the same cores (other tenants of a shared machine).
 
     taskset -c 1 python -m benchmarks.heavy_visitors --threads 1 [--backends torch ctranslate2] [--quick]
 """
@@ -70,7 +68,7 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
         flood = [tabs[0].submit(s, *load.ORDINARY[1:], api_name="/translate") for s in sentences[: args.flood]]
         latencies, failures, turn = [], 0, 1
         while any(thread.is_alive() for thread in threads) and time.monotonic() < started + args.seconds:
-            more, failed = visitor.visit(sentences[turn % len(sentences) : turn % len(sentences) + 1], args.pause)
+            more, failed = visitor.visit([sentences[turn % len(sentences)]], args.pause)
             latencies, failures, turn = latencies + more, failures + failed, turn + 1
         for thread in threads:
             thread.join(timeout=max(started + args.seconds - time.monotonic(), 1))

@@ -1,13 +1,11 @@
 """Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
 translation, and do the server's memory and upload folder stay bounded?
 
-`python app.py --backend ...` on 127.0.0.1. Per attack (the functions below, in the order of `attacks()`; those that
-spend the address's quotas of uploads and sessions come late, so that each earlier one is refused for what it is) the
-attackers start and the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences at the page's defaults, going on
-while an attack that ends by itself runs. Printed: the visitor's p50 / p95 / max and failures, what the attackers got,
-the server's RSS and upload folder. A pass: no visitor failure, latencies of about a second (more on a shared core),
-each attack refused for what it is, memory bounded, no traceback in the server log. `--split-cores`: the server and
-the visitor on the first core, the attackers on the others.
+Per attack (in the order of `attacks()`: those that spend the address's quotas of uploads and sessions come late, so
+that each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences at
+the page's defaults, going on while an attack that ends by itself runs. A pass: no visitor failure, latencies of about a
+second (more on a shared core), each attack refused for what it is, memory bounded, no traceback in the server log.
+`--split-cores`: the server and the visitor on the first core, the attackers on the others.
 
     OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
     [--attacks "queue flood" "slow bodies"] [--split-cores]
@@ -82,6 +80,9 @@ class Target:
     def upload(self, name: str, content) -> httpx.Response:
         return self.http.post(f"{self.url}gradio_api/upload", files={"files": (name, content, "text/plain")})
 
+    def post(self, route: str, body) -> httpx.Response:
+        return load.post(self.http, self.url, route, body)
+
     def inside(self, sentence: str = SENTENCE) -> list:
         return [sentence, "beam search", BEAMS, PAGE_TOKENS]
 
@@ -109,7 +110,7 @@ def file_job(target: Target):
 def session_eviction(target: Target):
     """New sessions in a loop while a visitor's greedy file job runs: the visitor's session must not be pushed out."""
     job = target.file_job("greedy", 1, 64)
-    stop_flood = attackers(*[lambda: load.raw_translate(target.http, target.url, TINY)] * 4)
+    stop_flood = attackers(*[partial(load.raw_translate, target.http, target.url, TINY)] * 4)
 
     def stop():
         flooded = stop_flood()
@@ -172,7 +173,7 @@ def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3)
 def inside_redraws(target: Target, sessions: int = 15):
     """`sessions` pages that looked inside, each keeping 3 redraws of its pictures in flight."""
     stopped = threading.Event()
-    stop_pages = attackers(*[lambda: redraw_session(target, stopped)] * sessions, repeat=False)
+    stop_pages = attackers(*[partial(redraw_session, target, stopped)] * sessions, repeat=False)
 
     def stop():
         stopped.set()
@@ -297,7 +298,6 @@ def held_heartbeats(target: Target, count: int = 1_000):
 
 def heavy(target: Target):
     """16 heavy raw calls (read), 4 file jobs never read, one 5 MB reference: each once, at once."""
-    http, url = target.http, target.url
 
     def file_job_never_read():
         with open(target.source, "rb") as handle:
@@ -305,47 +305,38 @@ def heavy(target: Target):
         if uploaded.status_code != 200:
             return f"upload HTTP {uploaded.status_code}"
         payload = {"path": uploaded.json()[0], "meta": {"_type": "gradio.FileData"}}
-        answer = load.post(http, url, "call/translate_file", {"data": [payload, None, "beam search", 8, 255]})
+        answer = target.post("call/translate_file", {"data": [payload, None, "beam search", 8, 255]})
         return f"file job HTTP {answer.status_code}, never read"
 
     def huge_reference():
         reference = "Ein Mann in einer blauen Jacke repariert ein Fahrrad. " * 92_600  # 5 MB
-        answer = load.post(http, url, "call/translate", {"data": ["A man.", "greedy", 1, 8, reference]})
+        answer = target.post("call/translate", {"data": ["A man.", "greedy", 1, 8, reference]})
         return f"5 MB reference HTTP {answer.status_code}"
 
-    heavy_raw = partial(load.raw_translate, http, url, HEAVY)
+    heavy_raw = partial(load.raw_translate, target.http, target.url, HEAVY)
     return attackers(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference, repeat=False)
 
 
-def server_files(target: Target):
-    """Server files (a torch library among them) named as file values on every call route, with every fn_index;
-    "read" counts an answer that is not a refusal."""
-    torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
-    files = [*SERVER_FILES, str(torch_lib)]
-
-    def server_file():
-        number = next(target.turn)
-        path, (route, body) = files[number % len(files)], FILE_ROUTES[number // 7 % len(FILE_ROUTES)]
-        value = {"path": path, "meta": {"_type": "gradio.FileData"}}
-        answer = load.post(target.http, target.url, route, body(value) | {"fn_index": number // 28 % 8})
-        return "read" if answer.status_code == 200 else load.one_line(answer)
-
-    return attackers(*[server_file] * 4)
+def server_file(target: Target, files: list[str]) -> str:
+    """A server file named as a file value, every file on every call route, with every fn_index: "read" counts an
+    answer that is not a refusal."""
+    number = next(target.turn)
+    path, (route, body) = files[number % len(files)], FILE_ROUTES[number // 7 % len(FILE_ROUTES)]
+    answer = target.post(
+        route, body({"path": path, "meta": {"_type": "gradio.FileData"}}) | {"fn_index": number // 28 % 8}
+    )
+    return "read" if answer.status_code == 200 else load.one_line(answer)
 
 
-def odd_reads(target: Target):
-    """Streams of unknown sessions; a stored file downloaded with several ranges, by both of Gradio's file routes."""
-
-    def odd_read():
-        number = next(target.turn)
-        if number % 3 == 1:
-            stream = target.http.get(f"{target.url}gradio_api/queue/data", params={"session_hash": f"nobody-{number}"})
-            return load.one_line(stream)
-        form = "file=" if number % 3 == 0 else "file/"
-        answer = target.http.get(f"{target.url}gradio_api/{form}{target.stored[0]}", headers={"Range": "bytes=0-0,5-9"})
-        return f"ranges on {form}<path> HTTP {answer.status_code}"
-
-    return attackers(*[odd_read] * 4)
+def odd_read(target: Target) -> str:
+    """A stream of an unknown session, or a stored file downloaded with several ranges by one of Gradio's routes."""
+    number = next(target.turn)
+    if number % 3 == 1:
+        stream = target.http.get(f"{target.url}gradio_api/queue/data", params={"session_hash": f"nobody-{number}"})
+        return load.one_line(stream)
+    form = "file=" if number % 3 == 0 else "file/"
+    answer = target.http.get(f"{target.url}gradio_api/{form}{target.stored[0]}", headers={"Range": "bytes=0-0,5-9"})
+    return f"ranges on {form}<path> HTTP {answer.status_code}"
 
 
 def slow_links(target: Target, pages: int = 20, late: float = 4.0) -> str:
@@ -505,32 +496,34 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
     return stop
 
 
+def upload(target: Target) -> str:
+    """A 100 kB upload, each distinct (Gradio keeps one copy of identical uploads)."""
+    content = b"A dog runs in the park.\n" * 4_200 + f"\n{next(target.turn)}".encode()
+    return f"upload HTTP {target.upload('u.txt', content).status_code}"
+
+
+def bad_call(target: Target) -> str:
+    route, body = BAD_CALLS[next(target.turn) % len(BAD_CALLS)]
+    return load.one_line(target.post(route, body))
+
+
+def join_flood(target: Target) -> list[str]:
+    """A new session joining 3 ordinary /translate calls, never read."""
+    session = os.urandom(8).hex()
+    return [load.join(target.http, target.url, target.named["translate"], load.ORDINARY, session) for _ in range(3)]
+
+
 def attacks(target: Target, args) -> dict:
     """name -> start(), which starts the attack and returns its stop(), in the order they run. The floods are 4
     threads each: queue flood (3,000 capitals at beam 8, never read), starvation stream (tiny greedy calls without a
-    session, never read), busy clients (tiny calls, each thread its session, read), upload flood (100 kB files), bad
-    calls (unknown API names and fn_index, 100,000-deep JSON, a `load_example` that does not exist); join flood: 10 new
-    sessions a second for 15 s, each joining 3 ordinary /translate calls; session churn: 100 new sessions a second for
-    30 s, each joining the corpus comparison (neither read)."""
-    http, url, named = target.http, target.url, target.named
-    hundred_kb = b"A dog runs in the park.\n" * 4_200 + b"\n"
-    busy = [partial(load.raw_translate, http, url, TINY, session=f"tiny-{n}") for n in range(4)]
+    session, never read), busy clients (tiny calls, each thread its session, read); join flood: 10 new sessions a
+    second for 15 s; session churn: 100 new sessions a second for 30 s, each joining the corpus comparison, unread."""
+    raw = partial(load.raw_translate, target.http, target.url)
+    churn = partial(load.join, target.http, target.url, target.named["comparison"], [])
+    torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
 
-    def upload():  # Gradio keeps one copy of identical uploads: each is distinct
-        return f"upload HTTP {target.upload('u.txt', hundred_kb + f'{next(target.turn)}'.encode()).status_code}"
-
-    def bad_call():
-        route, body = BAD_CALLS[next(target.turn) % len(BAD_CALLS)]
-        return load.one_line(load.post(http, url, route, body))
-
-    def join_flood():
-        session = os.urandom(8).hex()
-        return [load.join(http, url, named["translate"], load.ORDINARY, session) for _ in range(3)]
-
-    churn = partial(load.join, http, url, named["comparison"], [])
-
-    def flooding(data):  # never read
-        return attackers(*[partial(load.raw_translate, http, url, data, read=False)] * 4)
+    def four(call, *arguments, **pace):
+        return attackers(*[partial(call, target, *arguments)] * 4, **pace)
 
     def beside(attack):  # an attack that returns its outcome in words
         return lambda: in_background(partial(attack, target))
@@ -540,21 +533,21 @@ def attacks(target: Target, args) -> dict:
         "file job": lambda: file_job(target),
         "inside redraws": lambda: inside_redraws(target),
         "largest inside views": beside(largest_inside_views),
-        "queue flood": lambda: flooding(HEAVY),
+        "queue flood": lambda: attackers(*[partial(raw, HEAVY, read=False)] * 4),
         "session eviction": lambda: session_eviction(target),
-        "starvation stream": lambda: flooding(TINY),
-        "busy clients": lambda: attackers(*busy),
+        "starvation stream": lambda: attackers(*[partial(raw, TINY, read=False)] * 4),
+        "busy clients": lambda: attackers(*[partial(raw, TINY, session=f"tiny-{n}") for n in range(4)]),
         "many files": beside(many_files),
         "trickled uploads": lambda: trickled_uploads(target),
-        "upload flood": lambda: attackers(*[upload] * 4),
+        "upload flood": lambda: four(upload),
         "slow connections": lambda: slow_connections(target, args.slow),
         "slow bodies": lambda: slow_bodies(target),
-        "bad calls": lambda: attackers(*[bad_call] * 4),
+        "bad calls": lambda: four(bad_call),
         "heavy": lambda: heavy(target),
-        "server files": lambda: server_files(target),
+        "server files": lambda: four(server_file, [*SERVER_FILES, str(torch_lib)]),
         "held heartbeats": lambda: held_heartbeats(target),
-        "odd reads": lambda: odd_reads(target),
-        "join flood": lambda: attackers(*[join_flood] * 4, rate=10, seconds=15, unit="sessions"),
+        "odd reads": lambda: four(odd_read),
+        "join flood": lambda: four(join_flood, rate=10, seconds=15, unit="sessions"),
         "session churn": lambda: attackers(*[churn] * 8, rate=100, seconds=30, unit="sessions"),
         "slow links": beside(slow_links),
         "churn then learners": beside(churn_then_learners),
@@ -568,56 +561,56 @@ def attacks(target: Target, args) -> dict:
     return chosen
 
 
-def run(model_folder: Path, sentences: list[str], args, scratch: Path) -> dict:
-    uploads, log = scratch / "gradio", scratch / "app.log"
-    cores = os.sched_getaffinity(0)
-    server_cores = {min(cores)} if args.split_cores and len(cores) > 1 else cores
-    client_cores = cores - server_cores or cores
-    options = ["--model", model_folder, "--comparison-models", "--backend", args.backend]
-    rows, memory, visitor = [], {}, None
-    serving = load.app_server(*options, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads))
-    with serving as (server, url):
-        os.sched_setaffinity(0, client_cores)  # this process and the visitor's
-        try:
-            # Split, the visitor is not on the attackers' cores (a browser elsewhere): beside the server (light work)
-            visitor = load.Visitor(url, cores=server_cores if args.split_cores else None)
-            visitor.visit(sentences[:1], 0.0)  # warm-up
-            memory["at start"] = (load.rss_mib(server.pid), load.folder_mb(uploads))
-            target = Target(url, scratch, server, log)
-            found = ", ".join(f"{fn_index} {name}" for fn_index, name in target.redraws) or "none"
-            print(
-                f"# /config: translate is fn_index {target.named.get('translate')}, comparison "
-                f"{target.named.get('comparison')}; the redraw events (private, 4 inputs): {found}"
-            )
-            for name, start in attacks(target, args).items():
-                if args.attacks and name not in args.attacks:
-                    continue
-                stop = start()
-                time.sleep(0.5)
-                latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], args.pause)
-                running, deadline = getattr(stop, "running", lambda: False), time.monotonic() + 600
-                while running() and time.monotonic() < deadline:  # an attack that ends by itself: visit until it does
-                    more, more_failures = visitor.visit(sentences[1:2], args.pause)
-                    latencies, failures = latencies + more, failures + more_failures
-                rows.append((name, latencies, failures, stop()))
-                memory[f"after {name}"] = (load.rss_mib(server.pid), load.folder_mb(uploads))
-        finally:
-            if visitor is not None:
-                visitor.close()
-    return dict(rows=rows, memory=memory, log=log.read_text(), cores=(server_cores, client_cores))
-
-
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     if args.quick:
         args.ordinary, args.slow = 3, 1_000
-    english, _ = harness.sample_sentences("test_2016_flickr", args.ordinary + 1)
-    with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
-        result = run(model_folder, english, args, Path(scratch))
-    server, clients = (", ".join(map(str, sorted(cores))) for cores in result["cores"])
-    for part in result["log"].split("Traceback")[1:]:  # what failed, to find it
+    sentences, _ = harness.sample_sentences("test_2016_flickr", args.ordinary + 1)
+    cores = os.sched_getaffinity(0)
+    server_cores = {min(cores)} if args.split_cores and len(cores) > 1 else cores
+    client_cores = cores - server_cores or cores
+    rows, told, memory = [], [], []
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        uploads, log = scratch / "gradio", scratch / "app.log"
+        model_folder, served = harness.model_folder_to_serve(args.model, scratch)
+        flags = ["--model", model_folder, "--comparison-models", "--backend", args.backend]
+        serving = load.app_server(
+            *flags, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads)
+        )
+        with serving as (server, url):
+            os.sched_setaffinity(0, client_cores)  # this process and the visitor's
+            # Split, the visitor is not on the attackers' cores (a browser elsewhere): beside the server (light work)
+            visitor = load.Visitor(url, cores=server_cores if args.split_cores else None)
+            try:
+                visitor.visit(sentences[:1], 0.0)  # warm-up
+                memory.append(["at start", f"{load.rss_mib(server.pid):,.0f}", f"{load.folder_mb(uploads):,.1f}"])
+                target = Target(url, scratch, server, log)
+                found = ", ".join(f"{fn_index} {name}" for fn_index, name in target.redraws) or "none"
+                print(
+                    f"# /config: translate is fn_index {target.named.get('translate')}, comparison "
+                    f"{target.named.get('comparison')}; the redraw events (private, 4 inputs): {found}"
+                )
+                for name, start in attacks(target, args).items():
+                    if args.attacks and name not in args.attacks:
+                        continue
+                    stop = start()
+                    time.sleep(0.5)
+                    latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], args.pause)
+                    running, deadline = getattr(stop, "running", lambda: False), time.monotonic() + 600
+                    while running() and time.monotonic() < deadline:  # an attack that ends by itself: visit on
+                        more, more_failures = visitor.visit(sentences[1:2], args.pause)
+                        latencies, failures = latencies + more, failures + more_failures
+                    rows.append([name, len(latencies), failures, *load.seconds_row(latencies)])
+                    told.append(f"# {name}: {stop()}")
+                    rss, size = load.rss_mib(server.pid), load.folder_mb(uploads)
+                    memory.append([f"after {name}", f"{rss:,.0f}", f"{size:,.1f}"])
+            finally:
+                visitor.close()
+        log = log.read_text()  # the server's output, read before its folder goes
+    for part in log.split("Traceback")[1:]:  # what failed, to find it
         print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
+    server, clients = (", ".join(map(str, sorted(cores))) for cores in (server_cores, client_cores))
     print(
         f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
         f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1; server on CPU {server}, clients on "
@@ -627,13 +620,10 @@ def main():
         f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam {BEAMS}, {PAGE_TOKENS} "
         f"tokens, {args.pause:g} s apart; a failure is an answer without a translation, with a notice, or an exception"
     )
-    rows = [[name, len(seconds), failures, *load.seconds_row(seconds)] for name, seconds, failures, _ in result["rows"]]
     harness.print_table(["attack", "requests", "failures", "p50 (s)", "p95 (s)", "max (s)"], rows)
-    for name, _, _, told in result["rows"]:
-        print(f"# {name}: {told}")
-    memory = [[when, f"{rss:,.0f}", f"{size:,.1f}"] for when, (rss, size) in result["memory"].items()]
+    for line in told:
+        print(line)
     harness.print_table(["server", "RSS (MiB)", "upload folder (MB)"], memory)
-    log = result["log"]
     print(
         f"# server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks, "
         f"{log.count('Too many open')} 'Too many open files'"

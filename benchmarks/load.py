@@ -1,10 +1,7 @@
 """The one load harness of the attack and load benchmarks (the app's tests import its page client from here).
 
-`app_server` starts `python app.py` on a free port and stops it; `Page` is a session as the browser runs it; `post`,
-`raw_translate`, `join`, `connections` and `states` are raw HTTP and socket clients; `attackers`, `in_background` and
-`in_parallel` run clients in threads and count what they got; `Visitor` is the ordinary visitor (gradio_client) in a
-process of its own, timing its translations. An attack returns a `stop()` that ends it and says in words what the
-attackers got; `stop.running()`, where it has one, says whether an attack that ends by itself is still going.
+An attack returns a `stop()` that ends it and says in words what the attackers got; `stop.running()`, where it has
+one, says whether an attack that ends by itself is still going.
 """
 
 import itertools
@@ -29,12 +26,10 @@ SENTENCE = "A dog runs in the park."
 PAGE_TOKENS = 128  # the page's default "max new tokens"
 
 
-def shipped_beams(folder: Path = SHIPPED_DIR) -> int:
-    """The beams the page offers by default: the shipped folder's, else those of the random model served without it."""
-    for name, key in (("eval_results.json", "decoding"), ("generation_config.json", None)):
-        if (folder / name).is_file():
-            record = json.loads((folder / name).read_text())
-            return (record.get(key) if key else record)["num_beams"]
+def shipped_beams() -> int:
+    """The beams the page offers by default: the shipped model's, else those of the random model served in its place."""
+    if (SHIPPED_DIR / "generation_config.json").is_file():
+        return json.loads((SHIPPED_DIR / "generation_config.json").read_text())["num_beams"]
     from types import SimpleNamespace
 
     from modeling import TransformerMTConfig
@@ -49,22 +44,27 @@ BEAMS = shipped_beams()
 ORDINARY = [SENTENCE, "beam search", BEAMS, PAGE_TOKENS, ""]  # /translate at the page's defaults
 
 
-# --- the server and what it uses ----------------------------------------------------------------------------------
+def pinned_to(cores: set[int] | None):
+    """A child's preexec_fn that pins it to `cores` (None: nothing to do)."""
+    return None if cores is None else lambda: os.sched_setaffinity(0, cores)
 
 
 @contextmanager
 def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[int] | None = None, **environment):
-    """`python app.py *options --port <free>` offline (output into `log`, else stderr; pinned to `cores`), up:
-    yields (process, url); stopped at the end."""
+    """`python app.py *options --port <free>` offline (output into `log`, else stderr), up: yields (process, url)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(threads))
     output = open(log, "w") if log else subprocess.DEVNULL
-    pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
     command = [sys.executable, str(ROOT / "app.py"), *map(str, options), "--port", str(port)]
     server = Popen(
-        command, cwd=ROOT, env=env | environment, stdout=output, stderr=output if log else None, preexec_fn=pinned
+        command,
+        cwd=ROOT,
+        env=env | environment,
+        stdout=output,
+        stderr=output if log else None,
+        preexec_fn=pinned_to(cores),
     )
     url, deadline = f"http://127.0.0.1:{port}/", time.monotonic() + 600
     try:
@@ -87,7 +87,6 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
 
 
 def rss_mib(pid: int) -> float:
-    """Resident memory of a process, MiB."""
     status = Path(f"/proc/{pid}/status").read_text()
     return next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
 
@@ -109,17 +108,9 @@ def seconds_row(latencies: list[float]) -> list[str]:
     return [f"{value:.2f}" for value in (statistics.median(latencies), p95, max(latencies))]
 
 
-def latencies_line(latencies: list[float]) -> str:
-    p50, p95, most = seconds_row(latencies)
-    return f"{len(latencies)} translations, median {p50} s, p95 {p95} s, max {most} s"
-
-
-# --- pages --------------------------------------------------------------------------------------------------------
-
-
 def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
-    """From /config: {api_name: fn_index} of the events a client may call by name, and [(fn_index, name)] of the Inside
-    tab's redraws (private events with 4 inputs: the session's view, kind, layer, head)."""
+    """From /config: {api_name: fn_index} of the named events, and [(fn_index, name)] of the Inside tab's redraws
+    (private events with 4 inputs: the session's view, kind, layer, head)."""
     named, redraws = {}, []
     for place, dependency in enumerate(httpx.get(f"{url}config", timeout=30).json()["dependencies"]):
         fn_index, name = dependency.get("id", place), dependency.get("api_name")
@@ -232,15 +223,11 @@ def in_parallel(count: int, target) -> Counter:
     return stop.outcomes
 
 
-# --- raw HTTP and socket clients ----------------------------------------------------------------------------------
-
-
 def post(http: httpx.Client, url: str, route: str, body, **headers) -> httpx.Response:
     """A POST to /gradio_api/`route` of a JSON body (bytes as they are, anything else encoded)."""
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return http.post(
-        f"{url}gradio_api/{route}", content=content, headers={"Content-Type": "application/json", **headers}
-    )
+    headers = {"Content-Type": "application/json", **headers}
+    return http.post(f"{url}gradio_api/{route}", content=content, headers=headers)
 
 
 def raw_translate(http: httpx.Client, url: str, data: list, session: str | None = None, read: bool = True) -> str:
@@ -282,15 +269,12 @@ def upload_from(url: str, peer: str, number: int) -> str:
 
 
 def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
-    """Up to `count` connections (from `peer`, a loopback address, if given), each sending `request` (bytes, or a
-    function of its number) and nothing more: as many as the machine lets open. A small `receive_buffer` makes a
-    reader that never reads."""
-    opened = []
+    """Up to `count` connections (from `peer` if given), each sending `request` (bytes, or a function of its number)
+    and nothing more: as many as the machine lets open. A small `receive_buffer` makes a reader that never reads."""
+    opened, port = [], int(url.rsplit(":", 1)[1].strip("/"))
     for number in range(count):
         try:
-            connection = socket.create_connection(
-                ("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), timeout=5, source_address=(peer or "", 0)
-            )
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(peer or "", 0))
             if receive_buffer:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             connection.sendall(request(number) if callable(request) else request)
@@ -316,9 +300,6 @@ def states(opened: list[socket.socket], close: bool = True, timeout: float = 0.0
         if close:
             connection.close()
     return found
-
-
-# --- attackers ----------------------------------------------------------------------------------------------------
 
 
 def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped: threading.Event | None = None):
@@ -365,7 +346,7 @@ def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped
 
 
 def in_background(target):
-    """`target()` (its outcome in words) once in a thread; the visitor visits until it has returned."""
+    """`target()` (its outcome in words) once in a thread; running until it has returned."""
     outcome = []
 
     def run():
@@ -385,29 +366,22 @@ def in_background(target):
     return stop
 
 
-# --- the ordinary visitor -----------------------------------------------------------------------------------------
-
-
 class Visitor:
     """The ordinary visitor in a process of its own, one gradio_client session for the whole run, as on a machine of
-    its own (attackers' threads in this process would hold its interpreter). `address`: the visitor's, in
-    X-Forwarded-For; `cores`: where its process runs."""
+    its own (attackers' threads in this process would hold its interpreter); `address`: its X-Forwarded-For."""
 
     def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
         code = "from benchmarks.load import visitor_process; visitor_process()"
         command = [sys.executable, "-c", code, url, *([address] if address else [])]
-        pinned = None if cores is None else lambda: os.sched_setaffinity(0, cores)
-        self.process = Popen(command, cwd=ROOT, stdin=PIPE, stdout=PIPE, text=True, preexec_fn=pinned)
+        self.process = Popen(command, cwd=ROOT, stdin=PIPE, stdout=PIPE, text=True, preexec_fn=pinned_to(cores))
 
     def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
         """Each sentence translated at the page's defaults, `pause` s apart: (latencies, failures)."""
         self.process.stdin.write(json.dumps({"sentences": sentences, "pause": pause}) + "\n")
         self.process.stdin.flush()
-        reply = self.process.stdout.readline()
-        if not reply:
+        if not (reply := self.process.stdout.readline()):
             raise RuntimeError("the visitor's process ended")
-        answer = json.loads(reply)
-        return answer["latencies"], answer["failures"]
+        return json.loads(reply)
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -415,8 +389,8 @@ class Visitor:
 
 
 def visitor_process() -> None:
-    """Each line on stdin {"sentences": [...], "pause": s} is answered by a line {"latencies": [...], "failures": n}. A
-    failure: an answer without a translation, with a notice, or an error."""
+    """Each line on stdin {"sentences": [...], "pause": s} is answered by a line [latencies, failures]. A failure: an
+    answer without a translation, with a notice, or an error."""
     from gradio_client import Client
 
     headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
@@ -438,4 +412,4 @@ def visitor_process() -> None:
                 failures += 1
             latencies.append(time.perf_counter() - began)
             time.sleep(asked["pause"])
-        print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)
+        print(json.dumps([latencies, failures]), flush=True)

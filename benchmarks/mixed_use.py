@@ -1,19 +1,16 @@
 """An hour of mixed ordinary use against the running app: does the server's memory stay flat once it is warm?
 
-The app started as `benchmarks.arena_attacks` starts it (a nonsense comparison system, 127.0.0.1 trusted as the proxy),
-with its own upload folder; for `--minutes`, page sessions (`load.Page`), each kind from its own address, open as a
-browser opens them (the page, /config, the corpus table, the status line, the first timer tick; 5 calls counted under
-"open"), and a visitor of the kind comes again a little after the last left: translators (`--translators`, a sentence
-every 3-8 s for 1-4 minutes), arena players (`--players`, battle, read 4-10 s, vote, for 2-5 minutes), an Inside user
-(a view, its pictures, three redraws, for 2-4 minutes), a leaderboard reader (every 20-40 s), and a file job every 30 s
-(`--file_lines` lines: upload, translate, download). A line a minute: RSS, threads, calls answered/failed per kind, the
-translators' median and largest latency; at the end the RSS at `--warm_up` minutes and at the end and the slope over
-the second half. A pass: no failed call, a flat slope (a few MiB a minute at most).
+The app as `benchmarks.arena_attacks` starts it, with its own upload folder. For `--minutes`, page sessions (each kind
+from its own address) open as a browser opens them (the page, /config, the corpus table, the status line, the first
+timer tick: 5 calls counted under "open"), and a visitor of the kind comes again a little after the last left:
+translators, arena players (battle, read, vote), an Inside user (a view, its pictures, three redraws), a leaderboard
+reader, and a file job every 30 s (upload, translate, download). A line a minute: RSS, threads, calls answered/failed
+per kind, the translators' median and largest latency; at the end the RSS at `--warm_up` minutes and at the end, and
+the slope over the second half. A pass: no failed call, a flat slope (a few MiB a minute at most).
 
-`--trace counts` has the server report (through a `sitecustomize` written here; app.py unchanged) at `--warm_up`
-minutes and at the end: glibc's heap, Gradio's sessions kept and the text their page values hold, the sizes of
-Gradio's and our containers, the object types grown, what `malloc_trim(0)` gives back. glibc's settings are tried as
-`MALLOC_ARENA_MAX=2 python -m ...`: the server inherits this environment.
+`--trace counts`: the server reports what it holds (glibc's heap, Gradio's sessions and containers, ours, the object
+types grown, what `malloc_trim(0)` gives back) at `--warm_up` minutes and at the end, through a `sitecustomize` written
+here (app.py unchanged). glibc's settings are tried as `MALLOC_ARENA_MAX=2 python -m ...`: the server inherits them.
 
     OMP_NUM_THREADS=1 nice -n 5 python -m benchmarks.mixed_use --threads 1 [--minutes 60] [--trace counts]
 """
@@ -46,6 +43,7 @@ IN_THE_SERVER = r'''
 """benchmarks.mixed_use --trace: a report into $MIXED_USE_TRACE.<n> at each SIGUSR1."""
 import ctypes, gc, os, signal, sys, threading
 from collections import Counter
+from collections.abc import Sized
 
 LIBC, asked, first = ctypes.CDLL("libc.so.6"), threading.Event(), {}
 FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
@@ -60,13 +58,8 @@ def heap():
 
 
 def sizes(owner):
-    found = {}
-    for name, value in vars(owner).items():
-        try:
-            found[name] = len(value)
-        except TypeError:
-            pass
-    return ", ".join(f"{name} {size:,}" for name, size in found.items() if size) or "all empty"
+    found = [(name, len(value)) for name, value in vars(owner).items() if isinstance(value, Sized)]
+    return ", ".join(f"{name} {size:,}" for name, size in found if size) or "all empty"
 
 
 def text_bytes(value, seen):
@@ -143,26 +136,23 @@ def options(parser):
 
 
 class Site:
-    """The running app as its visitors see it: its events, the sentences they type, and the tally of their calls
-    (answered and failed per kind and the translators' latencies since the last minute's line; over the whole run,
-    what the failed calls were told and every kind's seconds)."""
+    """The running app as its visitors see it, and the tally of their calls: answered and failed per kind and the
+    translators' latencies since the last minute's line; over the run, what failed calls were told, every kind's
+    seconds."""
 
     def __init__(self, url: str, sentences: list[str]):
         self.url, self.sentences, self.stopped, self.lock = url, sentences, threading.Event(), threading.Lock()
         self.calls, self.latencies, self.failures, self.seconds = Counter(), [], Counter(), {kind: [] for kind in KINDS}
         self.named, redraws = events(url)
         dependencies = httpx.get(f"{url}config", timeout=30).json()["dependencies"]
-        after_inside = {
-            d.get("id", n) for n, d in enumerate(dependencies) if d.get("trigger_after") == self.named["inside"]
-        }
+        found = [(d.get("id", n), d) for n, d in enumerate(dependencies)]
+        after_inside = {fn_index for fn_index, d in found if d.get("trigger_after") == self.named["inside"]}
         self.draw_inside = next(fn_index for fn_index, _ in redraws if fn_index in after_inside)
         self.redraws = [fn_index for fn_index, _ in redraws if fn_index not in after_inside]
-        # The Translate tab's timer: a private event outside the queue without inputs, which the page calls each second
-        # until the comparison models are loaded
-        timer = [
-            n for n, d in enumerate(dependencies) if not (d.get("queue", True) or d.get("inputs") or d.get("api_name"))
-        ]
-        self.tick = dependencies[timer[0]].get("id", timer[0]) if timer else None
+        # The Translate tab's timer: a private event outside the queue without inputs, called each second until the
+        # comparison models are loaded
+        timer = [n for n, d in found if not (d.get("queue", True) or d.get("inputs") or d.get("api_name"))]
+        self.tick = timer[0] if timer else None
 
     def count(self, kind: str, label: str, seconds: float | None = None) -> None:
         with self.lock:
@@ -202,13 +192,15 @@ class Site:
         return self.stopped.wait(random.uniform(low, high))
 
 
-def visits(site: Site, kind: str, address: str, visit, gap: tuple[float, float]) -> None:
-    """One visitor after another until the run ends: a page opened, `visit(site, page)`, the page closed."""
+def visits(site: Site, kind: str, address: str, step, stay: tuple[float, float], gap: tuple[float, float]) -> None:
+    """One visitor after another until the run ends: a page opened, `step(site, page)` (True once the run is over)
+    again and again for `stay` s, the page closed."""
     while not site.stopped.is_set():
         page = None
         try:
-            page = site.open(address)
-            visit(site, page)
+            page, ends = site.open(address), time.monotonic() + random.uniform(*stay)
+            while not step(site, page) and time.monotonic() < ends:
+                pass
         except Exception as error:  # a page's own failure is an outcome, and the next visitor comes
             site.count(kind, type(error).__name__)
         finally:
@@ -217,43 +209,34 @@ def visits(site: Site, kind: str, address: str, visit, gap: tuple[float, float])
         site.pause(*gap)
 
 
-def translator(site: Site, page: Page) -> None:
-    ends = time.monotonic() + random.uniform(60, 240)
-    while time.monotonic() < ends:
-        sentence = random.choice(site.sentences)
-        site.ask(page, "translate", site.named["translate"], [sentence, "beam search", BEAMS, PAGE_TOKENS, ""])
-        if site.pause(3, 8):
-            return
+def translating(site: Site, page: Page) -> bool:
+    sentence = random.choice(site.sentences)
+    site.ask(page, "translate", site.named["translate"], [sentence, "beam search", BEAMS, PAGE_TOKENS, ""])
+    return site.pause(3, 8)
 
 
-def arena_player(site: Site, page: Page) -> None:
-    ends = time.monotonic() + random.uniform(120, 300)
-    while time.monotonic() < ends:
-        battle = site.ask(page, "arena", site.named["battle"], [random.choice(site.sentences)])
-        if battle and battle[0] and not site.pause(4, 10):
-            site.ask(page, "arena", site.named["vote"], [battle[0], better(battle[1], battle[2])])
-        if site.pause(3, 8):
-            return
+def playing(site: Site, page: Page) -> bool:
+    battle = site.ask(page, "arena", site.named["battle"], [random.choice(site.sentences)])
+    if battle and battle[0] and not site.pause(4, 10):
+        site.ask(page, "arena", site.named["vote"], [battle[0], better(battle[1], battle[2])])
+    return site.pause(3, 8)
 
 
-def inside_user(site: Site, page: Page) -> None:
-    ends = time.monotonic() + random.uniform(120, 240)
-    while time.monotonic() < ends:
-        look = [random.choice(site.sentences), "beam search", BEAMS, PAGE_TOKENS]
-        if site.ask(page, "inside", site.named["inside"], look):
-            site.ask(page, "inside", site.draw_inside, [None, "cross", 1, 0])  # the pictures, once the view has come
-            for _ in range(3):
-                if site.pause(3, 8):
-                    return
-                choice = [None, random.choice(ATTENTION), random.randint(1, 3), random.randint(0, 4)]
-                site.ask(page, "inside", random.choice(site.redraws), choice)
-        if site.pause(10, 20):
-            return
+def looking_inside(site: Site, page: Page) -> bool:
+    look = [random.choice(site.sentences), "beam search", BEAMS, PAGE_TOKENS]
+    if site.ask(page, "inside", site.named["inside"], look):
+        site.ask(page, "inside", site.draw_inside, [None, "cross", 1, 0])  # the pictures, once the view has come
+        for _ in range(3):
+            if site.pause(3, 8):
+                return True
+            choice = [None, random.choice(ATTENTION), random.randint(1, 3), random.randint(0, 4)]
+            site.ask(page, "inside", random.choice(site.redraws), choice)
+    return site.pause(10, 20)
 
 
-def leaderboard_reader(site: Site, page: Page) -> None:
+def reading_the_board(site: Site, page: Page) -> bool:
     site.ask(page, "board", site.named["leaderboard"], [])
-    site.pause(5, 15)
+    return site.pause(5, 15)
 
 
 def file_jobs(site: Site, lines: int) -> None:
@@ -285,17 +268,16 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
     """The visitors for `--minutes`, a line a minute: the site (its tally), the memory per minute, the upload folder's
     MB."""
     site = Site(url, sentences)
-    kinds = [(translator, "translate", TRANSLATORS, (5, 30))] * args.translators
-    kinds += [(arena_player, "arena", PLAYERS, (5, 30))] * args.players
-    kinds += [(inside_user, "inside", INSIDE_USERS, (5, 30)), (leaderboard_reader, "board", READERS, (20, 40))]
-    threads = [threading.Thread(target=visits, args=(site, k, a, v, g), daemon=True) for v, k, a, g in kinds]
+    kinds = [(translating, "translate", TRANSLATORS, (60, 240), (5, 30))] * args.translators
+    kinds += [(playing, "arena", PLAYERS, (120, 300), (5, 30))] * args.players
+    kinds += [(looking_inside, "inside", INSIDE_USERS, (120, 240), (5, 30))]
+    kinds += [(reading_the_board, "board", READERS, (0, 0), (20, 40))]
+    threads = [threading.Thread(target=visits, args=(site, k, a, v, s, g), daemon=True) for v, k, a, s, g in kinds]
     threads.append(threading.Thread(target=file_jobs, args=(site, args.file_lines), daemon=True))
+    header = f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  " + "  ".join(f"{kind:<6}" for kind in KINDS)
     print(
         f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(kinds)} visitors at once and a file job of "
-        f"{args.file_lines} lines every 30 s; calls answered/failed per kind\n{'min':>4} {'RSS MiB':>8} "
-        + f"{'threads':>7}  "
-        + "  ".join(f"{kind:<6}" for kind in KINDS)
-        + "  visitor p50 / max s",
+        f"{args.file_lines} lines every 30 s; calls answered/failed per kind\n{header}  visitor p50 / max s",
         flush=True,
     )
     memory, reports, started = [(0, rss_mib(server.pid))], sorted({args.warm_up, args.minutes}), time.monotonic()

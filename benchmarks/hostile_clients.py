@@ -412,9 +412,8 @@ def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
         largest = max(largest, load.rss_mib(target.server.pid))
         time.sleep(0.5)
     load.states(held)
-    return f"{len(held)} views asked, streams never read for {hold:g} s: server RSS {before:,.0f} -> at most " + (
-        f"{largest:,.0f} MiB"
-    )
+    rss = f"server RSS {before:,.0f} -> at most {largest:,.0f} MiB"
+    return f"{len(held)} views asked, streams never read for {hold:g} s: {rss}"
 
 
 def bad_redraws(target: Target, count: int = 20) -> str:

@@ -58,14 +58,8 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS=str(threads))
     output = open(log, "w") if log else subprocess.DEVNULL
     command = [sys.executable, str(ROOT / "app.py"), *map(str, options), "--port", str(port)]
-    server = Popen(
-        command,
-        cwd=ROOT,
-        env=env | environment,
-        stdout=output,
-        stderr=output if log else None,
-        preexec_fn=pinned_to(cores),
-    )
+    errors = output if log else None
+    server = Popen(command, cwd=ROOT, env=env | environment, stdout=output, stderr=errors, preexec_fn=pinned_to(cores))
     url, deadline = f"http://127.0.0.1:{port}/", time.monotonic() + 600
     try:
         while True:

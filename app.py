@@ -186,7 +186,7 @@ class TranslationApp:
         """`work()` as side work, its pictures rendered in its turn too (Gradio would encode them after the callback,
         in its event loop); `dropped` if nobody reads it."""
         pictures = lambda: tuple(rendered(value) if isinstance(value, Figure) else value for value in work())  # noqa: E731
-        return self.serving.side_work(request, pictures, dropped)
+        return self.serving.run_side_work(request, pictures, dropped)
 
     def translate(self, text, decoding, num_beams, max_new_tokens, reference, request: gr.Request):
         """Translate English text (one or more sentences) with our model and every comparison model; sentence BLEU and

@@ -9,7 +9,7 @@ and no client's calls crowd out another visitor's (attacks of benchmarks/hostile
 - Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
 - Held heartbeats: at most `streams_per_address` responses that stay open.
 - Slow links, unread views: `readers` counts the streams read and pages open, by session, so that the scheduler drops
-  work nobody reads; `stalls` watches each send, and an address that leaves streams unread gets no side work.
+  work nobody reads; `stalled_sends` watches each send, and an address that leaves streams unread gets no side work.
 - Deep links are refused: the app offers none, and one would save what a visitor typed.
 """
 
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from starlette.datastructures import QueryParams
 
-from .http_answers import Open, RecordedAnswer, answer, asked_of, body_within, contained, drain, refuse, replay
+from .http_answers import OpenResponses, RecordedAnswer, answer, body_within, contained, drain, refuse, replay
 from .limits import Limits, RateLimit
 from .uploads import file_values_problem, nested
 
@@ -42,13 +42,12 @@ REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgo
 PAGE_OPENS_SECONDS = 1.0  # how long a new session's refused first call waits for its page's heartbeat
 
 
-class Stalls:
+class StalledSends:
     """The sends to event streams in progress, by address. uvicorn's `send` waits for the client to take the bytes, so
-    an unread stream is known only there: a send that waited `stalled_seconds` is stalled (an unread view holds its
-    ~200 kB in memory), and an address with `most` stalled gets no more side work until it reads."""
+    an unread stream is known only there; an unread view holds its ~200 kB in memory."""
 
-    def __init__(self, stalled_seconds: float, most: int):
-        self.stalled_seconds, self.most = stalled_seconds, most
+    def __init__(self, stalled_seconds: float):
+        self.stalled_seconds = stalled_seconds
         self._pending: dict[object, tuple[str, float]] = {}  # a send in progress → (its address, since when)
         self._lock = threading.Lock()
 
@@ -66,23 +65,21 @@ class Stalls:
         return watched_send
 
     def stalled(self, address: str) -> int:
+        """How many sends to `address` have waited `stalled_seconds` or more."""
         since = time.monotonic() - self.stalled_seconds
         with self._lock:
             return sum(owner == address and started <= since for owner, started in self._pending.values())
 
-    def welcome(self, address: str | None) -> bool:
-        return address is None or self.stalled(address) < self.most
 
-
-class Gate:
-    """What the front shares with the callbacks: streams open and read, sessions admitted, calls per session, raw calls
-    not read yet, the events whose calls count (`count`) and those paced (`pace`)."""
+class Visitors:
+    """What the front knows of its visitors and shares with the callbacks: streams open and read, sessions admitted,
+    calls per session, raw calls not read yet, the events whose calls count (`count`) and those paced (`pace`)."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
-        self.readers = Open()  # the event streams being read and pages open, by session
-        self.streams = Open()  # the responses open that stay open, by address
-        self.stalls = Stalls(limits.stalled_send_seconds, limits.stalled_streams_per_address)
+        self.readers = OpenResponses()  # the event streams being read and pages open, by session
+        self.streams = OpenResponses()  # the responses open that stay open, by address
+        self.stalled_sends = StalledSends(limits.stalled_send_seconds)
         burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
         self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
         self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address of its latest call
@@ -123,7 +120,13 @@ class Gate:
             calls.append(now)
         return ""
 
+    def count(self, event):
+        """Count the calls of `event` (a listener's result) against their session. Returns it."""
+        self.counted.add(event["id"])
+        return event
+
     def pace(self, event, burst: int, per_second: float):
+        """Pace the calls of `event` per address: `burst`, then `per_second`. Returns it."""
         self.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
         return event
 
@@ -168,10 +171,11 @@ class Gate:
                     self._unread[event] = place
 
     def side_welcome(self, session: str | None) -> bool:
-        """Whether side work of `session` may run: its address reads its event streams."""
+        """Whether side work of `session` may run: its address has fewer than `stalled_streams_per_address` stalled
+        sends (it reads its event streams)."""
         with self._lock:
             address = self._addresses.get(session)
-        return self.stalls.welcome(address)
+        return address is None or self.stalled_sends.stalled(address) < self.limits.stalled_streams_per_address
 
     def is_known(self, session: str) -> bool:
         with self._lock:
@@ -204,20 +208,14 @@ class Gate:
             if not calls:
                 self._calls.pop(session, None)
 
-    def count(self, event):
-        """Count the calls of `event` (a listener's result) against their session. Returns it."""
-        self.counted.add(event["id"])
-        return event
-
 
 class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
     and the event streams being read counted."""
 
-    def __init__(self, app, *, max_body_bytes: int, demo, gate: Gate, uploads=None):
-        self.app, self.max_body_bytes, self.demo, self.gate, self.uploads = app, max_body_bytes, demo, gate, uploads
-        self.page: tuple[dict, dict] | None = None  # the page's events and components (`read_page`)
-        self._page_read = asyncio.Lock()
+    def __init__(self, app, *, demo, visitors: Visitors, uploads):
+        self.app, self.demo, self.visitors, self.uploads = app, demo, visitors, uploads
+        self.max_body_bytes = visitors.limits.max_body_bytes
 
     @staticmethod
     def address(scope) -> str:
@@ -227,11 +225,11 @@ class RequestGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method, limits = scope["path"], scope["method"], self.gate.limits
+        path, method, limits = scope["path"], scope["method"], self.visitors.limits
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with self.gate.streams.open(self.address(scope), limits.streams_per_address) as admitted:
+            with self.visitors.streams.open(self.address(scope), limits.streams_per_address) as admitted:
                 if not admitted:
                     return await refuse(
                         send,
@@ -244,7 +242,7 @@ class RequestGuard:
             return await self.read(scope, receive, send)
         if method in ("HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
-        if path.startswith(_UPLOAD) and self.uploads is not None:
+        if path.startswith(_UPLOAD):
             return await self.uploads(self.app, scope, receive, send, self.address(scope))
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
@@ -255,16 +253,18 @@ class RequestGuard:
         body = await body_within(receive, send, self.max_body_bytes, limits.request_seconds, too_large)
         if body is None:
             return
-        if self.page is None:
-            await self.read_page(scope)
         status, problem, payload, event = self.check_call(path, body)
         if problem:
             return await refuse(send, status, problem)
         raw = path.startswith("/gradio_api/call/")
         if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
             return await contained(self.app, scope, replay(body, receive), send)
-        address, session, counted = self.address(scope), payload.get("session_hash"), event["id"] in self.gate.counted
-        slot = self.gate.unread_slot(address) if raw else None
+        address, session, counted = (
+            self.address(scope),
+            payload.get("session_hash"),
+            event["id"] in self.visitors.counted,
+        )
+        slot = self.visitors.unread_slot(address) if raw else None
         if raw and slot is None:
             return await refuse(
                 send,
@@ -272,13 +272,18 @@ class RequestGuard:
                 f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
             )
-        refused = self.gate.paced(event, address)
+        refused = self.visitors.paced(event, address)
         if not refused:
-            refused = self.gate.admit_session(session, address, counted)
-            if refused and session is not None and not self.gate.is_known(session) and await self.page_opens(session):
-                refused = self.gate.admit_session(session, address, counted)  # a page's: from the pages' bucket
+            refused = self.visitors.admit_session(session, address, counted)
+            if (
+                refused
+                and session is not None
+                and not self.visitors.is_known(session)
+                and await self.page_opens(session)
+            ):
+                refused = self.visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
         if refused:
-            self.gate.posted(slot, None, None)
+            self.visitors.posted(slot, None, None)
             return await refuse(send, 429, refused)
         # Gradio's answer is held until noted here: a raw call's stream, read by the event id it answers, must count as
         # read from its first byte.
@@ -287,19 +292,19 @@ class RequestGuard:
         value = answered.value()
         queued = value.get("event_id") if answered.status == 200 and isinstance(value, dict) else None
         if raw:  # Gradio names the session of a call without one after its event id
-            self.gate.posted(slot, queued, session or queued)
+            self.visitors.posted(slot, queued, session or queued)
         if queued is None and counted:
-            self.gate.served(session)  # refused by Gradio (its queue full): it never runs
+            self.visitors.served(session)  # refused by Gradio (its queue full): it never runs
         return await answer(send, answered.status, value)
 
     async def page_opens(self, session: str) -> bool:
         """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (a page opens it beside its first
         call, on another connection)."""
         for _ in range(int(PAGE_OPENS_SECONDS / 0.05)):
-            if self.gate.readers.is_read(session):
+            if self.visitors.readers.is_read(session):
                 return True
             await asyncio.sleep(0.05)
-        return self.gate.readers.is_read(session)
+        return self.visitors.readers.is_read(session)
 
     async def read(self, scope, receive, send):
         """A GET; an event stream (a page's by session, a raw call's by event id) counts as read while open."""
@@ -310,7 +315,7 @@ class RequestGuard:
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
-            with self.gate.readers.open(heartbeat["session"]):
+            with self.visitors.readers.open(heartbeat["session"]):
                 return await contained(self.app, scope, receive, send)
         call = _CALL_STREAM.fullmatch(path)
         if call:
@@ -321,27 +326,25 @@ class RequestGuard:
             key = None
         if key is None:  # not an event stream
             return await contained(self.app, scope, receive, send)
-        if (session := self.gate.session_of(key)) is None:
+        if (session := self.visitors.session_of(key)) is None:
             asked = call["event"] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
-        with self.gate.readers.open(session):
-            return await contained(self.app, scope, receive, self.gate.stalls.watched(self.address(scope), send))
+        with self.visitors.readers.open(session):
+            return await contained(
+                self.app, scope, receive, self.visitors.stalled_sends.watched(self.address(scope), send)
+            )
 
     @functools.cached_property
     def endpoints(self) -> dict:
         """The page's API endpoints as `/gradio_api/info` documents them ("/translate" → its parameters, ...)."""
         return self.demo.get_api_info()["named_endpoints"]
 
-    async def read_page(self, scope) -> None:
-        """The page's events by fn_index and its components by id (`page`), from its /config (the JSON every page and
-        gradio_client reads), asked in-process once, at the first call."""
-        async with self._page_read:
-            if self.page is None:
-                config = await asked_of(self.app, scope, "/config")
-                if config is None:
-                    raise RuntimeError("the page did not answer /config: the front cannot check calls")
-                events = {event["id"]: event for event in config["dependencies"]}
-                self.page = events, {component["id"]: component for component in config["components"]}
+    @functools.cached_property
+    def page(self) -> tuple[dict, dict]:
+        """The page's events by fn_index and its components by id, from the config its /config serves."""
+        config = self.demo.config
+        events = {event["id"]: event for event in config["dependencies"]}
+        return events, {component["id"]: component for component in config["components"]}
 
     def event(self, api_name: str | None, fn_index=None) -> dict | None:
         """The page's event called by its API name, or without one by its index; None if it has none such."""
@@ -372,7 +375,7 @@ class RequestGuard:
             return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}, None
         if too_deep:
             return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}, None
-        problem = file_values_problem(payload, self.gate.limits.max_file_bytes)
+        problem = file_values_problem(payload, self.visitors.limits.max_file_bytes)
         if problem:
             return 422, problem, {}, None
         if path.startswith("/gradio_api/mcp") and any(is_data_url(item) for item, _ in nested(payload)):

@@ -98,19 +98,6 @@ async def body_within(receive, send, most: int, seconds: float, too_large: str) 
     return b"".join(parts)
 
 
-async def asked_of(app, scope, path: str):
-    """The JSON `app` answers to a GET of `path` (None if not JSON), asked in-process as a client of `scope` would."""
-    headers = [(key, value) for key, value in scope.get("headers", []) if key == b"host"]
-    request = dict(scope, method="GET", path=path, raw_path=path.encode(), query_string=b"", headers=headers)
-    answered = RecordedAnswer()
-
-    async def no_body():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    await app(request, no_body, answered)
-    return answered.value() if answered.status == 200 else None
-
-
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:
     """Read and drop the rest of a refused body up to `most` bytes; True if it was all read."""
     seen, more = 0, True
@@ -136,7 +123,7 @@ async def refuse(send, status: int, message: str, drained: bool = True) -> None:
     await answer(send, status, {"error": message}, close=not drained)
 
 
-class Open:
+class OpenResponses:
     """How many responses of each key (a session, an address) are open now."""
 
     def __init__(self):

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from transformer_en_de import heap
 
-from .guard import Gate, RequestGuard
+from .guard import RequestGuard, Visitors
 from .limits import Limits
 from .scheduler import Cancelled, FairScheduler
 from .uploads import UploadQuota
@@ -29,47 +29,45 @@ WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for
 
 
 class Serving:
-    """The defences of one page: the HTTP front's `gate`, the `uploads` quota and the `scheduler` all work takes turns
-    in, bounded by `limits`."""
+    """The defences of one page: the HTTP front's `visitors`, the `uploads` quota and the `scheduler` all work takes
+    turns in, bounded by `limits`."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
-        self.gate, self.uploads = Gate(limits), UploadQuota(limits)
+        self.visitors, self.uploads = Visitors(limits), UploadQuota(limits)
         self.scheduler = FairScheduler(
             heavy_jobs=limits.heavy_jobs,
             ordinary_seconds=limits.ordinary_cpu_seconds,
-            is_read=self.gate.readers.is_read,
-            side_welcome=self.gate.side_welcome,
+            is_read=self.visitors.readers.is_read,
+            side_welcome=self.visitors.side_welcome,
             stream_wait_seconds=limits.stream_wait_seconds,
             unread_grace_seconds=limits.unread_grace_seconds,
         )
 
     def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
         """`listener(fn, inputs, outputs, **options)` (a `click`, `demo.load`, a `then`) as an event of work: in the
-        WORK group (`side`: SIDE, with slots of its own so that a class's looks inside never hold a translation's:
-        hostile_clients, views at once), inputs as sent (the page answers a bad one in one line, Gradio would log a
-        traceback), its calls counted by the front. Returns the event; `fn` runs its work inside `admitted`."""
+        WORK group, or SIDE with slots of its own so that a class's looks inside never hold a translation's
+        (hostile_clients: views at once); inputs as sent (the page answers a bad one in one line, Gradio would log a
+        traceback); its calls counted by the front. Returns the event; `fn` runs its work inside `admitted`."""
         group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
         )
-        return self.gate.count(event)
+        return self.visitors.count(event)
 
     def paced(self, event, burst: int, per_second: float):
         """`event` paced per address at the front: `burst` calls, then `per_second`. Returns it."""
-        return self.gate.pace(event, burst, per_second)
+        return self.visitors.pace(event, burst, per_second)
 
-    @contextlib.contextmanager
     def admitted(self, request):
         """A work callback runs inside: its call stops counting against its session at the end. Yields when it
         entered Gradio's queue (time.monotonic(), or None), its time limit's start."""
-        with self.gate.serving(request.session_hash) as arrived:
-            yield arrived
+        return self.visitors.serving(request.session_hash)
 
     def arrival(self, request) -> float | None:
-        return self.gate.arrival(request.session_hash)
+        return self.visitors.arrival(request.session_hash)
 
-    def side_work(self, request, work: Callable[[], tuple], dropped: tuple) -> tuple:
+    def run_side_work(self, request, work: Callable[[], tuple], dropped: tuple) -> tuple:
         """`work()` admitted in the scheduler's side lane; a call nobody reads answers `dropped`."""
         with self.admitted(request) as arrived:
             try:
@@ -88,9 +86,7 @@ class Serving:
         """The server for `demo`; host and port default to Gradio's (GRADIO_SERVER_NAME / _PORT, as a Space sets)."""
         limits, descriptors = self.limits, raise_descriptor_limit()
         app = FastAPI(lifespan=self.giving_back_memory)
-        app.add_middleware(
-            RequestGuard, max_body_bytes=limits.max_body_bytes, demo=demo, gate=self.gate, uploads=self.uploads
-        )
+        app.add_middleware(RequestGuard, demo=demo, visitors=self.visitors, uploads=self.uploads)
         app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css, mcp_server=True)
         config = uvicorn.Config(
             app,

@@ -16,7 +16,7 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .http_answers import Open, RecordedAnswer, body_within, contained, drain, refuse, replay
+from .http_answers import OpenResponses, RecordedAnswer, body_within, contained, drain, refuse, replay
 from .limits import Limits
 
 FRAMING_BYTES = 16_000  # a multipart body's framing beside the file
@@ -115,7 +115,7 @@ class UploadQuota:
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
         self._kept: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # path → (address, bytes, time)
-        self._reading = Open()  # bodies being read, by address
+        self._reading = OpenResponses()  # bodies being read, by address
         self._reserved = Counter()  # address → bytes of uploads read and not yet stored
         self._lock = threading.Lock()
 

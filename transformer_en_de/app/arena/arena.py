@@ -1,33 +1,27 @@
 """The arena's requests: a battle (two systems drawn at random translate the same English, shown as A and B), a vote on
 it (the names revealed), and the leaderboards beside each system's corpus BLEU.
 
-A battle runs through the app's one request pipeline (`translate_with_settings`, as side work) after its source drew
-on its battle rate, and is issued only when both systems translated. Only where the sign-in is a real OAuth app
-(`accounts`, `sign_in.py`) does a signed-in visitor count as an account: then the first board ranks the accounts'
-votes and the anonymous ones stand on a board apart (many addresses are easy to have); otherwise there is one board,
-and it says it rests on anonymous votes. Every message for the page is one bounded line (`page_line`), shown in a text
-box that renders nothing; a refused choice is named by its kind, never echoed.
+Only where the sign-in is a real OAuth app (`sign_in.py`) does a signed-in visitor count as an account: then the first
+board ranks the accounts' votes and the anonymous ones stand apart (many addresses are easy to have). Every message
+is one bounded line (`page_line`); a refused choice is named by its kind, never echoed.
 """
 
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transformer_en_de.decoding.plan import DecodingSettings, decoding_record
 from transformer_en_de.hub_access import cause
 from transformer_en_de.markdown import markdown_table
 
-from ..translation import RequestContext, translate_with_settings
+from ..translation import RequestContext, available, translate_with_settings
 from . import battles
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
 from .votes import CHOICES, VoteNotStored, VoteStore
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
-NOT_ENOUGH = "The arena needs two systems on the page and only {count} is loaded, so there is no battle: {when}."
-NO_BATTLE = "Start a battle first: there is nothing to vote on."
-FAILED = "{count} system(s) could not translate this text, so there is no battle: try another."
 CONSENT = (
     "**Before you vote:** the English text, both translations and your vote are stored, with salted hashes of your "
     "page session and of your Hugging Face account if you signed in, else of your network address (never the name or "
@@ -73,15 +67,7 @@ def vote_rules(accounts: bool = False) -> str:
 
 
 def page_line(text: str) -> str:
-    """`text` as one line of at most `PAGE_LINE_CHARACTERS`."""
     return cause(text, PAGE_LINE_CHARACTERS)
-
-
-def kind_of(value) -> str:
-    """What a refused value was, without its content: "nothing", "a text of 102,400 characters", "of type list"."""
-    if isinstance(value, str):
-        return f"a text of {plural(len(value), 'character')}"
-    return "nothing" if value is None else f"of type {type(value).__name__}"
 
 
 def example_sentences(kind: str) -> list[str]:
@@ -96,8 +82,7 @@ def plural(count: int, word: str) -> str:
 
 @dataclass(frozen=True)
 class Voter:
-    """Who asks: the page's session, the address the request came from (the connection's, or the one a trusted proxy
-    names), and the Hub account of a visitor signed in with Hugging Face (None if not)."""
+    """Who asks: the page's session, the address the request came from, the Hub account if signed in."""
 
     session: str
     address: str = ""
@@ -106,12 +91,9 @@ class Voter:
 
 @dataclass
 class Board:
-    """One leaderboard: its heading ("" for none), rows best first, and the line saying what it rests on (or, with no
-    rows, that it has no votes yet)."""
-
-    heading: str
-    rows: list[dict]
-    line: str
+    heading: str  # "" for none
+    rows: list[dict]  # best first
+    line: str  # what it rests on, or that it has no votes yet
 
 
 @dataclass
@@ -128,11 +110,10 @@ class Arena:
 
     def __post_init__(self):
         self.last_id = 0  # the last vote the tallies hold
-        self.tallies = {key: Tally() for key in BOARDS}  # by whose votes: everyone's, the signed-in, the anonymous
+        self.tallies = {key: Tally() for key in BOARDS}
         self._lock = threading.Lock()
 
     def account_of(self, voter: Voter) -> str | None:
-        """The account a vote counts for: the voter's, where sign-in counts accounts."""
         return voter.account if self.accounts and voter.account else None
 
     def source_of(self, voter: Voter) -> str:
@@ -141,24 +122,25 @@ class Arena:
     def battle(self, text, context: RequestContext, settings: DecodingSettings, voter: Voter) -> tuple[str, ...]:
         """(battle_id, translation_a, translation_b, message) of two systems drawn at random, both decoding with
         `settings`; ("", "", "", why) when fewer than two are loaded, the source started too many, or one failed."""
-        loaded = [system for system in context.systems if getattr(system, "translator", system) is not None]
+        loaded = [translator for translator, _ in map(available, context.systems) if translator is not None]
         if len(loaded) < 2:
             loading = any(not getattr(system, "done", True) for system in context.systems)
             when = "try again when the others have loaded" if loading else "the others could not be loaded"
-            return "", "", "", page_line(NOT_ENOUGH.format(count=len(loaded), when=when))
+            why = f"The arena needs two systems on the page and only {len(loaded)} is loaded, so there is no battle"
+            return "", "", "", page_line(f"{why}: {when}.")
         try:
             self.rate.admit(self.source_of(voter))
         except battles.BattleRefused as refused:
             return "", "", "", page_line(str(refused))
-        first, second = (getattr(system, "translator", system) for system in random.sample(loaded, 2))
-        # side work: a battle takes its turns behind every visitor's translation (scheduler.py)
-        pair = RequestContext(
-            first, [second], context.scheduler, context.limits, context.session, context.arrived, side=True
+        first, second = random.sample(loaded, 2)
+        # side work: a battle takes its turns behind every visitor's translation
+        result = translate_with_settings(
+            text, settings, context=replace(context, ours=first, comparisons=[second], side=True)
         )
-        result = translate_with_settings(text, settings, context=pair)
         failed = [output for output in result.outputs if output.message or not output.translation]
         if result.message or failed:
-            return "", "", "", page_line(result.message or FAILED.format(count=len(failed)))
+            why = f"{len(failed)} system(s) could not translate this text, so there is no battle: try another."
+            return "", "", "", page_line(result.message or why)
         a, b = result.outputs
         battle_id = self.book.issue(
             visitor=self.store.visitor_hash(voter.session),
@@ -174,14 +156,18 @@ class Arena:
 
     def vote(self, battle_id, choice, voter: Voter, cast_at: float | None = None) -> tuple[str, str, str]:
         """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused.
-        `cast_at`: when the vote was sent, on the battle book's clock (default now), if it waited in a queue."""
+        `cast_at`: when the vote was sent, on the battle book's clock, if it waited in a queue."""
         if not isinstance(battle_id, str) or not battle_id:
-            return "", "", NO_BATTLE
+            return "", "", "Start a battle first: there is nothing to vote on."
         if not isinstance(choice, str) or choice not in CHOICES:
-            return "", "", page_line(f"A vote is one of {', '.join(CHOICES)}; this one was {kind_of(choice)}.")
-        account = self.account_of(voter)
+            if isinstance(choice, str):
+                kind = f"a text of {plural(len(choice), 'character')}"
+            else:
+                kind = "nothing" if choice is None else f"of type {type(choice).__name__}"
+            return "", "", page_line(f"A vote is one of {', '.join(CHOICES)}; this one was {kind}.")
+        signed_in = self.account_of(voter) is not None
         visitor = self.store.visitor_hash(voter.session)
-        ballot = battles.Ballot(battle_id[:100], visitor, choice, self.source_of(voter), signed_in=account is not None)
+        ballot = battles.Ballot(battle_id[:100], visitor, choice, self.source_of(voter), signed_in=signed_in)
         try:
             battle = battles.cast_vote(
                 ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance, cast_at=cast_at
@@ -194,8 +180,8 @@ class Arena:
         return battle.system_a, battle.system_b, page_line(revealed)
 
     def boards(self, bleu: dict[str, float]) -> list[Board]:
-        """The leaderboards, the one a visitor sees first first: with accounts, the signed-in votes', then the
-        anonymous ones'; without, one of every vote. Each is fitted again at most every `LEADERBOARD_SECONDS`."""
+        """The leaderboards, first the one a visitor sees first: with accounts, the signed-in votes', then the
+        anonymous ones'; without, one of every vote."""
         with self._lock:
             last, counts = self.store.counts_since(self.last_id)
             self.tallies["all"].add(counts, last)
@@ -228,20 +214,20 @@ class Arena:
 
 def resting_on(summary: dict, key: str = "all") -> str:
     """What a board's ratings rest on, and which votes weigh less and why."""
-    rated = summary["rated"]
+    rated, accounts, networks = summary["rated"], summary["accounts"], summary["anonymous"]
     if key == "signed_in":
-        line = f"These ratings rest on {plural(rated, 'vote')} of {plural(summary['accounts'], 'signed-in account')}."
+        line = f"These ratings rest on {plural(rated, 'vote')} of {plural(accounts, 'signed-in account')}."
     elif key == "anonymous":
         line = (
-            f"These ratings rest on {plural(rated, 'anonymous vote')} from {plural(summary['anonymous'], 'network')}, "
-            "each a source; many addresses can move them."
+            f"These ratings rest on {plural(rated, 'anonymous vote')} from {plural(networks, 'network')}, each a "
+            "source; many addresses can move them."
         )
     else:
-        earlier = f", {plural(summary['accounts'], 'signed-in account')} of an earlier run" * bool(summary["accounts"])
+        earlier = f", {plural(accounts, 'signed-in account')} of an earlier run" * bool(accounts)
         line = (
             f"This page has no sign-in: the ratings rest on {plural(rated, 'vote')} from "
-            f"{plural(summary['sources'], 'source')} ({plural(summary['anonymous'], 'anonymous network')}{earlier}), "
-            "and many addresses can move them."
+            f"{plural(summary['sources'], 'source')} ({plural(networks, 'anonymous network')}{earlier}), and many "
+            "addresses can move them."
         )
     if summary["over_bound"]:
         line += (
@@ -252,8 +238,7 @@ def resting_on(summary: dict, key: str = "all") -> str:
 
 
 def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
-    """The leaderboards as Markdown tables, best first, each with what it rests on and each system's BLEU
-    (`bleu_line`: the decoding each was scored with)."""
+    """The leaderboards as Markdown tables, each with what it rests on (`bleu_line`: how each BLEU was decoded)."""
     parts = []
     for board in boards:
         parts += [f"#### {board.heading}"] if board.heading else []

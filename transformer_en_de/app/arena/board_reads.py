@@ -16,13 +16,7 @@ class BoardReads:
     """`read(session)`: (table, picture) when the board changed since `session` last read it, else None. `table()`
     gives (the board's rows, its Markdown table); `draw(rows)` the plot as sent to the page."""
 
-    def __init__(
-        self,
-        table: Callable[[], tuple[object, str]],
-        draw: Callable[[object], object],
-        fresh_seconds: float = FRESH_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ):
+    def __init__(self, table: Callable, draw: Callable, fresh_seconds=FRESH_SECONDS, clock=time.monotonic):
         self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
         self._answer: tuple[str, object] | None = None
         self._version, self._worked_out = 0, float("-inf")
@@ -30,7 +24,6 @@ class BoardReads:
         self._lock = threading.Lock()  # one reader works the board out; the others wait for it and share it
 
     def vote_stored(self) -> None:
-        """The next read works the board out again."""
         with self._lock:
             self._worked_out = float("-inf")
 
@@ -47,17 +40,10 @@ class BoardReads:
                 if self._answer is None or table != self._answer[0]:
                     self._answer, self._version = (table, self.draw(rows)), self._version + 1
                 self._worked_out = now
-            return self._for(session)
-
-    def _for(self, session: str | None) -> tuple[str, object] | None:
-        """The board for `session`, None if it was sent this version already (lock held)."""
-        if session is None:
-            return self._answer
-        if self._seen.get(session) == self._version:
-            self._seen.move_to_end(session)
-            return None
-        self._seen[session] = self._version
-        self._seen.move_to_end(session)
-        while len(self._seen) > SESSIONS_REMEMBERED:
-            self._seen.popitem(last=False)
-        return self._answer
+            if session is None:
+                return self._answer
+            seen = self._seen.pop(session, None)
+            self._seen[session] = self._version
+            while len(self._seen) > SESSIONS_REMEMBERED:
+                self._seen.popitem(last=False)
+            return None if seen == self._version else self._answer

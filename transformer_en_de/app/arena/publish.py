@@ -1,10 +1,8 @@
 """Publishing the arena's votes to a Hub dataset with `huggingface_hub.CommitScheduler`.
 
-The SQLite store stays the record. Before each of the scheduler's pushes, the votes not yet published are appended to
-this process's JSON-lines file (`votes/votes-<UTC time>-<random>.jsonl`, one `Vote.published` row a line) beside the
-dataset card (`dataset_card.md`). What is published is known by the battle ids in the folder's files, never by row
-ids, so a new, restored or moved database publishes every vote the folder lacks, once (the folder should persist with
-the database). Without a way to the Hub, `status` says so in one line and votes stay in the database only.
+The SQLite store stays the record. Before each push, the votes not yet published are appended to this process's JSON
+lines file beside the dataset card. What is published is known by the battle ids in the folder, never by row ids, so a
+new, restored or moved database publishes every vote the folder lacks, once (the folder should persist with it).
 """
 
 import json
@@ -16,16 +14,15 @@ from pathlib import Path
 from huggingface_hub import CommitScheduler, HfApi, get_token, is_offline_mode
 
 from ...hub_access import cause
-from .votes import VoteStore
+from .votes import VoteStore, published_rows
 
 DATASET_CARD = Path(__file__).with_name("dataset_card.md").read_text(encoding="utf-8")  # what each field is, and why
 
 
 class VoteScheduler(CommitScheduler):
-    """A CommitScheduler that brings the votes file up to date before each push (huggingface_hub's guide extends it by
-    overriding `push_to_hub`)."""
+    """Brings the votes file up to date before each push (huggingface_hub's guide overrides `push_to_hub`)."""
 
-    def __init__(self, before_push: Callable[[CommitScheduler], None], **kwargs):
+    def __init__(self, before_push: Callable[[CommitScheduler], int], **kwargs):
         self.before_push = before_push  # set first: the parent's __init__ starts the thread that pushes
         super().__init__(**kwargs)
 
@@ -54,55 +51,40 @@ class VotePublisher:
             return self
         token = self.token or get_token()
         if not self.repo_id:
-            why = "no dataset repo to publish them to"
+            self.status = "Votes are kept locally only: no dataset repo to publish them to."
         elif is_offline_mode():
-            why = "the Hub is switched off (HF_HUB_OFFLINE=1)"
+            self.status = "Votes are kept locally only: the Hub is switched off (HF_HUB_OFFLINE=1)."
         elif not token:
-            why = "no Hugging Face token (HF_TOKEN)"
+            self.status = "Votes are kept locally only: no Hugging Face token (HF_TOKEN)."
         else:
-            return self._start_scheduler(token)
-        self.status = f"Votes are kept locally only: {why}."
+            rows = published_rows(self.folder, cut_torn=True)
+            self.published, self.last_seen_id = {json.loads(row)["battle_id"] for row in rows}, 0
+            card = self.folder / "README.md"
+            if not card.exists() or card.read_text() != DATASET_CARD:  # rewritten only when changed: no empty commits
+                self.folder.mkdir(parents=True, exist_ok=True)
+                card.write_text(DATASET_CARD)
+            try:
+                self.scheduler = VoteScheduler(
+                    self.write_new_votes,
+                    repo_id=self.repo_id,
+                    repo_type="dataset",
+                    folder_path=self.folder,
+                    every=self.every_minutes,
+                    token=token,
+                    hf_api=HfApi(endpoint=self.endpoint, token=token),
+                )
+            except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
+                self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({cause(error)})."
+                return self
+            self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
         return self
 
-    def _start_scheduler(self, token: str) -> "VotePublisher":
-        self.published, self.last_seen_id = self.published_in_folder(), 0
-        card = self.folder / "README.md"
-        if not card.exists() or card.read_text() != DATASET_CARD:  # rewritten only when changed: no empty commits
-            self.folder.mkdir(parents=True, exist_ok=True)
-            card.write_text(DATASET_CARD)
-        try:
-            self.scheduler = VoteScheduler(
-                self._append_new_votes,
-                repo_id=self.repo_id,
-                repo_type="dataset",
-                folder_path=self.folder,
-                every=self.every_minutes,
-                token=token,
-                hf_api=HfApi(endpoint=self.endpoint, token=token),
-            )
-        except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
-            self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({cause(error)})."
-            return self
-        self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
-        return self
-
-    def published_in_folder(self) -> set[str]:
-        """The battle ids of the votes in the folder's files; a line cut short by a crash is cut off."""
-        published = set()
-        for path in sorted((self.folder / "votes").glob("*.jsonl")):
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                data = data[: data.rfind(b"\n") + 1]
-                path.write_bytes(data)  # its vote is in the database: it goes into this process's file
-            published.update(json.loads(line)["battle_id"] for line in data.splitlines() if line.strip())
-        return published
-
-    def write_new_votes(self) -> int:
-        """Append the votes stored since the last call to this process's file (each push does); returns how many."""
-        return self._append_new_votes(self.scheduler) if self.scheduler is not None else 0
-
-    def _append_new_votes(self, scheduler: CommitScheduler) -> int:
-        # The scheduler is passed in: its first push runs before its constructor has returned to `start`.
+    def write_new_votes(self, scheduler: CommitScheduler | None = None) -> int:
+        """Append the votes stored since the last call to this process's file (each push does); returns how many.
+        The scheduler is passed in by its first push, which runs before its constructor has returned."""
+        scheduler = scheduler or self.scheduler
+        if scheduler is None:
+            return 0
         with scheduler.lock:  # the scheduler lists and sizes the files under this lock: it never sees half a line
             stored = self.store.votes_since(self.last_seen_id)
             votes = [vote for vote in stored if vote.battle_id not in self.published]

@@ -1,12 +1,9 @@
 """The arena's leaderboard: Bradley–Terry ratings from the votes, with bootstrap intervals, beside BLEU.
 
-Bradley–Terry (1952): system i beats j with probability p_i / (p_i + p_j); the strengths are fitted by Zermelo's
-iteration (the MM algorithm of Hunter 2004) and reported on Elo's scale, 1000 + 400 log10 p, mean 1000. A tie is half
-a win to each side; "both bad" says nothing about which is better, so it counts as a battle but not in the rating.
-Each vote counts for a source (a signed-in account, else the network it came from): a source's rated votes weigh
-together at most `ACCOUNT_WEIGHT` or `NETWORK_WEIGHT` battles, so no one source decides the board. The 95% interval
-is a cluster bootstrap over the sources, given only from `INTERVAL_SOURCES` sources. The counts are running (`Tally`):
-a leaderboard costs sources x systems², whatever the number of votes.
+Bradley–Terry (1952), fitted by Zermelo's iteration (Hunter 2004's MM), on Elo's scale (1000 + 400 log10 p, mean
+1000). A tie is half a win to each side; "both bad" counts as a battle, not in the rating. A source (an account, else a
+network) weighs at most `ACCOUNT_WEIGHT` or `NETWORK_WEIGHT` battles, so no one source decides the board. Intervals:
+a cluster bootstrap over the sources. The counts are running (`Tally`): a board costs sources x systems².
 """
 
 import time
@@ -49,7 +46,7 @@ def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1
 
 @dataclass
 class SourceCount:
-    """One source's rated votes: how many, and its wins over each system (ties as halves), by pair of systems."""
+    """One source's rated votes, and its wins (ties as halves) by pair of systems."""
 
     signed_in: bool
     rated: int = 0
@@ -60,14 +57,12 @@ class SourceCount:
         return ACCOUNT_WEIGHT if self.signed_in else NETWORK_WEIGHT
 
     @property
-    def weight(self) -> float:
-        """What each of this source's votes weighs: all of them together at most `bound` battles."""
+    def weight(self) -> float:  # each vote's: all of them together at most `bound` battles
         return min(1.0, self.bound / self.rated) if self.rated else 0.0
 
 
 class Tally:
-    """Running counts: each system's battles, wins, ties, losses and "both bad" (every vote, one by one), and each
-    source's rated votes; `add` takes what `VoteStore.counts_since` gives."""
+    """Running counts of what `VoteStore.counts_since` gives: each system's outcomes, each source's rated votes."""
 
     def __init__(self):
         self.last_id = 0
@@ -118,24 +113,9 @@ class Tally:
             over_bound=round(over_bound),
         )
 
-    def sources_rating(self, system: str) -> int:
-        """How many sources have a rated vote on `system`."""
-        return sum(any(system in pair for pair in source.wins) for source in self.sources.values())
-
-    def source_matrices(self) -> tuple[np.ndarray, np.ndarray]:
-        """(wins, weights): each source's win matrix over `systems`, (sources, k, k), and its votes' weight."""
-        index = {system: number for number, system in enumerate(self.systems)}
-        k = len(index)
-        sources = [self.sources[key] for key in sorted(self.sources)]  # one order, however the votes arrived
-        wins = np.zeros((len(sources), k, k))
-        for number, source in enumerate(sources):
-            for (winner, loser), count in source.wins.items():
-                wins[number, index[winner], index[loser]] = count
-        return wins, np.array([source.weight for source in sources])
-
 
 def tally_of(votes: Iterable[Vote]) -> Tally:
-    """The tally of these votes (as the store would count them)."""
+    """The tally of these votes, as the store would count them."""
     tally = Tally()
     tally.add(
         VoteCount(v.system_a, v.system_b, v.choice, v.source or f"session:{v.visitor}", v.signed_in) for v in votes
@@ -143,18 +123,18 @@ def tally_of(votes: Iterable[Vote]) -> Tally:
     return tally
 
 
-def leaderboard_rows(
-    votes: Iterable[Vote] | Tally,
-    bleu: Mapping[str, float] | None = None,
-    rounds: int = 200,
-    seed: int = 0,
-) -> list[dict]:
+def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None, rounds=200, seed=0) -> list[dict]:
     """One row per system, best first: rank, system, rating, lower and upper (the 95% interval, or None), battles,
     wins, ties, losses, both_bad (every vote), votes (its rated ones), sources (that rated it) and bleu (or None)."""
     tally = votes if isinstance(votes, Tally) else tally_of(votes)
     systems = tally.systems
-    k = len(systems)
-    wins, weights = tally.source_matrices()
+    index, k = {system: number for number, system in enumerate(systems)}, len(systems)
+    ordered = [tally.sources[key] for key in sorted(tally.sources)]  # one order, however the votes arrived
+    wins = np.zeros((len(ordered), k, k))  # each source's win matrix
+    for number, source in enumerate(ordered):
+        for (winner, loser), count in source.wins.items():
+            wins[number, index[winner], index[loser]] = count
+    weights = np.array([source.weight for source in ordered])
     weighted = np.tensordot(weights, wins, axes=1) if len(weights) else np.zeros((k, k))
     ratings = fit_ratings(weighted) if k > 1 else np.full(k, BASE_RATING)
     lower, upper = ratings, ratings
@@ -167,13 +147,13 @@ def leaderboard_rows(
     rows = []
     for number, system in enumerate(systems):
         counts = {name: tally.outcomes[system][name] for name in ("battles", "wins", "ties", "losses", "both_bad")}
-        sources = tally.sources_rating(system)
+        sources = sum(any(system in pair for pair in source.wins) for source in tally.sources.values())
         # a zero-width interval (every source voted alike) would claim a certainty the votes do not have
         interval = sources >= INTERVAL_SOURCES and k > 1 and upper[number] - lower[number] >= 1
-        bounds = (float(lower[number]), float(upper[number])) if interval else (None, None)
+        low, high = (float(lower[number]), float(upper[number])) if interval else (None, None)
         rated = counts["wins"] + counts["ties"] + counts["losses"]
-        row = dict(system=system, rating=float(ratings[number]), lower=bounds[0], upper=bounds[1], **counts)
-        rows.append(row | dict(sources=sources, votes=rated, bleu=(bleu or {}).get(system)))
+        row = dict(system=system, rating=float(ratings[number]), lower=low, upper=high)
+        rows.append(row | counts | dict(sources=sources, votes=rated, bleu=(bleu or {}).get(system)))
     rows.sort(key=lambda row: (-row["rating"], row["system"]))
     return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
 

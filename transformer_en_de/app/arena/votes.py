@@ -1,11 +1,8 @@
 """The arena's vote store: one SQLite row per vote, committed (WAL, synchronous=FULL) before the visitor is thanked.
 
-Visitors and sources (a signed-in account, else the network) are stored only as hashes salted with a secret beside the
-database (`<database>.salt`, mode 0600); a published row hashes its source again with its UTC day. Both are checked
-when the store opens: a salt that is empty, short, unreadable, or missing while votes exist stops the app in one line
-(`StoreUnavailable`: a new salt would give every source a second weight); a damaged database is set aside as
-`<database>.damaged-<UTC time>` (with its -wal and -shm, nothing deleted) and a fresh one started. What the checks find
-is one line each in the log and in `notes`. A vote the database cannot take now raises `VoteNotStored`.
+Visitors and sources are stored only as hashes salted with a secret beside the database (`<database>.salt`, 0600).
+Both are checked at start: a bad salt, or one missing while votes exist, stops the app in one line (a new salt would
+give every source a second weight); a damaged database is set aside (nothing deleted) and a fresh one started.
 """
 
 import hashlib
@@ -32,7 +29,6 @@ BUSY_TIMEOUT_SECONDS, RETRIES = 1.5, 1
 NOT_STORED = "Your vote could not be stored just now ({why}); nothing was lost: vote again in a moment."
 PUBLISHED_FOLDER = "votes-dataset"  # beside the database: the votes the publisher wrote (`publish.py`)
 SALT_CHARACTERS = 32  # at least: a salt made here is 64 hex characters
-SALT_CHANGED = "a new salt would make every voter a new source, with a second weight"
 
 # Each entry moves a database from `PRAGMA user_version` i to i + 1; append, never edit one that has shipped.
 MIGRATIONS = [
@@ -58,8 +54,8 @@ MIGRATIONS = [
     ALTER TABLE votes ADD COLUMN seconds_to_vote REAL
     """,
 ]
-# The votes as the ratings read them: counted by SQLite, one row per source, pair of systems and choice (never the
-# texts); a vote stored before sources existed counts for its session.
+# The votes as the ratings read them, counted by SQLite (never the texts); a vote stored before sources existed
+# counts for its session.
 COUNTS = """
     SELECT system_a, system_b, choice, CASE WHEN source = '' THEN 'session:' || visitor ELSE source END,
            signed_in, COUNT(*)
@@ -86,8 +82,7 @@ def check_choice(choice: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Shown:
-    """What a battle showed its visitor (`visitor_hash` of the page session): the English, both translations, and
-    which systems made them and how."""
+    """What a battle showed its visitor (`visitor_hash` of the page session), and which systems made it and how."""
 
     battle_id: str
     visitor: str
@@ -102,13 +97,11 @@ class Shown:
 
 @dataclass(frozen=True, kw_only=True)
 class Vote(Shown):
-    """One vote: what the visitor saw and what they chose."""
-
     choice: str
     source: str = ""  # `source_hash`: the account or network the ratings count the vote for
     signed_in: bool = False
     seconds_to_vote: float | None = None  # from the battle shown to the vote sent
-    time: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))  # UTC
+    time: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
     id: int | None = None  # the row's id, once stored
 
     def __post_init__(self):
@@ -117,9 +110,8 @@ class Vote(Shown):
     def published(self, salt: str) -> dict:
         """The vote as a published row (the dataset card says why each field is there): no row id, the time to the
         hour, whole seconds, and the source hashed again with its UTC day (linked within a day, never across)."""
-        row = asdict(self) | {"signed_in": bool(self.signed_in)}
+        row = asdict(self) | {"signed_in": bool(self.signed_in), "time": self.time[:13] + ":00Z"}
         del row["id"]
-        row["time"] = self.time[:13] + ":00Z"
         row["source"] = visitor_hash(f"day:{self.time[:10]}:{self.source}", salt) if self.source else ""
         row["seconds_to_vote"] = None if self.seconds_to_vote is None else round(self.seconds_to_vote)
         return row
@@ -129,7 +121,7 @@ COLUMNS = [column.name for column in fields(Vote)]
 
 
 class VoteCount(NamedTuple):
-    """`count` stored votes alike for the ratings (`VoteStore.counts_since`): the same systems, choice and source."""
+    """`count` stored votes alike for the ratings: the same systems, choice and source."""
 
     system_a: str
     system_b: str
@@ -144,19 +136,33 @@ def visitor_hash(session_id: str, salt: str) -> str:
     return hashlib.sha256((salt + session_id).encode()).hexdigest()[:16]
 
 
-def network_of(address: str) -> str:
-    """An IPv4 address itself, the /64 of an IPv6 one (one machine's usual share); anything else as it is."""
+def source_hash(account: str | None, address: str, salt: str) -> str:
+    """Whom the ratings count a vote for, hashed: the Hub account when signed in, else the address's network (an IPv4
+    address, the /64 of an IPv6 one: one machine's usual share)."""
+    if account:
+        return visitor_hash(f"account:{account}", salt)
     try:
         parsed = ipaddress.ip_address(address)
+        parsed = getattr(parsed, "ipv4_mapped", None) or parsed  # an IPv4 visitor seen through an IPv6 socket
+        network = str(parsed if parsed.version == 4 else ipaddress.ip_network(f"{parsed}/64", strict=False))
     except ValueError:
-        return address
-    parsed = getattr(parsed, "ipv4_mapped", None) or parsed  # an IPv4 visitor seen through an IPv6 socket
-    return str(parsed if parsed.version == 4 else ipaddress.ip_network(f"{parsed}/64", strict=False))
+        network = address
+    return visitor_hash(f"network:{network}", salt)
 
 
-def source_hash(account: str | None, address: str, salt: str) -> str:
-    """Whom the ratings count a vote for, hashed: the Hub account when signed in, else the address's network."""
-    return visitor_hash(f"account:{account}" if account else f"network:{network_of(address)}", salt)
+def published_rows(folder: Path, cut_torn: bool = False) -> list[bytes]:
+    """The lines the publisher wrote in `folder`, one a vote; `cut_torn`: a line a crash cut short is cut off."""
+    rows = []
+    for path in sorted((folder / "votes").glob("*.jsonl")):
+        try:
+            data = path.read_bytes()
+            whole = data[: data.rfind(b"\n") + 1]
+            if cut_torn and whole != data:
+                path.write_bytes(whole)  # its vote is in the database: it goes into this process's file
+        except OSError:
+            continue
+        rows += [line for line in whole.splitlines() if line.strip()]
+    return rows
 
 
 def load_or_create_salt(path: Path, votes_exist: str = "") -> str:
@@ -164,8 +170,8 @@ def load_or_create_salt(path: Path, votes_exist: str = "") -> str:
     if not path.exists() and not path.is_symlink():
         if votes_exist:
             raise StoreUnavailable(
-                f"the arena's salt {path} is missing while {votes_exist}: restore it ({SALT_CHANGED}), or move the "
-                "database and its published folder aside to start anew"
+                f"the arena's salt {path} is missing while {votes_exist}: restore it (a new salt would make every "
+                "voter a new source, with a second weight), or move the database and its published folder aside"
             )
         # Written whole, then linked into place: no reader sees half a salt, and of two processes racing to make it
         # the second's link fails and it reads the first's.
@@ -192,17 +198,6 @@ def load_or_create_salt(path: Path, votes_exist: str = "") -> str:
     return salt
 
 
-def published_votes(folder: Path) -> int:
-    """How many votes the publisher's files in `folder` hold (their non-empty lines)."""
-    count = 0
-    for path in (folder / "votes").glob("*.jsonl"):
-        try:
-            count += sum(1 for line in path.read_bytes().splitlines() if line.strip())
-        except OSError:
-            continue
-    return count
-
-
 def inspect(path: Path, published: int) -> tuple[str, int]:
     """(why the database cannot be used as it is, "" if it can; how many votes it holds)."""
     if path.is_dir():
@@ -219,18 +214,18 @@ def inspect(path: Path, published: int) -> tuple[str, int]:
                 return "", 0
             return "", probe.execute("SELECT COUNT(*) FROM votes").fetchone()[0]
     except sqlite3.DatabaseError as error:
-        if (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in (11, 26):  # SQLITE_CORRUPT, SQLITE_NOTADB
+        if (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             return cause(error), 0
         raise
 
 
 class VoteStore:
-    """The votes in an SQLite file: `add` one, read them all, or those after a row id."""
+    """The votes in an SQLite file. `notes`: what the start-up checks found, one line each (also printed)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.published_folder = self.path.with_name(PUBLISHED_FOLDER)  # read to know whether votes existed before
-        self.notes: list[str] = []  # what the start-up checks found, one line each (also printed)
+        self.published_folder = self.path.with_name(PUBLISHED_FOLDER)
+        self.notes: list[str] = []
         try:
             self._check_and_open()
         except (OSError, sqlite3.Error) as error:
@@ -241,7 +236,7 @@ class VoteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         had_salt = salt_path.exists() or salt_path.is_symlink()
         size = self.path.stat().st_size if self.path.is_file() else 0
-        published = published_votes(self.published_folder)
+        published = len(published_rows(self.published_folder))
         damage, stored = inspect(self.path, published)
         evidence = [f"the database {self.path} holds {stored:,} votes"] if stored else []
         evidence += [f"a damaged database is at {self.path}"] if damage and size else []
@@ -289,7 +284,7 @@ class VoteStore:
         with self._lock, self._connection:  # committed, or rolled back on an error
             # The write lock before the version is read: two processes opening an old file migrate it once.
             self._connection.execute("BEGIN IMMEDIATE")
-            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+            version = self.schema_version
             if version > len(MIGRATIONS):
                 raise StoreUnavailable(
                     f"{self.path} is at schema version {version}, newer than this code's {len(MIGRATIONS)}: update "
@@ -306,7 +301,7 @@ class VoteStore:
 
     @property
     def schema_version(self) -> int:
-        return self._query("PRAGMA user_version")[0][0]
+        return self._connection.execute("PRAGMA user_version").fetchone()[0]
 
     def visitor_hash(self, session_id: str) -> str:
         return visitor_hash(session_id, self.salt)
@@ -343,15 +338,15 @@ class VoteStore:
         votes = []
         for row in rows:
             values = dict(zip(COLUMNS, row, strict=True))
-            decodings = {name: json.loads(values[name]) for name in ("decoding_a", "decoding_b")}
-            votes.append(Vote(**values | decodings | {"signed_in": bool(values["signed_in"])}))
+            values.update({name: json.loads(values[name]) for name in ("decoding_a", "decoding_b")})
+            votes.append(Vote(**values | {"signed_in": bool(values["signed_in"])}))
         return votes
 
     def all_votes(self) -> list[Vote]:
         return self.votes_since(0)
 
     def counts_since(self, row_id: int) -> tuple[int, list[VoteCount]]:
-        """(the last vote's id, the votes after row `row_id` up to it, counted alike: `VoteCount`)."""
+        """(the last vote's id, the votes after row `row_id` up to it, counted alike)."""
         last = self._query("SELECT COALESCE(MAX(id), 0) FROM votes")[0][0]
         rows = self._query(COUNTS, {"after": row_id, "last": last})
         return last, [VoteCount(a, b, choice, source, bool(signed), n) for a, b, choice, source, signed, n in rows]

@@ -73,7 +73,7 @@ class StalledSends:
 
 class Visitors:
     """What the front knows of its visitors and shares with the callbacks: streams open and read, sessions admitted,
-    calls per session, raw calls not read yet, the events whose calls count (`count`) and those paced (`pace`)."""
+    calls per session, raw calls not read yet, the events whose calls count and those paced."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
@@ -119,16 +119,6 @@ class Visitors:
                 )
             calls.append(now)
         return ""
-
-    def count(self, event):
-        """Count the calls of `event` (a listener's result) against their session. Returns it."""
-        self.counted.add(event["id"])
-        return event
-
-    def pace(self, event, burst: int, per_second: float):
-        """Pace the calls of `event` per address: `burst`, then `per_second`. Returns it."""
-        self.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
-        return event
 
     def paced(self, event: dict, address: str) -> str:
         """ "" if a call of `event` (its config) from `address` is within its pace, else why not in one line."""
@@ -225,11 +215,12 @@ class RequestGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method, limits = scope["path"], scope["method"], self.visitors.limits
+        path, method, visitors = scope["path"], scope["method"], self.visitors
+        limits = visitors.limits
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with self.visitors.streams.open(self.address(scope), limits.streams_per_address) as admitted:
+            with visitors.streams.open(self.address(scope), limits.streams_per_address) as admitted:
                 if not admitted:
                     return await refuse(
                         send,
@@ -259,12 +250,8 @@ class RequestGuard:
         raw = path.startswith("/gradio_api/call/")
         if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
             return await contained(self.app, scope, replay(body, receive), send)
-        address, session, counted = (
-            self.address(scope),
-            payload.get("session_hash"),
-            event["id"] in self.visitors.counted,
-        )
-        slot = self.visitors.unread_slot(address) if raw else None
+        address, session, counted = self.address(scope), payload.get("session_hash"), event["id"] in visitors.counted
+        slot = visitors.unread_slot(address) if raw else None
         if raw and slot is None:
             return await refuse(
                 send,
@@ -272,18 +259,13 @@ class RequestGuard:
                 f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
                 "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
             )
-        refused = self.visitors.paced(event, address)
+        refused = visitors.paced(event, address)
         if not refused:
-            refused = self.visitors.admit_session(session, address, counted)
-            if (
-                refused
-                and session is not None
-                and not self.visitors.is_known(session)
-                and await self.page_opens(session)
-            ):
-                refused = self.visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
+            refused = visitors.admit_session(session, address, counted)
+            if refused and session is not None and not visitors.is_known(session) and await self.page_opens(session):
+                refused = visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
         if refused:
-            self.visitors.posted(slot, None, None)
+            visitors.posted(slot, None, None)
             return await refuse(send, 429, refused)
         # Gradio's answer is held until noted here: a raw call's stream, read by the event id it answers, must count as
         # read from its first byte.
@@ -292,9 +274,9 @@ class RequestGuard:
         value = answered.value()
         queued = value.get("event_id") if answered.status == 200 and isinstance(value, dict) else None
         if raw:  # Gradio names the session of a call without one after its event id
-            self.visitors.posted(slot, queued, session or queued)
+            visitors.posted(slot, queued, session or queued)
         if queued is None and counted:
-            self.visitors.served(session)  # refused by Gradio (its queue full): it never runs
+            visitors.served(session)  # refused by Gradio (its queue full): it never runs
         return await answer(send, answered.status, value)
 
     async def page_opens(self, session: str) -> bool:
@@ -329,10 +311,9 @@ class RequestGuard:
         if (session := self.visitors.session_of(key)) is None:
             asked = call["event"] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
+        watched = self.visitors.stalled_sends.watched(self.address(scope), send)
         with self.visitors.readers.open(session):
-            return await contained(
-                self.app, scope, receive, self.visitors.stalled_sends.watched(self.address(scope), send)
-            )
+            return await contained(self.app, scope, receive, watched)
 
     @functools.cached_property
     def endpoints(self) -> dict:
@@ -378,7 +359,10 @@ class RequestGuard:
         problem = file_values_problem(payload, self.visitors.limits.max_file_bytes)
         if problem:
             return 422, problem, {}, None
-        if path.startswith("/gradio_api/mcp") and any(is_data_url(item) for item, _ in nested(payload)):
+        if path.startswith("/gradio_api/mcp") and any(
+            isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]
+            for item, _ in nested(payload)
+        ):
             # Gradio's MCP server would store an inline file outside the upload quota.
             return 422, INLINE_FILE, {}, None
         if call is None and path.rstrip("/") != _JOIN:
@@ -447,7 +431,3 @@ def check_values(event: dict, components: dict, values: list) -> str:
                     '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
                 )
     return ""
-
-
-def is_data_url(value) -> bool:
-    return isinstance(value, str) and value.startswith("data:") and ";base64," in value[:200]

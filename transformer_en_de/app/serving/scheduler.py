@@ -56,7 +56,6 @@ class FairScheduler:
     def __init__(
         self,
         *,
-        slice_seconds: float = SLICE_SECONDS,
         aging_seconds: float = AGING_SECONDS,
         heavy_jobs: int = 2,
         ordinary_seconds: float = 1.5,
@@ -65,7 +64,6 @@ class FairScheduler:
         stream_wait_seconds: float = 0.5,
         unread_grace_seconds: float = 5.0,
     ):
-        self.slice_seconds = slice_seconds
         self.aging_seconds = aging_seconds
         self.heavy_jobs = heavy_jobs
         self.ordinary_seconds = ordinary_seconds
@@ -151,7 +149,7 @@ class FairScheduler:
             now = time.monotonic()
             job.served += now - job.turn_started
             job.turn_started = now
-            if now - job.turn_began < self.slice_seconds:
+            if now - job.turn_began < SLICE_SECONDS:
                 return  # a turn lasts at least a slice
             if not any(self._comes_first(other, job) for other in self._waiting):
                 return
@@ -164,7 +162,7 @@ class FairScheduler:
         """Whether a waiting job should take the CPU from the running one: a better lane, or more than a slice ahead
         in its own."""
         (other_lane, other_key), (lane, key) = self._priority(other), self._priority(running)
-        return other_lane < lane or (other_lane == lane and other_key + self.slice_seconds < key)
+        return other_lane < lane or (other_lane == lane and other_key + SLICE_SECONDS < key)
 
     def _priority(self, job: Job) -> tuple[int, float]:
         """Lower comes first: the lane, then the session's recent CPU use and what the job has been served. A job of a

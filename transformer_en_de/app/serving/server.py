@@ -19,8 +19,8 @@ from fastapi import FastAPI
 
 from transformer_en_de import heap
 
-from .guard import RequestGuard, Visitors
-from .limits import Limits
+from .guard import REMEMBERED, RequestGuard, Visitors
+from .limits import Limits, RateLimit
 from .scheduler import Cancelled, FairScheduler
 from .uploads import UploadQuota
 
@@ -53,11 +53,13 @@ class Serving:
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
         )
-        return self.visitors.count(event)
+        self.visitors.counted.add(event["id"])
+        return event
 
     def paced(self, event, burst: int, per_second: float):
         """`event` paced per address at the front: `burst` calls, then `per_second`. Returns it."""
-        return self.visitors.pace(event, burst, per_second)
+        self.visitors.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
+        return event
 
     def admitted(self, request):
         """A work callback runs inside: its call stops counting against its session at the end. Yields when it

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict
+from email.message import Message
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -52,20 +53,21 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
     return stored_upload(payload.get("path") if isinstance(payload, dict) else None, max_bytes)
 
 
-def is_file_value(value) -> bool:
-    """Whether Gradio would take `value` for a file (a FileData object, or the older bare {"path": ...})."""
-    if not isinstance(value, dict):
-        return False
-    meta = value.get("meta")
-    return "path" in value or "url" in value or (isinstance(meta, dict) and meta.get("_type") == "gradio.FileData")
-
-
 def file_values_problem(payload, max_bytes: int) -> str:
-    """One line if any file value anywhere in a call is not an upload stored here, else "": Gradio copies every file
-    value into its cache before the callback runs, whatever its input (reading a path, fetching a URL)."""
+    """One line if any file value anywhere in a call (a FileData object, or the older bare {"path": ...}) is not an
+    upload stored here, else "": Gradio copies every file value into its cache before the callback runs, whatever its
+    input (reading a path, fetching a URL)."""
     for value, _ in nested(payload):
-        if is_file_value(value) and (problem := _file_value_problem(value, max_bytes)):
-            return problem
+        if not isinstance(value, dict):
+            continue
+        meta, path, url = value.get("meta"), value.get("path"), value.get("url")
+        if not ("path" in value or "url" in value or isinstance(meta, dict) and meta.get("_type") == "gradio.FileData"):
+            continue
+        if stored_upload(path, max_bytes) is None:
+            return "A file value must be a file uploaded to this server (through /gradio_api/upload)."
+        # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is accepted.
+        if url is not None and not (isinstance(url, str) and unquote(urlsplit(url).path).endswith(f"/file={path}")):
+            return "A file value's url must be the one this server gave its upload (or null): no other URL is fetched."
     return ""
 
 
@@ -79,31 +81,13 @@ def nested(value):
             pending += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]
 
 
-def _file_value_problem(value: dict, max_bytes: int) -> str:
-    path, url = value.get("path"), value.get("url")
-    if stored_upload(path, max_bytes) is None:
-        return "A file value must be a file uploaded to this server (through /gradio_api/upload)."
-    # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is accepted.
-    if url is not None and not (isinstance(url, str) and unquote(urlsplit(url).path).endswith(f"/file={path}")):
-        return "A file value's url must be the one this server gave its upload (or null): no other URL is fetched."
-    return ""
-
-
 def file_parts(body: bytes, content_type: bytes) -> int | None:
     """How many parts of a multipart body carry a file; None if it is not multipart with a boundary. The delimiter
     cannot occur inside a part (RFC 2046)."""
-    kind, _, parameters = content_type.decode("latin-1").partition(";")
-    if kind.strip().lower() != "multipart/form-data":
-        return None
-    boundary = next(
-        (
-            value.strip().strip('"')
-            for name, _, value in (item.partition("=") for item in parameters.split(";"))
-            if name.strip().lower() == "boundary"
-        ),
-        "",
-    )
-    if not boundary:
+    header = Message()
+    header["content-type"] = content_type.decode("latin-1")
+    boundary = header.get_param("boundary") if header.get_content_type() == "multipart/form-data" else None
+    if not isinstance(boundary, str) or not boundary:
         return None
     parts = (b"\r\n" + body).split(b"\r\n--" + boundary.encode("latin-1"))[1:]
     return sum(b"filename=" in part.partition(b"\r\n\r\n")[0] for part in parts)

@@ -1,7 +1,7 @@
 """The serving front: the page goes through one `Serving` (server.py): `work` registers an event that spends CPU,
-`admitted` / `side_work` run its callback, `queue` and `server` bound Gradio's queue and build the uvicorn server. The
-features take turns in `FairScheduler` (scheduler.py) within `Limits` (limits.py); `guard.py` is the HTTP front,
-`uploads.py` the upload quota.
+`admitted` / `run_side_work` run its callback, `queue` and `server` bound Gradio's queue and build the uvicorn server.
+The features take turns in `FairScheduler` (scheduler.py) within `Limits` (limits.py); `guard.py` is the HTTP front and
+`Visitors` what it knows of them, `uploads.py` the upload quota.
 
 What Gradio and uvicorn offer no public way to do, and what it costs:
 - A mounted page's queue runs at most 40 calls at once (`launch(max_threads=...)`; `mount_gradio_app` has no such

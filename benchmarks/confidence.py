@@ -1,10 +1,7 @@
-"""Does the app's out-of-depth warning still flag everyday sentences and spare picture captions, for a model?
+"""Does the app's out-of-depth warning still flag everyday sentences and spare picture captions, for a new model?
 
-`check_depth` flags a sentence whose confidence (the geometric mean of the model's probabilities for its own tokens),
-discounted where the English reads unlike the training captions, is below `LOW_SCORE`. A new model changes those
-probabilities, so run this before shipping one: it translates Multi30k validation and `everyday_sentences.txt` (the
-check's constants were chosen on its odd lines and validation; the even lines are held out) and prints each group's
-confidences and how many are flagged, by the check and by the confidence alone.
+Multi30k validation and `everyday_sentences.txt` (the check was tuned on its odd lines and validation; the even
+lines are held out): each group's confidences, and how many are flagged by the check and by the confidence alone.
 
     python -m benchmarks.confidence [--model models/transformer-en-de] [--threads 2] [--quick]
 """

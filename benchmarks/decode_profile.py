@@ -1,12 +1,6 @@
-"""Where a decoding step's time goes: torch's operators by input shape, and the Python around them.
-
-1. `generate()` with the saved defaults on the first sentences of test_2016_flickr at `--batch-size` under
-   `torch.profiler`: the operators with the most self time. The profiler adds to what it measures (in batches of 32
-   the log-softmax shows at several times its plain cost): read shares as where to look.
-2. The same layout and search with d_model 16, d_ff 16 and 64 words decode 20 tokens a sentence: the time per step of
-   the module path and the search, the products costing next to nothing.
-`--cache` instead: generation with the key/value cache against none (each step re-runs the decoder over the prefix)
-and a static one (uncompiled, it attends over every allocated position); random weights, outputs forced to a length.
+"""Where a decoding step's time goes: torch's operators by input shape (the profiler adds to what it measures: read
+shares as where to look), and the time per step of the same layout at d_model 16, the Python around them.
+`--cache` instead: generation with the key/value cache against none and a static one, random weights.
 
     python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1] [--cache [--quick]]
 """
@@ -34,12 +28,9 @@ def options(parser):
 
 def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: int) -> tuple[list[list], float]:
     """The operators with the most self time as rows, and the profile's total self time in seconds."""
-    if batch_size > 1:
-        sources = sorted(sources, key=lambda text: len(tokenizer(text)["input_ids"]))
-    batches = [
-        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
-        for i in range(0, len(sources), batch_size)
-    ]
+    sources = sorted(sources, key=lambda text: len(tokenizer(text)["input_ids"])) if batch_size > 1 else sources
+    chunks = [sources[i : i + batch_size] for i in range(0, len(sources), batch_size)]
+    batches = [tokenizer(chunk, padding=True, return_tensors="pt") for chunk in chunks]
     with torch.inference_mode():
         model.generate(**batches[0])  # warm-up
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiled:
@@ -47,17 +38,10 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
                 model.generate(**batch)
     events = [event for event in profiled.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
     total = sum(event.self_cpu_time_total for event in events)
-    events.sort(key=lambda event: event.self_cpu_time_total, reverse=True)
-    rows = [
-        [
-            event.key,
-            str(event.input_shapes)[:60],
-            event.count,
-            f"{event.self_cpu_time_total / event.count:.1f}",
-            f"{100 * event.self_cpu_time_total / total:.1f}%",
-        ]
-        for event in events[:top]
-    ]
+    rows = []
+    for event in sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:top]:
+        per_call, share = event.self_cpu_time_total / event.count, event.self_cpu_time_total / total
+        rows.append([event.key, str(event.input_shapes)[:60], event.count, f"{per_call:.1f}", f"{share:.1%}"])
     return rows, total / 1e6
 
 
@@ -84,9 +68,7 @@ def cache_table(args, tokenizer) -> None:
     rows = []
     for batch_size, num_beams in [(1, 1), (64, 4)] if args.quick else [(1, 1), (1, 4), (64, 1), (64, 4)]:
         inputs = tokenizer(english[:batch_size], padding=True, return_tensors="pt")
-        settings = dict(
-            num_beams=num_beams, do_sample=False, min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens
-        )
+        settings = dict(num_beams=num_beams, min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens)
         outputs = {}
 
         def generate(name, inputs=inputs, settings=settings, outputs=outputs):
@@ -98,12 +80,8 @@ def cache_table(args, tokenizer) -> None:
         if not all(torch.equal(outputs["cache"], ids) for ids in outputs.values()):
             raise AssertionError(f"batch {batch_size}, beams {num_beams}: ids differ with and without the cache")
         cached, uncached, static = timings["cache"], timings["no cache"], timings["static cache"]
-        rows.append([batch_size, "greedy" if num_beams == 1 else f"beam {num_beams}"])
-        rows[-1] += [
-            harness.spread(cached.wall),
-            harness.spread(uncached.wall),
-            f"{uncached.seconds / cached.seconds:.2f}x",
-        ]
+        rows.append([batch_size, "greedy" if num_beams == 1 else f"beam {num_beams}", harness.spread(cached.wall)])
+        rows[-1] += [harness.spread(uncached.wall), f"{uncached.seconds / cached.seconds:.2f}x"]
         rows[-1] += [f"{uncached.cpu_seconds / cached.cpu_seconds:.2f}x", f"{cached.seconds / static.seconds:.2f}x"]
     print(
         f"# with and without the cache: random weights of the shipped size, {args.new_tokens} new tokens per output, "

@@ -1,17 +1,10 @@
 """The engine's two backends, PyTorch and CTranslate2 (our converter): speed, BLEU, and what one process costs.
 
-`--parts` (default `backends one-process`):
-- in-turns: in this process, alternating on every sentence (batch 1) or length-sorted batch of 32 of
-  test_2016_flickr, once both backends are seen to write the same greedy tokens: ours (the engine, saved decoding),
-  ours with transformers' beam search, generate() as a Hub user runs it (float32 and int8 weights), CTranslate2
-  float32 through the engine (in its worker, whose CPU time counts); then (not `--skip-bound`) the bound on and off.
-- precision: the engine at lower precision against float32: bf16 weights, int8 dynamic (`int8_dynamic`), int8 with
-  a float32 output layer. A variant passes if its BLEU is within 0.3 of float32's.
-- backends: `translate_corpus.py --backend torch | ctranslate2 | ctranslate2 --int8` on test_2016_flickr, each a
-  process of its own, back to back every round; seconds from the run's record (the conversion cached, untimed).
-- one-process: the engine with PyTorch where CTranslate2 is loaded and has translated: alone (the reference),
-  in-process, in-process with OMP_WAIT_POLICY=PASSIVE, or in its worker (the default); each a child process.
-Ratios are each round's, then their median.
+`--parts`: in-turns (in this process, alternating on every sentence or batch of 32: the engine, transformers' beam
+search, generate() in float32 and int8, CTranslate2 once it writes our greedy tokens; the bound on and off),
+precision (bf16 / int8 weights against float32, passing within 0.3 BLEU), backends (`translate_corpus.py` per
+backend, each a process), one-process (PyTorch's speed where CTranslate2 is loaded: alone, in-process, with
+OMP_WAIT_POLICY=PASSIVE, in its worker). Ratios are each round's, then their median.
 
     python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts PART ...]
 """
@@ -24,11 +17,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from benchmarks import harness
+from benchmarks.hub_user import generate_all
 from transformer_en_de.decoding import backends, ctranslate2_backend
 from transformer_en_de.decoding.engine import DecodingSettings, translate
 from transformer_en_de.decoding.int8 import int8_dynamic
@@ -39,17 +34,14 @@ SPLIT = "test_2016_flickr"
 CT2, OURS, PLAIN, HUB = "CTranslate2 float32", "ours (engine)", "ours, transformers' beam search", "generate()"
 MAX_BLEU_DROP = 0.3
 NO_BOUND = DecodingSettings(max_new_tokens_ratio=1e6)  # every limit is then the cap of max_new_tokens
+MODULE = "benchmarks.engine_backends"
 SYSTEMS = {
     "PyTorch float32": ["--backend", "torch"],
     "CTranslate2 float32": ["--backend", "ctranslate2"],
     "CTranslate2 int8": ["--backend", "ctranslate2", "--int8"],
 }
-ONE_PROCESS = {
-    "alone": {},
-    "in-process": {},
-    "in-process, OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
-    "worker (the engine's default)": {},
-}
+PASSIVE = "in-process, OMP_WAIT_POLICY=PASSIVE"
+ONE_PROCESS = ["alone", "in-process", PASSIVE, "worker (the engine's default)"]
 
 
 def options(parser):
@@ -59,17 +51,20 @@ def options(parser):
     parser.add_argument("--batch1-sentences", type=int, default=None, help="in-turns: batch 1 on the first N only")
     parser.add_argument("--skip-bound", action="store_true", help="in-turns: leave out the bound on/off on val")
     parser.add_argument("--parts", nargs="+", choices=["in-turns", "precision", "backends", "one-process"])
-    parser.add_argument("--child", choices=list(ONE_PROCESS), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=ONE_PROCESS, help=argparse.SUPPRESS)
     parser.set_defaults(threads=1, parts=["backends", "one-process"])
 
 
-def ratios_text(ratios: list[float]) -> list[str]:
-    return [", ".join(f"{r:.2f}x" for r in ratios), f"**{statistics.median(ratios):.2f}x**"]
+def per_round(results: list[dict], base: list[dict], key: str, cpu_key: str) -> list[str]:
+    """`key` over the base's, each round's and their median (bold), and the median of `cpu_key`'s."""
+    ratios = [r[key] / b[key] for r, b in zip(results, base, strict=True)]
+    cpu = statistics.median(r[cpu_key] / b[cpu_key] for r, b in zip(results, base, strict=True))
+    return [", ".join(f"{r:.2f}x" for r in ratios), f"**{statistics.median(ratios):.2f}x**", f"{cpu:.2f}x"]
 
 
 def in_turns(runners: dict, tokenizer, sources: list[str], batch_size: int, rounds: int, other_cpu: dict):
-    """(texts, timings): each runner over `sources` in length-sorted chunks of `batch_size`, alternating on every
-    chunk; `other_cpu` (name -> function) adds the CPU seconds of a runner's worker process."""
+    """(texts, timings): each runner over `sources` in length-sorted chunks, alternating on every chunk; `other_cpu`
+    (name -> function) adds the CPU seconds of a runner's worker process."""
     lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
     chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
@@ -78,9 +73,9 @@ def in_turns(runners: dict, tokenizer, sources: list[str], batch_size: int, roun
     for _ in range(rounds):
         spent = {name: harness.Timings() for name in runners}
         for chunk in chunks:
-            chunk_sources = [sources[index] for index in chunk]
             for name, run in runners.items():
-                timed = spent[name].time(lambda run=run, c=chunk_sources: run(c), other_cpu.get(name, lambda: 0.0))
+                chunk_sources = [sources[index] for index in chunk]
+                timed = spent[name].time(partial(run, chunk_sources), other_cpu.get(name, lambda: 0.0))
                 for index, text in zip(chunk, timed, strict=True):
                     texts[name][index] = text
         for name, timings in spent.items():
@@ -93,21 +88,15 @@ def engine(model, tokenizer, backend=None, settings=DecodingSettings()):
     return lambda chunk: translate(model, tokenizer, chunk, settings, backend=backend).texts
 
 
+def hub_user(model, tokenizer):
+    return lambda chunk: [text.strip() for text in generate_all(model, tokenizer, chunk)]
+
+
 def in_turns_part(args) -> None:
     model, tokenizer = load_model(str(harness.SHIPPED_DIR))
     plain_model = copy.deepcopy(model)
     plain_model.drop_finished_sentences = False
-    sources = harness.read_split(SPLIT, "en")[: args.limit]
-    references = harness.read_split(SPLIT, "de")[: args.limit]
-
-    def hub_user(model):
-        def run(chunk):
-            with torch.inference_mode():
-                generated = model.generate(**tokenizer(chunk, padding=True, return_tensors="pt"))
-            return [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
-
-        return run
-
+    sources, references = harness.read_split(SPLIT, "en")[: args.limit], harness.read_split(SPLIT, "de")
     with tempfile.TemporaryDirectory() as folder:
         ctranslate2_backend.convert(model, tokenizer, folder)
         decoder = backends.CTranslate2Backend(folder, tokenizer, threads=args.threads)
@@ -116,12 +105,8 @@ def in_turns_part(args) -> None:
         ours, theirs = ([translation.generated_ids for translation in run] for run in runs)
         if ours != theirs:  # the converter maps every weight right, or the figures compare different models
             raise AssertionError("greedy tokens differ between CTranslate2 and our model")
-        runners = {
-            CT2: engine(model, tokenizer, decoder),
-            HUB: hub_user(model),
-            f"{HUB}, int8 weights": hub_user(int8_dynamic(model)),
-        }
-        runners[OURS] = engine(model, tokenizer)
+        runners = {CT2: engine(model, tokenizer, decoder), HUB: hub_user(model, tokenizer)}
+        runners |= {f"{HUB}, int8 weights": hub_user(int8_dynamic(model), tokenizer), OURS: engine(model, tokenizer)}
         rows, outputs = [], {}
         for batch_size in (1, 32):
             if batch_size == 32:
@@ -142,14 +127,13 @@ def in_turns_part(args) -> None:
         f"\n# in turns: the same greedy tokens on 100 sentences; {SPLIT}, {len(sources)} sentences, the saved decoding "
         f"(beam {model.generation_config.num_beams}); systems alternate on every sentence / batch"
     )
-    harness.print_table(
-        ["batch", "system", "sentences/s", "CTranslate2 speed / this (wall)", "same, CPU time", "BLEU"], rows
-    )
+    header = ["batch", "system", "sentences/s", "CTranslate2 speed / this (wall)", "same, CPU time", "BLEU"]
+    harness.print_table(header, rows)
     print(f"ours and transformers' beam search give identical translations: {outputs[32][OURS] == outputs[32][PLAIN]}")
     print(f"generate() and the engine give identical translations: {outputs[32][HUB] == outputs[32][OURS]}")
     if args.skip_bound:
         return
-    val, val_references = harness.read_split("val", "en")[: args.limit], harness.read_split("val", "de")[: args.limit]
+    val, val_references = harness.read_split("val", "en")[: args.limit], harness.read_split("val", "de")
     bounded = {
         "bound 1.5 x source + 10 (default)": engine(model, tokenizer),
         "no bound (cap of 255 new tokens)": engine(model, tokenizer, settings=NO_BOUND),
@@ -157,7 +141,7 @@ def in_turns_part(args) -> None:
     texts, timings = in_turns(bounded, tokenizer, val, 32, 1, {})
     print(f"\n# The per-sentence bound: ours on val, {len(val)} sentences, batches of 32")
     rows = [
-        [n, f"{len(val) / t.seconds:.1f}", f"{corpus_scores(texts[n], val_references)['bleu']:.2f}"]
+        [n, f"{len(val) / t.seconds:.1f}", f"{corpus_scores(texts[n], val_references[: len(val)])['bleu']:.2f}"]
         for n, t in timings.items()
     ]
     harness.print_table(["decoding", "sentences/s", "BLEU"], rows)
@@ -166,10 +150,9 @@ def in_turns_part(args) -> None:
 def precision_part(args) -> None:
     model, tokenizer = load_model(str(harness.SHIPPED_DIR))
     variants = {"float32": model, "bf16 weights": copy.deepcopy(model).to(torch.bfloat16)}
-    variants |= {"int8 dynamic": int8_dynamic(model)}
-    variants |= {"int8 dynamic, float32 output layer": int8_dynamic(model, keep_output_layer=True)}
-    sources = harness.read_split(SPLIT, "en")[: args.limit]
-    references = harness.read_split(SPLIT, "de")[: args.limit]
+    variants["int8 dynamic"] = int8_dynamic(model)
+    variants["int8 dynamic, float32 output layer"] = int8_dynamic(model, keep_output_layer=True)
+    sources, references = harness.read_split(SPLIT, "en")[: args.limit], harness.read_split(SPLIT, "de")[: args.limit]
     runners = {name: engine(variant, tokenizer) for name, variant in variants.items()}
     texts, timings = in_turns(runners, tokenizer, sources, 32, 1, {})
     scores = {name: corpus_scores(texts[name], references) for name in variants}
@@ -185,19 +168,14 @@ def precision_part(args) -> None:
     harness.print_table(header + ["passes"], rows)
 
 
-def environment(threads: int, extra: dict | None = None) -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.ROOT), env.get("PYTHONPATH")]))
-    return env | (extra or {})
-
-
 def corpus_run(system: str, output: Path, threads: int, limit: int | None) -> dict:
-    """`translate_corpus.py` with `system`'s flags in a process of its own: seconds, CPU seconds, BLEU."""
-    command = [sys.executable, str(harness.ROOT / "translate_corpus.py"), "--model", str(harness.SHIPPED_DIR)]
-    command += ["--input", str(harness.DATA_DIR / f"{SPLIT}.en"), "--output", str(output), "--source_lang", "en"]
-    command += ["--target_lang", "de", "--threads", str(threads), "--device", "cpu", *SYSTEMS[system]]
+    """`translate_corpus.py` with `system`'s flags in a process of its own: its record (seconds) and BLEU."""
+    command = [sys.executable, "translate_corpus.py", "--model", str(harness.SHIPPED_DIR), "--output", str(output)]
+    command += ["--input", str(harness.DATA_DIR / f"{SPLIT}.en"), "--source_lang", "en", "--target_lang", "de"]
+    command += ["--threads", str(threads), "--device", "cpu", *SYSTEMS[system]]
     command += ["--limit", str(limit)] if limit else []
-    subprocess.run(command, check=True, env=environment(threads), stderr=subprocess.DEVNULL)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    subprocess.run(command, check=True, cwd=harness.ROOT, env=env, stderr=subprocess.DEVNULL)
     record = json.loads(output.with_name(f"{output.name}.progress.json").read_text(encoding="utf-8"))
     hypotheses = output.with_name(f"{output.name}.de").read_text(encoding="utf-8").splitlines()
     references = harness.read_split(SPLIT, "de")[: len(hypotheses)]
@@ -207,14 +185,13 @@ def corpus_run(system: str, output: Path, threads: int, limit: int | None) -> di
 def backends_part(args) -> None:
     runs = {system: [] for system in SYSTEMS}
     with tempfile.TemporaryDirectory() as scratch:
-        for system in SYSTEMS:  # convert once, untimed: every timed run finds the conversion cached
-            corpus_run(system, Path(scratch) / f"warm-{system.replace(' ', '_')}", args.threads, 8)
-        for number in range(args.rounds):
+        for number in range(-1, args.rounds):  # round -1 converts once, untimed: every timed run finds it cached
             for system in SYSTEMS:
                 output = Path(scratch) / f"{number}-{system.replace(' ', '_')}"
-                runs[system].append(corpus_run(system, output, args.threads, args.limit))
-                done = runs[system][-1]
-                print(f"  round {number + 1}: {system} {done['seconds']} s, BLEU {done['bleu']:.2f}", file=sys.stderr)
+                done = corpus_run(system, output, args.threads, args.limit if number >= 0 else 8)
+                if number >= 0:
+                    runs[system].append(done)
+                    print(f"  round {number + 1}: {system} {done['seconds']} s", file=sys.stderr)
     base = runs["PyTorch float32"]
     print(
         f"\n# backends: translate_corpus.py on {SPLIT}, {base[0]['lines_written']} sentences, saved decoding, "
@@ -222,10 +199,12 @@ def backends_part(args) -> None:
     )
     rows = []
     for system, results in runs.items():
-        ratios = [b["seconds"] / r["seconds"] for r, b in zip(results, base, strict=True)]
-        cpu_ratio = statistics.median(b["cpu_seconds"] / r["cpu_seconds"] for r, b in zip(results, base, strict=True))
-        rate = statistics.median(result["lines_written"] / result["seconds"] for result in results)
-        rows.append([system, f"{rate:.1f}", *ratios_text(ratios), f"{cpu_ratio:.2f}x", f"{results[0]['bleu']:.2f}"])
+        for result in results:
+            result["sentences/s"] = result["lines_written"] / result["seconds"]
+            result["per CPU-second"] = result["lines_written"] / result["cpu_seconds"]
+        rate = statistics.median(result["sentences/s"] for result in results)
+        figures = per_round(results, base, "sentences/s", "per CPU-second")
+        rows.append([system, f"{rate:.1f}", *figures, f"{results[0]['bleu']:.2f}"])
     header = ["system", "sentences/s (median)", "speed / PyTorch float32, per round", "median", "same, per CPU-second"]
     harness.print_table(header + ["BLEU"], rows)
 
@@ -238,9 +217,8 @@ def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None
     sides = {"PyTorch": None}
     if mode != "alone":
         worker = mode.startswith("worker")
-        sides["CTranslate2"] = backends.load_backend(
-            str(harness.SHIPPED_DIR), model, tokenizer, threads=threads, process=worker
-        )
+        folder = str(harness.SHIPPED_DIR)
+        sides["CTranslate2"] = backends.load_backend(folder, model, tokenizer, threads=threads, process=worker)
     for backend in sides.values():
         translate(model, tokenizer, sources[:32], settings, backend=backend)  # warm-up; CTranslate2 has now run
     timings = {name: harness.Timings() for name in sides}
@@ -259,12 +237,11 @@ def one_process_part(args) -> None:
     count = args.limit or (96 if args.quick else 320)
     rates = {mode: [] for mode in ONE_PROCESS}
     for number in range(args.rounds):
-        for mode, extra in ONE_PROCESS.items():
+        for mode in ONE_PROCESS:
             flags = ["--child", mode, "--limit", str(count), "--repeats", str(args.repeats), "--threads"]
-            env = environment(args.threads, extra)
-            rates[mode].append(
-                harness.json_from_child("benchmarks.engine_backends", *flags, str(args.threads), env=env)
-            )
+            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+            env |= {"OMP_WAIT_POLICY": "PASSIVE"} if mode == PASSIVE else {}
+            rates[mode].append(harness.json_from_child(MODULE, *flags, str(args.threads), env=env))
             print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
     print(
         f"\n# one process: the engine with PyTorch (batches of 32, {count} sentences of {SPLIT}) beside CTranslate2; "
@@ -272,16 +249,12 @@ def one_process_part(args) -> None:
     )
     rows = []
     for mode, results in rates.items():
-        ratios = [r["PyTorch"] / a["PyTorch"] for r, a in zip(results, rates["alone"], strict=True)]
-        cpu_ratio = statistics.median(
-            r["PyTorch cpu"] / a["PyTorch cpu"] for r, a in zip(results, rates["alone"], strict=True)
-        )
         theirs = "—"
         if mode != "alone":
             theirs = f"{statistics.median(r['CTranslate2'] for r in results):.1f} "
             theirs += f"({statistics.median(r['CTranslate2 cpu'] for r in results):.1f})"
         rate = statistics.median(r["PyTorch"] for r in results)
-        rows.append([mode, f"{rate:.1f}", *ratios_text(ratios), f"{cpu_ratio:.2f}x", theirs])
+        rows.append([mode, f"{rate:.1f}", *per_round(results, rates["alone"], "PyTorch", "PyTorch cpu"), theirs])
     header = ["CTranslate2 loaded", "PyTorch sentences/s", "PyTorch speed / alone (per round)", "median"]
     harness.print_table(header + ["same, per CPU-second", "CTranslate2 sentences/s (per CPU-second)"], rows)
 

@@ -1,12 +1,8 @@
 """GPU figures: training throughput against torch.nn.Transformer, the WMT14 base recipe's step time, generate() speed.
 
-Sections (`--sections 1,2,3`; one that fails is printed and the next still runs):
-1. `benchmarks.train_throughput`'s comparison, batches of 128 and 512 sentences (128 underuses a GPU).
-2. The WMT14 base recipe of docs/training.md: one optimizer step at about 25,000 source + 25,000 target tokens
-   (random tokens, 27 a side; accumulated only if the batch does not fit) and the hours 100,000 steps take.
-3. `generate()` of the shipped model with float32 and bf16 weights on test_2016_flickr.en, batch 32 and batch 1;
-   and whether CTranslate2 with CUDA is usable here.
-Every timing ends in a synchronize. Without a CUDA GPU it runs on the CPU and says so (a smoke test).
+Sections: 1. train_throughput's comparison at 128 and 512 sentences; 2. one step of the base recipe of
+docs/training.md at about 25,000 random tokens a side and the hours 100,000 take; 3. generate() in float32 and
+bf16, and whether CTranslate2 has CUDA here. A section that fails is printed; on a CPU it is a smoke test.
 
     python -m benchmarks.gpu [--quick] [--sections 1,2,3] [--source test_2016_flickr.en] [--data multi30k-folder]
 """
@@ -15,12 +11,14 @@ import copy
 import math
 import os
 import traceback
+from functools import partial
 from pathlib import Path
 
 import torch
 import transformers
 
 from benchmarks import harness
+from benchmarks.hub_user import generate_all
 from benchmarks.train_throughput import compare_steps
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
@@ -37,7 +35,7 @@ def options(parser):
     parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run (default 1,2,3)")
     parser.add_argument("--source", type=Path, help=f"English for section 3 (default: Multi30k's {TEST_FILE})")
     parser.add_argument("--data", type=Path, help="Multi30k folder with train.en/train.de for section 1")
-    parser.set_defaults(threads=len(os.sched_getaffinity(0)))  # the cores this process may use
+    parser.set_defaults(threads=len(os.sched_getaffinity(0)))
 
 
 def section_training(args, device, bf16):
@@ -93,18 +91,10 @@ def section_base_recipe(args, device, bf16):
         f" AdamW, scored_loss; {tokens:,} source + {tokens:,} target tokens per step ({accumulate} x {micro} "
         f"sentences of {length} tokens a side){memory}; {rounds} rounds after {warmup} warm-up"
     )
-    harness.print_table(
-        ["s/step: median [IQR]", "target tokens/s", "matmul TFLOP/s", "share of peak", f"{STEPS:,} steps, hours"],
-        [
-            [
-                harness.spread(timing.wall),
-                f"{tokens / timing.seconds:,.0f}",
-                f"{flops / timing.seconds / 1e12:.3g}",
-                f"{flops / timing.seconds / peak:.1%}",
-                f"{timing.seconds * STEPS / 3600:.1f}",
-            ]
-        ],
-    )
+    row = [harness.spread(timing.wall), f"{tokens / timing.seconds:,.0f}", f"{flops / timing.seconds / 1e12:.3g}"]
+    row += [f"{flops / timing.seconds / peak:.1%}", f"{timing.seconds * STEPS / 3600:.1f}"]
+    header = ["s/step: median [IQR]", "target tokens/s", "matmul TFLOP/s", "share of peak", f"{STEPS:,} steps, hours"]
+    harness.print_table(header, [row])
     print("(the paper: 100,000 steps in about 12 hours on 8 P100 GPUs)")
 
 
@@ -120,25 +110,12 @@ def section_generate(args, device, bf16):
         f"{settings.num_beams}, length penalty {settings.length_penalty} and the per-sentence bound; first sentences "
         f"of {args.source}; {rounds} rounds after a warm-up pass"
     )
-    by_length = sorted(sentences[:batched_count], key=lambda text: len(tokenizer(text)["input_ids"]))
-    runs = {
-        32: [by_length[i : i + 32] for i in range(0, len(by_length), 32)],
-        1: [[t] for t in sentences[:single_count]],
-    }
-
-    def decode(variant, chunks):
-        def run():
-            with torch.inference_mode():
-                for chunk in chunks:
-                    variant.generate(**tokenizer(chunk, padding=True, return_tensors="pt").to(device))
-            harness.synchronize(device)
-
-        return run
-
     rows = []
-    for batch_size, chunks in runs.items():
-        count = sum(len(chunk) for chunk in chunks)
-        timings = harness.alternate({name: decode(v, chunks) for name, v in variants.items()}, rounds, warmup=1)
+    for batch_size, count in ((32, batched_count), (1, single_count)):
+        runs = {
+            name: partial(generate_all, v, tokenizer, sentences[:count], batch_size) for name, v in variants.items()
+        }
+        timings = harness.alternate(runs, rounds, warmup=1)  # the decoded text waits for the GPU
         rows += [
             [batch_size, count, name, harness.spread(t.wall), f"{count / t.seconds:.1f}"] for name, t in timings.items()
         ]

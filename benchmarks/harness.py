@@ -1,12 +1,11 @@
-"""What the benchmarks share: flags, the shipped model's config, Multi30k batches, A/B timing, child processes, tables.
+"""What the benchmarks share: flags, the model under test, Multi30k, training steps, A/B timing, child processes.
 
-Both sides of a comparison run on the same inputs, alternating A, B, A, B, ... after a warm-up (or each in a process
-of its own, round after round), so that a background load slows both alike: absolute times drift, the ratio holds.
+Both sides of a comparison alternate A, B, A, B, ... on the same inputs (or run each in a process of its own, round
+after round), so that a background load slows both alike: absolute times drift, the ratio holds.
 """
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
@@ -94,8 +93,8 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
 
 
 def training_batches(tokenizer, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
-    """`count` batches as the Trainer's group_by_length sampler makes them (a random megabatch of 50 sorted by source
-    length and cut; `count` cuts from the longest to the shortest), padded, pads -100 in the labels."""
+    """`count` batches as the Trainer's group_by_length sampler cuts a megabatch of 50 sorted by length, longest to
+    shortest, pads -100 in the labels."""
     per_megabatch = 50
     english, german = sample_sentences("train", batch_size * per_megabatch)
     lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
@@ -116,7 +115,7 @@ def adamw(model):
 
 
 def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1) -> Callable[[], None]:
-    """A call trains on `batches`, one optimizer step per `accumulate` of them, in bf16 autocast when `bf16`."""
+    """A call trains on `batches`, one optimizer step per `accumulate` of them."""
     device = next(model.parameters()).device
 
     def step():
@@ -133,36 +132,30 @@ def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: in
 
 
 def training_matmul_flops(config: TransformerMTConfig, batch_size: int, source_length: int, target_length: int):
-    """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch: the projections of every layer and
-    the tied output projection, and QK^T and AV of every attention (causal counted in full). Softmax, norms, the
-    loss and AdamW are not matmuls and not counted: a floor on the work done."""
+    """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch, causal attention counted in full;
+    softmax, norms, the loss and AdamW not counted: a floor on the work done."""
     d, d_ff, encoder, decoder = config.d_model, config.d_ff, config.encoder_layers, config.decoder_layers
     source_tokens, target_tokens = batch_size * source_length, batch_size * target_length
     projections = source_tokens * (encoder * (4 * d * d + 2 * d * d_ff) + decoder * 2 * d * d)  # cross-attn K, V
     projections += target_tokens * (decoder * (6 * d * d + 2 * d * d_ff) + d * config.vocab_size)
-    attention = (
-        4 * d * batch_size * (encoder * source_length**2 + decoder * (target_length + source_length) * target_length)
-    )
-    return 3 * (2 * projections + attention)
+    attention = encoder * source_length**2 + decoder * (target_length + source_length) * target_length
+    return 3 * (2 * projections + 4 * d * batch_size * attention)
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype) -> float:
-    """The dense peak in FLOP/s: the best of 12 timings of large square matmuls (the first ones warm up)."""
+    """The dense peak in FLOP/s: the best of 12 timings of large square matmuls."""
     size, per_timing = (8192, 10) if device.type == "cuda" else (2048, 1)
     a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    best = math.inf
-    for _ in range(12):
-        synchronize(device)
-        start = time.perf_counter()
+
+    def matmuls():
         for _ in range(per_timing):
             a @ b
         synchronize(device)
-        best = min(best, (time.perf_counter() - start) / per_timing)
-    return 2 * size**3 / best
+
+    return 2 * size**3 * per_timing / min(alternate({"matmul": matmuls}, rounds=12)["matmul"].wall)
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for a GPU's queued kernels: a timer read before this measures the launches."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -172,8 +165,7 @@ def synchronize(device: torch.device) -> None:
 
 @dataclass
 class Timings:
-    """Wall-clock and process CPU seconds per call. CPU time is the cross-check on a shared machine: other processes
-    stretch wall time, not this process's CPU time (with one thread; with more, idle threads spinning count too)."""
+    """Wall-clock and CPU seconds per call: on a shared machine other processes stretch wall time, not CPU time."""
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
@@ -187,7 +179,7 @@ class Timings:
         return median(self.cpu)
 
     def time(self, run: Callable[[], object], other_cpu: Callable[[], float] = lambda: 0.0):
-        """`run()`, its wall and CPU seconds added; `other_cpu`: CPU seconds of a process that works for it."""
+        """`run()` timed; `other_cpu`: CPU seconds of a process that works for it."""
         wall, cpu = time.perf_counter(), time.process_time() + other_cpu()
         result = run()
         self.wall.append(time.perf_counter() - wall)
@@ -220,8 +212,8 @@ def spread(values: list[float]) -> str:
 
 
 def json_from_child(module: str, *arguments: str, env: dict | None = None) -> dict:
-    """The JSON object that the last line of `python -m module arguments...` prints, in a process of its own (no
-    model, allocator or thread pool of this one); a child that fails stops the benchmark with its last stderr line."""
+    """The JSON object that `python -m module arguments...` prints last, in a process of its own (no model, allocator
+    or thread pool of this one); a child that fails stops the benchmark with its last stderr line."""
     done = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
@@ -230,7 +222,7 @@ def json_from_child(module: str, *arguments: str, env: dict | None = None) -> di
 
 
 def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int) -> dict[str, list[dict]]:
-    """Each spec's child (`module` with its arguments) once a round, one after the other, for `rounds` rounds."""
+    """Each spec's child (`module` with its arguments) once a round, for `rounds` rounds."""
     runs = {name: [] for name in specs}
     for _ in range(rounds):
         for name, arguments in specs.items():
@@ -239,8 +231,7 @@ def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int) ->
 
 
 def paired_ratio(runs: dict[str, list[dict]], model: str, base: str, figure: str) -> str:
-    """`model`'s `figure` over `base`'s, round by round (a slow stretch slows both alike): the median ratio, and the
-    lowest-highest round's, which say how far one round can be trusted."""
+    """`model`'s `figure` over `base`'s, round by round: the median, and the lowest-highest round's."""
     ratios = [mine[figure] / theirs[figure] for mine, theirs in zip(runs[model], runs[base], strict=True)]
     text = f"{median(ratios):.2f}x"
     return text if len(ratios) < 2 else f"{text} ({min(ratios):.2f}-{max(ratios):.2f})"
@@ -251,15 +242,12 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
 
 
 def describe_machine(threads: int) -> str:
-    return (
-        f"torch {torch.__version__}, {threads} thread(s), {os.cpu_count()} CPU(s) visible, "
-        f"{precision.describe(use_cpu=True)}"
-    )
+    cpus = f"{threads} thread(s), {os.cpu_count()} CPU(s) visible"
+    return f"torch {torch.__version__}, {cpus}, {precision.describe(use_cpu=True)}"
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:
-    """A process's peak RSS so far (VmHWM; not ru_maxrss, which carries the parent's peak across fork+exec).
-    OSError once the process has exited."""
+    """A process's peak RSS so far (VmHWM; ru_maxrss carries the parent's peak across fork+exec)."""
     with open(f"/proc/{pid}/status") as handle:
         for line in handle:
             if line.startswith("VmHWM:"):

@@ -1,20 +1,13 @@
 """What a Hub user gets from a model folder: Auto classes, `generate()` with the saved defaults, nothing of ours.
 
-    python -m benchmarks.hub_user [--model models/transformer-en-de] [--splits val] [--threads 1] [--quick]
+The folder's own modeling code runs (`trust_remote_code`; `modeling/` is never imported); `--engine`: the app's
+engine instead. Printed: BLEU and chrF of each split, runaway outputs (over 3x the source's characters), and the
+lowercased BLEU of the first 300 val sentences as they are, in capitals and in lower case.
 
-The folder is loaded in this process with `AutoTokenizer` / `AutoModelForSeq2SeqLM` and `trust_remote_code=True`;
-the project's packages are never imported, so the folder's own copy of the modeling code runs, as it does for someone
-who downloads the model. Sentences go through `model.generate(**batch)` in batches of 32 sorted by length, with no
-argument: the saved generation config decides (its beams, length penalty, the per-sentence bound). Printed:
-
-1. cased sacreBLEU BLEU and chrF on each split (val by default; add test_2016_flickr once, for the shipped model);
-2. runaway outputs: the longest output against its source, in characters, and how many exceed 3x;
-3. casing: the first 300 validation sentences as they are, in capitals and in lower case, lowercased BLEU of each
-   and the share of the as-is figure it keeps (no casing step: that is the engine's, not the model's).
+    python -m benchmarks.hub_user [--model models/transformer-en-de] [--splits val] [--threads 1] [--quick] [--engine]
 """
 
 import argparse
-import os
 import platform
 import sys
 import time
@@ -24,28 +17,29 @@ import sacrebleu
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from transformer_en_de.markdown import markdown_table  # imports nothing else of the project
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
-BATCH_SIZE = 32
-CASING_SENTENCES = 300
 RUNAWAY_FACTOR = 3.0
 
 
 def read_split(split: str, language: str) -> list[str]:
-    """A Multi30k file, as `harness.read_split` reads it but without the project's code (see above)."""
+    """A Multi30k file, as `harness.read_split` reads it without importing the project's modeling code."""
     path = DATA_DIR / f"{split}.{language}"
     if not path.is_file():
         raise SystemExit(f"Multi30k not found: expected {path}.")
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def generate_all(model, tokenizer, sources: list[str]) -> list[str]:
+def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> list[str]:
     """`generate()` with the saved defaults over batches of sentences of similar length, returned in input order."""
     order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
     outputs = [""] * len(sources)
-    for start in range(0, len(order), BATCH_SIZE):
-        chosen = order[start : start + BATCH_SIZE]
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
         batch = tokenizer([sources[index] for index in chosen], return_tensors="pt", padding=True, truncation=True)
+        batch = batch.to(model.device)
         with torch.inference_mode():
             ids = model.generate(**batch)
         for index, text in zip(chosen, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
@@ -53,12 +47,19 @@ def generate_all(model, tokenizer, sources: list[str]) -> list[str]:
     return outputs
 
 
-def table(header: list[str], rows: list[list[object]]) -> None:
-    """A Markdown table on stdout (written here, not by the project's writer: this script imports nothing of ours)."""
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(cell) for cell in row) + " |")
+def translator(args):
+    """A function (sentences, casing step on) -> translations: the engine's with `--engine`, else generate()'s."""
+    if args.engine:
+        from transformer_en_de.decoding import engine, loading
+
+        model, tokenizer = loading.load_model(args.model)
+        return lambda sources, casing: (
+            engine.translate(model, tokenizer, sources, engine.DecodingSettings(normalise_case=casing)).texts
+        )
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
+    assert "modeling" not in sys.modules, "the project's modeling/ was imported: this must not be"
+    return lambda sources, casing: generate_all(model, tokenizer, sources)
 
 
 def main() -> None:
@@ -67,53 +68,50 @@ def main() -> None:
     parser.add_argument("--splits", nargs="+", default=["val"], help="Multi30k splits to score (default: val)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="100 sentences per split, 50 for casing")
+    parser.add_argument("--engine", action="store_true", help="through the app's engine, not generate() alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(
-        f"# {args.model} through Auto classes and generate() defaults; torch {torch.__version__}, "
-        f"{args.threads} thread(s), CPU {platform.machine()} {torch.backends.cpu.get_cpu_capability()}, float32"
+        f"# {args.model} through {'the engine' if args.engine else 'Auto classes and generate() defaults'}; torch "
+        f"{torch.__version__}, {args.threads} thread(s), CPU {platform.machine()} "
+        f"{torch.backends.cpu.get_cpu_capability()}, float32"
     )
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
-    assert "modeling" not in sys.modules, "the project's modeling/ was imported: this must not be"
+    translate = translator(args)
     limit = 100 if args.quick else None
-
     rows, runaway = [], []
     for split in args.splits:
         sources, references = read_split(split, "en")[:limit], read_split(split, "de")[:limit]
         started = time.perf_counter()
-        outputs = generate_all(model, tokenizer, sources)
-        seconds = time.perf_counter() - started
-        bleu = sacrebleu.corpus_bleu(outputs, [references])
-        chrf = sacrebleu.corpus_chrf(outputs, [references])
-        rows.append([split, len(sources), f"{bleu.score:.2f}", f"{chrf.score:.2f}", f"{len(sources) / seconds:.1f}"])
+        outputs = translate(sources, True)
+        rate = len(sources) / (time.perf_counter() - started)
+        bleu, chrf = (score(outputs, [references]).score for score in (sacrebleu.corpus_bleu, sacrebleu.corpus_chrf))
+        rows.append([split, len(sources), f"{bleu:.2f}", f"{chrf:.2f}", f"{rate:.1f}"])
         ratios = [len(output) / max(len(source), 1) for source, output in zip(sources, outputs, strict=True)]
         worst = max(range(len(ratios)), key=ratios.__getitem__)
-        runaway.append(
-            [split, f"{ratios[worst]:.2f}", sum(ratio > RUNAWAY_FACTOR for ratio in ratios), repr(sources[worst][:60])]
-        )
+        over = sum(ratio > RUNAWAY_FACTOR for ratio in ratios)
+        runaway.append([split, len(sources), f"{ratios[worst]:.2f}", over, repr(sources[worst][:60])])
     print("\nQuality (cased sacreBLEU, detokenised):\n")
-    table(["split", "sentences", "BLEU", "chrF", "sentences/s"], rows)
+    print(markdown_table(["split", "sentences", "BLEU", "chrF", "sentences/s"], rows))
     print("\nRunaway outputs (output characters / source characters):\n")
-    table(["split", "longest ratio", f"over {RUNAWAY_FACTOR:g}x", "its source"], runaway)
+    print(markdown_table(["split", "sentences", "longest ratio", f"over {RUNAWAY_FACTOR:g}x", "its source"], runaway))
 
-    count = 50 if args.quick else CASING_SENTENCES
+    count = 50 if args.quick else 300
     sources, references = read_split("val", "en")[:count], read_split("val", "de")[:count]
-    rows, as_is = [], None
-    for name, inputs in (
-        ("as is", sources),
-        ("capitals", [s.upper() for s in sources]),
-        ("lower case", [s.lower() for s in sources]),
-    ):
-        bleu = round(
-            sacrebleu.corpus_bleu(generate_all(model, tokenizer, inputs), [references], lowercase=True).score, 2
-        )
-        as_is = bleu if as_is is None else as_is
-        rows.append([name, bleu, f"{100 * bleu / as_is:.0f}%" if as_is else ""])
-    print(f"\nCasing through generate() alone: lowercased BLEU on the first {count} validation sentences:\n")
-    table(["input", "lowercased BLEU", "of as-is"], rows)
+    capitals = [source.upper() for source in sources]
+    variants = {"as is": sources, "capitals, raw": capitals}
+    if args.engine:
+        variants["capitals, engine's casing step"] = capitals
+    variants["all lower-case"] = [source.lower() for source in sources]
+    bleus = {}
+    for name, inputs in variants.items():
+        outputs = translate(inputs, name != "capitals, raw")
+        bleus[name] = round(sacrebleu.corpus_bleu(outputs, [references], lowercase=True).score, 2)
+    rows = [
+        [name, bleu, f"{100 * bleu / bleus['as is']:.0f}%" if bleus["as is"] else ""] for name, bleu in bleus.items()
+    ]
+    print(f"\nCasing: lowercased BLEU on the first {count} validation sentences:\n")
+    print(markdown_table(["input", "lowercased BLEU", "of as-is"], rows))
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     main()

@@ -1,20 +1,14 @@
-"""Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way, and the
-matmul FLOP/s each achieves as a share of this device's measured matmul peak.
+"""Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way (checked to
+compute our loss with our weights), and the matmul FLOP/s of each as a share of this device's measured peak.
 
-One step = forward + label-smoothed loss + backward + AdamW, in the precision train.py picks here, on real Multi30k
-batches grouped by length. "ours" is train.py's step (`scored_loss`: the output projection
-on real target tokens only); "ours, every position projected" takes the loss from the full logits, like the
-reference. The reference has our sizes, post-norm layers, dropouts, one shared tied embedding, sinusoidal positions
-and loss, and is checked to compute our loss with our weights. FLOPs are counted over the padded batch
-(`harness.training_matmul_flops`, the same count for every row), so the share of peak is a floor.
-
-`--distillation`: what word-level distillation (`train.py --teacher`) costs a step instead: round 7's student (the
-shipped size with 6+1 layers, random weights) with and without the shipped model's term (`scored_loss`).
+"ours" is train.py's step (`scored_loss` projects real target tokens only), "every position projected" takes the
+loss from the full logits like the reference. `--distillation`: round 7's 6+1 student with and without a teacher.
 
     python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128] [--distillation]
 """
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -59,11 +53,7 @@ class TorchTransformerMT(nn.Module):
                 if attention is not None:
                     attention.dropout = config.attention_dropout
         self.transformer = nn.Transformer(
-            d_model=config.d_model,
-            nhead=config.num_attention_heads,
-            custom_encoder=encoder,
-            custom_decoder=decoder,
-            batch_first=True,
+            config.d_model, config.num_attention_heads, custom_encoder=encoder, custom_decoder=decoder, batch_first=True
         )
         self.embed_scale = math.sqrt(config.d_model)
 
@@ -73,8 +63,7 @@ class TorchTransformerMT(nn.Module):
     def forward(self, input_ids, attention_mask, labels):
         decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
         source_padding = attention_mask == 0  # (B, S), True where padded
-        # On a GPU the CPU-made causal mask is harmless: with tgt_is_causal and no target padding mask,
-        # nn.MultiheadAttention drops it and passes is_causal to SDPA.
+        # With tgt_is_causal and no target padding mask, MultiheadAttention drops this mask (made on the CPU) for SDPA.
         hidden_states = self.transformer(
             self.embed(input_ids),
             self.embed(decoder_input_ids),
@@ -94,7 +83,7 @@ class TorchTransformerMT(nn.Module):
 
 @torch.no_grad()
 def copy_weights(ours: Ours, reference: TorchTransformerMT) -> None:
-    """Give the reference our weights (q, k, v stacked into torch's in_proj), so the two can be checked equal."""
+    """Give the reference our weights (q, k, v stacked into torch's in_proj)."""
 
     def attention(theirs, mine):
         theirs.in_proj_weight.copy_(torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight]))
@@ -123,7 +112,7 @@ def full_projection_loss(model, batch) -> torch.Tensor:
 
 
 def check_same_function(ours, reference, batch) -> None:
-    """With the same weights and no dropout the two must compute the same loss: the comparison is like for like."""
+    """With the same weights and no dropout the two must compute the same loss, or the comparison is not fair."""
     copy_weights(ours, reference)
     ours.eval(), reference.eval()
     with torch.no_grad():
@@ -134,8 +123,8 @@ def check_same_function(ours, reference, batch) -> None:
 
 
 def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, reference: str, peak: float, config=None):
-    """Times each side's step (name -> (model, loss function)) in turns on `batches` on `device`: table rows (with the
-    matmul FLOP/s of `config`'s count, when given, as a share of `peak`) and a ratio line per side to `reference`."""
+    """Table rows and ratio lines to `reference` of each side's step (name -> (model, loss function)), timed in turns;
+    with `config`, its matmul FLOP/s as a share of `peak`."""
     device_batches = [{key: tensor.to(device) for key, tensor in batch.items()} for batch in batches]
     steps = {}
     for name, (model, loss_of) in sides.items():
@@ -144,26 +133,23 @@ def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, refe
     timings = harness.alternate(steps, rounds=rounds, warmup=1)
     tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
     size = batches[0]["input_ids"].shape[0]
-    flops = sum(
-        harness.training_matmul_flops(config, size, batch["input_ids"].shape[1], batch["labels"].shape[1])
-        for batch in batches
-        if config is not None
-    )
+    shapes = [(batch["input_ids"].shape[1], batch["labels"].shape[1]) for batch in batches]
+    flops = sum(harness.training_matmul_flops(config, size, *shape) for shape in shapes) if config else 0
     rows, lines, base = [], [], timings[reference]
     for name, t in timings.items():
         rows.append([f"{len(batches)} x {size}", name, f"{sum(p.numel() for p in sides[name][0].parameters()):,}"])
         rows[-1] += [harness.spread(t.wall), f"{t.cpu_seconds:.3g}", f"{tokens / t.seconds:,.0f}"]
         rows[-1] += [f"{flops / t.seconds / 1e9:,.0f}", f"{flops / t.seconds / peak:.1%}"] if config else ["", ""]
         if name != reference:
-            lines.append(
-                f"{name} / {reference}, batch {size}: throughput {base.seconds / t.seconds:.2f}x wall, "
+            lines.append(f"{name} / {reference}, batch {size}: throughput {base.seconds / t.seconds:.2f}x wall, ")
+            lines[-1] += (
                 f"{base.cpu_seconds / t.cpu_seconds:.2f}x CPU time; time a step {t.seconds / base.seconds:.2f}x"
             )
     return rows, lines
 
 
 def compare_steps(config, batches_of: dict, device: torch.device, bf16: bool, rounds: int) -> None:
-    """Ours (both losses) against torch.nn.Transformer on each batch size's batches (size -> batches), one table."""
+    """Ours (both losses) against torch.nn.Transformer on the batches of each size (size -> batches), one table."""
     peak = harness.matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
     print(f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds")
     rows, lines = [], []
@@ -190,13 +176,9 @@ def print_steps(rows, lines):
 
 
 def distillation(bf16: bool, batches, rounds) -> None:
-    """The student (round 7's 6+1 shape, random weights) with and without the shipped model's word-level term."""
     teacher = Teacher(Ours.from_pretrained(harness.SHIPPED_DIR).eval().requires_grad_(False), 0.5, "shipped")
     config = harness.shipped_config(encoder_layers=6, decoder_layers=1, dropout=0.1)
-    losses = {
-        "student alone": scored_loss,
-        "student + teacher": lambda m, batch: scored_loss(m, batch, teacher=teacher),
-    }
+    losses = {"student alone": scored_loss, "student + teacher": partial(scored_loss, teacher=teacher)}
     sides = {}
     for name, loss_of in losses.items():
         torch.manual_seed(0)

@@ -1,20 +1,16 @@
-"""Peak memory of a training run's start: the first start, which reads, mixes and tokenizes the corpora, against a
-second start of the same mix, which reads the tokenized mix the first one kept (`PreparedMix`, memory-mapped).
-
-Each start is `train.py` in a process of its own, one step, one thread; its peak RSS (VmHWM) is polled from /proc.
-The second start holds what a run holds besides its data pipeline, so the difference is what preparing the mix costs.
-The default mix is task 1 twice with teacher-big and the tagged back-translation (528,000 pairs an epoch with the
-case variants).
+"""Peak memory of a training run's start that prepares the mix (reads, mixes, tokenizes) against a second start
+that reads the tokenized mix the first one kept: each `train.py` in a process of its own, one step, one thread.
+The default mix is task 1 twice, teacher-big and the tagged back-translation (528,000 pairs an epoch).
 
     python -m benchmarks.training_memory [--mix CORPUS ...] [--start MODEL_FOLDER]
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -27,27 +23,18 @@ ONE_STEP = """--train_weight 2 --case_augmentation 0.4 --max_tokens 4300 --max_s
 
 
 def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
-    """(peak RSS in bytes, seconds) of a child process, its VmHWM polled until it exits."""
-    started, peak = time.time(), [0]
-    process = subprocess.Popen(
-        command, cwd=harness.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-    def poll():
+    """(peak RSS in bytes, seconds) of a child process, polled until it exits."""
+    started, peak = time.time(), 0
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(command, cwd=harness.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
         while process.poll() is None:
-            try:
-                peak[0] = max(peak[0], harness.peak_rss_bytes(process.pid))
-            except (OSError, RuntimeError):  # it has just exited (a zombie's status has no VmHWM)
-                break
+            with contextlib.suppress(OSError, RuntimeError):  # it has just exited (a zombie's status has no VmHWM)
+                peak = max(peak, harness.peak_rss_bytes(process.pid))
             time.sleep(0.2)
-
-    watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
-    output, _ = process.communicate()
-    watcher.join()
-    if process.returncode:
-        sys.exit(f"train.py failed ({process.returncode}):\n{output[-3000:]}")
-    return peak[0], time.time() - started
+        if process.returncode:
+            output.seek(0)
+            sys.exit(f"train.py failed ({process.returncode}):\n{output.read()[-3000:]}")
+    return peak, time.time() - started
 
 
 def main() -> None:

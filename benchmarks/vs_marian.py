@@ -1,9 +1,7 @@
 """Our model against MarianMT at opus-mt-en-de's dimensions: latency, throughput, peak memory, parameters.
 
-MarianMT is built with random weights at the real model's sizes (it cannot be downloaded here); its inputs are random
-ids with the lengths our tokenizer gives the same sentences. Speed does not depend on the weights once every output
-is forced to the same length. Both decode with the same beams in float32. Peak memory: each model loads and
-translates one batch in a fresh process; the figure is its peak RSS (VmHWM) minus its RSS after the imports.
+MarianMT has random weights (it cannot be downloaded here): speed does not depend on the weights once every output
+is forced to one length. Peak memory: a fresh process's peak RSS over its RSS after the imports.
 
     python -m benchmarks.vs_marian [--quick]
 """
@@ -39,7 +37,7 @@ def load(which: str):
 
 
 def inputs_for(model, our_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Ours for our model; for MarianMT random ids with our sentences' lengths and padding, each ending in </s>."""
+    """Ours for our model; for MarianMT random ids of the same lengths, each ending in </s>."""
     if not isinstance(model, MarianMTModel):
         return our_inputs
     config, mask = model.config, our_inputs["attention_mask"]
@@ -55,7 +53,6 @@ def translate(model, inputs, args) -> torch.Tensor:
 
 
 def memory_child(args) -> None:
-    """Load one model, translate the saved batch, print the peak RSS increase as JSON."""
     baseline = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
     model = load(args.memory_of)
     translate(model, inputs_for(model, torch.load(args.memory_folder / "inputs.pt")), args)
@@ -107,17 +104,11 @@ def main():
         f"sources; latency over {single_count} sentences one at a time, throughput on a batch of {args.batch_size}; "
         f"{rounds} rounds; memory: peak RSS of a fresh process (load + one batch) minus its RSS after imports"
     )
-    rows = [
-        [
-            NAMES[name],
-            f"{parameters[name] / 1e6:.1f}M",
-            f"{4 * parameters[name] / 2**20:.0f}",
-            f"{1000 * latency[name].seconds / single_count:.0f}",
-            f"{args.batch_size / throughput[name].seconds:.1f}",
-            f"{memory[name] / 2**20:.0f}",
-        ]
-        for name in models
-    ]
+    rows = []
+    for name in models:
+        rows.append([NAMES[name], f"{parameters[name] / 1e6:.1f}M", f"{4 * parameters[name] / 2**20:.0f}"])
+        rows[-1] += [f"{1000 * latency[name].seconds / single_count:.0f}"]
+        rows[-1] += [f"{args.batch_size / throughput[name].seconds:.1f}", f"{memory[name] / 2**20:.0f}"]
     ratios = [parameters[MARIAN] / parameters[OURS]] * 2
     ratios += [latency[MARIAN].seconds / latency[OURS].seconds, throughput[MARIAN].seconds / throughput[OURS].seconds]
     rows.append(["ratio (MarianMT / ours)", *(f"{ratio:.1f}x" for ratio in ratios + [memory[MARIAN] / memory[OURS]])])

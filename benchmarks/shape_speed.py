@@ -1,12 +1,10 @@
-"""Which encoder and decoder depths can clear the shipping rule's speed side, measured before any of them is trained.
+"""Which encoder and decoder depths can clear the shipping rule's speed side (1.3x the shipped model's through
+`generate()`, batch 32 and 1), measured before any of them is trained.
 
-Rule (a) asks a candidate to decode at least 1.3x as fast as the shipped model through `generate()` at batch 32 and
-batch 1. Shapes (`ENCxDEC[:field=value,...]`, a generation-config field setting the decoding: `3x3:num_beams=2`) are
-built from the shipped config with random weights, so every output is held to the length of the shipped model's own
-translation (`</s>` forbidden before it and forced at it, for every beam) and each is compared with the shipped shape
-built the same way; a trained `--candidate` with the shipped weights. `--free-running`: the rule's own comparison of
-trained folders as a Hub user runs them, and through the engine's CTranslate2 backend (batch 32). Each model runs in
-a process of its own, one after the other in every round; medians.
+Shapes (`ENCxDEC[:field=value,...]`) get random weights, so every output is held to the length of the shipped
+model's own translation; each is compared with the shipped shape built the same way, a trained `--candidate` with
+the shipped weights. `--free-running`: trained folders as a Hub user runs them, and through CTranslate2. Each model
+a process of its own, in turns every round; medians.
 
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 6x1 6x2 8x1 12x1 12x2 --candidate runs/NAME --threads 1
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed --free-running --candidate runs/NAME --threads 1
@@ -15,15 +13,19 @@ a process of its own, one after the other in every round; medians.
 import argparse
 import json
 import statistics
-import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, LogitsProcessorList
 
 from benchmarks import harness
+from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.length_bound import force_eos
 from tokenizer import load_tokenizer
+from transformer_en_de.decoding.backends import load_backend
+from transformer_en_de.decoding.engine import DecodingSettings, translate
 
 MODULE = "benchmarks.shape_speed"
 REFERENCE = "reference"  # the shipped model's own weights
@@ -46,8 +48,8 @@ def parse_shape(shape: str) -> dict:
 
 
 class HeldLength:
-    """A logits processor that ends every beam of sentence i after exactly `new_tokens[i]` tokens (its `</s>`
-    included), narrowed (`select_sentences`) as the beam search lets finished sentences leave the batch."""
+    """Ends every beam of sentence i after exactly `new_tokens[i]` tokens, `</s>` included (forbidden before, forced
+    at it); `select_sentences` follows the beam search as finished sentences leave the batch."""
 
     def __init__(self, new_tokens: torch.Tensor, eos_token_id: int, prompt_length: int | None = None):
         self.new_tokens, self.eos_token_id, self.prompt_length = new_tokens, eos_token_id, prompt_length
@@ -73,10 +75,6 @@ def new_tokens_of(sequences: torch.Tensor, eos_token_id: int) -> list[int]:
 
 def load(spec: str, reference: str):
     """The reference folder, a trained folder, or a shape of the reference's config (random weights, seed 0)."""
-    from transformers import GenerationConfig
-
-    from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-
     if spec == REFERENCE or Path(spec).is_dir():
         return TransformerMTForConditionalGeneration.from_pretrained(reference if spec == REFERENCE else spec).eval()
     config = TransformerMTConfig.from_pretrained(reference)
@@ -96,17 +94,13 @@ def load(spec: str, reference: str):
 
 def free_running(args) -> dict:
     """A folder's sentences/s as a Hub user runs it, and through the engine's CTranslate2 backend."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from transformer_en_de.decoding.backends import load_backend
-    from transformer_en_de.decoding.engine import DecodingSettings, translate
-
     english, _ = harness.sample_sentences("val", args.sentences)
     folder = args.shapes[0]
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     backend = load_backend(folder, model, tokenizer, threads=args.threads)
-    translate(model, tokenizer, english[:8], DecodingSettings(batch_size=32), backend=backend)  # warm-up
+    settings = DecodingSettings(batch_size=32)
+    translate(model, tokenizer, english[:8], settings, backend=backend)  # warm-up
 
     def generate(batches: list[list[str]]) -> None:
         with torch.inference_mode():
@@ -116,22 +110,14 @@ def free_running(args) -> dict:
     paths = {
         "generate(), batch 32": lambda: generate([english[i : i + 32] for i in range(0, len(english), 32)]),
         "generate(), batch 1": lambda: generate([[sentence] for sentence in english[: args.batch1]]),
-        "CTranslate2 (engine), batch 32": lambda: translate(
-            model, tokenizer, english, DecodingSettings(batch_size=32), backend=backend
-        ),
+        "CTranslate2 (engine), batch 32": partial(translate, model, tokenizer, english, settings, backend=backend),
     }
-    figures = {}
-    for path, run in paths.items():
-        started = time.perf_counter()
-        run()
-        figures[path] = (args.batch1 if path.endswith("batch 1") else len(english)) / (time.perf_counter() - started)
-    return figures
+    timings = harness.alternate(paths, rounds=1, warmup=0)
+    return {path: (args.batch1 if path.endswith("batch 1") else len(english)) / timings[path].seconds for path in paths}
 
 
 def child(args) -> dict:
     """One model's timings (in its own process); with no lengths file, the reference's own output lengths."""
-    from transformers import AutoTokenizer, LogitsProcessorList
-
     torch.set_num_threads(args.threads)
     if args.free_running:
         return free_running(args)
@@ -148,7 +134,7 @@ def child(args) -> dict:
 
     if not args.lengths:
         return {"new_tokens": [n for start in range(0, args.sentences, 32) for n in generate(start, 32, None)]}
-    held = json.loads(Path(args.lengths).read_text())
+    held = json.loads(args.lengths)
     figures, written = {"parameters": sum(p.numel() for p in model.parameters())}, []
     for path, starts, size in (("batch 32", range(0, args.sentences, 32), 32), ("batch 1", range(args.batch1), 1)):
         started = time.perf_counter()
@@ -212,11 +198,8 @@ def main():
 def held_lengths(args, flags: list[str]) -> None:
     new_tokens = harness.json_from_child(MODULE, REFERENCE, *flags)["new_tokens"]
     specs = [REFERENCE, SHIPPED_SHAPE, *args.shapes, *args.candidate]
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as lengths:
-        lengths.write(json.dumps(new_tokens))
-        lengths.flush()
-        children = {spec: [spec, *flags, f"--lengths={lengths.name}"] for spec in specs}
-        runs = harness.rounds_in_children(MODULE, children, args.rounds)
+    children = {spec: [spec, *flags, f"--lengths={json.dumps(new_tokens)}"] for spec in specs}
+    runs = harness.rounds_in_children(MODULE, children, args.rounds)
     if not all(run["lengths held"] for done in runs.values() for run in done):
         raise SystemExit("an output was not held to the reference's length: the figures would not be comparable")
 

@@ -1,9 +1,7 @@
 """Gradio app: our Transformer beside pretrained models (MarianMT by default), English → German.
 
-`python app.py --help` lists the options; the README's API table and docs/app.md describe the page and its named
-endpoints. This file holds loading, the page's assembly and its callbacks: each tab's layout is in
-`transformer_en_de/app/page/`, what the callbacks do in `transformer_en_de/app/`, how the page is served and defended in
-`transformer_en_de/app/serving/`.
+`python app.py --help` lists the options; docs/app.md describes the page and its named endpoints. This file holds
+loading, the page's assembly and its callbacks; each tab's layout is in `transformer_en_de/app/page/`.
 """
 
 import argparse
@@ -12,28 +10,24 @@ import sys
 from pathlib import Path
 
 import gradio as gr
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # no display on a server; must precede any pyplot import (gradio imports it to close figures)
-
-from matplotlib.figure import Figure  # noqa: E402
-
-from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown, leaderboard_plot  # noqa: E402
-from transformer_en_de.app.arena.board_reads import BoardReads  # noqa: E402
-from transformer_en_de.app.arena.publish import VotePublisher  # noqa: E402
-from transformer_en_de.app.arena.votes import StoreUnavailable, VoteStore  # noqa: E402
-from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table  # noqa: E402
-from transformer_en_de.app.files import translate_file  # noqa: E402
-from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside  # noqa: E402
-from transformer_en_de.app.inside_tab.pictures import rendered  # noqa: E402
-from transformer_en_de.app.inside_tab.view_request import inside_request  # noqa: E402
-from transformer_en_de.app.inside_tab.view_store import ViewStore  # noqa: E402
-from transformer_en_de.app.page.arena import arena_tab, signed_in_line  # noqa: E402
-from transformer_en_de.app.page.file import file_tab  # noqa: E402
-from transformer_en_de.app.page.inside import inside_tab  # noqa: E402
-from transformer_en_de.app.page.style import page_css  # noqa: E402
-from transformer_en_de.app.page.translate import decoding_controls, intro_text, page_title, translate_tab  # noqa: E402
-from transformer_en_de.app.serving import (  # noqa: E402
+from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown, leaderboard_plot
+from transformer_en_de.app.arena.board_reads import BoardReads
+from transformer_en_de.app.arena.publish import VotePublisher
+from transformer_en_de.app.arena.votes import StoreUnavailable, VoteStore
+from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table
+from transformer_en_de.app.files import translate_file
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
+from transformer_en_de.app.inside_tab.pictures import rendered
+from transformer_en_de.app.inside_tab.view_request import inside_request
+from transformer_en_de.app.inside_tab.view_store import ViewStore
+from transformer_en_de.app.page.arena import arena_tab, signed_in_line
+from transformer_en_de.app.page.file import file_tab
+from transformer_en_de.app.page.inside import inside_tab
+from transformer_en_de.app.page.style import page_css
+from transformer_en_de.app.page.translate import decoding_controls, intro_text, page_title, translate_tab
+from transformer_en_de.app.serving import (
     SPACE_PROXY_NETWORKS,
     Limits,
     Serving,
@@ -41,11 +35,11 @@ from transformer_en_de.app.serving import (  # noqa: E402
     upload_folder,
     uploaded_path,
 )
-from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode  # noqa: E402
-from transformer_en_de.app.text_checks import default_settings  # noqa: E402
-from transformer_en_de.app.translation import RequestContext, format_details, format_notice, translate_text  # noqa: E402
-from transformer_en_de.app.translators import ModelUnavailableError, display_id, load_our_translator, start_comparisons  # noqa: E402
-from transformer_en_de.decoding.flags import add_backend_flags  # noqa: E402
+from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode
+from transformer_en_de.app.text_checks import default_settings
+from transformer_en_de.app.translation import RequestContext, format_details, format_notice, translate_text
+from transformer_en_de.app.translators import ModelUnavailableError, display_id, load_our_translator, start_comparisons
+from transformer_en_de.decoding.flags import add_backend_flags
 
 APP_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "models/transformer-en-de"
@@ -79,22 +73,21 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         help="models to show beside ours, folders or Hub ids (env COMPARISON_MODELS, "
         f"comma-separated; default {DEFAULT_COMPARISON_MODELS}); none if given empty",
     )
-    # env TRANSFORMER_MT_BACKEND sets the default backend
     add_backend_flags(parser, default_backend=os.environ.get("TRANSFORMER_MT_BACKEND", "auto"), device=False)
     parser.add_argument(
         "--votes_db",
         "--votes-db",
         type=Path,
         default=default_votes_db(),
-        help="the arena's SQLite database of votes (env VOTES_DB; default /data/votes.sqlite3 where a Space has "
-        "persistent storage, else data/votes.sqlite3 beside app.py)",
+        help="the arena's SQLite database of votes (env VOTES_DB; default /data/votes.sqlite3 on a Space with "
+        "persistent storage, else data/ beside app.py)",
     )
     parser.add_argument(
         "--votes_dataset",
         "--votes-dataset",
         default=os.environ.get("VOTES_DATASET") or None,
-        help="a Hub dataset repo (user/name) the votes are pushed to every 10 minutes with the token in HF_TOKEN "
-        "(env VOTES_DATASET); offline or without a token the votes stay local, and the log says so once",
+        help="a Hub dataset repo (user/name) the votes are pushed to every 10 minutes with HF_TOKEN (env "
+        "VOTES_DATASET); offline or without a token they stay local",
     )
     parser.add_argument(
         "--sign_in",
@@ -103,10 +96,9 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         const="accounts",
         choices=["accounts", "stand-in"],
         default=asked_for(os.environ.get("ARENA_SIGN_IN")) or None,
-        help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1), a signed-in vote counted "
-        "as its account's: on a Space with `hf_oauth: true` always, elsewhere only with a real OAuth app, else the app "
-        "stops in one line; `stand-in` (ARENA_SIGN_IN=stand-in) tries Gradio's local stand-in, its votes anonymous "
-        "(docs/app.md, the Arena tab). The sign-in cookie is secure: serve HTTPS anywhere but localhost",
+        help="a 'Sign in with Hugging Face' button on the Arena tab (env ARENA_SIGN_IN=1): needs a Space with "
+        "`hf_oauth: true` or a real OAuth app; `stand-in` tries Gradio's local stand-in, its votes anonymous "
+        "(docs/app.md). The cookie is secure: serve HTTPS anywhere but localhost",
     )
     parser.add_argument("--host", default=None, help="address to listen on (default: gradio's, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: gradio's, 7860)")
@@ -114,10 +106,8 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
         "--forwarded_allow_ips",
         "--forwarded-allow-ips",
         default=forwarded_allow_ips_by_default(os.environ),
-        help="the proxies in front of the app (addresses or networks, comma-separated) whose X-Forwarded-For names "
-        "the visitor; from any other peer the header is ignored (env FORWARDED_ALLOW_IPS, as uvicorn reads it; on a "
-        f"Hugging Face Space, where SPACE_ID is set, default {SPACE_PROXY_NETWORKS}, the private networks its proxy "
-        "connects from; elsewhere none)",
+        help="the proxies (addresses or networks, comma-separated) whose X-Forwarded-For names the visitor (env "
+        f"FORWARDED_ALLOW_IPS; default on a Space, where SPACE_ID is set, {SPACE_PROXY_NETWORKS}; elsewhere none)",
     )
     Limits.add_flags(parser)
     return parser.parse_args(argv)
@@ -130,11 +120,6 @@ def default_votes_db() -> Path:
     persistent = Path("/data")
     folder = persistent if persistent.is_dir() and os.access(persistent, os.W_OK) else APP_DIR / "data"
     return folder / "votes.sqlite3"
-
-
-def unchanged(outputs: int) -> tuple:
-    """What a dropped call answers: its `outputs` components left as they are."""
-    return tuple(gr.skip() for _ in range(outputs))
 
 
 def voter_of(request: gr.Request, profile: gr.OAuthProfile | None = None) -> Voter:
@@ -226,7 +211,7 @@ class TranslationApp:
 
     def comparison(self, request: gr.Request):
         """Corpus-level results: notes and a table, one row per model, test set and decoding (Markdown)."""
-        return self.in_turn(request, self.corpus_markdown, unchanged(2))
+        return self.in_turn(request, self.corpus_markdown, gr.skip())
 
     def corpus_markdown(self) -> tuple[str, str]:
         notes, rows = self.corpus()
@@ -260,12 +245,12 @@ class TranslationApp:
     def draw_inside(self, view_id, kind, layer, head, request: gr.Request):
         """Every picture of the Inside tab from the server's copy of the view (emptying Gradio's)."""
         pictures = lambda: [*draw_inside(self.views.get(view_id), kind, layer, head, len(self.systems)), None]  # noqa: E731
-        return self.in_turn(request, pictures, unchanged(3 + 4 * len(self.systems)))
+        return self.in_turn(request, pictures, gr.skip())
 
     def draw_inside_attention(self, view_id, kind, layer, head, request: gr.Request):
         """The Inside tab's attention pictures again, for another kind, layer or head."""
         pictures = lambda: draw_attention(self.views.get(view_id), kind, layer, head, len(self.systems))  # noqa: E731
-        return self.in_turn(request, pictures, unchanged(1 + len(self.systems)))
+        return self.in_turn(request, pictures, gr.skip())
 
     # Gradio fills `profile` from the visitor's sign-in session (None without one); not an input of the endpoint. The
     # arena counts it as an account only where a real OAuth app's secret signs the cookie (`sign_in.py`).
@@ -291,11 +276,11 @@ class TranslationApp:
     def leaderboard(self, request: gr.Request):
         """The arena's leaderboard: Markdown table (Bradley-Terry ratings, 95% intervals, battles, BLEU), and a plot."""
         # A fresh board is only looked up, with no turn on the CPU: many readers never hold up a battle
-        read = lambda: self.board.read(request.session_hash) or unchanged(2)  # noqa: E731
+        read = lambda: self.board.read(request.session_hash) or (gr.skip(), gr.skip())  # noqa: E731
         if self.board.is_fresh():
             with self.serving.admitted(request):
                 return read()
-        return self.in_turn(request, read, unchanged(2))
+        return self.in_turn(request, read, gr.skip())
 
     def leaderboard_table(self) -> tuple[list, str]:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""

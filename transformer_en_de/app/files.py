@@ -1,9 +1,8 @@
 """The File tab: an uploaded text file (one English sentence per line) in, a TSV of every system's translations out.
 
-Lines are split as compare.py reads corpora (`data.split_lines`), so a file pairs up with its reference exactly as
-there. The TSV goes into Gradio's cache (served from there, removed by `delete_cache`) whole or not at all, and only
-once every line is translated: a failed or stopped job leaves nothing to serve. A visitor reads one plain line about
-what went wrong, never an error's own text (it may name a server path); the log gets the detail once.
+Lines are split as compare.py reads corpora (`data.split_lines`). The TSV goes into Gradio's cache whole or not at all,
+once every line is translated. A visitor reads one plain line about what went wrong, never an error's own text (it may
+name a server path); the log gets the detail once.
 """
 
 import csv
@@ -24,9 +23,18 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems, why_stopped
+from .translation import (
+    RequestContext,
+    admit,
+    comparison_advice,
+    plan_request,
+    run_systems,
+    scoring_seconds,
+    why_stopped,
+)
 
 FILE_TYPES = [".txt", ".en", ".de"]
+SUMMARY_HEADERS = ["System", "Sentences", "Seconds", "BLEU", "chrF"]
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
 NO_ROOM = "The server has no room to write the translations now; try again later."
 CANNOT_STORE = "The server cannot store the translations right now; try again later."
@@ -119,20 +127,17 @@ def translate_file(
         lines = lines[: limits.max_file_lines]
         references = references[: limits.max_file_lines] if references is not None else None
     folder = Path(output_dir) / "translations"
-    try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
-        check_disk(folder, tsv_bytes(lines, references, len(context.systems)))
-    except OSError as error:
-        return FileResult(None, f"⚠️ {storage_problem(error)}")
-    try:
-        columns, rows = translate_lines(lines, references, settings, notices, context, progress)
-    except (Busy, Cancelled) as error:
-        return FileResult(None, f"⚠️ {why_stopped(error)}")
-    except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
-        log_failure("a file job failed", error)
-        return FileResult(None, f"⚠️ {FAILED}")
     # the visitor's file name: letters, digits, "-", "_" and "." only, at most 60 characters
     stem = re.sub(r"[^\w.-]+", "_", Path(source_file).stem)[:60].strip("._") or "translations"
-    try:
+    try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
+        check_disk(folder, tsv_bytes(lines, references, len(context.systems)))
+        try:
+            columns, rows = translate_lines(lines, references, settings, notices, context, progress)
+        except (Busy, Cancelled) as error:
+            return FileResult(None, f"⚠️ {why_stopped(error)}")
+        except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
+            log_failure("a file job failed", error)
+            return FileResult(None, f"⚠️ {FAILED}")
         path = write_tsv(folder, stem, lines, columns, references)
     except OSError as error:
         return FileResult(None, f"⚠️ {storage_problem(error)}")
@@ -158,7 +163,7 @@ def translate_lines(lines, references, settings: DecodingSettings, notices: list
     systems, limits = context.systems, context.limits
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
-    scoring = 2 * sum(map(len, references)) * limits.score_seconds_per_char if references is not None else 0.0
+    scoring = scoring_seconds(sum(map(len, references or [])), limits)
 
     def on_batch(number, done, total):
         if progress is not None:
@@ -211,17 +216,17 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int = 10) ->
     filled = [index for index, line in enumerate(lines) if line.strip()]
     if not filled:
         return ""
-    headers = ["Line", "English", *columns]
     rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in filled[:count]]
-    table = markdown_table(
-        headers, [[as_text(preview_cell(cell)) for cell in row] for row in rows], "r" + "l" * len(columns) + "l"
-    )
+    cut = [
+        [
+            as_text(cell if len(cell) <= PREVIEW_CELL_CHARS else cell[:PREVIEW_CELL_CHARS].rstrip() + " …")
+            for cell in row
+        ]
+        for row in rows
+    ]
+    table = markdown_table(["Line", "English", *columns], cut, "r" + "l" * len(columns) + "l")
     more = len(filled) - count
     return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
-
-
-def preview_cell(text: str) -> str:
-    return text if len(text) <= PREVIEW_CELL_CHARS else text[:PREVIEW_CELL_CHARS].rstrip() + " …"
 
 
 def tsv_bytes(lines: list[str], references: list[str] | None, systems: int) -> int:
@@ -268,7 +273,7 @@ def write_rows(handle, lines: list[str], columns: dict[str, list[str]], referenc
 
 def file_summary(rows: list[dict], notices: list[str], with_references: bool) -> str:
     scored = any("bleu" in row for row in rows)
-    header = ["System", "Sentences", "Seconds"] + (["BLEU", "chrF"] if scored else [])
+    header = SUMMARY_HEADERS if scored else SUMMARY_HEADERS[:3]
     table = []
     for row in rows:
         cells = [row["System"], f"{row['Sentences']:,}", f"{row['Seconds']:.2f}"]

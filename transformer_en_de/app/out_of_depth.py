@@ -94,7 +94,7 @@ class CaptionBigrams:
         return weight * self.bigrams.get(f"{first} {second}", 0) / seen + (1 - weight) * self.unigram(second)
 
     def log_probability_per_word(self, sentence: str) -> float:
-        """The mean log-probability of each word given the one before (the end of the sentence counted as a word)."""
+        """The mean log-probability of each word given the one before (the sentence's end counted as a word)."""
         tokens = [START, *words(sentence), END]
         pairs = list(zip(tokens, tokens[1:], strict=False))
         return sum(math.log(self.bigram(a, b)) for a, b in pairs) / len(pairs)

@@ -1,8 +1,7 @@
 """Checks on what a visitor sends (text, decoding settings), the controls' starting values, and sentence splitting.
 
-Each check raises `InputError` with a line for the page: nothing a visitor or a raw API client sends (a lone surrogate,
-a number for the text, `Infinity` for a slider) reaches the tokenizer as a crash, and no message repeats the visitor's
-string; `as_text` is how anything a visitor sent is shown (text, never Markdown or HTML).
+Nothing a visitor or a raw API client sends (a lone surrogate, a number for the text, `Infinity` for a slider) reaches
+the tokenizer: each check raises `InputError` with a line for the page that never repeats the visitor's string.
 """
 
 import math

@@ -1,9 +1,8 @@
 """The one request pipeline (text and files), and the text tab's panels.
 
-Every system (ours first, then the comparison models) translates the same sentences with the same settings: the
-request's one plan, made for our model and fitted to the request's budget once (`plan_request`), so that the panels
-compare like with like; the path of `num_beams` to `generate()` is docs/decoding.md. A request asks the scheduler for
-room once before anything costly (`admit`), and one that reaches its time limit keeps what it has translated.
+Every system (ours first) translates the same sentences with the request's one plan, made for our model and fitted to
+the request's budget once (`plan_request`), so that the panels compare like with like (docs/decoding.md). A request
+asks the scheduler for room once before anything costly (`admit`); one that reaches its time limit keeps what it has.
 """
 
 from dataclasses import dataclass, field
@@ -32,9 +31,12 @@ OUT_OF_DEPTH = (
 )
 TRUST_PRETRAINED = "Here, trust the pretrained model more."
 NO_PRETRAINED = "No pretrained model is on this page to compare with."
-# Models beside ours that are not known pretrained ones (`translators.known_pretrained`: a local folder, say)
 NOT_PRETRAINED = "The models beside it are not known pretrained models: the page cannot say whether they know better."
 CANCELLED = "Cancelled: the page that asked for this translation was closed."
+TIME_LIMIT = (
+    "The request reached its time limit (the CPU is shared with other visitors' requests): this is what was translated "
+    "by then."
+)
 
 
 def comparison_advice(others: list) -> str:
@@ -61,8 +63,7 @@ class RequestContext:
     limits: Limits = Limits()
     session: str | None = None
     arrived: float | None = None
-    # Side work (a look inside, an arena battle) waits behind every waiting translation, whoever sent it
-    side: bool = False
+    side: bool = False  # side work (a look inside, a battle) waits behind every waiting translation
 
     @property
     def systems(self) -> list:
@@ -98,9 +99,8 @@ class TextResult:
 
 def available(system: Translator | BackgroundTranslator) -> tuple[Translator | None, str]:
     """The loaded translator, or None and the line saying why it is not there (yet)."""
-    if isinstance(system, BackgroundTranslator):
-        return system.translator, ("" if system.translator is not None else system.status())
-    return system, ""
+    translator = system.translator if isinstance(system, BackgroundTranslator) else system
+    return translator, "" if translator is not None else system.status()
 
 
 def planned_for(translator: Translator, plan: DecodingPlan) -> DecodingPlan:
@@ -110,34 +110,24 @@ def planned_for(translator: Translator, plan: DecodingPlan) -> DecodingPlan:
 
 
 def run_system(
-    translator: Translator,
-    plan: DecodingPlan,
-    scheduler: FairScheduler,
-    progress=None,
-    *,
-    deadline: float | None = None,
+    translator: Translator, plan: DecodingPlan, scheduler: FairScheduler, progress=None, *, deadline=None
 ) -> SystemOutput:
-    """One system's translations of its `plan`, taking turns on the CPU at each decoder step (the engine calls
-    `FairScheduler.checkpoint`); at `deadline` the batch in progress ends and what was translated is kept."""
-    backend = translator.backend
+    """One system's translations of its `plan`, taking turns on the CPU at each decoder step; at `deadline` the batch
+    in progress ends and what was translated is kept."""
+    backend, stop = translator.backend, scheduler.should_stop
     run = run_plan(
         translator.model,
         translator.tokenizer,
         plan,
         progress=progress,
-        should_stop=scheduler.should_stop,
+        should_stop=stop,
         deadline=deadline,
         at_each_step=scheduler.checkpoint,
         backend=backend,
     )
     output = SystemOutput(translator.name, seconds=run.seconds, new_tokens=run.new_tokens, run=run)
     output.num_parameters, output.pretrained = translator.num_parameters, translator.pretrained
-    output.backend_name = translator.backend_name
-    if run.stopped_early:
-        output.notices.append(
-            "The request reached its time limit (the CPU is shared with other visitors' requests): this is what was "
-            "translated by then."
-        )
+    output.backend_name, output.notices = translator.backend_name, [TIME_LIMIT] if run.stopped_early else []
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
@@ -148,9 +138,8 @@ def run_system(
     if plan.settings.max_new_tokens and plan.settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
     # A forward pass per batch; between batches (CTranslate2 has no decoder hook) the CPU goes to whoever comes first
-    output.confidences = confidences(
-        translator.model, run.translations, plan.settings.batch_size, backend=backend, should_stop=scheduler.should_stop
-    )
+    batch_size = plan.settings.batch_size
+    output.confidences = confidences(translator.model, run.translations, batch_size, backend=backend, should_stop=stop)
     if translator.name == OURS_NAME:
         missing = len(plan.sentences) - len(run.texts)
         known = output.confidences + [None] * (len(plan.sentences) - len(output.confidences))
@@ -178,6 +167,10 @@ def budget_plan(
     """A request of `sentences` admitted (`admit`) and planned (`plan_request`): a text's, a look inside."""
     admit(context, len(sentences), settings)
     return plan_request(context, sentences, settings, budget, unit)
+
+
+def scoring_seconds(characters: int, limits: Limits) -> float:  # BLEU and chrF each read every character
+    return 2 * characters * limits.score_seconds_per_char
 
 
 def run_systems(
@@ -217,8 +210,11 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=comparison_advice(compared))
 
 
-def refused(context: RequestContext, message: str) -> TextResult:
-    return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=message)
+def refused(context: RequestContext, message: str, result: TextResult | None = None) -> TextResult:
+    """`result` (a new one by default) with an empty panel per system and `message` saying why."""
+    result = result or TextResult([], [])
+    result.outputs, result.message = [SystemOutput(name=system.name) for system in context.systems], message
+    return result
 
 
 def translate_text(
@@ -237,7 +233,7 @@ def translate_with_settings(
 ) -> TextResult:
     """Translate `text` with every system and checked `settings` (the page's, or the arena's); every field bounded
     before any work (the text cut, a reference past its limits not scored)."""
-    limits, scheduler = context.limits, context.scheduler
+    limits = context.limits
     try:
         text, clipped = read_text(text, limits.max_input_chars)
         reference, too_long = check_reference(reference, limits)
@@ -250,18 +246,16 @@ def translate_with_settings(
     try:
         plan, seconds = budget_plan(context, sentences, settings, limits.text)
         result.notices += list(plan.notices)
-        work = seconds + 2 * len(reference) * limits.score_seconds_per_char
-        result.outputs = run_systems(context, plan, work, limits.text)
+        result.outputs = run_systems(context, plan, seconds + scoring_seconds(len(reference), limits), limits.text)
     except Cancelled:
-        result.outputs, result.message = refused(context, "").outputs, CANCELLED
-        return result
+        return refused(context, CANCELLED, result)
     except (Busy, BackendError) as error:  # Busy: refused before any work; BackendError: a worker that died again
         return refused(context, why_stopped(error))
     for output in result.outputs:
         if output.run is None:
             continue
         output.translation = join_sentences(output.run.texts, separators[: len(plan.sentences)])
-        if reference and scheduler.should_stop():  # a turn point like a decoder step: past the time limit, no scores
+        if reference and context.scheduler.should_stop():  # a turn point like a decoder step: past the time limit
             output.notices.append(f"{output.name}: not scored, the request reached its time limit.")
         elif reference:
             output.scores = sentence_scores(output.translation, reference)

@@ -1,10 +1,7 @@
-"""The models the app serves: ours (loaded at start, or the app does not start) and the comparison models the operator
-lists, loaded in background threads so that the page is up before they are (each says why it is unavailable).
-
-A visitor never chooses what is loaded, so a listed comparison model without safetensors may load pickle weights
-(`decoding.loading.load_listed_model`), and its status line says so. Each decodes with PyTorch or CTranslate2; the
-PyTorch model is loaded either way (the Inside tab's attention comes from it) and takes over for good from a
-CTranslate2 worker that keeps dying.
+"""The models the app serves: ours (loaded at start, or the app does not start) and the operator's comparison models,
+each loading in a background thread so that the page is up first. A visitor never chooses what is loaded, so a
+comparison model may load pickle weights (`load_listed_model`), and its status line says so. The PyTorch model is
+loaded with CTranslate2 too: the Inside tab reads its attention, and it takes over from a worker that keeps dying.
 """
 
 import re
@@ -20,10 +17,23 @@ from transformer_en_de.decoding.int8 import int8_dynamic
 from transformer_en_de.decoding.loading import display_id, load_listed_model
 
 OURS_NAME = "Transformer (ours)"
+# Hub models known to have learned translation from millions of sentences of every kind: the page calls only these
+# "pretrained". A local folder, or another Hub id, may hold anything (a copy of ours, a test model).
+PRETRAINED_FAMILIES = (
+    "helsinki-nlp/opus-mt- helsinki-nlp/opus-tatoeba- google-t5/t5- t5- google/flan-t5- google/madlad400- "
+    "facebook/nllb-200- facebook/m2m100_ facebook/wmt19- facebook/mbart-large-50"
+).split()
 
 
 class ModelUnavailableError(RuntimeError):
     """Our model cannot be loaded; the message names where it was looked for and how to get one."""
+
+
+def known_pretrained(model_id: str) -> bool:
+    """Whether `model_id` is a Hub id (perhaps at "@revision") of a model in `PRETRAINED_FAMILIES`, not a folder."""
+    if not model_id.strip() or Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~")):
+        return False
+    return model_id.split("@", 1)[0].lower().startswith(tuple(PRETRAINED_FAMILIES))
 
 
 @dataclass
@@ -43,6 +53,7 @@ class Translator:
     def __post_init__(self):
         if self.step_cost is None:
             self.step_cost = StepCost.measure(self.model)
+        self.pretrained = known_pretrained(self.model_id)
 
     @property
     def backend(self):
@@ -57,10 +68,6 @@ class Translator:
     @property
     def num_parameters(self) -> int:
         return self.model.num_parameters()
-
-    @property
-    def pretrained(self) -> bool:
-        return known_pretrained(self.model_id)
 
     @property
     def num_layers(self) -> int:
@@ -105,20 +112,21 @@ def load_translator(
     return Translator(name, model_id, model, tokenizer, decoder, decoder_name, loaded.revision, loaded.weights)
 
 
-def load_our_translator(model_id: str, *, on_load=None, backend: str = "torch", int8: bool = False) -> Translator:
-    """Our model, or ModelUnavailableError saying where it was looked for and how to get one."""
+def load_our_translator(model_id: str, **options) -> Translator:
+    """Our model (`load_translator`'s options), or ModelUnavailableError saying where it was looked for and how to get
+    one."""
     how = (
         "Train one with `python train.py --output_dir models/transformer-en-de` (see the README), or point --model / "
         "TRANSFORMER_MT_MODEL at a saved model folder or a Hub id such as your-name/transformer-en-de."
     )
     folder = Path(model_id).expanduser()
-    looks_local = folder.exists() or model_id.startswith((".", "/", "~")) or model_id.count("/") > 1
-    if looks_local and not folder.is_dir():
-        raise ModelUnavailableError(f"No model folder at {folder}. {how}")
-    if looks_local and not (folder / "config.json").is_file():
-        raise ModelUnavailableError(f"{folder} is not a saved model folder (it has no config.json). {how}")
+    if folder.exists() or model_id.startswith((".", "/", "~")) or model_id.count("/") > 1:
+        if not folder.is_dir():
+            raise ModelUnavailableError(f"No model folder at {folder}. {how}")
+        if not (folder / "config.json").is_file():
+            raise ModelUnavailableError(f"{folder} is not a saved model folder (it has no config.json). {how}")
     try:
-        return load_translator(model_id, OURS_NAME, on_load=on_load, backend=backend, int8=int8)
+        return load_translator(model_id, OURS_NAME, **options)
     except RuntimeError as error:
         raise ModelUnavailableError(f"Our model {model_id} {error} {how}") from error
 
@@ -132,30 +140,6 @@ def comparison_names(model_ids: list[str]) -> list[str]:
             name += "'"
         names.append(name)
     return names
-
-
-# Hub models known to have learned translation from millions of sentences of every kind: the page calls only these
-# "pretrained". A local folder, or another Hub id, may hold anything (a copy of ours, a test model).
-PRETRAINED_FAMILIES = (
-    "Helsinki-NLP/opus-mt-",
-    "Helsinki-NLP/opus-tatoeba-",
-    "google-t5/t5-",
-    "t5-",
-    "google/flan-t5-",
-    "google/madlad400-",
-    "facebook/nllb-200-",
-    "facebook/m2m100_",
-    "facebook/wmt19-",
-    "facebook/mbart-large-50",
-)
-
-
-def known_pretrained(model_id: str) -> bool:
-    """Whether `model_id` is a Hub id (perhaps at "@revision") of a model in `PRETRAINED_FAMILIES`, not a folder."""
-    if not model_id.strip() or Path(model_id).expanduser().exists() or model_id.startswith((".", "/", "~")):
-        return False
-    name = model_id.split("@", 1)[0].lower()
-    return any(name.startswith(family.lower()) for family in PRETRAINED_FAMILIES)
 
 
 def parse_model_list(value: str | list[str] | None) -> list[str]:
@@ -177,31 +161,26 @@ def without_paths(text: str) -> str:
 
 def why_not_loaded(name: str, model_id: str, error: Exception) -> str:
     """One line saying by name why a comparison model is not on the page (no server paths)."""
-    message = " ".join(str(error).split()) if isinstance(error, RuntimeError) else ""
-    if "offline" in message and "cache" in message:
+    if isinstance(error, RuntimeError) and "offline" in str(error) and "cache" in str(error):
         cause = "the Hugging Face Hub is offline and the model is not cached"
     else:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        first = first.removeprefix("could not be loaded: ")
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0].removeprefix("could not be loaded: ")
         cause = f"failed to load: {first if isinstance(error, RuntimeError) else f'{type(error).__name__}: {first}'}"
     shown = display_id(model_id)
     for path in {model_id, str(Path(model_id).expanduser().resolve())} if shown else ():
         cause = cause.replace(path, shown)
-    cause = without_paths(cause)
-    if "opus-mt-" in model_id.lower():
-        name = "MarianMT"  # what a visitor knows the OPUS-MT models as
-    return f"{name} ({shown}) is not on this page: {cause}" if shown else f"{name} is not on this page: {cause}"
+    name = "MarianMT" if "opus-mt-" in model_id.lower() else name  # what a visitor knows the OPUS-MT models as
+    return f"{name}{f' ({shown})' if shown else ''} is not on this page: {without_paths(cause)}"
 
 
 class BackgroundTranslator:
     """A comparison model loading in a daemon thread: `translator` is None until it is ready, `error` says why not."""
 
-    def __init__(self, model_id: str, name: str, *, on_load=None, backend: str = "torch", int8: bool = False):
-        self.model_id, self.name = model_id, name
+    def __init__(self, model_id: str, name: str, **options):
+        self.model_id, self.name, self.pretrained = model_id, name, known_pretrained(model_id)
         self.translator: Translator | None = None
         self.error: str | None = None
         self.started, self.done = time.monotonic(), False  # done: loaded, or failed for good
-        options = dict(on_load=on_load, backend=backend, int8=int8)
         self._thread = threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True)
         self._thread.start()
 
@@ -215,10 +194,6 @@ class BackgroundTranslator:
             print(f"app.py: {self.error}", flush=True)
         finally:
             self.done = True
-
-    @property
-    def pretrained(self) -> bool:
-        return known_pretrained(self.model_id)
 
     @property
     def failed(self) -> bool:

@@ -2,6 +2,7 @@
 text stays clear of its arrow, wide tables scroll inside their box or show one block per row."""
 
 from ..corpus_report import HEADERS as CORPUS_HEADERS
+from ..files import SUMMARY_HEADERS
 
 CSS = """
 #examples table { table-layout: fixed; width: 100%; }
@@ -36,7 +37,7 @@ def page_css(systems: list) -> str:
     """The page's CSS, with the wide tables shown as one block per row on a phone."""
     tables = {
         "corpus-table": CORPUS_HEADERS,
-        "file-summary": ["System", "Sentences", "Seconds", "BLEU", "chrF"],
+        "file-summary": SUMMARY_HEADERS,
         "file-preview": ["Line", "English", *[system.name for system in systems]],
     }
     return CSS + "".join(stacked_table_css(elem_id, headers) for elem_id, headers in tables.items())

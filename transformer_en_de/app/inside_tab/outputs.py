@@ -1,5 +1,4 @@
-"""The Inside tab's outputs in the page's order, drawn from a view (`inside_request`'s answer, or the store's
-`EXPIRED`). A visitor's text is shown as text (`as_text`), never rendered."""
+"""The Inside tab's outputs in the page's order, drawn from a view; a visitor's text shown as text, never rendered."""
 
 import gradio as gr
 
@@ -34,9 +33,8 @@ CAPTIONS = {
 def draw_inside(view: dict | None, kind, layer, head, count: int) -> list:
     """The notices, per model its pieces and positional encoding, `draw_attention`'s, per model its beam search."""
     views = systems_of(view, count)
-    pieces = [model_markdown(item, format_pieces) for item in views]
+    pieces, beams = ([model_markdown(item, write) for item in views] for write in (format_pieces, format_beam_search))
     positions = [model_picture(item, plot_positions) for item in views]
-    beams = [model_markdown(item, format_beam_search) for item in views]
     return [format_notices(view), *pieces, *positions, *draw_attention(view, kind, layer, head, count), *beams]
 
 
@@ -63,7 +61,7 @@ def systems_of(view: dict | None, count: int | None = None) -> list[dict]:
 
 
 def model_picture(view: dict, plot, *choice) -> gr.Plot:
-    """`plot(view, *choice)` rendered now (`rendered`), hidden when there is nothing to draw."""
+    """`plot(view, *choice)` rendered now, hidden when there is nothing to draw."""
     figure = plot(view, *choice) if view and not view.get("message") else None
     return gr.Plot(value=rendered(figure), visible=figure is not None)
 
@@ -77,14 +75,11 @@ def model_markdown(view: dict, write) -> str:
 
 def format_notices(view: dict | None) -> str:
     """The view's message (why there is none) and the request's notices, one paragraph each."""
-    if not view:
-        return ""
-    lines = ([view["message"]] if view.get("message") else []) + view.get("notices", [])
+    lines = ([view["message"]] if view.get("message") else []) + view.get("notices", []) if view else []
     return "\n\n".join(f"⚠️ {as_text(line)}" for line in lines)
 
 
 def format_pieces(view: dict) -> str:
-    """The source and target pieces with their ids."""
     rows = [f"**{as_text(view['model'])}**"]
     for language, side in (("English", "source"), ("German", "target")):
         pairs = zip(view[f"{side}_tokens"], view[f"{side}_ids"], strict=True)
@@ -94,9 +89,8 @@ def format_pieces(view: dict) -> str:
 
 
 def format_beam_search(view: dict) -> str:
-    """The search as one table, a row a step and a column a live beam (best first: its text so far and its score),
-    each finished hypothesis marked in the cell of the beam it ended; then the finished hypotheses in the search's
-    order (log-probability ÷ pieces^α), each with its rank by log-probability alone."""
+    """The search as one table, a row a step and a column a live beam, each finished hypothesis marked where it ended;
+    then the finished hypotheses in the search's order, each with its rank by log-probability alone."""
     beams, finished = view["num_beams"], view["finished"]
     intro = (
         f"**{as_text(view['model'])}**: {beams} beam{'s' if beams > 1 else ''}, length penalty α = "
@@ -128,8 +122,8 @@ def format_beam_search(view: dict) -> str:
 
 
 def search_row(step: dict, ended: list[dict], beams: int) -> list[str]:
-    """One step: its number, then `beams` cells; a hypothesis that ended here marked in the cell of the beam it extends,
-    or (none should) beside the step's number."""
+    """One step: its number, then `beams` cells; a hypothesis that ended here marked in the cell of the beam it extends
+    (or, none should, beside the number)."""
     cells = []
     for beam in step["beams"]:
         extended = [item for item in ended if item["pieces"][:-1] == beam["pieces"]]
@@ -141,5 +135,5 @@ def search_row(step: dict, ended: list[dict], beams: int) -> list[str]:
 
 
 def ended_mark(item: dict) -> str:
-    """→ the hypothesis's last piece (`</s>`, or the one it held when the search was cut) and its rank, ✔ the chosen."""
+    """→ the hypothesis's last piece (`</s>`, or where the search was cut) and its rank, ✔ the chosen."""
     return f"→ {as_text(item['pieces'][-1])} **#{item['rank']}**{' ✔' if item['rank'] == 1 else ''}"

@@ -1,7 +1,6 @@
-"""The Inside tab's matplotlib pictures: the positional encoding beside the lengths of the scaled embedding and of the
-encoding (sections 3.4 and 3.5), and the attention weights of one head or of every head of a layer (section 3.2).
-Each is laid out in inches before anything is drawn: matplotlib's layout engines measure every label of a figure to
-place it, which took most of a picture's time (3-5 s for the tab's first pictures on one core)."""
+"""The Inside tab's pictures: the positional encoding (sections 3.4, 3.5) and the attention weights (section 3.2).
+Each is laid out in inches before anything is drawn: matplotlib's layout engines measure every label to place it,
+which took most of a picture's time (3-5 s for the tab's first pictures on one core)."""
 
 import math
 import warnings
@@ -26,14 +25,13 @@ def label_inches(labels: list[str], points: float) -> float:
 
 
 def cell_and_font(columns: int, rows: int) -> tuple[float, float]:
-    """(inches per cell, label points) for a grid of `columns` x `rows` cells: 0.17 inches, room for a 7-point label,
-    smaller past 20 inches of cells."""
+    """(inches per cell, label points): 0.17 inches, room for a 7-point label, smaller past 20 inches of cells."""
     cell = min(0.17, 20.0 / max(columns, 1), 20.0 / max(rows, 1))
     return cell, min(7, max(4.0, 0.8 * 72 * cell))
 
 
 def titled_figure(title: str, width: float, height: float, title_top: float) -> Figure:
-    """A figure at least as wide as its 10-point title on one line (about 0.6 em a character), the title at its top."""
+    """A figure at least as wide as its 10-point title on one line, the title at its top."""
     width = max(width, 0.2 + 0.6 * 10 / 72 * len(title))
     figure = Figure(figsize=(width, height), dpi=100)
     figure.text(0.1 / width, 1 - title_top / height, title, fontsize=10, va="top")
@@ -43,13 +41,13 @@ def titled_figure(title: str, width: float, height: float, title_top: float) -> 
 def add_axes(figure: Figure, left: float, bottom: float, width: float, height: float, **options):
     """Axes at a box given in inches from the figure's lower left corner."""
     figure_width, figure_height = figure.get_size_inches()
-    box = [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height]
-    return figure.add_axes(box, **options)
+    return figure.add_axes(
+        [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height], **options
+    )
 
 
 def plot_positions(view: dict) -> Figure | None:
-    """The positional encoding over source positions x dimensions and, on the same rows, the length of the scaled
-    embedding and of the encoding added at each position."""
+    """The positional encoding over positions x dimensions and, on the same rows, the lengths of the parts added."""
     table = np.asarray(view.get("positional_encoding") or [])
     if not table.size:
         return None
@@ -80,9 +78,8 @@ def plot_positions(view: dict) -> Figure | None:
 
 
 def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure:
-    """One head's weights, or every head of the layer in rows of four: viridis from 0 to the largest weight shown,
-    queries along the bottom and the pieces they read down the side, labelled once per row of heads. A layer or head
-    past the model's own is its last (the controls go as far as the largest model on the page)."""
+    """One head's weights, or every head of the layer in rows of four, queries along the bottom. A layer or head past
+    the model's own is its last (the controls go as far as the largest model on the page)."""
     weights = view["attention"][kind]
     layers, heads = len(weights), len(weights[0])
     layer, head = min(max(layer, 0), layers - 1), None if head is None else min(max(head, 0), heads - 1)
@@ -130,6 +127,6 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
 
 
 def rendered(figure: Figure | None):
-    """The picture as the page's plots show it (a PNG), encoded now, in the request's turn: Gradio would encode it
-    after the callback, in the event loop every visitor's connection waits on (twice, for one inside a `gr.Plot`)."""
+    """The picture as the page shows it, encoded now, in the request's turn: Gradio would encode it after the callback,
+    in the event loop every visitor's connection waits on (twice, for one inside a `gr.Plot`)."""
     return PICTURE.postprocess(figure)

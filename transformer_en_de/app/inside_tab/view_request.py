@@ -10,14 +10,11 @@ from ..serving import Busy, Cancelled, Limits
 from ..text_checks import InputError, check_decoding, read_text, split_long_sentence, split_sentences
 from ..translation import RequestContext, available, budget_plan, planned_for, request_job
 
-# An inside view's work against the engine's estimate of the same decoding, which the scheduler counts for a
-# translation: transformers' beam search (every beam runs to the end), the recording and a teacher-forced pass with the
-# weights take about 1.3x the engine's own time (at most 1.5x) and about half its estimate, an upper bound
-# (`python -m benchmarks.inside_view`); counted as 1.5x the estimate, never below a translation.
+# A view's work against the engine's estimate of the same decoding: transformers' beam search, the recording and a
+# teacher-forced pass take at most 1.5x the engine's own time, about half its estimate (`benchmarks.inside_view`).
 WORK_FACTOR = 1.5
-# The most JSON an answer may be (`json.dumps`, as many bytes as any encoder Gradio uses or more). Ours at the piece
-# bound is at most 1.3 MB with the search at 8 beams (tests/test_inside_bounds.py); MarianMT's 6 layers of 8 heads
-# 0.3 MB for a median caption and 1 MB at 30 pieces: past about 35 a comparison model may be shown as one line.
+# The most JSON an answer may be: ours at the piece bound is at most 1.3 MB with 8 beams (tests/test_inside_bounds.py);
+# MarianMT's 6 layers of 8 heads 1 MB at 30 pieces: past about 35 a comparison model may be shown as one line.
 MAX_VIEW_BYTES = 2_000_000
 
 
@@ -76,9 +73,8 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
 
 
 def within_bytes(envelope: dict, views: list[dict]) -> dict:
-    """The answer (`envelope`, ours at its top level, the others as its `comparisons`) in at most `MAX_VIEW_BYTES` of
-    JSON: every model counted as the line that would replace it, then each, ours first, shown whole where there is room.
-    """
+    """The answer (ours at its top level, the others as `comparisons`) in at most `MAX_VIEW_BYTES` of JSON: every model
+    counted as the line that would replace it, then each, ours first, shown whole where there is room."""
     sizes = [len(json.dumps(view)) for view in views]
     lines = [
         {

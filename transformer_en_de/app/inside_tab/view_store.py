@@ -22,21 +22,16 @@ EXPIRED = {
 class ViewStore:
     def __init__(self, max_views=VIEWS_KEPT, max_bytes=VIEW_STORE_BYTES, seconds=VIEW_SECONDS, clock=time.monotonic):
         self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
-        self.views: OrderedDict[str, tuple[bytes, float]] = (
-            OrderedDict()
-        )  # id -> (compressed JSON, last use), LRU first
+        self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
         self.latest: dict[str, str] = {}  # session -> the id of its view
         self.bytes = 0
         self.lock = threading.Lock()
 
     def put(self, view: dict, session: str | None = None) -> str:
         """Keep `view` in place of the session's earlier one; returns its id."""
-        data = zlib.compress(json.dumps(view).encode(), 1)
-        view_id = secrets.token_urlsafe(16)
+        data, view_id = zlib.compress(json.dumps(view).encode(), 1), secrets.token_urlsafe(16)
         with self.lock:
-            earlier = self.latest.pop(session, None)
-            if earlier in self.views:
-                self.bytes -= len(self.views.pop(earlier)[0])
+            self.bytes -= len(self.views.pop(self.latest.pop(session, None), (b"", 0))[0])
             if session is not None:
                 self.latest[session] = view_id
             self.views[view_id] = (data, self.clock())
@@ -62,8 +57,8 @@ class ViewStore:
         while self.views:
             _, (data, used) = next(iter(self.views.items()))
             if len(self.views) <= self.max_views and self.bytes <= self.max_bytes and now - used <= self.seconds:
-                return
+                break
             self.views.popitem(last=False)
             self.bytes -= len(data)
-            if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
-                self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}
+        if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
+            self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}

@@ -10,8 +10,7 @@ from ..translation import available
 
 
 def inside_tab(app, controls: list, text: gr.Textbox) -> None:
-    """The tab, wired to `app.inside`, `app.draw_inside` and `app.draw_inside_attention` (`app`: app.py's
-    `TranslationApp`; `text`: the Translate tab's English box)."""
+    """The tab, wired to `app.inside`, `app.draw_inside` and `app.draw_inside_attention` (`text`: the English box)."""
     gr.Markdown(
         "What each part of the paper does with **your sentence** (the first one in the English box of the Translate "
         "tab, decoded with the settings above), for our model and for each comparison model that returns its "
@@ -26,15 +25,14 @@ def inside_tab(app, controls: list, text: gr.Textbox) -> None:
     attention = side_by_side(gr.Plot, "attention", count)
     caption = gr.Markdown(elem_id="inside-attention-caption")
     beams = side_by_side(gr.Markdown, "beams", count, f"### Beam search, step by step\n{CAPTIONS['beams']}")
-    # The endpoint's answer (not shown: the pictures are; emptied once they are drawn), and the id of the server's copy
-    # the pictures are drawn from (app.views: bounded, expiring).
+    # The endpoint's answer (hidden, emptied once drawn), and the id of the server's copy the pictures are drawn from
     numbers, view_id = gr.JSON(label="Inside view", visible=False), gr.State()
     chosen = [view_id, kind, layer, head]
     inside = app.serving.work(
         button.click, app.inside, [text, *controls], [numbers, view_id], api_name="inside", side=True
     )
-    # The controls' values as sent (`Serving.work`: no preprocessing): one outside their choices draws the defaults
-    # (`draw_attention`), where Gradio's check would fail the call with a traceback in the log.
+    # The controls' values as sent: one outside their choices draws the defaults, where Gradio's check would log a
+    # traceback.
     pictures = [notice, *pieces, *positions, *attention, caption, *beams, numbers]
     app.serving.work(inside.then, app.draw_inside, chosen, pictures, api_visibility="private", side=True)
     for control in (kind, layer, head):

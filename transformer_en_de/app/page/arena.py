@@ -1,6 +1,5 @@
-"""The Arena tab: two anonymous translations of the same English, a vote, the names revealed, the leaderboard; what a
-vote counts for, and whether the visitor is signed in (the battles and votes themselves: `app/arena/`). Every output
-is labelled, so the API names what it returns; messages go to a text box, which renders nothing."""
+"""The Arena tab's layout and wiring (the battles and votes themselves: `app/arena/`). Every output is labelled, so
+the API names what it returns; messages go to a text box, which renders nothing."""
 
 import random
 
@@ -55,32 +54,20 @@ def arena_tab(app, sign_in=None) -> gr.Markdown | None:
     board = gr.Markdown(label="Leaderboard", elem_id="arena-leaderboard", latex_delimiters=[])
     plot = gr.Plot(label="Ratings", show_label=False, elem_id="arena-plot")
     refresh = gr.Button("Show the leaderboard", size="sm", elem_id="arena-refresh")
+    private = dict(queue=False, api_visibility="private")  # page-only events: no turn on the CPU, not in the API
     for button, kind in ((caption, "caption"), (everyday, "everyday")):
-        button.click(
-            lambda kind=kind: random.choice(example_sentences(kind)), None, text, queue=False, api_visibility="private"
-        )
-    battled = app.serving.work(
-        start.click, app.battle, [text], [battle_id, first, second, message], api_name="battle", side=True
-    )
-    battled.then(vote_offered, battle_id, send, queue=False, api_visibility="private")
-    voted = app.serving.work(
-        send.click, app.vote, [battle_id, choice], [system_a, system_b, message], api_name="vote", side=True
-    )
-    voted.then(vote_taken, system_a, send, queue=False, api_visibility="private")
+        button.click(lambda kind=kind: random.choice(example_sentences(kind)), None, text, **private)
+    outputs = [battle_id, first, second, message]
+    battled = app.serving.work(start.click, app.battle, [text], outputs, api_name="battle", side=True)
+    # The Vote button is offered only with a battle (so a refused battle is said once); a battle takes one vote.
+    battled.then(lambda battle: gr.Button(interactive=bool(battle)), battle_id, send, **private)
+    outputs = [system_a, system_b, message]
+    voted = app.serving.work(send.click, app.vote, [battle_id, choice], outputs, api_name="vote", side=True)
+    voted.then(lambda revealed: gr.Button(interactive=not revealed), system_a, send, **private)
     limits = app.serving.limits
     reads = app.serving.work(refresh.click, app.leaderboard, None, [board, plot], api_name="leaderboard", side=True)
     app.serving.paced(reads, limits.board_reads_per_address_burst, limits.board_reads_per_address_per_second)
     return signed_in if accounts else None
-
-
-def vote_offered(battle_id: str):
-    """The Vote button, offered only once there is a battle (so a refused battle is said once)."""
-    return gr.Button(interactive=bool(battle_id))
-
-
-def vote_taken(system_a: str):
-    """The Vote button once the names are revealed: a battle takes one vote."""
-    return gr.Button(interactive=not system_a)
 
 
 def signed_in_line(profile: gr.OAuthProfile | None) -> str:

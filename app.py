@@ -129,7 +129,7 @@ def voter_of(request: gr.Request, profile: gr.OAuthProfile | None = None) -> Vot
 
 
 class TranslationApp:
-    """What the page serves from, and its callbacks (each admitted, or as side work: `in_turn`)."""
+    """What the page serves from, and its callbacks (each admitted, or as side work: `rendered_side_work`)."""
 
     def __init__(
         self,
@@ -167,7 +167,7 @@ class TranslationApp:
         scheduler = self.serving.scheduler
         return RequestContext(self.ours, self.comparisons, scheduler, self.limits, request.session_hash, arrived)
 
-    def in_turn(self, request: gr.Request, work, dropped: tuple):
+    def rendered_side_work(self, request: gr.Request, work, dropped):
         """`work()` as side work, its pictures rendered in its turn too (Gradio would encode them after the callback,
         in its event loop); `dropped` if nobody reads it."""
         pictures = lambda: tuple(rendered(value) if isinstance(value, Figure) else value for value in work())  # noqa: E731
@@ -211,7 +211,7 @@ class TranslationApp:
 
     def comparison(self, request: gr.Request):
         """Corpus-level results: notes and a table, one row per model, test set and decoding (Markdown)."""
-        return self.in_turn(request, self.corpus_markdown, gr.skip())
+        return self.rendered_side_work(request, self.corpus_markdown, gr.skip())
 
     def corpus_markdown(self) -> tuple[str, str]:
         notes, rows = self.corpus()
@@ -245,12 +245,12 @@ class TranslationApp:
     def draw_inside(self, view_id, kind, layer, head, request: gr.Request):
         """Every picture of the Inside tab from the server's copy of the view (emptying Gradio's)."""
         pictures = lambda: [*draw_inside(self.views.get(view_id), kind, layer, head, len(self.systems)), None]  # noqa: E731
-        return self.in_turn(request, pictures, gr.skip())
+        return self.rendered_side_work(request, pictures, gr.skip())
 
     def draw_inside_attention(self, view_id, kind, layer, head, request: gr.Request):
         """The Inside tab's attention pictures again, for another kind, layer or head."""
         pictures = lambda: draw_attention(self.views.get(view_id), kind, layer, head, len(self.systems))  # noqa: E731
-        return self.in_turn(request, pictures, gr.skip())
+        return self.rendered_side_work(request, pictures, gr.skip())
 
     # Gradio fills `profile` from the visitor's sign-in session (None without one); not an input of the endpoint. The
     # arena counts it as an account only where a real OAuth app's secret signs the cookie (`sign_in.py`).
@@ -266,7 +266,9 @@ class TranslationApp:
         """Vote on a battle ("A", "B", "tie" or "both bad"): the names revealed ("" if refused) and a message."""
         dropped, voter = ("", "", "Cancelled: nobody reads this."), voter_of(request, profile)
         cast_at = self.serving.arrival(request)  # when the visitor voted, not when its turn came
-        return self.in_turn(request, lambda: self.voted(self.arena.vote(battle_id, choice, voter, cast_at)), dropped)
+        return self.rendered_side_work(
+            request, lambda: self.voted(self.arena.vote(battle_id, choice, voter, cast_at)), dropped
+        )
 
     def voted(self, answer: tuple[str, str, str]) -> tuple[str, str, str]:
         if answer[0]:  # stored (the names are revealed only then): the board changed
@@ -280,7 +282,7 @@ class TranslationApp:
         if self.board.is_fresh():
             with self.serving.admitted(request):
                 return read()
-        return self.in_turn(request, read, gr.skip())
+        return self.rendered_side_work(request, read, gr.skip())
 
     def leaderboard_table(self) -> tuple[list, str]:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""

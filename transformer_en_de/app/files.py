@@ -23,15 +23,7 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import (
-    RequestContext,
-    admit,
-    comparison_advice,
-    plan_request,
-    run_systems,
-    scoring_seconds,
-    why_stopped,
-)
+from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems, why_stopped
 
 FILE_TYPES = [".txt", ".en", ".de"]
 SUMMARY_HEADERS = ["System", "Sentences", "Seconds", "BLEU", "chrF"]
@@ -163,7 +155,6 @@ def translate_lines(lines, references, settings: DecodingSettings, notices: list
     systems, limits = context.systems, context.limits
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
-    scoring = scoring_seconds(sum(map(len, references or [])), limits)
 
     def on_batch(number, done, total):
         if progress is not None:
@@ -171,7 +162,7 @@ def translate_lines(lines, references, settings: DecodingSettings, notices: list
 
     plan, seconds = plan_request(context, sentences, settings, limits.file, unit="line")
     notices += list(plan.notices)
-    outputs = run_systems(context, plan, seconds + scoring, limits.file, on_batch)
+    outputs = run_systems(context, plan, seconds, limits.file, sum(map(len, references or [])), on_batch)
     columns, rows, confidence = {}, [], {}
     for output in outputs:
         if output.run is None:

@@ -169,15 +169,13 @@ def budget_plan(
     return plan_request(context, sentences, settings, budget, unit)
 
 
-def scoring_seconds(characters: int, limits: Limits) -> float:  # BLEU and chrF each read every character
-    return 2 * characters * limits.score_seconds_per_char
-
-
 def run_systems(
-    context: RequestContext, plan: DecodingPlan, work: float, budget: Budget, on_batch=None
+    context: RequestContext, plan: DecodingPlan, seconds: float, budget: Budget, reference_chars=0, on_batch=None
 ) -> list[SystemOutput]:
-    """Every system's output of `plan` (a message for one not loaded) in one scheduler job of `work` estimated CPU
-    seconds per loaded system; `on_batch(number, done, total)` reports progress. Raises Busy or Cancelled."""
+    """Every system's output of `plan` (a message for one not loaded) in one scheduler job of `seconds` estimated CPU
+    seconds per loaded system and the scoring against a reference; `on_batch(number, done, total)` reports progress.
+    Raises Busy or Cancelled."""
+    work = seconds + 2 * reference_chars * context.limits.score_seconds_per_char  # BLEU and chrF each read it
     outputs = []
     with request_job(context, work, budget) as job:
         for number, system in enumerate(context.systems):
@@ -246,7 +244,7 @@ def translate_with_settings(
     try:
         plan, seconds = budget_plan(context, sentences, settings, limits.text)
         result.notices += list(plan.notices)
-        result.outputs = run_systems(context, plan, seconds + scoring_seconds(len(reference), limits), limits.text)
+        result.outputs = run_systems(context, plan, seconds, limits.text, len(reference))
     except Cancelled:
         return refused(context, CANCELLED, result)
     except (Busy, BackendError) as error:  # Busy: refused before any work; BackendError: a worker that died again

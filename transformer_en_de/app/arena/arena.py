@@ -30,10 +30,9 @@ CONSENT = (
 )
 VOTE_RULES_ACCOUNTS = (
     "**What a vote counts for.** Every vote is stored. The leaderboard ranks the votes of visitors signed in with "
-    "Hugging Face: each account counts as one person, together at most {account_cap} battles' weight and {daily} "
-    "votes a day. Anonymous votes are counted and shown on a board of their own below it (all the anonymous votes "
-    "from one network share {network_cap} battles' weight there), and do not move the first board: many addresses "
-    "are easy to have, an account is one person."
+    "Hugging Face, each account one person (at most {account_cap} battles' weight and {daily} votes a day). Anonymous "
+    "votes are shown on a board of their own below it (one network's votes share {network_cap} battles' weight) and "
+    "do not move the first: many addresses are easy to have."
 )
 VOTE_RULES_ANONYMOUS = (
     "**What a vote counts for.** Every vote is stored. This page has no sign-in, so the leaderboard rests on anonymous "
@@ -99,7 +98,7 @@ class Board:
 @dataclass
 class Arena:
     """Battles between the systems on the page, their votes in `store`, and the leaderboards. `accounts`: whether a
-    signed-in visitor counts as an account (the sign-in is a real OAuth app); if not, every vote is its network's."""
+    signed-in visitor counts as an account (a real OAuth app); if not, every vote is its network's."""
 
     store: VoteStore
     book: battles.BattleBook = field(default_factory=battles.BattleBook)
@@ -133,10 +132,8 @@ class Arena:
         except battles.BattleRefused as refused:
             return "", "", "", page_line(str(refused))
         first, second = random.sample(loaded, 2)
-        # side work: a battle takes its turns behind every visitor's translation
-        result = translate_with_settings(
-            text, settings, context=replace(context, ours=first, comparisons=[second], side=True)
-        )
+        pair = replace(context, ours=first, comparisons=[second], side=True)  # behind every visitor's translation
+        result = translate_with_settings(text, settings, context=pair)
         failed = [output for output in result.outputs if output.message or not output.translation]
         if result.message or failed:
             why = f"{len(failed)} system(s) could not translate this text, so there is no battle: try another."

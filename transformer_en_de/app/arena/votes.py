@@ -23,8 +23,7 @@ from typing import NamedTuple
 from ...hub_access import cause
 
 CHOICES = ("A", "B", "tie", "both bad")
-# A visitor waits about (1 + RETRIES) x BUSY_TIMEOUT_SECONDS at most for a lock another process holds; a vote takes a
-# millisecond or two to write, so a lock held longer is a stuck writer.
+# A vote waits about (1 + RETRIES) x BUSY_TIMEOUT_SECONDS at most for another process's lock: a write takes a ms or two.
 BUSY_TIMEOUT_SECONDS, RETRIES = 1.5, 1
 NOT_STORED = "Your vote could not be stored just now ({why}); nothing was lost: vote again in a moment."
 PUBLISHED_FOLDER = "votes-dataset"  # beside the database: the votes the publisher wrote (`publish.py`)
@@ -120,9 +119,7 @@ class Vote(Shown):
 COLUMNS = [column.name for column in fields(Vote)]
 
 
-class VoteCount(NamedTuple):
-    """`count` stored votes alike for the ratings: the same systems, choice and source."""
-
+class VoteCount(NamedTuple):  # `count` stored votes alike: the same systems, choice and source
     system_a: str
     system_b: str
     choice: str
@@ -167,7 +164,7 @@ def published_rows(folder: Path, cut_torn: bool = False) -> list[bytes]:
 
 def load_or_create_salt(path: Path, votes_exist: str = "") -> str:
     """The salt in `path`, made (mode 0600) if it is missing and no votes exist (`votes_exist`: where they do)."""
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):
         if votes_exist:
             raise StoreUnavailable(
                 f"the arena's salt {path} is missing while {votes_exist}: restore it (a new salt would make every "
@@ -234,22 +231,22 @@ class VoteStore:
     def _check_and_open(self) -> None:
         salt_path = self.path.with_name(self.path.name + ".salt")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        had_salt = salt_path.exists() or salt_path.is_symlink()
+        had_salt = os.path.lexists(salt_path)
         size = self.path.stat().st_size if self.path.is_file() else 0
         published = len(published_rows(self.published_folder))
         damage, stored = inspect(self.path, published)
         evidence = [f"the database {self.path} holds {stored:,} votes"] if stored else []
         evidence += [f"a damaged database is at {self.path}"] if damage and size else []
-        evidence += [f"{published:,} votes are published in {self.published_folder}"] if published else []
+        published_line = f"{published:,} votes are published in {self.published_folder}" if published else ""
+        evidence += [published_line] if published else []
         self.salt = load_or_create_salt(salt_path, " and ".join(evidence))  # first: a stop sets nothing aside
         if damage:
             self._set_aside(damage)
         elif not stored and (published or (had_salt and not size)):
-            why = f"{published:,} votes are published in {self.published_folder}" if published else None
             self._note(
                 f"the votes database {self.path} is {'empty' if size else 'new'} while "
-                f"{why or 'its salt is from an earlier store'}: votes stored before are not in it (published ones stay "
-                "published)"
+                f"{published_line or 'its salt is from an earlier store'}: votes stored before are not in it "
+                "(published ones stay published)"
             )
         # One connection behind a lock, shared by every thread: votes come at a person's pace and a write takes a
         # millisecond or two; a busy timeout makes another process's writer wait for the lock instead of failing.

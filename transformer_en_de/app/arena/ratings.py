@@ -96,10 +96,6 @@ class Tally:
             self.fitted_rows, self.fitted_up_to, self.fitted_at = leaderboard_rows(self), self.last_id, time.monotonic()
         return self.fitted_rows, self.last_id - self.fitted_up_to
 
-    @property
-    def systems(self) -> list[str]:
-        return sorted(self.outcomes)
-
     def summary(self) -> dict:
         """What the ratings rest on: votes, sources (accounts, anonymous), votes beyond their source's bound."""
         accounts = sum(source.signed_in for source in self.sources.values())
@@ -127,7 +123,7 @@ def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None,
     """One row per system, best first: rank, system, rating, lower and upper (the 95% interval, or None), battles,
     wins, ties, losses, both_bad (every vote), votes (its rated ones), sources (that rated it) and bleu (or None)."""
     tally = votes if isinstance(votes, Tally) else tally_of(votes)
-    systems = tally.systems
+    systems = sorted(tally.outcomes)
     index, k = {system: number for number, system in enumerate(systems)}, len(systems)
     ordered = [tally.sources[key] for key in sorted(tally.sources)]  # one order, however the votes arrived
     wins = np.zeros((len(ordered), k, k))  # each source's win matrix
@@ -162,10 +158,7 @@ def kendall_tau(rows: list[dict]) -> float | None:
     """Kendall's tau between the rating order and the BLEU order of the systems that have both (None under 2)."""
     scored = [(row["rating"], row["bleu"]) for row in rows if row["bleu"] is not None]
     pairs = [(a, b) for number, a in enumerate(scored) for b in scored[number + 1 :]]
-    if not pairs:
-        return None
-    signs = [np.sign(a[0] - b[0]) * np.sign(a[1] - b[1]) for a, b in pairs]
-    return float(np.mean(signs))
+    return float(np.mean([np.sign(a[0] - b[0]) * np.sign(a[1] - b[1]) for a, b in pairs])) if pairs else None
 
 
 def order_agreement(rows: list[dict]) -> str:

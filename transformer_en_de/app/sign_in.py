@@ -1,11 +1,9 @@
 """Whether the arena's visitors can sign in with Hugging Face, decided and checked before the app starts.
 
 Gradio serves the sign-in once the page has a `gr.LoginButton`: on a Space (SYSTEM=spaces and SPACE_ID) its real OAuth
-routes, with the OAuth app the Hub makes for `hf_oauth: true`; elsewhere a stand-in that signs every visitor in as the
-account of this machine's token. Who signed in is kept in a cookie signed with sha256(OAUTH_CLIENT_SECRET + "-v4"):
-without a real secret anyone can forge it. So only the real routes with a real secret count a visitor as an account
-(`SignIn.accounts`); `--sign_in stand-in` tries the page, its votes anonymous. What would fail inside Gradio with a
-traceback stops here in one line (`SignInUnavailable`).
+routes; elsewhere a stand-in that signs every visitor in as the account of this machine's token. The sign-in cookie is
+signed with sha256(OAUTH_CLIENT_SECRET + "-v4"): without a real secret anyone can forge it. So only the real routes
+count a visitor as an account (`SignIn.accounts`); `--sign_in stand-in` tries the page, its votes anonymous.
 """
 
 import importlib.util
@@ -40,10 +38,8 @@ class SignInUnavailable(Exception):
 
 @dataclass(frozen=True)
 class SignIn:
-    """How visitors sign in (a few words for the log), and whether a signed-in visitor counts as an account."""
-
-    how: str
-    accounts: bool
+    how: str  # a few words for the log
+    accounts: bool  # whether a signed-in visitor counts as an account
 
     def __str__(self) -> str:
         return self.how
@@ -71,27 +67,11 @@ def sign_in_mode(asked: str | bool | None, environ: Mapping[str, str] = os.envir
                 f"sign-in on a Space needs `hf_oauth: true` in its README's metadata ({', '.join(unset)} not set)."
             )
         return SignIn("with their Hugging Face account (the Space's OAuth app)", accounts=True)
-    if asked == ACCOUNTS and unset:
-        raise SignInUnavailable(NO_OAUTH_APP.format(unset=", ".join(unset), verb="is" if len(unset) == 1 else "are"))
     if asked == ACCOUNTS:
-        raise SignInUnavailable(NOT_A_SPACE)
+        verb = "is" if len(unset) == 1 else "are"
+        raise SignInUnavailable(NO_OAUTH_APP.format(unset=", ".join(unset), verb=verb) if unset else NOT_A_SPACE)
     need_packages("itsdangerous")
-    check_local_account()
-    return SignIn(
-        f"as the account of this machine's Hugging Face token, at {constants.ENDPOINT} (Gradio's local stand-in, to "
-        "try the page: its votes count as anonymous)",
-        accounts=False,
-    )
-
-
-def need_packages(*names: str) -> None:
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
-    if missing:
-        raise SignInUnavailable(f"sign-in needs {', '.join(missing)}: pip install 'gradio[oauth]'.")
-
-
-def check_local_account() -> None:
-    """That Gradio's local stand-in will find a personal account behind this machine's token, as it asks the Hub."""
+    # That Gradio's stand-in will find a personal account behind this machine's token, as it asks the Hub.
     token = get_token()
     if not token:
         raise SignInUnavailable(
@@ -111,3 +91,14 @@ def check_local_account() -> None:
         raise SignInUnavailable(
             "--sign_in needs a personal account's token; this machine's token belongs to an organization or an app."
         )
+    return SignIn(
+        f"as the account of this machine's Hugging Face token, at {constants.ENDPOINT} (Gradio's local stand-in, to "
+        "try the page: its votes count as anonymous)",
+        accounts=False,
+    )
+
+
+def need_packages(*names: str) -> None:
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SignInUnavailable(f"sign-in needs {', '.join(missing)}: pip install 'gradio[oauth]'.")

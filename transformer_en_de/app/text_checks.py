@@ -120,7 +120,7 @@ def split_text(text: str, max_words: int) -> tuple[list[str], list[str], str]:
         part_separators += [" "] * (len(pieces) - 1) + [separator]
     if not long:
         return parts, part_separators, ""
-    words, pieces = max(long)
+    words = max(long)[0]
     which = f"A sentence of {words:,} words" if len(long) == 1 else f"{len(long)} sentences of up to {words:,} words"
     notice = (
         f"{which} without a full stop {'was' if len(long) == 1 else 'were'} translated in parts of at most "

@@ -203,8 +203,7 @@ class Arena:
             boards.append(Board(heading, rows, line))
         return boards
 
-    def leaderboard(self, bleu: dict[str, float]) -> tuple[list[dict], str]:
-        """(rows, the line saying what they rest on) of the board a visitor sees first."""
+    def leaderboard(self, bleu: dict[str, float]) -> tuple[list[dict], str]:  # the first board's
         first = self.boards(bleu)[0]
         return first.rows, first.line
 

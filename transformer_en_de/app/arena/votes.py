@@ -329,8 +329,7 @@ class VoteStore:
                 time.sleep(0.2)  # outside the lock: the other threads' reads go on meanwhile
         raise VoteNotStored(NOT_STORED.format(why="the database is busy"))
 
-    def votes_since(self, row_id: int) -> list[Vote]:
-        """The votes stored after row `row_id`, oldest first (0: all of them)."""
+    def votes_since(self, row_id: int) -> list[Vote]:  # oldest first
         rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM votes WHERE id > ? ORDER BY id", (row_id,))
         votes = []
         for row in rows:
@@ -342,8 +341,7 @@ class VoteStore:
     def all_votes(self) -> list[Vote]:
         return self.votes_since(0)
 
-    def counts_since(self, row_id: int) -> tuple[int, list[VoteCount]]:
-        """(the last vote's id, the votes after row `row_id` up to it, counted alike)."""
+    def counts_since(self, row_id: int) -> tuple[int, list[VoteCount]]:  # (the last id, the votes up to it)
         last = self._query("SELECT COALESCE(MAX(id), 0) FROM votes")[0][0]
         rows = self._query(COUNTS, {"after": row_id, "last": last})
         return last, [VoteCount(a, b, choice, source, bool(signed), n) for a, b, choice, source, signed, n in rows]

@@ -293,10 +293,6 @@ class TranslationApp:
         boards = self.arena.boards(bleu)
         return boards[0].rows, leaderboard_markdown(boards, bleu_line)
 
-    def cancel_visitor(self, request: gr.Request):
-        if self.serving.scheduler.cancel(request.session_hash):
-            print("app.py: a visitor left; their request was cancelled.", flush=True)
-
 
 # ------------------------------------------------------------------------------------------------------------ the page
 
@@ -326,8 +322,6 @@ def build_app(*model_ids, sign_in: SignIn | None = None, **options) -> Translati
         demo.load(app.status, None, status, api_name="status", queue=False)
         if signed_in is not None:  # reads the sign-in cookie only: no turn on the CPU
             demo.load(signed_in_line, None, signed_in, api_visibility="private", queue=False)
-        # A page that closes cancels its request (a client calling this itself cancels nothing of anyone else's)
-        demo.unload(app.cancel_visitor)
     app.serving.queue(demo)
     app.demo = demo
     return app

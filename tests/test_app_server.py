@@ -227,7 +227,7 @@ def test_one_request_per_visitor(server, client, tmp_path):
 def test_closed_client_cancels_its_request(server, client, tmp_path):
     visitor = start_long_file(server, client, tmp_path)
 
-    visitor.close()  # ends its heartbeat and its event stream: the page's unload event, or nobody reading, stops it
+    visitor.close()  # ends its heartbeat (the front cancels the page's request) and its event stream
 
     deadline = time.monotonic() + 30
     while "0 requests in progress" not in client.predict(api_name="/status"):

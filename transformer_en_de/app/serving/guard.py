@@ -7,7 +7,8 @@ and no client's calls crowd out another visitor's (attacks of benchmarks/hostile
   other sessions, calls without one), so that a script churning sessions spends its own, never a class's pages; a
   session has `calls_per_session` calls queued or running; a paced event (arena_attacks: readers) has a bucket too.
 - Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
-- Held heartbeats: at most `streams_per_address` responses that stay open.
+- Held heartbeats: at most `streams_per_address` responses that stay open; a heartbeat's end (a page closed) cancels
+  its session's requests here, cheaply, for each of the hundreds a script can close at once.
 - Slow links, unread views: `readers` counts the streams read and pages open, by session, so that the scheduler drops
   work nobody reads; `stalled_sends` watches each send, and an address that leaves streams unread gets no side work.
 - Deep links are refused: the app offers none, and one would save what a visitor typed.
@@ -20,6 +21,7 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from starlette.datastructures import QueryParams
@@ -203,8 +205,9 @@ class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
     and the event streams being read counted."""
 
-    def __init__(self, app, *, demo, visitors: Visitors, uploads):
+    def __init__(self, app, *, demo, visitors: Visitors, uploads, page_closed: Callable[[str], None]):
         self.app, self.demo, self.visitors, self.uploads = app, demo, visitors, uploads
+        self.page_closed = page_closed
         self.max_body_bytes = visitors.limits.max_body_bytes
 
     @staticmethod
@@ -297,8 +300,11 @@ class RequestGuard:
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
-            with self.visitors.readers.open(heartbeat["session"]):
-                return await contained(self.app, scope, receive, send)
+            try:
+                with self.visitors.readers.open(heartbeat["session"]):
+                    return await contained(self.app, scope, receive, send)
+            finally:
+                self.page_closed(heartbeat["session"])
         call = _CALL_STREAM.fullmatch(path)
         if call:
             key = ("call", call["event"])

@@ -78,6 +78,13 @@ class Serving:
             except Cancelled:
                 return dropped
 
+    def page_closed(self, session: str) -> None:
+        """A page's heartbeat ended: its requests stop at their next step. Not Gradio's `unload` event, which runs a
+        callback through its API machinery per page closed: 256 pages closed at once held the server 11 s
+        (hostile_clients: held heartbeats)."""
+        if self.scheduler.cancel(session):
+            print("app.py: a visitor left; their request was cancelled.", flush=True)
+
     def queue(self, demo) -> None:
         """Gradio's queue bounded; the REST routes that would run a callback outside it (/run, /api) closed."""
         demo.queue(max_size=self.limits.queue_size, api_open=False)
@@ -88,7 +95,9 @@ class Serving:
         """The server for `demo`; host and port default to Gradio's (GRADIO_SERVER_NAME / _PORT, as a Space sets)."""
         limits, descriptors = self.limits, raise_descriptor_limit()
         app = FastAPI(lifespan=self.giving_back_memory)
-        app.add_middleware(RequestGuard, demo=demo, visitors=self.visitors, uploads=self.uploads)
+        app.add_middleware(
+            RequestGuard, demo=demo, visitors=self.visitors, uploads=self.uploads, page_closed=self.page_closed
+        )
         app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css, mcp_server=True)
         config = uvicorn.Config(
             app,

@@ -291,7 +291,12 @@ def held_heartbeats(target: Target, count: int = 1_000):
 
     def stop():
         refused = load.states(opened, timeout=0.01)["answered 429"]
-        return f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once"
+        began = time.perf_counter()  # every page closed at once: the server must not stall on their ends
+        target.http.get(f"{target.url}gradio_api/info")
+        return (
+            f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
+            f"answered in {time.perf_counter() - began:.2f} s"
+        )
 
     return stop
 

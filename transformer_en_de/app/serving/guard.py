@@ -1,16 +1,15 @@
-"""The HTTP front, a Starlette (ASGI) middleware: what a raw client sends is bounded and checked before Gradio sees it,
-and no client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
+"""The HTTP front, an ASGI middleware: what a raw client sends is bounded and checked before Gradio sees it, and no
+client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
 
-- Bad calls, heavy, server files, slow bodies: a body over `max_body_bytes` or not in within `request_seconds` is
-  refused; JSON too deep, an event the page lacks, the wrong values, a file value that is no upload: one line each.
+- Bad calls, heavy, server files, slow bodies: a body too large or too slow, JSON too deep, an event the page lacks,
+  the wrong values, a file value that is no upload: one line each (Gradio would answer a traceback or its own shape).
 - Session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
-  other sessions, calls without one), so that a script churning sessions spends its own, never a class's pages; a
-  session has `calls_per_session` calls queued or running; a paced event (arena_attacks: readers) has a bucket too.
+  other sessions, calls without one); a session has `calls_per_session` calls at once; a paced event
+  (arena_attacks: readers) has a bucket per address.
 - Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
-- Held heartbeats: at most `streams_per_address` responses that stay open; a heartbeat's end (a page closed) cancels
-  its session's requests here, cheaply, for each of the hundreds a script can close at once.
-- Slow links, unread views: `readers` counts the streams read and pages open, by session, so that the scheduler drops
-  work nobody reads; `stalled_sends` watches each send, and an address that leaves streams unread gets no side work.
+- Held heartbeats: at most `streams_per_address` open responses; a heartbeat's end cancels its session's requests.
+- Slow links, unread views: `readers` counts the streams read and pages open, so that the scheduler drops work nobody
+  reads; an address whose sends to its streams stall gets no side work.
 - Deep links are refused: the app offers none, and one would save what a visitor typed.
 """
 
@@ -21,61 +20,53 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from contextlib import contextmanager
 
 from starlette.datastructures import QueryParams
 
-from .http_answers import OpenResponses, RecordedAnswer, answer, body_within, contained, drain, refuse, replay
+from .http_answers import OpenResponses, RecordedAnswer, answer, body_within, contained, refuse, replay
 from .limits import Limits, RateLimit
 from .uploads import file_values_problem, nested
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
-_CALL_STREAM = re.compile(r"/gradio_api/call/(?P<v2>v2/)?(?P<api>[^/]+)/(?P<event>[^/]+)/?")
+_CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[^/]+)/?")
 _CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<v2>v2/)?(?P<api>[^/]+)/?")
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
 _JOIN, _UPLOAD, _DEEP_LINK = "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads, MCP streams.
 _STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*|mcp/.*)/?")
-INLINE_FILE = "An MCP call here takes no file inline (a data: URL); upload it through /gradio_api/upload."
+NOT_A_CALL = 'The request body must be a JSON object with a "data" list, one value per parameter.'
 MAX_DEPTH = 32  # JSON nesting: a call's values are a few levels deep
 UNREAD_CALLS = 8  # raw calls an address may have posted and not begun to read: a few of the callbacks
 REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgotten first), as many as Gradio keeps
 PAGE_OPENS_SECONDS = 1.0  # how long a new session's refused first call waits for its page's heartbeat
 
 
-class StalledSends:
-    """The sends to event streams in progress, by address. uvicorn's `send` waits for the client to take the bytes, so
-    an unread stream is known only there; an unread view holds its ~200 kB in memory."""
+class Refused(Exception):
+    """(status, one line): a request the front answers itself."""
+
+
+class StalledSends(OpenResponses):
+    """The sends to event streams in progress, by address: uvicorn's `send` waits for the client to take the bytes,
+    so an unread stream (~200 kB of a view held in memory) is known only there."""
 
     def __init__(self, stalled_seconds: float):
+        super().__init__()
         self.stalled_seconds = stalled_seconds
-        self._pending: dict[object, tuple[str, float]] = {}  # a send in progress → (its address, since when)
-        self._lock = threading.Lock()
 
     def watched(self, address: str, send):
         async def watched_send(message):
-            token = object()
-            with self._lock:
-                self._pending[token] = (address, time.monotonic())
-            try:
+            with self.open(address):
                 await send(message)
-            finally:
-                with self._lock:
-                    del self._pending[token]
 
         return watched_send
 
     def stalled(self, address: str) -> int:
-        """How many sends to `address` have waited `stalled_seconds` or more."""
-        since = time.monotonic() - self.stalled_seconds
-        with self._lock:
-            return sum(owner == address and started <= since for owner, started in self._pending.values())
+        return self.count(address, self.stalled_seconds)
 
 
 class Visitors:
-    """What the front knows of its visitors and shares with the callbacks: streams open and read, sessions admitted,
-    calls per session, raw calls not read yet, the events whose calls count and those paced."""
+    """What the front knows of its visitors and shares with the callbacks."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
@@ -84,8 +75,7 @@ class Visitors:
         self.stalled_sends = StalledSends(limits.stalled_send_seconds)
         burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
         self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
-        self._addresses: OrderedDict[str, str] = OrderedDict()  # session → the address of its latest call
-        # Sessions seen lately, each its own key, and raw calls, ("call", event id) → their session.
+        # Sessions seen lately → the address of their latest call; raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
         self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
@@ -96,25 +86,21 @@ class Visitors:
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
         """Why a call of `session` from `address` may not enter Gradio's queue, in one line ("" if it may); a `counted`
         call counts against its session until its callback ends (`serving`)."""
-        limits, now = self.limits, time.monotonic()
+        now = time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
                 kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
                 if self.new_sessions.take((address, kind)):
-                    return (
-                        "Too many new sessions from this address at once; this call was not started. Try again in a "
-                        "few seconds."
-                    )
+                    return "Too many new sessions from this address at once; this call was not started. Try again soon."
             if session is None:
                 return ""
-            self._keep_latest(self._known, session, session)
-            self._keep_latest(self._addresses, session, address)
+            self._remember(session, address)
             if not counted:
                 return ""
             calls = self._calls.setdefault(session, deque())
-            while calls and now - calls[0] > limits.file.seconds * 2:  # a call Gradio dropped unstarted
+            while calls and now - calls[0] > self.limits.file.seconds * 2:  # a call Gradio dropped unstarted
                 calls.popleft()
-            if len(calls) >= limits.calls_per_session:
+            if len(calls) >= self.limits.calls_per_session:
                 return (
                     "This session's previous request is still running; this one was not started. Wait for it to finish "
                     "(or reload the page to cancel it)."
@@ -132,13 +118,12 @@ class Visitors:
             f"{1 / pace.interval:g} a second lately; this call was not started. Try again in a few seconds."
         )
 
-    @staticmethod
-    def _keep_latest(table: OrderedDict, key, value) -> None:
-        """`table[key] = value` as its newest entry, the least recent forgotten past `REMEMBERED` (lock held)."""
-        table[key] = value
-        table.move_to_end(key)
-        while len(table) > REMEMBERED:
-            table.popitem(last=False)
+    def _remember(self, key, value) -> None:
+        """`key` → `value` as the newest of `_known`, the least recent forgotten past `REMEMBERED` (lock held)."""
+        self._known[key] = value
+        self._known.move_to_end(key)
+        while len(self._known) > REMEMBERED:
+            self._known.popitem(last=False)
 
     def unread_slot(self, address: str) -> object | None:
         """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once,
@@ -158,15 +143,15 @@ class Visitors:
         with self._lock:
             place = self._unread.pop(slot, None)
             if event is not None:
-                self._keep_latest(self._known, ("call", event), session)
+                self._remember(("call", event), session)
                 if place:
                     self._unread[event] = place
 
     def side_welcome(self, session: str | None) -> bool:
         """Whether side work of `session` may run: its address has fewer than `stalled_streams_per_address` stalled
-        sends (it reads its event streams)."""
+        sends."""
         with self._lock:
-            address = self._addresses.get(session)
+            address = self._known.get(session)
         return address is None or self.stalled_sends.stalled(address) < self.limits.stalled_streams_per_address
 
     def is_known(self, session: str) -> bool:
@@ -176,7 +161,9 @@ class Visitors:
     def session_of(self, key: str | tuple) -> str | None:
         """The session a stream reads (by its session, or ("call", event id): read from now on), if it came here."""
         with self._lock:
-            self._unread.pop(key[1] if isinstance(key, tuple) else None, None)
+            if isinstance(key, str):
+                return key if key in self._known else None
+            self._unread.pop(key[1], None)
             return self._known.get(key)
 
     @contextmanager
@@ -203,11 +190,10 @@ class Visitors:
 
 class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
-    and the event streams being read counted."""
+    the event streams being read counted."""
 
-    def __init__(self, app, *, demo, visitors: Visitors, uploads, page_closed: Callable[[str], None]):
-        self.app, self.demo, self.visitors, self.uploads = app, demo, visitors, uploads
-        self.page_closed = page_closed
+    def __init__(self, app, *, demo, visitors: Visitors, uploads, page_closed):
+        self.app, self.demo, self.visitors, self.uploads, self.page_closed = app, demo, visitors, uploads, page_closed
         self.max_body_bytes = visitors.limits.max_body_bytes
 
     @staticmethod
@@ -218,42 +204,36 @@ class RequestGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method, visitors = scope["path"], scope["method"], self.visitors
+        path, method, visitors, address = scope["path"], scope["method"], self.visitors, self.address(scope)
         limits = visitors.limits
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with visitors.streams.open(self.address(scope), limits.streams_per_address) as admitted:
-                if not admitted:
-                    return await refuse(
-                        send,
-                        429,
-                        f"This address has {limits.streams_per_address} responses open (event streams, downloads), "
-                        "the most it may have at once; close one first.",
-                    )
-                return await self.read(scope, receive, send)
-        if method == "GET":
-            return await self.read(scope, receive, send)
-        if method in ("HEAD", "OPTIONS"):
-            return await self.app(scope, receive, send)
+            with visitors.streams.open(address, limits.streams_per_address) as admitted:
+                if admitted:
+                    return await self.read(scope, receive, send)
+            most = limits.streams_per_address
+            return await refuse(send, 429, f"This address has {most} responses open (streams, downloads); close one.")
+        if method in ("GET", "HEAD", "OPTIONS"):
+            return await contained(self.app, scope, receive, send)
         if path.startswith(_UPLOAD):
-            return await self.uploads(self.app, scope, receive, send, self.address(scope))
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            size = f"{int(length):,}" if length.isdigit() else "an unreadable number of"
-            return await refuse(send, 413, self._too_large(size), await drain(receive))
+            return await self.uploads(self.app, scope, receive, send, address)
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
-        too_large = self._too_large(f"more than {self.max_body_bytes:,}")
+        too_large = (
+            f"The request body is too large; the limit here is {self.max_body_bytes:,} bytes (texts are translated up "
+            "to 3,000 characters; send files through the upload)."
+        )
         body = await body_within(receive, send, self.max_body_bytes, limits.request_seconds, too_large)
         if body is None:
             return
-        status, problem, payload, event = self.check_call(path, body)
-        if problem:
-            return await refuse(send, status, problem)
+        try:
+            payload, event = self.check_call(path, body)
+        except Refused as refusal:
+            return await refuse(send, *refusal.args)
         raw = path.startswith("/gradio_api/call/")
         if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
             return await contained(self.app, scope, replay(body, receive), send)
-        address, session, counted = self.address(scope), payload.get("session_hash"), event["id"] in visitors.counted
+        session, counted = payload.get("session_hash"), event["id"] in visitors.counted
         slot = visitors.unread_slot(address) if raw else None
         if raw and slot is None:
             return await refuse(
@@ -270,8 +250,8 @@ class RequestGuard:
         if refused:
             visitors.posted(slot, None, None)
             return await refuse(send, 429, refused)
-        # Gradio's answer is held until noted here: a raw call's stream, read by the event id it answers, must count as
-        # read from its first byte.
+        # Gradio's answer is held until noted here: a raw call's stream, read by its event id, counts as read from
+        # its first byte.
         answered = RecordedAnswer()
         await contained(self.app, scope, replay(body, receive), answered)
         value = answered.value()
@@ -285,41 +265,36 @@ class RequestGuard:
     async def page_opens(self, session: str) -> bool:
         """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (a page opens it beside its first
         call, on another connection)."""
-        for _ in range(int(PAGE_OPENS_SECONDS / 0.05)):
-            if self.visitors.readers.is_read(session):
-                return True
+        deadline = time.monotonic() + PAGE_OPENS_SECONDS
+        while not self.visitors.readers.is_read(session) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self.visitors.readers.is_read(session)
 
     async def read(self, scope, receive, send):
-        """A GET; an event stream (a page's by session, a raw call's by event id) counts as read while open."""
-        path = scope["path"]
-        ranges = dict(scope["headers"]).get(b"range", b"")
-        if path.startswith(("/gradio_api/file=", "/gradio_api/file/")) and b"," in ranges:
+        """A GET that stays open; an event stream (a page's by session, a raw call's by event id) counts as read."""
+        path, visitors = scope["path"], self.visitors
+        if path.startswith("/gradio_api/file") and b"," in dict(scope["headers"]).get(b"range", b""):
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
             try:
-                with self.visitors.readers.open(heartbeat["session"]):
+                with visitors.readers.open(heartbeat["session"]):
                     return await contained(self.app, scope, receive, send)
             finally:
                 self.page_closed(heartbeat["session"])
-        call = _CALL_STREAM.fullmatch(path)
+        call, key = _CALL_STREAM.fullmatch(path), None
         if call:
             key = ("call", call["event"])
         elif path.rstrip("/") == "/gradio_api/queue/data":
             key = QueryParams(scope.get("query_string", b"")).get("session_hash") or None
-        else:
-            key = None
         if key is None:  # not an event stream
             return await contained(self.app, scope, receive, send)
-        if (session := self.visitors.session_of(key)) is None:
-            asked = call["event"] if call else key
+        if (session := visitors.session_of(key)) is None:
+            asked = key[1] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
-        watched = self.visitors.stalled_sends.watched(self.address(scope), send)
-        with self.visitors.readers.open(session):
-            return await contained(self.app, scope, receive, watched)
+        with visitors.readers.open(session):
+            return await contained(self.app, scope, receive, visitors.stalled_sends.watched(self.address(scope), send))
 
     @functools.cached_property
     def endpoints(self) -> dict:
@@ -335,71 +310,61 @@ class RequestGuard:
 
     def event(self, api_name: str | None, fn_index=None) -> dict | None:
         """The page's event called by its API name, or without one by its index; None if it has none such."""
-        events = self.page[0]
         if api_name is None:
-            return events.get(fn_index) if isinstance(fn_index, int) else None
-        return next((event for event in events.values() if event["api_name"] == api_name), None)
+            return self.page[0].get(fn_index) if isinstance(fn_index, int) else None
+        return next((event for event in self.page[0].values() if event["api_name"] == api_name), None)
 
-    def _too_large(self, size: str) -> str:
-        return (
-            f"The request body has {size} bytes; the limit here is {self.max_body_bytes:,} (texts are translated up to "
-            "3,000 characters; send files through the upload)."
-        )
-
-    def check_call(self, path: str, body: bytes) -> tuple[int, str, dict, dict | None]:
-        """(status, one-line problem, payload, the event called); the problem is "" if the body may go on to Gradio.
-        Values are checked against the event Gradio will run: on /call/ the one its path names, elsewhere the body's
-        fn_index, else the path's name; file values wherever they are."""
-        call = _CALL.fullmatch(path)
+    def check_call(self, path: str, body: bytes) -> tuple[dict, dict | None]:
+        """(payload, the event called: None if the body is no call), or Refused. Values are checked against the event
+        Gradio will run: on /call/ the one its path names, elsewhere the body's fn_index, else the path's name; file
+        values wherever they are."""
+        call, joins = _CALL.fullmatch(path), path.rstrip("/") == _JOIN
         try:
             payload = json.loads(body) if body else None
             too_deep = any(at > MAX_DEPTH and isinstance(item, list | dict) for item, at in nested(payload))
         except RecursionError:  # deeper than the parser goes
-            payload, too_deep = None, True
+            too_deep = True
         except (ValueError, UnicodeDecodeError):
-            if call is None and path.rstrip("/") != _JOIN:
-                return 0, "", {}, None
-            return 422, 'The request body is not JSON: send {"data": [...]} with one value per parameter.', {}, None
+            if call or joins:
+                raise Refused(
+                    422, 'The request body is not JSON: send {"data": [...]}, a value per parameter.'
+                ) from None
+            return {}, None
         if too_deep:
-            return 422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).", {}, None
-        problem = file_values_problem(payload, self.visitors.limits.max_file_bytes)
-        if problem:
-            return 422, problem, {}, None
+            raise Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
+        if problem := file_values_problem(payload, self.visitors.limits.max_file_bytes):
+            raise Refused(422, problem)
         if path.startswith("/gradio_api/mcp") and any(
             isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]
             for item, _ in nested(payload)
-        ):
-            # Gradio's MCP server would store an inline file outside the upload quota.
-            return 422, INLINE_FILE, {}, None
-        if call is None and path.rstrip("/") != _JOIN:
-            return 0, "", {}, None
+        ):  # Gradio's MCP server would store an inline file outside the upload quota.
+            raise Refused(422, "An MCP call here takes no file inline (a data: URL); upload it to /gradio_api/upload.")
+        if not (call or joins):
+            return {}, None
         if not isinstance(payload, dict):
-            return 422, 'The request body must be a JSON object with a "data" list, one value per parameter.', {}, None
+            raise Refused(422, NOT_A_CALL)
         fn_index = payload.get("fn_index")
         by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
         event = self.event(call["api"]) if by_path else self.event(None, fn_index)
         if event is None:
             asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
             names = ", ".join(sorted(self.endpoints))
-            return 404, f"This app has no event {asked[:60]}; its API endpoints are {names}.", {}, None
+            raise Refused(404, f"This app has no event {asked[:60]}; its API endpoints are {names}.")
         if by_path and fn_index is not None and self.event(None, fn_index) is not event:
-            other = f"fn_index {fn_index!s:.20}"
-            problem = f"This call names /{call['api']} in its path and another event ({other}): omit fn_index."
-            return 422, problem, {}, None
+            raise Refused(422, f"This call names /{call['api']} in its path and another event: omit fn_index.")
         if not isinstance(payload.get("session_hash"), str | None):
-            return 422, "A session_hash must be a string.", {}, None
+            raise Refused(422, "A session_hash must be a string.")
         if call and call["v2"]:  # v2: the endpoint's parameters by name, at the top level of the body
-            problem = check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
+            check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
         elif not isinstance(payload.get("data"), list):
-            problem = 'The request body must be a JSON object with a "data" list, one value per parameter.'
+            raise Refused(422, NOT_A_CALL)
         else:
-            problem = check_values(event, self.page[1], payload["data"])
-        return 422 if problem else 0, problem, payload, event
+            check_values(event, self.page[1], payload["data"])
+        return payload, event
 
 
-def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
-    """A one-line problem if a v2 call's body (parameters by name, `endpoint` as /gradio_api/info has it) names one the
-    endpoint lacks or leaves out one without a default."""
+def check_named_values(endpoint: dict, api_name: str, payload: dict) -> None:
+    """Refused if a v2 call's body names a parameter the endpoint lacks or leaves out one without a default."""
     parameters = endpoint.get("parameters", [])
     names = [parameter["parameter_name"] for parameter in parameters]
     unknown = [name for name in payload if name not in names and name not in ("session_hash", "oauth_token")]
@@ -407,33 +372,30 @@ def check_named_values(endpoint: dict, api_name: str, payload: dict) -> str:
     missing = [name for name in needed if name not in payload]
     if unknown or missing:
         wrong = f"has no parameter {unknown[0][:40]!r}" if unknown else f"needs {missing[0]!r}"
-        return f"/call/v2/{api_name} {wrong}; send its parameters by name: {', '.join(names)}."
-    return ""
+        raise Refused(422, f"/call/v2/{api_name} {wrong}; send its parameters by name: {', '.join(names)}.")
 
 
-def check_values(event: dict, components: dict, values: list) -> str:
-    """A one-line problem if `values` do not fit the event's inputs (their number, a file value, an example index)."""
+def check_values(event: dict, components: dict, values: list) -> None:
+    """Refused if `values` do not fit the event's inputs (their number, a file value, an example index)."""
     inputs = [components[number] for number in event["inputs"]]
     shown = [component for component in inputs if not component.get("skip_api")]  # a gr.State takes no value
     if len(values) not in (len(inputs), len(shown)):
         names = ", ".join(component["props"].get("label") or component["type"] for component in shown)
-        return (
-            f"/{event['api_name']} takes {len(shown)} value{'s' if len(shown) != 1 else ''} ({names}); this call "
-            f"sent {len(values)}."
-        )
+        plural = "s" if len(shown) != 1 else ""
+        sent = f"this call sent {len(values)}"
+        raise Refused(422, f"/{event['api_name']} takes {len(shown)} value{plural} ({names}); {sent}.")
     for component, value in zip(inputs if len(values) == len(inputs) else shown, values, strict=True):
         if component["type"] == "dataset" and value is not None:
-            count = len(component["props"]["samples"])
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
-                return (
-                    f"/{event['api_name']} takes an example number from 0 to {count - 1}; this call sent {value!r:.40}."
-                )
+            last = len(component["props"]["samples"]) - 1
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= last:
+                sent = f"this call sent {value!r:.40}"
+                raise Refused(422, f"/{event['api_name']} takes an example number from 0 to {last}; {sent}.")
         elif component["type"] in ("file", "uploadbutton") and value is not None:
             # Shaped as an upload's: Gradio would fail on any other with a traceback.
             if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
                 label = component["props"].get("label") or "file"
-                return (
+                raise Refused(
+                    422,
                     f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
-                    '({"path": ..., "meta": {"_type": "gradio.FileData"}}).'
+                    '({"path": ..., "meta": {"_type": "gradio.FileData"}}).',
                 )
-    return ""

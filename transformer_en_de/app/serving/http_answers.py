@@ -3,23 +3,18 @@
 import asyncio
 import json
 import threading
-from collections import Counter
+import time
 from contextlib import contextmanager
 
-# A refused body is read and dropped up to this size so that the client reads the answer; past it, it is cut.
 DRAIN_BYTES = 64_000_000
 
 
 def replay(body: bytes, receive):
     """An ASGI `receive` that gives `body` (already read) once, then waits for the client's disconnect."""
-    sent = False
+    unsent = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive_again():
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return unsent.pop() if unsent else await receive()
 
     return receive_again
 
@@ -31,15 +26,12 @@ class RecordedAnswer:
         self.status, self.parts, self.forward = 500, [], forward
 
     async def __call__(self, message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        elif message["type"] == "http.response.body":
-            self.parts.append(message.get("body", b""))
+        self.status = message.get("status", self.status)
+        self.parts.append(message.get("body", b""))
         if self.forward is not None:
             await self.forward(message)
 
     def value(self):
-        """The JSON the answer holds, or None."""
         try:
             return json.loads(b"".join(self.parts))
         except ValueError:
@@ -48,8 +40,8 @@ class RecordedAnswer:
 
 async def contained(app, scope, receive, send, malformed: str = "") -> None:
     """Run the wrapped app; a failure inside it is one log line and, if nothing was answered yet, one line to the
-    client, not a traceback: `malformed` (400) if the caller knows that a failure not OSError is the client's, else
-    500. A 5xx answer is held until the app returns, so that Starlette's plain one is replaced by the line."""
+    client, not a traceback: `malformed` (400) if a failure not OSError is the client's, else 500. A 5xx answer is
+    held until the app returns, so that Starlette's plain one is replaced by the line."""
     started, held = False, []
 
     async def tracked(message) -> None:
@@ -99,7 +91,8 @@ async def body_within(receive, send, most: int, seconds: float, too_large: str) 
 
 
 async def drain(receive, most: int = DRAIN_BYTES) -> bool:
-    """Read and drop the rest of a refused body up to `most` bytes; True if it was all read."""
+    """Read and drop the rest of a refused body up to `most` bytes (so that the client reads the answer); True if it
+    was all read."""
     seen, more = 0, True
     while more and seen <= most:
         message = await receive()
@@ -124,26 +117,33 @@ async def refuse(send, status: int, message: str, drained: bool = True) -> None:
 
 
 class OpenResponses:
-    """How many responses of each key (a session, an address) are open now."""
+    """The responses of each key (a session, an address) open now, each with when it opened."""
 
     def __init__(self):
-        self._open = Counter()
+        self._opened: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     @contextmanager
     def open(self, key: str, most: float = float("inf")):
         """Yields False, counting nothing, if `key` has `most` open; else counts one while the block runs."""
         with self._lock:
-            admitted = self._open[key] < most
-            self._open[key] += admitted
+            admitted = len(self._opened.get(key, ())) < most
+            if admitted:
+                self._opened.setdefault(key, []).append(opened := time.monotonic())
         try:
             yield admitted
         finally:
-            with self._lock:
-                self._open[key] -= admitted
-                if self._open[key] <= 0:
-                    del self._open[key]
+            if admitted:
+                with self._lock:
+                    self._opened[key].remove(opened)
+                    if not self._opened[key]:
+                        del self._opened[key]
+
+    def count(self, key: str | None, seconds: float = 0.0) -> int:
+        """How many of `key`'s have been open `seconds` or more."""
+        since = time.monotonic() - seconds
+        with self._lock:
+            return sum(opened <= since for opened in self._opened.get(key, ()))
 
     def is_read(self, key: str | None) -> bool:
-        with self._lock:
-            return key is not None and self._open.get(key, 0) > 0
+        return self.count(key) > 0

@@ -1,6 +1,5 @@
-"""The server's limits in one object, `Limits`: each is a command-line flag of app.py (`Limits.add_flags`), whose
-default is the environment variable LIMIT_<NAME> if set, else the value here (measured on the shipped model, one core).
-`RateLimit` is the token bucket the front and the arena pace their clients with.
+"""The server's limits in one object, `Limits`: each a flag of app.py whose default is LIMIT_<NAME> if set, else the
+value here (measured on the shipped model, one core); and `RateLimit`, the token bucket clients are paced with.
 """
 
 import argparse
@@ -13,10 +12,9 @@ from dataclasses import dataclass, field, fields
 
 
 class RateLimit:
-    """Per key, `burst` admissions at once and one more every `interval` seconds: a token bucket, kept as the time it
-    is full again (GCRA). A key a script drained has a token again within `interval`, where a window (the `limits`
-    library's) would refuse it for up to a whole window (hostile_clients: one session's views after the churn). A full
-    bucket changes no answer and is forgotten; at most `max_keys` are held, the least recently admitted go first."""
+    """Per key, `burst` admissions at once and one more every `interval` seconds (GCRA). A key a script drained has a
+    token again within `interval`, where a window (the `limits` library's) would refuse it for up to a whole window
+    (hostile_clients: one session's views after the churn). At most `max_keys` are held, the least recent go first."""
 
     def __init__(
         self, interval: float, burst: float, max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic
@@ -46,14 +44,12 @@ class RateLimit:
         return 0.0
 
     def give_back(self, key: Hashable) -> None:
-        """Return `key`'s last token (what it was for did not happen)."""
         with self._lock:
             if key in self._full_at:
                 self._full_at[key] -= self.interval
 
 
 def limit(default, help: str):
-    """A field of `Limits` (or `Budget`) whose `help` says what it bounds: its flag's help."""
     return field(default=default, metadata={"help": help})
 
 
@@ -119,7 +115,7 @@ class Limits:
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
-        """A flag per limit (a budget's two: --text_cpu_seconds, --text_seconds), its default LIMIT_<NAME> if set."""
+        """A flag per limit (a budget's two: --text_cpu_seconds, --text_seconds)."""
         group = parser.add_argument_group("limits", "the server's limits (environment: LIMIT_<NAME>)")
         for name, default, help in flags(cls()):
             # argparse parses a string default as it parses the flag: a bad LIMIT_ value is a one-line usage error.

@@ -1,13 +1,10 @@
 """The one order the visitors' work takes turns on the CPU in (heavy_visitors.py; hostile_clients: heavy, busy
 clients, inside redraws, views at once; arena_attacks: flood).
 
-One request computes at a time and hands over at every search step (`checkpoint`) and between engine batches
-(`should_stop`) to a waiting one that comes first: by lane (translations, side work, heavy requests), then the session
-that used the least CPU lately (halving every `USAGE_HALF_LIFE` s), so a class behind one address is served like many
-addresses. Nothing starves: a lower lane's job that waited `HEAVY_AGING` x `aging_seconds` goes next, one between two
-of theirs. Only `heavy_jobs` heavy requests run at once (`Busy`). A call nobody reads (no page open, no stream) within
-`stream_wait_seconds` is dropped before it runs, and a running one stops when its reader left (`Cancelled`). Past 80%
-of its time a request starts no new batch, at 100% the batch ends; it keeps what it translated.
+One request computes at a time and hands over at each search step and between engine batches to a waiting one that
+comes first: by lane (translations, side work, heavy), then the session that used the least CPU lately, so a class
+behind one address is served like many addresses. A lower lane's job that waited `HEAVY_AGING` x `aging_seconds` goes
+next, one between two of theirs. A call nobody reads is dropped before it runs and stops when its reader left.
 """
 
 import threading
@@ -36,7 +33,7 @@ class Cancelled(RuntimeError):
 @dataclass(eq=False)
 class Job:
     session: str
-    deadline: float  # (time.monotonic()) start no new engine batch after it
+    deadline: float  # start no new engine batch after it (80% of its time)
     hard_deadline: float  # end the batch in progress
     lane: int = ORDINARY
     served: float = 0.0
@@ -51,8 +48,6 @@ class Job:
 
 
 class FairScheduler:
-    """Gives the CPU to one job at a time: ordinary before heavy, the session that used least CPU lately first."""
-
     def __init__(
         self,
         *,
@@ -64,9 +59,7 @@ class FairScheduler:
         stream_wait_seconds: float = 0.5,
         unread_grace_seconds: float = 5.0,
     ):
-        self.aging_seconds = aging_seconds
-        self.heavy_jobs = heavy_jobs
-        self.ordinary_seconds = ordinary_seconds
+        self.aging_seconds, self.heavy_jobs, self.ordinary_seconds = aging_seconds, heavy_jobs, ordinary_seconds
         self.is_read = is_read  # session -> whether its results are read; None: every call is (scripts)
         self.side_welcome = side_welcome  # session -> whether its side work may run; None: always
         self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
@@ -80,25 +73,20 @@ class FairScheduler:
 
     @contextmanager
     def job(
-        self,
-        session: str | None,
-        seconds: float,
-        *,
-        work: float = 0.0,
-        side: bool = False,
-        since: float | None = None,
+        self, session: str | None, seconds: float, *, work=0.0, side=False, since: float | None = None
     ) -> Iterator[Job]:
-        """A request's computation runs inside, taking turns; Busy or Cancelled. `work`: estimated CPU seconds (past
-        `ordinary_seconds`, heavy); `since`: its arrival in Gradio's queue, whence its `seconds` count."""
+        """A request's computation runs inside, taking turns; Busy or Cancelled. `work`: estimated CPU seconds;
+        `since`: its arrival in Gradio's queue, whence its `seconds` count."""
         now = time.monotonic()
         start = now if since is None else min(since, now)
         watched = session is not None and self.is_read is not None  # an anonymous job has no stream to watch
         if side and self.side_welcome is not None and not self.side_welcome(session):
             raise Cancelled(f"the address of session {session} leaves its event streams unread")
-        if watched:
-            self._wait_for_reader(session, start + self.stream_wait_seconds)
+        while watched and not self.is_read(session):  # dropped before it spends anything unless someone reads it
+            if time.monotonic() >= start + self.stream_wait_seconds:
+                raise Cancelled(f"nobody reads the results of session {session}")
+            time.sleep(0.02)
         session = session or f"anonymous-{threading.get_ident()}"
-        # The softer deadline leaves a fifth of the time for the batch in progress to finish.
         lane = SIDE if side else HEAVY if work > self.ordinary_seconds else ORDINARY
         deadline, hard_deadline = start + 0.8 * seconds, start + seconds
         job = Job(session, deadline, hard_deadline, lane, watched=watched)
@@ -119,16 +107,8 @@ class FairScheduler:
                 self._jobs.remove(job)
                 self._hand_over()
 
-    def _wait_for_reader(self, session: str, until: float) -> None:
-        """Cancelled, before the request spends anything, unless someone opens `session`'s stream by `until`."""
-        while not self.is_read(session):
-            if time.monotonic() >= until:
-                raise Cancelled(f"nobody reads the results of session {session}")
-            time.sleep(0.02)
-
     def check_room(self, work: float) -> None:
-        """Busy at once if a request of `work` CPU seconds is heavy and as many heavy requests as allowed are in flight:
-        `job` asks, and a caller may ask first, before anything costly (its `work` a lower bound of the estimate)."""
+        """Busy if a request of `work` CPU seconds is heavy and `heavy_jobs` are in flight (a caller may ask first)."""
         with self._condition:  # re-entrant: `job` asks holding it
             if work > self.ordinary_seconds and sum(other.lane == HEAVY for other in self._jobs) >= self.heavy_jobs:
                 raise Busy(
@@ -138,8 +118,7 @@ class FairScheduler:
                 )
 
     def checkpoint(self) -> None:
-        """Called by the request's own thread at every step of the search (`engine.TurnPoint`): hand over the CPU if
-        due; Cancelled if gone."""
+        """At every step of the search (`engine.TurnPoint`): hand over the CPU if due; Cancelled if gone."""
         job = getattr(self._local, "job", None)
         if job is None:
             return  # not a request's computation (a test, a script)
@@ -159,15 +138,11 @@ class FairScheduler:
         self._take_turn(job)
 
     def _comes_first(self, other: Job, running: Job) -> bool:
-        """Whether a waiting job should take the CPU from the running one: a better lane, or more than a slice ahead
-        in its own."""
         (other_lane, other_key), (lane, key) = self._priority(other), self._priority(running)
         return other_lane < lane or (other_lane == lane and other_key + SLICE_SECONDS < key)
 
     def _priority(self, job: Job) -> tuple[int, float]:
-        """Lower comes first: the lane, then the session's recent CPU use and what the job has been served. A job of a
-        lower lane that waited `HEAVY_AGING` x `aging_seconds` while better lanes had the CPU is aged, one at a time:
-        after an aged turn the better lanes have the next (lock held)."""
+        """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""
         if job.lane > ORDINARY and not self._aged_last and self._starved(job) >= HEAVY_AGING * self.aging_seconds:
             return (AGED, job.served)
         if job.session in self._usage:
@@ -178,20 +153,17 @@ class FairScheduler:
         return (job.lane, min(known, default=0.0) + job.served)
 
     def _starved(self, job: Job) -> float:
-        """Seconds `job` has waited while a job of a better lane had the CPU, since its last turn (lock held)."""
         holder = self._holder
         if holder is None or holder.lane >= job.lane or job.waiting_since is None:
             return job.starved
         return job.starved + time.monotonic() - max(holder.turn_began, job.waiting_since)
 
     def _recent_usage(self, session: str, now: float | None = None) -> float:
-        """The session's CPU seconds, each halving every `USAGE_HALF_LIFE` seconds since it was spent (lock held)."""
         seconds, when = self._usage.get(session, (0.0, 0.0))
         now = time.monotonic() if now is None else now
         return seconds * 0.5 ** ((now - when) / USAGE_HALF_LIFE)
 
     def _charge(self, session: str, seconds: float) -> None:
-        """Add CPU seconds to what the session used lately (lock held); the least recent sessions are forgotten."""
         now = time.monotonic()
         self._usage[session] = (self._recent_usage(session, now) + seconds, now)
         self._usage.move_to_end(session)
@@ -199,7 +171,6 @@ class FairScheduler:
             self._usage.popitem(last=False)
 
     def should_stop(self) -> bool:
-        """The engine's `should_stop`: a turn point between batches; True past the deadline or when cancelled."""
         job = getattr(self._local, "job", None)
         if job is None:
             return False  # not a request's computation (a test, a script)
@@ -209,7 +180,7 @@ class FairScheduler:
         return False
 
     def cancel(self, session: str | None) -> bool:
-        """Stop the session's requests (the visitor left); True if one was running or waiting."""
+        """Stop the session's requests; True if one was running or waiting."""
         with self._condition:
             jobs = [job for job in self._jobs if job.session == session]
             for job in jobs:
@@ -218,8 +189,7 @@ class FairScheduler:
         return bool(jobs)
 
     def _gone(self, job: Job) -> bool:
-        """Whether the job must stop: cancelled, or nobody has read its results for `unread_grace_seconds` (the page
-        closed, the client went away); said once in the log."""
+        """Cancelled, or nobody has read its results for `unread_grace_seconds` (said once in the log)."""
         if job.cancelled or not job.watched or self.is_read(job.session):
             job.unread_since = None
             return job.cancelled
@@ -231,7 +201,6 @@ class FairScheduler:
         return job.cancelled
 
     def describe(self) -> str:
-        """One line for the status endpoint: requests running and waiting for the CPU."""
         with self._condition:
             running = len(self._jobs)
             heavy = sum(job.lane == HEAVY for job in self._jobs)
@@ -257,7 +226,6 @@ class FairScheduler:
             job.turn_started = job.turn_began = time.monotonic()
 
     def _end_turn(self, job: Job) -> None:
-        """Add the time since the job's turn started to what it has been served (lock held)."""
         if job.turn_started is not None:
             job.served += time.monotonic() - job.turn_started
             job.turn_started = None
@@ -269,7 +237,6 @@ class FairScheduler:
             self._holder = None
 
     def _hand_over(self) -> None:
-        """Give a free CPU to the waiting job that comes first (lock held)."""
         if self._holder is None and self._waiting:
             self._holder = min(self._waiting, key=self._priority)
             self._aged_last = self._priority(self._holder)[0] == AGED

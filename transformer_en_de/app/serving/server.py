@@ -1,8 +1,6 @@
-"""`Serving`, the one object a page goes through, and the uvicorn server it builds: the page mounted in our FastAPI app
-(its API also as MCP tools) behind the HTTP front (`guard.py`), with uvicorn's public settings only.
-
-Who a client is: the connection's address, or behind a trusted proxy (`forwarded_allow_ips`) the one it appended to
-X-Forwarded-For. On a Hugging Face Space that proxy connects from the private networks (`SPACE_PROXY_NETWORKS`).
+"""`Serving`, the one object a page goes through, and the uvicorn server it builds: the page mounted in a FastAPI app
+(its API also as MCP tools) behind the HTTP front (`guard.py`). A client is the connection's address, or behind a
+trusted proxy (on a Space, one of `SPACE_PROXY_NETWORKS`) the one it appended to X-Forwarded-For.
 """
 
 import asyncio
@@ -29,8 +27,7 @@ WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for
 
 
 class Serving:
-    """The defences of one page: the HTTP front's `visitors`, the `uploads` quota and the `scheduler` all work takes
-    turns in, bounded by `limits`."""
+    """The defences of one page: the front's `visitors`, the `uploads` quota and the `scheduler`, within `limits`."""
 
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
@@ -45,10 +42,9 @@ class Serving:
         )
 
     def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
-        """`listener(fn, inputs, outputs, **options)` (a `click`, `demo.load`, a `then`) as an event of work: in the
-        WORK group, or SIDE with slots of its own so that a class's looks inside never hold a translation's
-        (hostile_clients: views at once); inputs as sent (the page answers a bad one in one line, Gradio would log a
-        traceback); its calls counted by the front. Returns the event; `fn` runs its work inside `admitted`."""
+        """`listener(fn, inputs, outputs, **options)` as an event of work, its calls counted by the front: in the WORK
+        group, or SIDE with slots of its own so that a class's looks inside never hold a translation's (hostile_clients:
+        views at once); inputs as sent (the page answers a bad one in one line, Gradio would log a traceback)."""
         group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
@@ -57,13 +53,12 @@ class Serving:
         return event
 
     def paced(self, event, burst: int, per_second: float):
-        """`event` paced per address at the front: `burst` calls, then `per_second`. Returns it."""
+        """`event` paced per address at the front: `burst` calls, then `per_second`."""
         self.visitors.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
         return event
 
     def admitted(self, request):
-        """A work callback runs inside: its call stops counting against its session at the end. Yields when it
-        entered Gradio's queue (time.monotonic(), or None), its time limit's start."""
+        """A work callback runs inside; yields when its call entered Gradio's queue (or None): its time limit."""
         return self.visitors.serving(request.session_hash)
 
     def arrival(self, request) -> float | None:
@@ -79,20 +74,19 @@ class Serving:
                 return dropped
 
     def page_closed(self, session: str) -> None:
-        """A page's heartbeat ended: its requests stop at their next step. Not Gradio's `unload` event, which runs a
-        callback through its API machinery per page closed: 256 pages closed at once held the server 11 s
-        (hostile_clients: held heartbeats)."""
+        """A page's heartbeat ended: its requests stop. Not Gradio's `unload`, which runs a callback through its API
+        machinery per page: 256 pages closed at once held the server 11 s (hostile_clients: held heartbeats)."""
         if self.scheduler.cancel(session):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
 
     def queue(self, demo) -> None:
-        """Gradio's queue bounded; the REST routes that would run a callback outside it (/run, /api) closed."""
+        """Gradio's queue bounded; the routes that would run a callback outside it (/run, /api) closed."""
         demo.queue(max_size=self.limits.queue_size, api_open=False)
 
     def server(
         self, demo, *, css: str, host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
     ) -> uvicorn.Server:
-        """The server for `demo`; host and port default to Gradio's (GRADIO_SERVER_NAME / _PORT, as a Space sets)."""
+        """The server for `demo`; host and port default to GRADIO_SERVER_NAME / _PORT (as a Space sets)."""
         limits, descriptors = self.limits, raise_descriptor_limit()
         app = FastAPI(lifespan=self.giving_back_memory)
         app.add_middleware(
@@ -119,8 +113,8 @@ class Serving:
 
     @contextlib.asynccontextmanager
     async def giving_back_memory(self, _app):
-        """Large blocks kept apart from glibc's heap, its free pages given back every `memory_sweep_seconds` (by an
-        hour's end 417 of 664 MiB were free yet resident: mixed_use.py)."""
+        """glibc's free pages given back every `memory_sweep_seconds` (by an hour's end 417 of 664 MiB were free yet
+        resident: mixed_use.py)."""
 
         async def give_back() -> None:
             while True:
@@ -138,7 +132,7 @@ class Serving:
 
 
 def raise_descriptor_limit() -> int:
-    """The soft descriptor limit raised to the hard one (each connection that never ends its headers holds one)."""
+    """The soft descriptor limit raised to the hard one (a connection that never ends its headers holds one)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -153,7 +147,7 @@ def forwarded_allow_ips_by_default(environ) -> str:
 
 
 def start_in_thread(server: uvicorn.Server, timeout: float = 60.0) -> threading.Thread:
-    """Run `server` in a daemon thread (tests, benchmarks); returns once it accepts connections."""
+    """Run `server` in a daemon thread; returns once it accepts connections."""
     thread = threading.Thread(target=server.run, name="app server", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

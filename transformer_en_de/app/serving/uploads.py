@@ -1,9 +1,6 @@
-"""The upload quota (hostile_clients: upload flood, many files, trickled uploads) and the check that a file value in a
-call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
-
-An upload's body is read within `request_seconds` and its files counted before Gradio stores anything; an address
-keeps a share of `upload_total_bytes` and has a few bodies in progress; the disk keeps a margin; each upload is deleted
-after `upload_seconds`.
+"""The upload quota (hostile_clients: upload flood, many files, trickled uploads): files counted before Gradio stores
+anything, a share of the space per address, each upload deleted after `upload_seconds`; and the check that a file
+value in a call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
 """
 
 import os
@@ -34,8 +31,7 @@ def upload_folder() -> str:
 
 
 def stored_upload(path, max_bytes: int) -> str | None:
-    """The real path of `path` if it names a regular file of at most `max_bytes` in the upload folder, links and `..`
-    resolved, else None."""
+    """The real path of `path` if it names a regular file of at most `max_bytes` in the upload folder, else None."""
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
     real = os.path.realpath(path)
@@ -54,9 +50,8 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
 
 
 def file_values_problem(payload, max_bytes: int) -> str:
-    """One line if any file value anywhere in a call (a FileData object, or the older bare {"path": ...}) is not an
-    upload stored here, else "": Gradio copies every file value into its cache before the callback runs, whatever its
-    input (reading a path, fetching a URL)."""
+    """One line if any file value anywhere in a call (a FileData, or a bare {"path": ...}) is no upload stored here:
+    Gradio copies every file value into its cache before the callback runs (reading a path, fetching a URL)."""
     for value, _ in nested(payload):
         if not isinstance(value, dict):
             continue
@@ -72,7 +67,7 @@ def file_values_problem(payload, max_bytes: int) -> str:
 
 
 def nested(value):
-    """`value` and every value inside it, each with its depth (1 for `value`), walked without recursion."""
+    """`value` and every value inside it, each with its depth (1 for `value`)."""
     pending = [(value, 1)]
     while pending:
         item, at = pending.pop()
@@ -82,8 +77,7 @@ def nested(value):
 
 
 def file_parts(body: bytes, content_type: bytes) -> int | None:
-    """How many parts of a multipart body carry a file; None if it is not multipart with a boundary. The delimiter
-    cannot occur inside a part (RFC 2046)."""
+    """How many parts of a multipart body carry a file; None if it is not multipart with a boundary."""
     header = Message()
     header["content-type"] = content_type.decode("latin-1")
     boundary = header.get_param("boundary") if header.get_content_type() == "multipart/form-data" else None
@@ -94,8 +88,6 @@ def file_parts(body: bytes, content_type: bytes) -> int | None:
 
 
 class UploadQuota:
-    """Counts the uploads kept and being read, by address, and deletes each after its time."""
-
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
         self._kept: OrderedDict[str, tuple[str, int, float]] = OrderedDict()  # path → (address, bytes, time)
@@ -104,7 +96,6 @@ class UploadQuota:
         self._lock = threading.Lock()
 
     def usage(self, address: str | None = None) -> tuple[int, int]:
-        """(files, bytes) kept and reserved, of `address` or (None) of the server."""
         with self._lock:
             self.expire()
             kept = [size for who, size, _ in self._kept.values() if address in (None, who)]
@@ -112,7 +103,6 @@ class UploadQuota:
         return len(kept), sum(kept) + reserved
 
     def refusal(self, address: str, files: int, size: int) -> str:
-        """ "" if `files` files in `size` bytes from `address` fit the quota; else why not, in one line."""
         limits = self.limits
         later = f"uploads are kept {limits.upload_seconds / 60:g} minutes; try again later."
         if files > limits.files_per_upload:
@@ -130,7 +120,6 @@ class UploadQuota:
         return ""
 
     def expire(self) -> None:
-        """Delete the uploads older than `upload_seconds` (lock held)."""
         now = time.monotonic()
         while self._kept:
             path, (_, _, when) = next(iter(self._kept.items()))
@@ -178,7 +167,7 @@ class UploadQuota:
                     self.record(answer.value(), address)
 
     def record(self, paths, address: str) -> None:
-        """Count the files an upload stored (Gradio answers their paths) against `address` (lock held)."""
+        """Count the files an upload stored (Gradio answers their paths) against `address`."""
         for path in paths if isinstance(paths, list) else []:
             if stored_upload(path, self.limits.max_file_bytes):
                 cost = max(os.path.getsize(path), self.limits.upload_block_bytes)

@@ -1,10 +1,7 @@
 """Battles the server issued and the rules a vote on one must pass: single use, in time, from its visitor, at a
-person's pace, within a signed-in account's daily allowance; and the rate at which one source may start battles.
-
-A battle holds everything its vote will store, so a vote carries only the battle's id and a choice (the client never
-says which systems it saw). The books live in memory, bounded: a restart only asks open battles' visitors to start new
-ones. A vote that is not stored (the database refused it now) puts everything back, so it can be cast again.
-"""
+person's pace, within a signed-in account's daily allowance; and how fast one source may start battles. A vote carries
+only a battle's id and a choice (never which systems were seen); the books are in memory, bounded (a restart only asks
+open battles' visitors to start again), and a vote the database refused puts everything back, to be cast again."""
 
 import math
 import secrets
@@ -32,7 +29,7 @@ class BattleRefused(Exception):
 
 
 class VoteTooSoon(Exception):
-    """A vote faster than a person reads two translations; the message says how long to wait."""
+    """A vote faster than a person reads two translations."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +40,6 @@ class Battle(Shown):
     issued_at: float = 0.0  # on the book's clock
 
     def vote(self, choice: str, source: str = "", signed_in: bool = False, seconds: float | None = None) -> Vote:
-        """This battle's vote for `choice`, counted for `source`, `seconds` after the battle was shown."""
         shown = {name.name: getattr(self, name.name) for name in fields(Shown)}
         seconds = None if seconds is None else round(seconds, 3)
         return Vote(**shown, choice=choice, source=source, signed_in=signed_in, seconds_to_vote=seconds)
@@ -61,8 +57,7 @@ class BattleBook:
         with self._lock:
             return len(self._open)
 
-    def issue(self, **shown) -> str:
-        """Open a battle of `shown` (`Battle`'s fields: visitor, system_a, ...) and return its id."""
+    def issue(self, **shown) -> str:  # `Battle`'s fields: visitor, system_a, ...
         battle = Battle(battle_id=secrets.token_urlsafe(16), **shown, issued_at=self.clock())
         with self._lock:
             self._sweep()
@@ -97,29 +92,33 @@ class BattleBook:
             self._open.popitem(last=False)
 
 
-class VotePace(RateLimit):
+class Paced(RateLimit):
+    """A rate limit whose refusal is a `refusal(message)` for the visitor, the message saying how long to wait."""
+
+    refusal, message = BattleRefused, TOO_MANY_BATTLES
+
+    def admit(self, key: str) -> None:
+        if wait := self.take(key):
+            raise self.refusal(self.message.format(every=self.interval, wait=math.ceil(wait)))
+
+
+class VotePace(Paced):
     """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account: `cast_vote`), so the
     visitors behind one school's address are paced one by one."""
+
+    refusal, message = VoteTooSoon, TOO_SOON
 
     def __init__(self, min_seconds: float = 3.0, max_visitors: int = 100_000, clock=time.monotonic):
         super().__init__(min_seconds, 1, max_visitors, clock)
 
-    def admit(self, visitor: str) -> None:
-        if wait := self.take(visitor):
-            raise VoteTooSoon(TOO_SOON.format(every=self.interval, wait=math.ceil(wait)))
 
-
-class BattleRate(RateLimit):
+class BattleRate(Paced):
     """How fast one source (a signed-in account, else a network) may start battles. A class of 60 behind one
     address, each starting a battle every two minutes or so, stays inside it; a script's sessions from that address
     share it, at about what one core decodes beside a visitor."""
 
     def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000, clock=time.monotonic):
         super().__init__(1 / per_second, burst, max_sources, clock)
-
-    def admit(self, source: str) -> None:
-        if wait := self.take(source):
-            raise BattleRefused(TOO_MANY_BATTLES.format(wait=math.ceil(wait)))
 
 
 class DailyAllowance:
@@ -145,8 +144,7 @@ class DailyAllowance:
 
 @dataclass(frozen=True)
 class Ballot:
-    """A vote as cast: on which battle, by which visitor (a hashed session), for what; the source the ratings count it
-    for (`VoteStore.source_hash`) and whether that is a signed-in account (then paced and bounded as the account)."""
+    """A vote as cast; a signed-in `source` (`VoteStore.source_hash`) is paced and bounded as the account."""
 
     battle_id: str
     visitor: str
@@ -164,8 +162,7 @@ def cast_vote(
     allowance: DailyAllowance | None = None,
     cast_at: float | None = None,
 ) -> Battle:
-    """Check a vote against every rule and store it; returns the battle, so the page can reveal the systems. A vote
-    too soon leaves its battle open; one the database cannot take puts everything back. `cast_at` (the book's clock):
+    """Check a vote against every rule and store it; the battle, to reveal its systems. `cast_at` (the book's clock):
     when the vote was sent, if it waited in a queue."""
     check_choice(ballot.choice)
     paced = ballot.source if ballot.signed_in else ballot.visitor

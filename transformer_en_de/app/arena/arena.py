@@ -1,9 +1,7 @@
 """The arena's requests: a battle (two systems drawn at random translate the same English, shown as A and B), a vote on
-it (the names revealed), and the leaderboards beside each system's corpus BLEU.
-
-Only where the sign-in is a real OAuth app (`sign_in.py`) does a signed-in visitor count as an account: then the first
-board ranks the accounts' votes and the anonymous ones stand apart (many addresses are easy to have). Every message
-is one bounded line (`page_line`); a refused choice is named by its kind, never echoed.
+it (the names revealed), and the leaderboards beside each system's corpus BLEU. Only with a real OAuth sign-in
+(`sign_in.py`) is a signed-in visitor an account: then the first board ranks the accounts' votes and the anonymous
+ones stand apart (many addresses are easy to have). Every message is one bounded line; a refused choice is never echoed.
 """
 
 import random
@@ -17,9 +15,10 @@ from transformer_en_de.markdown import markdown_table
 
 from ..translation import RequestContext, available, translate_with_settings
 from . import battles
+from .board_reads import FRESH_SECONDS
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
-from .votes import CHOICES, VoteNotStored, VoteStore
+from .votes import BadChoice, VoteNotStored, VoteStore
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
 CONSENT = (
@@ -55,12 +54,14 @@ CAPTION = (
     "Won, Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes "
     "down to its bound."
 )
-LEADERBOARD_SECONDS = 10.0  # a board's ratings (a bootstrap over the sources) are fitted again at most this often
+# Two throttles, on purpose: `BoardReads` works the boards out again right after a vote here, so a voter who looks at
+# once sees it counted or, within this many seconds of the last fit, the line saying it waits; the fit itself (a
+# bootstrap over the sources) runs at most this often, so a flood of votes costs one fit per period, not one per vote.
+LEADERBOARD_SECONDS = FRESH_SECONDS
 PAGE_LINE_CHARACTERS = 300  # the most a message on the page holds
 
 
 def vote_rules(accounts: bool = False) -> str:
-    """What a vote counts for, as Markdown: with a sign-in that counts accounts, or without."""
     rules = VOTE_RULES_ACCOUNTS if accounts else VOTE_RULES_ANONYMOUS
     return rules.format(account_cap=f"{ACCOUNT_WEIGHT:g}", network_cap=f"{NETWORK_WEIGHT:g}", daily=battles.DAILY_VOTES)
 
@@ -69,8 +70,7 @@ def page_line(text: str) -> str:
     return cause(text, PAGE_LINE_CHARACTERS)
 
 
-def example_sentences(kind: str) -> list[str]:
-    """The arena's offered sentences of one kind ("caption" or "everyday"), written for this app."""
+def example_sentences(kind: str) -> list[str]:  # "caption" or "everyday"
     lines = SENTENCES.read_text(encoding="utf-8").splitlines()
     return [line.split("\t", 1)[1] for line in lines if line.startswith(kind + "\t")]
 
@@ -81,8 +81,6 @@ def plural(count: int, word: str) -> str:
 
 @dataclass(frozen=True)
 class Voter:
-    """Who asks: the page's session, the address the request came from, the Hub account if signed in."""
-
     session: str
     address: str = ""
     account: str | None = None
@@ -97,8 +95,8 @@ class Board:
 
 @dataclass
 class Arena:
-    """Battles between the systems on the page, their votes in `store`, and the leaderboards. `accounts`: whether a
-    signed-in visitor counts as an account (a real OAuth app); if not, every vote is its network's."""
+    """`accounts`: whether a signed-in visitor counts as an account (a real OAuth app); if not, every vote is its
+    network's."""
 
     store: VoteStore
     book: battles.BattleBook = field(default_factory=battles.BattleBook)
@@ -108,7 +106,6 @@ class Arena:
     accounts: bool = False
 
     def __post_init__(self):
-        self.last_id = 0  # the last vote the tallies hold
         self.tallies = {key: Tally() for key in BOARDS}
         self._lock = threading.Lock()
 
@@ -119,8 +116,7 @@ class Arena:
         return self.store.source_hash(self.account_of(voter), voter.address)
 
     def battle(self, text, context: RequestContext, settings: DecodingSettings, voter: Voter) -> tuple[str, ...]:
-        """(battle_id, translation_a, translation_b, message) of two systems drawn at random, both decoding with
-        `settings`; ("", "", "", why) when fewer than two are loaded, the source started too many, or one failed."""
+        """(battle_id, translation_a, translation_b, message); ("", "", "", why) when there is no battle."""
         loaded = [translator for translator, _ in map(available, context.systems) if translator is not None]
         if len(loaded) < 2:
             loading = any(not getattr(system, "done", True) for system in context.systems)
@@ -152,16 +148,9 @@ class Arena:
         return battle_id, a.translation, b.translation, "Read both, then vote: which German is better?"
 
     def vote(self, battle_id, choice, voter: Voter, cast_at: float | None = None) -> tuple[str, str, str]:
-        """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused.
-        `cast_at`: when the vote was sent, on the battle book's clock, if it waited in a queue."""
+        """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused."""
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
-        if not isinstance(choice, str) or choice not in CHOICES:
-            if isinstance(choice, str):
-                kind = f"a text of {plural(len(choice), 'character')}"
-            else:
-                kind = "nothing" if choice is None else f"of type {type(choice).__name__}"
-            return "", "", page_line(f"A vote is one of {', '.join(CHOICES)}; this one was {kind}.")
         signed_in = self.account_of(voter) is not None
         visitor = self.store.visitor_hash(voter.session)
         ballot = battles.Ballot(battle_id[:100], visitor, choice, self.source_of(voter), signed_in=signed_in)
@@ -169,7 +158,7 @@ class Arena:
             battle = battles.cast_vote(
                 ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance, cast_at=cast_at
             )
-        except (battles.BattleRefused, battles.VoteTooSoon, VoteNotStored) as error:
+        except (BadChoice, battles.BattleRefused, battles.VoteTooSoon, VoteNotStored) as error:
             if isinstance(error, VoteNotStored):
                 print(f"arena: a vote was not stored, its battle stays open ({error.__cause__ or error})", flush=True)
             return "", "", page_line(str(error))
@@ -177,14 +166,12 @@ class Arena:
         return battle.system_a, battle.system_b, page_line(revealed)
 
     def boards(self, bleu: dict[str, float]) -> list[Board]:
-        """The leaderboards, first the one a visitor sees first: with accounts, the signed-in votes', then the
-        anonymous ones'; without, one of every vote."""
+        """The leaderboards, the first a visitor sees first: with accounts, the signed-in votes' then the anonymous
+        ones'; without, one of every vote."""
         with self._lock:
-            last, counts = self.store.counts_since(self.last_id)
-            self.tallies["all"].add(counts, last)
-            self.tallies["signed_in"].add([count for count in counts if count.signed_in], last)
-            self.tallies["anonymous"].add([count for count in counts if not count.signed_in], last)
-            self.last_id = last
+            last, counts = self.store.counts_since(self.tallies["all"].last_id)
+            for key, tally in self.tallies.items():
+                tally.add([count for count in counts if key == "all" or count.signed_in == (key == "signed_in")], last)
             keys = ("signed_in", "anonymous") if self.accounts else ("all",)
             fitted = {key: (*self.tallies[key].rows(LEADERBOARD_SECONDS), self.tallies[key].summary()) for key in keys}
         boards = []
@@ -209,7 +196,6 @@ class Arena:
 
 
 def resting_on(summary: dict, key: str = "all") -> str:
-    """What a board's ratings rest on, and which votes weigh less and why."""
     rated, accounts, networks = summary["rated"], summary["accounts"], summary["anonymous"]
     if key == "signed_in":
         line = f"These ratings rest on {plural(rated, 'vote')} of {plural(accounts, 'signed-in account')}."

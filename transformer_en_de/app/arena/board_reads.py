@@ -1,7 +1,6 @@
-"""The leaderboard as pages read it: worked out again only after a vote was stored (or `FRESH_SECONDS` passed, for a
-writer elsewhere), drawn again only when its table changed, and sent to a session only when it changed since that
-session last saw it: sixty pages reading back to back cost one working-out, and a page showing the board gets nothing.
-"""
+"""The leaderboard as pages read it: worked out again after a vote was stored here (or `FRESH_SECONDS` after, for a
+writer elsewhere), drawn again when its table changed, sent to a session only when it changed since that session saw
+it: sixty pages reading back to back cost one working-out, and a page showing the board gets nothing."""
 
 import threading
 import time
@@ -13,8 +12,7 @@ SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the leas
 
 
 class BoardReads:
-    """`read(session)`: (table, picture) when the board changed since `session` last read it, else None. `table()`
-    gives (the board's rows, its Markdown table); `draw(rows)` the plot as sent to the page."""
+    """`table()` gives (the board's rows, its Markdown table); `draw(rows)` the plot as sent to the page."""
 
     def __init__(self, table: Callable, draw: Callable, fresh_seconds=FRESH_SECONDS, clock=time.monotonic):
         self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
@@ -33,6 +31,7 @@ class BoardReads:
             return self._answer is not None and self.clock() - self._worked_out < self.fresh_seconds
 
     def read(self, session: str | None) -> tuple[str, object] | None:
+        """(table, picture), or None when `session` was sent this one already."""
         with self._lock:
             now = self.clock()
             if self._answer is None or now - self._worked_out >= self.fresh_seconds:

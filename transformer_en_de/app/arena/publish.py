@@ -1,9 +1,7 @@
-"""Publishing the arena's votes to a Hub dataset with `huggingface_hub.CommitScheduler`.
-
-The SQLite store stays the record. Before each push, the votes not yet published are appended to this process's JSON
-lines file beside the dataset card. What is published is known by the battle ids in the folder, never by row ids, so a
-new, restored or moved database publishes every vote the folder lacks, once (the folder should persist with it).
-"""
+"""Publishing the arena's votes to a Hub dataset with `huggingface_hub.CommitScheduler`; the SQLite store stays the
+record. Before each push the votes not yet published are appended to this process's JSON lines file. What is published
+is known by the battle ids in the folder, never by row ids, so a new, restored or moved database publishes every vote
+the folder lacks, once (the folder should persist with it)."""
 
 import json
 import secrets
@@ -17,6 +15,7 @@ from ...hub_access import cause
 from .votes import VoteStore, published_rows
 
 DATASET_CARD = Path(__file__).with_name("dataset_card.md").read_text(encoding="utf-8")  # what each field is, and why
+EVERY_MINUTES = 10
 
 
 class VoteScheduler(CommitScheduler):
@@ -32,11 +31,10 @@ class VoteScheduler(CommitScheduler):
 
 
 class VotePublisher:
-    """The votes of `store`, pushed to the dataset `repo_id` every `every_minutes` from the local `folder`."""
+    """The votes of `store`, pushed to the dataset `repo_id` every `EVERY_MINUTES` from the local `folder`."""
 
-    def __init__(self, store: VoteStore, repo_id: str | None, folder, every_minutes=10, token=None, endpoint=None):
-        self.store, self.repo_id, self.every_minutes = store, repo_id, every_minutes
-        self.token, self.endpoint = token, endpoint
+    def __init__(self, store: VoteStore, repo_id: str | None, folder, token=None, endpoint=None):
+        self.store, self.repo_id, self.token, self.endpoint = store, repo_id, token, endpoint
         self.folder = Path(folder).expanduser().resolve()  # resolved, as the scheduler keys its files
         self.scheduler: CommitScheduler | None = None
         self.status = "Votes are kept locally only: publishing has not started."
@@ -69,19 +67,19 @@ class VotePublisher:
                     repo_id=self.repo_id,
                     repo_type="dataset",
                     folder_path=self.folder,
-                    every=self.every_minutes,
+                    every=EVERY_MINUTES,
                     token=token,
                     hf_api=HfApi(endpoint=self.endpoint, token=token),
                 )
             except Exception as error:  # any failure to reach or use the Hub: the arena goes on without publishing
                 self.status = f"Votes are kept locally only: the Hub could not take {self.repo_id} ({cause(error)})."
                 return self
-            self.status = f"Votes are published to the dataset {self.repo_id} every {self.every_minutes:g} minutes."
+            self.status = f"Votes are published to the dataset {self.repo_id} every {EVERY_MINUTES} minutes."
         return self
 
     def write_new_votes(self, scheduler: CommitScheduler | None = None) -> int:
-        """Append the votes stored since the last call to this process's file (each push does); returns how many.
-        The scheduler is passed in by its first push, which runs before its constructor has returned."""
+        """Append the votes stored since the last call to this process's file; how many. The scheduler is passed in by
+        its first push, which runs before its constructor has returned."""
         scheduler = scheduler or self.scheduler
         if scheduler is None:
             return 0
@@ -103,8 +101,7 @@ class VotePublisher:
         """Push what is new now and wait: the CommitInfo, or None if nothing changed or publishing is off."""
         return self.scheduler.trigger().result() if self.scheduler is not None else None
 
-    def stop(self) -> None:
-        """Push the last votes and stop the schedule."""
+    def stop(self) -> None:  # the last votes pushed
         if self.scheduler is not None:
             try:
                 self.push_now()

@@ -1,10 +1,7 @@
-"""The arena's leaderboard: Bradley–Terry ratings from the votes, with bootstrap intervals, beside BLEU.
-
-Bradley–Terry (1952), fitted by Zermelo's iteration (Hunter 2004's MM), on Elo's scale (1000 + 400 log10 p, mean
-1000). A tie is half a win to each side; "both bad" counts as a battle, not in the rating. A source (an account, else a
-network) weighs at most `ACCOUNT_WEIGHT` or `NETWORK_WEIGHT` battles, so no one source decides the board. Intervals:
-a cluster bootstrap over the sources. The counts are running (`Tally`): a board costs sources x systems².
-"""
+"""The arena's leaderboard: Bradley–Terry (1952) ratings, fitted by Zermelo's iteration (Hunter 2004's MM), on Elo's
+scale (1000 + 400 log10 p, mean 1000), with 95% intervals from a cluster bootstrap over the sources, beside BLEU. A tie
+is half a win to each side; "both bad" a battle, not in the rating. A source (an account, else a network) weighs at
+most `ACCOUNT_WEIGHT` or `NETWORK_WEIGHT` battles: no one source decides the board. The counts run (`Tally`)."""
 
 import time
 from collections import Counter, defaultdict
@@ -46,8 +43,6 @@ def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1
 
 @dataclass
 class SourceCount:
-    """One source's rated votes, and its wins (ties as halves) by pair of systems."""
-
     signed_in: bool
     rated: int = 0
     wins: Counter = field(default_factory=Counter)  # (winner, loser) -> wins
@@ -89,15 +84,14 @@ class Tally:
             self.last_id = last_id
 
     def rows(self, fresh_seconds: float) -> tuple[list[dict], int]:
-        """(leaderboard rows, votes added since they were fitted): fitted again when there are new votes and
-        `fresh_seconds` have passed, or at once while there are no rows (the first vote shows)."""
+        """(leaderboard rows, votes added since they were fitted), fitted again at most every `fresh_seconds` (at once
+        while there are no rows: the first vote shows)."""
         stale = not self.fitted_rows or time.monotonic() - self.fitted_at >= fresh_seconds
         if self.fitted_up_to < 0 or (self.fitted_up_to != self.last_id and stale):
             self.fitted_rows, self.fitted_up_to, self.fitted_at = leaderboard_rows(self), self.last_id, time.monotonic()
         return self.fitted_rows, self.last_id - self.fitted_up_to
 
-    def summary(self) -> dict:
-        """What the ratings rest on: votes, sources (accounts, anonymous), votes beyond their source's bound."""
+    def summary(self) -> dict:  # what the ratings rest on
         accounts = sum(source.signed_in for source in self.sources.values())
         over_bound = sum(max(0.0, source.rated - source.bound) for source in self.sources.values())
         return dict(
@@ -110,8 +104,7 @@ class Tally:
         )
 
 
-def tally_of(votes: Iterable[Vote]) -> Tally:
-    """The tally of these votes, as the store would count them."""
+def tally_of(votes: Iterable[Vote]) -> Tally:  # as the store's `COUNTS` counts them
     tally = Tally()
     tally.add(
         VoteCount(v.system_a, v.system_b, v.choice, v.source or f"session:{v.visitor}", v.signed_in) for v in votes
@@ -162,7 +155,6 @@ def kendall_tau(rows: list[dict]) -> float | None:
 
 
 def order_agreement(rows: list[dict]) -> str:
-    """One line: whether the votes and BLEU put the systems in the same order."""
     tau = kendall_tau(rows)
     if tau is None:
         return "Fewer than two systems have both a rating and a BLEU score: nothing to compare."

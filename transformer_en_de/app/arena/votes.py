@@ -1,9 +1,7 @@
 """The arena's vote store: one SQLite row per vote, committed (WAL, synchronous=FULL) before the visitor is thanked.
-
-Visitors and sources are stored only as hashes salted with a secret beside the database (`<database>.salt`, 0600).
-Both are checked at start: a bad salt, or one missing while votes exist, stops the app in one line (a new salt would
-give every source a second weight); a damaged database is set aside (nothing deleted) and a fresh one started.
-"""
+Visitors and sources are stored only as hashes salted with a secret beside the database (`<database>.salt`, 0600). At
+start, a bad salt, or one missing while votes exist, stops the app in one line (a new salt would give every source a
+second weight); a damaged database is set aside (nothing deleted) and a fresh one started."""
 
 import hashlib
 import ipaddress
@@ -63,25 +61,33 @@ COUNTS = """
 
 
 class AlreadyVoted(Exception):
-    """A vote for a battle that already has one."""
+    pass
 
 
 class VoteNotStored(Exception):
-    """A vote the database could not take now (locked, full, read-only); the message is one line for the visitor."""
+    """A vote the database could not take now (locked, full, read-only); one line for the visitor."""
+
+
+class BadChoice(ValueError):
+    pass
 
 
 class StoreUnavailable(Exception):
-    """The vote store cannot open as it is; the message is one line saying why and what to do."""
+    """The vote store cannot open as it is; one line saying why and what to do."""
 
 
-def check_choice(choice: str) -> None:
-    if choice not in CHOICES:
-        raise ValueError(f"A vote is one of {', '.join(CHOICES)}; this one was not.")  # never echoed: any size
+def check_choice(choice) -> None:
+    if not isinstance(choice, str) or choice not in CHOICES:  # named by its kind, never echoed: it may be of any size
+        if isinstance(choice, str):
+            kind = f"a text of {len(choice):,} character{'s' * (len(choice) != 1)}"
+        else:
+            kind = "nothing" if choice is None else f"of type {type(choice).__name__}"
+        raise BadChoice(f"A vote is one of {', '.join(CHOICES)}; this one was {kind}.")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Shown:
-    """What a battle showed its visitor (`visitor_hash` of the page session), and which systems made it and how."""
+    """What a battle showed its visitor (`visitor_hash` of the page session), which systems made it and how."""
 
     battle_id: str
     visitor: str
@@ -107,8 +113,8 @@ class Vote(Shown):
         check_choice(self.choice)
 
     def published(self, salt: str) -> dict:
-        """The vote as a published row (the dataset card says why each field is there): no row id, the time to the
-        hour, whole seconds, and the source hashed again with its UTC day (linked within a day, never across)."""
+        """The vote as a published row (the dataset card says why): no row id, the time to the hour, whole seconds,
+        the source hashed again with its UTC day (linked within a day, never across)."""
         row = asdict(self) | {"signed_in": bool(self.signed_in), "time": self.time[:13] + ":00Z"}
         del row["id"]
         row["source"] = visitor_hash(f"day:{self.time[:10]}:{self.source}", salt) if self.source else ""
@@ -128,23 +134,8 @@ class VoteCount(NamedTuple):  # `count` stored votes alike: the same systems, ch
     count: int = 1
 
 
-def visitor_hash(session_id: str, salt: str) -> str:
-    """sha256(salt + session), hex, 16 characters: a stable, pseudonymous name."""
+def visitor_hash(session_id: str, salt: str) -> str:  # stable and pseudonymous
     return hashlib.sha256((salt + session_id).encode()).hexdigest()[:16]
-
-
-def source_hash(account: str | None, address: str, salt: str) -> str:
-    """Whom the ratings count a vote for, hashed: the Hub account when signed in, else the address's network (an IPv4
-    address, the /64 of an IPv6 one: one machine's usual share)."""
-    if account:
-        return visitor_hash(f"account:{account}", salt)
-    try:
-        parsed = ipaddress.ip_address(address)
-        parsed = getattr(parsed, "ipv4_mapped", None) or parsed  # an IPv4 visitor seen through an IPv6 socket
-        network = str(parsed if parsed.version == 4 else ipaddress.ip_network(f"{parsed}/64", strict=False))
-    except ValueError:
-        network = address
-    return visitor_hash(f"network:{network}", salt)
 
 
 def published_rows(folder: Path, cut_torn: bool = False) -> list[bytes]:
@@ -262,8 +253,7 @@ class VoteStore:
         self.notes.append(line)
         print(f"arena: {line}", flush=True)
 
-    def _set_aside(self, why: str) -> None:
-        """Move the damaged database (and its -wal and -shm files) to a new name beside it."""
+    def _set_aside(self, why: str) -> None:  # with its -wal and -shm files, to a new name beside it
         aside = self.path.with_name(f"{self.path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
         while aside.exists():
             aside = aside.with_name(f"{aside.name}-{secrets.token_hex(2)}")
@@ -304,10 +294,20 @@ class VoteStore:
         return visitor_hash(session_id, self.salt)
 
     def source_hash(self, account: str | None, address: str) -> str:
-        return source_hash(account, address, self.salt)
+        """Whom the ratings count a vote for, hashed: the Hub account when signed in, else the address's network (an
+        IPv4 address, the /64 of an IPv6 one: one machine's usual share)."""
+        if account:
+            return self.visitor_hash(f"account:{account}")
+        try:
+            parsed = ipaddress.ip_address(address)
+            parsed = getattr(parsed, "ipv4_mapped", None) or parsed  # an IPv4 visitor seen through an IPv6 socket
+            network = str(parsed if parsed.version == 4 else ipaddress.ip_network(f"{parsed}/64", strict=False))
+        except ValueError:
+            network = address
+        return self.visitor_hash(f"network:{network}")
 
     def add(self, vote: Vote) -> int:
-        """Store `vote` durably and return its row id; `AlreadyVoted` if its battle has a vote already."""
+        """Store `vote` durably; its row id."""
         row = asdict(vote) | {"signed_in": int(vote.signed_in)}
         row.update({name: json.dumps(row[name], sort_keys=True) for name in ("decoding_a", "decoding_b")})
         names = COLUMNS[:-1]  # all but the id

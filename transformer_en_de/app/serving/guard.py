@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from starlette.datastructures import QueryParams
 
 from .http_answers import OpenResponses, RecordedAnswer, answer, body_within, contained, refuse, replay
-from .limits import Limits, RateLimit
+from .limits import Limits, RateLimit, keep_latest
 from .uploads import file_values_problem, nested
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
@@ -94,7 +94,7 @@ class Visitors:
                     return "Too many new sessions from this address at once; this call was not started. Try again soon."
             if session is None:
                 return ""
-            self._remember(session, address)
+            keep_latest(self._known, session, address, REMEMBERED)
             if not counted:
                 return ""
             calls = self._calls.setdefault(session, deque())
@@ -118,13 +118,6 @@ class Visitors:
             f"{1 / pace.interval:g} a second lately; this call was not started. Try again in a few seconds."
         )
 
-    def _remember(self, key, value) -> None:
-        """`key` → `value` as the newest of `_known`, the least recent forgotten past `REMEMBERED` (lock held)."""
-        self._known[key] = value
-        self._known.move_to_end(key)
-        while len(self._known) > REMEMBERED:
-            self._known.popitem(last=False)
-
     def unread_slot(self, address: str) -> object | None:
         """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once,
         so that calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
@@ -143,7 +136,7 @@ class Visitors:
         with self._lock:
             place = self._unread.pop(slot, None)
             if event is not None:
-                self._remember(("call", event), session)
+                keep_latest(self._known, ("call", event), session, REMEMBERED)
                 if place:
                     self._unread[event] = place
 

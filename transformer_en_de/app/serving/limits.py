@@ -37,16 +37,21 @@ class RateLimit:
             wait = full_at - (self.burst - 1) * self.interval - now
             if wait > 0:
                 return wait
-            self._full_at.pop(key, None)
-            self._full_at[key] = full_at + self.interval
-            while len(self._full_at) > self.max_keys:  # a flood of keys: the least recent go early
-                self._full_at.popitem(last=False)
+            keep_latest(self._full_at, key, full_at + self.interval, self.max_keys)
         return 0.0
 
     def give_back(self, key: Hashable) -> None:
         with self._lock:
             if key in self._full_at:
                 self._full_at[key] -= self.interval
+
+
+def keep_latest(table: OrderedDict, key, value, most: int) -> None:
+    """`table[key] = value` as its newest entry, the least recent forgotten past `most` entries."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > most:
+        table.popitem(last=False)
 
 
 def limit(default, help: str):

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .limits import keep_latest
+
 SLICE_SECONDS = 0.05  # how far ahead of a waiting request the running one may get before it hands over
 AGING_SECONDS = 0.5  # the unit of the lower lanes' aging, and how often a waiting request looks again
 HEAVY_AGING = 10
@@ -165,10 +167,7 @@ class FairScheduler:
 
     def _charge(self, session: str, seconds: float) -> None:
         now = time.monotonic()
-        self._usage[session] = (self._recent_usage(session, now) + seconds, now)
-        self._usage.move_to_end(session)
-        while len(self._usage) > SESSIONS_REMEMBERED:
-            self._usage.popitem(last=False)
+        keep_latest(self._usage, session, (self._recent_usage(session, now) + seconds, now), SESSIONS_REMEMBERED)
 
     def should_stop(self) -> bool:
         job = getattr(self._local, "job", None)

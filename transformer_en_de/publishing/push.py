@@ -14,10 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from huggingface_hub import HfApi, constants, set_client_factory
+from huggingface_hub import HfApi, constants, get_session, set_client_factory
 from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.repocard import metadata_load
-from huggingface_hub.utils import _http as hub_http  # its default client, to bound it (no public accessor)
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..decoding.loading import WEIGHT_FILES, check_code_origin, check_safetensors, needs_remote_code
@@ -132,7 +131,7 @@ def bounded_hub_requests(timeout: float, retries: int = 1, report=print):
     made (through `set_client_factory`, its documented hook) with the timeout, and a request hook puts it on every
     request that carries none. huggingface_hub itself sends a request that timed out up to 5 times more, with waits
     between: the same hook counts those, so that a Hub that has stalled is given up in minutes, not a quarter of an
-    hour. The client before the block is back afterwards.
+    hour. A client like the one before the block is back afterwards.
     """
     bounded = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
     unanswered: dict[tuple[str, str], int] = {}  # requests sent that got no answer yet: times sent
@@ -154,20 +153,26 @@ def bounded_hub_requests(timeout: float, retries: int = 1, report=print):
         with lock:
             unanswered.pop((response.request.method, str(response.request.url)), None)
 
-    def client():
-        made = hub_http.default_client_factory()
-        made.timeout = timeout
-        hooks = made.event_hooks
-        made.event_hooks = {"request": [*hooks["request"], on_request], "response": [*hooks["response"], on_response]}
-        return made
+    # The client in place (huggingface_hub's default: its request hook, redirects followed): the push's client and
+    # the one after it are made like it, the push's bounded and with the hooks above added.
+    before = get_session()
+    hooks, follow_redirects, unbounded = before.event_hooks, before.follow_redirects, before.timeout
 
-    # huggingface_hub has no public getter of the factory in place: the push runs in a command of its own
-    # (publish.py, deploy_space.py), where nothing else sets one, so the default is what there was before.
-    set_client_factory(client)
+    def client(bound=unbounded, added_request=(), added_response=()):
+        return type(before)(
+            event_hooks={
+                "request": [*hooks["request"], *added_request],
+                "response": [*hooks["response"], *added_response],
+            },
+            follow_redirects=follow_redirects,
+            timeout=bound,
+        )
+
+    set_client_factory(lambda: client(timeout, [on_request], [on_response]))
     try:
         yield
     finally:
-        set_client_factory(hub_http.default_client_factory)
+        set_client_factory(client)
 
 
 def _is_timeout(error: BaseException) -> bool:

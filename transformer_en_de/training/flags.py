@@ -6,28 +6,30 @@ Trainer's help), and the help output that shows each default: `--help` the proje
 import argparse
 import copy
 import dataclasses
+import re
 from dataclasses import field
 
 from transformers import Seq2SeqTrainingArguments
-from transformers.utils.auto_docstring import parse_docstring
 
 from modeling import TransformerMTConfig
 
 CONFIG_DEFAULTS = {config_field.name: config_field.default for config_field in dataclasses.fields(TransformerMTConfig)}
-_CONFIG_DOCS = parse_docstring(TransformerMTConfig.__doc__)[0]  # the Args: section, by transformers' own parser
+# The Args: section of the config's docstring: each entry `name (type, defaults to ...):` then its deeper lines.
+_CONFIG_ENTRY = re.compile(r"^ {8}(\w+) \(.*\):\n((?: {12}.*\n)+)", re.MULTILINE)
+_CONFIG_DOCS = dict(_CONFIG_ENTRY.findall(TransformerMTConfig.__doc__.split("Args:", 1)[1]))
 _TRAINER_FIELDS = {trainer_field.name: trainer_field for trainer_field in dataclasses.fields(Seq2SeqTrainingArguments)}
 
 
 def config_field(name: str):
     """A model flag: the config field `name`, its documentation as help; not given, it keeps the config's default
     (or, when fine-tuning, the trained model's value)."""
-    doc = " ".join(_CONFIG_DOCS[name]["description"].split())
+    doc = " ".join(_CONFIG_DOCS[name].split())
     return field(default=None, metadata={"help": f"{doc} (default: {CONFIG_DEFAULTS[name]!r})"})
 
 
 # Documented config fields that are no architecture choice: the tokenizer decides the vocabulary and its special ids,
-# generation the cache.
-NOT_MODEL_FLAGS = ("vocab_size", "pad_token_id", "decoder_start_token_id", "use_cache")
+# generation the cache; the model is always an encoder-decoder.
+NOT_MODEL_FLAGS = ("vocab_size", "pad_token_id", "decoder_start_token_id", "use_cache", "is_encoder_decoder")
 
 
 def model_arguments() -> type:

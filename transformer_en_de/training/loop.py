@@ -8,6 +8,7 @@ could not happen is refused before training).
 
 import dataclasses
 import errno
+import logging
 import os
 import random
 import re
@@ -19,7 +20,6 @@ from accelerate.utils import broadcast_object_list
 from huggingface_hub import constants
 from torch.utils.data import DataLoader, Sampler
 from transformers import Seq2SeqTrainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import label_smoothed_cross_entropy
@@ -33,6 +33,8 @@ from .checkpoints import complete_checkpoints, damaged_checkpoint, restore_trans
 from .dataset import dataset_facts
 from .distillation import Teacher, kl_to_teacher
 from .flags import CONFIG_DEFAULTS
+
+trainer_logger = logging.getLogger("transformers.trainer")  # where the Trainer warns of missing keys
 
 # ------------------------------------------------------------------------------------------------------------ batching
 
@@ -156,26 +158,42 @@ class TranslationTrainer(Seq2SeqTrainer):
         with self.accelerator.autocast():
             return scored_loss(model, inputs, num_items_in_batch, self.teacher)
 
-    def _save_checkpoint(self, model, trial) -> None:
-        """A checkpoint that could not be written to the end (a full disk, a kill) is removed, not left for a resume to
-        pass over: it frees what it took, and nothing half-written is ever taken for a checkpoint."""
-        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        new = not folder.exists()
+    def train(self, *args, **kwargs):
+        """A checkpoint this run could not write to the end (a full disk) is removed, not left for a resume to pass
+        over: it frees what it took, and nothing half-written is ever taken for a checkpoint."""
+        run_dir = Path(self.args.output_dir)
+        before = set(run_dir.glob("checkpoint-*"))
+        tied_aliases = TiedAliasesNotMissing(self.model)
+        trainer_logger.addFilter(tied_aliases)
         try:
-            super()._save_checkpoint(model, trial)
+            return super().train(*args, **kwargs)
         except BaseException:
-            if new and self.args.should_save:
-                shutil.rmtree(folder, ignore_errors=True)
+            if self.args.should_save:
+                for folder in set(run_dir.glob("checkpoint-*")) - before - set(complete_checkpoints(run_dir)):
+                    shutil.rmtree(folder, ignore_errors=True)
             raise
+        finally:
+            trainer_logger.removeFilter(tied_aliases)
 
-    def _issue_warnings_after_load(self, load_result) -> None:
-        # A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's
-        # embedding, lm_head) are "missing" from it and come back by tying: not worth the Trainer's alarming warning.
-        tied = set(self.model.all_tied_weights_keys)
-        missing = [key for key in load_result.missing_keys if key not in tied]
-        if len(missing) < len(load_result.missing_keys):
-            self.model.tie_weights()
-        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+class TiedAliasesNotMissing(logging.Filter):
+    """A checkpoint stores a tied tensor once (the shared embedding); its aliases (the encoder's and decoder's
+    embedding, lm_head) are "missing" from it when the Trainer loads it, and tied all the same (they are the same
+    parameter): not worth the Trainer's alarming warning, which names only the keys really missing."""
+
+    MISSING = "There were missing keys in the checkpoint model loaded: "
+
+    def __init__(self, model):
+        super().__init__()
+        self.tied = set(model.all_tied_weights_keys)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.MISSING):
+            return True
+        missing = [key for key in re.findall(r"'([^']+)'", message) if key not in self.tied]
+        record.msg, record.args = f"{self.MISSING}{missing}.", ()
+        return bool(missing)
 
 
 def as_saved(model):

@@ -31,7 +31,7 @@ CAPTIONS = {
 
 
 def draw_inside(view: dict | None, kind, layer, head, count: int) -> list:
-    """The notices, per model its pieces and positional encoding, `draw_attention`'s, per model its beam search."""
+    """The notices, per model its pieces, its positional encoding, `draw_attention`'s, per model its beam search."""
     views = systems_of(view, count)
     pieces, beams = ([model_markdown(item, write) for item in views] for write in (format_pieces, format_beam_search))
     positions = [model_picture(item, plot_positions) for item in views]
@@ -39,8 +39,8 @@ def draw_inside(view: dict | None, kind, layer, head, count: int) -> list:
 
 
 def draw_attention(view: dict | None, kind, layer, head, count: int) -> list:
-    """Per model the attention picked, as sent: `kind`, `layer` from 1, `head` from 1 or 0 for all (anything else draws
-    cross-attention, layer 1, all heads); then its caption, or the view's line if it has none."""
+    """Per model the attention picked (`layer` from 1, `head` from 1 or 0 for all; a value outside them draws the
+    defaults), then its caption, or the view's line if it has none."""
     kind = kind if kind in KINDS else "cross"
     try:
         layer, head = int(layer) - 1, int(head) - 1 if int(head) > 0 else None
@@ -53,28 +53,25 @@ def draw_attention(view: dict | None, kind, layer, head, count: int) -> list:
 
 
 def systems_of(view: dict | None, count: int | None = None) -> list[dict]:
-    """The per-model views of a request's answer, ours first; `count` of them if given ({} for a model with none)."""
+    """The per-model views of a request's answer, ours first; `count` of them if given ({} for a missing one)."""
     views = []
     if view and "model" in view:
         views = [{key: value for key, value in view.items() if key != "comparisons"}, *view.get("comparisons", [])]
     return views if count is None else (views + [{}] * count)[:count]
 
 
-def model_picture(view: dict, plot, *choice) -> gr.Plot:
-    """`plot(view, *choice)` rendered now, hidden when there is nothing to draw."""
+def model_picture(view: dict, plot, *choice) -> gr.Plot:  # hidden when there is nothing to draw
     figure = plot(view, *choice) if view and not view.get("message") else None
     return gr.Plot(value=rendered(figure), visible=figure is not None)
 
 
-def model_markdown(view: dict, write) -> str:
-    """`write(view)`, or the model's line saying why it has no view; "" for a model not on the page."""
+def model_markdown(view: dict, write) -> str:  # or why the model has no view
     if view.get("message"):
         return f"⚠️ {as_text(view['message'])}"
     return write(view) if view else ""
 
 
-def format_notices(view: dict | None) -> str:
-    """The view's message (why there is none) and the request's notices, one paragraph each."""
+def format_notices(view: dict | None) -> str:  # why there is no view, and the request's notices
     lines = ([view["message"]] if view.get("message") else []) + view.get("notices", []) if view else []
     return "\n\n".join(f"⚠️ {as_text(line)}" for line in lines)
 
@@ -89,8 +86,8 @@ def format_pieces(view: dict) -> str:
 
 
 def format_beam_search(view: dict) -> str:
-    """The search as one table, a row a step and a column a live beam, each finished hypothesis marked where it ended;
-    then the finished hypotheses in the search's order, each with its rank by log-probability alone."""
+    """The search, a row a step and a column a live beam, each finished hypothesis marked where it ended; then the
+    finished hypotheses in the search's order, each with its rank by log-probability alone."""
     beams, finished = view["num_beams"], view["finished"]
     intro = (
         f"**{as_text(view['model'])}**: {beams} beam{'s' if beams > 1 else ''}, length penalty α = "
@@ -122,8 +119,8 @@ def format_beam_search(view: dict) -> str:
 
 
 def search_row(step: dict, ended: list[dict], beams: int) -> list[str]:
-    """One step: its number, then `beams` cells; a hypothesis that ended here marked in the cell of the beam it extends
-    (or, none should, beside the number)."""
+    """One step: its number, then `beams` cells; a hypothesis that ended here marked in the beam it extends (or, none
+    should, beside the number)."""
     cells = []
     for beam in step["beams"]:
         extended = [item for item in ended if item["pieces"][:-1] == beam["pieces"]]
@@ -134,6 +131,5 @@ def search_row(step: dict, ended: list[dict], beams: int) -> list[str]:
     return [number, *cells, *[""] * (beams - len(cells))]
 
 
-def ended_mark(item: dict) -> str:
-    """→ the hypothesis's last piece (`</s>`, or where the search was cut) and its rank, ✔ the chosen."""
+def ended_mark(item: dict) -> str:  # the last piece: `</s>`, or where the search was cut
     return f"→ {as_text(item['pieces'][-1])} **#{item['rank']}**{' ✔' if item['rank'] == 1 else ''}"

@@ -1,6 +1,6 @@
-"""The Inside tab's pictures: the positional encoding (sections 3.4, 3.5) and the attention weights (section 3.2).
-Each is laid out in inches before anything is drawn: matplotlib's layout engines measure every label to place it,
-which took most of a picture's time (3-5 s for the tab's first pictures on one core)."""
+"""The Inside tab's pictures: the positional encoding (sections 3.4, 3.5) and the attention weights (section 3.2), laid
+out in inches before anything is drawn: matplotlib's layout engines measure every label, which took most of a
+picture's time (3-5 s for the tab's first pictures on one core)."""
 
 import math
 import warnings
@@ -31,15 +31,14 @@ def cell_and_font(columns: int, rows: int) -> tuple[float, float]:
 
 
 def titled_figure(title: str, width: float, height: float, title_top: float) -> Figure:
-    """A figure at least as wide as its 10-point title on one line, the title at its top."""
+    """A figure at least as wide as its 10-point title on one line."""
     width = max(width, 0.2 + 0.6 * 10 / 72 * len(title))
     figure = Figure(figsize=(width, height), dpi=100)
     figure.text(0.1 / width, 1 - title_top / height, title, fontsize=10, va="top")
     return figure
 
 
-def add_axes(figure: Figure, left: float, bottom: float, width: float, height: float, **options):
-    """Axes at a box given in inches from the figure's lower left corner."""
+def add_axes(figure: Figure, left: float, bottom: float, width: float, height: float, **options):  # in inches
     figure_width, figure_height = figure.get_size_inches()
     return figure.add_axes(
         [left / figure_width, bottom / figure_height, width / figure_width, height / figure_height], **options
@@ -78,8 +77,8 @@ def plot_positions(view: dict) -> Figure | None:
 
 
 def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) -> Figure:
-    """One head's weights, or every head of the layer in rows of four, queries along the bottom. A layer or head past
-    the model's own is its last (the controls go as far as the largest model on the page)."""
+    """One head's weights, or every head of the layer in rows of four. A layer or head past the model's own is its last
+    (the controls go as far as the largest model on the page)."""
     weights = view["attention"][kind]
     layers, heads = len(weights), len(weights[0])
     layer, head = min(max(layer, 0), layers - 1), None if head is None else min(max(head, 0), heads - 1)
@@ -127,6 +126,6 @@ def plot_attention_heads(view: dict, kind: str, layer: int, head: int | None) ->
 
 
 def rendered(figure: Figure | None):
-    """The picture as the page shows it, encoded now, in the request's turn: Gradio would encode it after the callback,
-    in the event loop every visitor's connection waits on (twice, for one inside a `gr.Plot`)."""
+    """The picture encoded now, in the request's turn: Gradio would encode it after the callback, in the event loop
+    every visitor's connection waits on (twice, for one inside a `gr.Plot`)."""
     return PICTURE.postprocess(figure)

@@ -37,8 +37,8 @@ def one_sentence(text, limits: Limits) -> tuple[str, list[str]]:
 
 
 def inside_request(text, decoding, num_beams, max_new_tokens, *, context: RequestContext) -> dict:
-    """Our model's view of the text's sentence (its keys at the top level), each comparison model's in `comparisons`
-    (a `message` for one not loaded), and the request's `notices`; or only a `message` saying why there is none."""
+    """Our model's view of the text's sentence (at the top level), each comparison model's in `comparisons` (a
+    `message` for one not loaded), and the request's `notices`; or only a `message` saying why there is none."""
     limits = context.limits
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)

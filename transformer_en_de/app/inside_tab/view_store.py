@@ -1,5 +1,5 @@
-"""The views the Inside tab redraws from (another kind, layer or head runs no model), on the server under random ids
-that sessions keep. One a session, so that view after view never pushes out another's; the latest `VIEWS_KEPT` and
+"""The views the Inside tab redraws from (another kind, layer or head runs no model), kept on the server under random
+ids that sessions hold: one a session (view after view never pushes out another's), at most `VIEWS_KEPT` and
 `VIEW_STORE_BYTES` of compressed JSON (our 1.3 MB view is 0.24 MB), the least recently used dropped first, and each
 dropped `VIEW_SECONDS` after its last use."""
 
@@ -28,7 +28,7 @@ class ViewStore:
         self.lock = threading.Lock()
 
     def put(self, view: dict, session: str | None = None) -> str:
-        """Keep `view` in place of the session's earlier one; returns its id."""
+        """Keep `view` in place of the session's earlier one; its id."""
         data, view_id = zlib.compress(json.dumps(view).encode(), 1), secrets.token_urlsafe(16)
         with self.lock:
             self.bytes -= len(self.views.pop(self.latest.pop(session, None), (b"", 0))[0])
@@ -40,7 +40,7 @@ class ViewStore:
         return view_id
 
     def get(self, view_id: str | None) -> dict | None:
-        """The view kept under `view_id`, its time started again; None for no id, `EXPIRED` for one no longer kept."""
+        """The view, its time started again; None for no id, `EXPIRED` for one no longer kept."""
         if not view_id:
             return None
         with self.lock:
@@ -51,14 +51,13 @@ class ViewStore:
             self.views[view_id] = (data, self.clock())
         return json.loads(zlib.decompress(data))
 
-    def drop_old(self) -> None:
-        """Drop the least recently used views while over a bound, then those unused for `seconds` (the lock held)."""
+    def drop_old(self) -> None:  # the lock held
         now = self.clock()
-        while self.views:
-            _, (data, used) = next(iter(self.views.items()))
-            if len(self.views) <= self.max_views and self.bytes <= self.max_bytes and now - used <= self.seconds:
-                break
-            self.views.popitem(last=False)
-            self.bytes -= len(data)
+        while self.views and (
+            len(self.views) > self.max_views
+            or self.bytes > self.max_bytes
+            or now - next(iter(self.views.values()))[1] > self.seconds
+        ):
+            self.bytes -= len(self.views.popitem(last=False)[1][0])
         if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
             self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}

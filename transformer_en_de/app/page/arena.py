@@ -18,9 +18,8 @@ STAND_IN = (
 
 
 def arena_tab(app, sign_in=None) -> gr.Markdown | None:
-    """The tab, wired to `app.battle`, `app.vote` and `app.leaderboard`; with `sign_in` (`sign_in.SignIn`), a "Sign in
-    with Hugging Face" button. Returns the line on sign-in where it counts accounts (filled on load, `signed_in_line`),
-    else None."""
+    """The tab; with `sign_in` (`sign_in.SignIn`), a "Sign in with Hugging Face" button. The line on sign-in where it
+    counts accounts (filled on load, `signed_in_line`), else None."""
     accounts = bool(getattr(sign_in, "accounts", False))
     app.arena.accounts = accounts  # the arena, not the page, decides whom a vote counts for; it is told here
     two = len(app.systems) > 1
@@ -70,6 +69,5 @@ def arena_tab(app, sign_in=None) -> gr.Markdown | None:
     return signed_in if accounts else None
 
 
-def signed_in_line(profile: gr.OAuthProfile | None) -> str:
-    """What the tab says of the visitor's sign-in (without naming the account: the button does)."""
+def signed_in_line(profile: gr.OAuthProfile | None) -> str:  # the button names the account
     return SIGNED_IN if profile is not None else NOT_SIGNED_IN

@@ -10,7 +10,7 @@ from ..translation import available
 
 
 def inside_tab(app, controls: list, text: gr.Textbox) -> None:
-    """The tab, wired to `app.inside`, `app.draw_inside` and `app.draw_inside_attention` (`text`: the English box)."""
+    """The tab (`text`: the English box)."""
     gr.Markdown(
         "What each part of the paper does with **your sentence** (the first one in the English box of the Translate "
         "tab, decoded with the settings above), for our model and for each comparison model that returns its "
@@ -41,8 +41,7 @@ def inside_tab(app, controls: list, text: gr.Textbox) -> None:
         )
 
 
-def side_by_side(component, name: str, count: int, heading: str = "") -> list:
-    """Under `heading`, one `component` a model in a row (elem_id `inside-{name}-{n}`)."""
+def side_by_side(component, name: str, count: int, heading: str = "") -> list:  # one `component` a model, in a row
     if heading:
         gr.Markdown(heading)
     with gr.Row():
@@ -50,7 +49,7 @@ def side_by_side(component, name: str, count: int, heading: str = "") -> list:
 
 
 def attention_controls(systems: list) -> tuple[gr.Radio, gr.Dropdown, gr.Dropdown]:
-    """The kind of attention, the layer and the head to draw, up to the most layers and heads of any model."""
+    """The kind of attention, layer and head to draw, up to the most layers and heads of any model."""
     gr.Markdown("### Attention")
     layers, heads = (max(sizes) for sizes in zip(*(model_sizes(system) for system in systems), strict=True))
     kinds = [(KIND_TITLES[kind], kind) for kind in KINDS]

@@ -1,8 +1,7 @@
 """Latency and throughput of the running app: one sentence through the "translate" endpoint with gradio_client.
 
-Per backend, its own `python app.py` (no comparison model unless `--comparison_models`): the start-up to a page that
-answers, p50 / p95 of sequential one-sentence requests (test_2016_flickr), and sentences/s with `--clients` clients at
-once (the app queues them). A random model of the shipped size is served when the shipped folder is absent.
+Per backend, its own `python app.py`: the start-up to a page that answers, p50 / p95 of sequential one-sentence
+requests, and sentences/s with `--clients` clients at once (the app queues them).
 
     taskset -c 1 python -m benchmarks.app_latency --threads 1 [--backends torch ctranslate2] [--quick]
 """

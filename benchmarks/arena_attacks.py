@@ -1,17 +1,15 @@
 """Attacks on the arena's integrity, against the running app: does a script's flood decide the leaderboard, is a vote
 lost when the database is locked, and what does the leaderboard cost on 100,000 votes?
 
-`python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), trusting
-127.0.0.1 as its proxy: each client names its address in X-Forwarded-For, as behind a Space's proxy. `--sections`:
+`python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), 127.0.0.1
+trusted as its proxy (each client names its address in X-Forwarded-For). `--sections`:
 - flood: `--script_sessions` sessions of one address battle and vote for the nonsense as fast as the app lets them
-  (`--script_waits`: each waits as long as a reader), while 4 honest visitors of another read each battle (`--read`
-  s) and vote for the better translation every 10 s, and the ordinary visitor translates, for `--seconds`. A pass:
-  the leaderboard keeps the honest order (ours first) and the visitor's latencies stay about a second.
-- lock: another process holds the votes database's write lock for 40 s while a visitor votes; the same vote again
-  once it is released. A pass: a quick answer that says the vote was not stored and to vote again, then stored.
-- readers: 60 pages of one address read the leaderboard back to back for `--seconds` while the honest visitors vote
-  and the ordinary visitor translates; the server's memory before and after.
-- board: `--votes` votes in a fresh database; the first `Arena.leaderboard` in a new process: seconds and memory.
+  (`--script_waits`: as slowly as a reader) while 4 honest visitors of another read each battle and vote for the
+  better one, and the ordinary visitor translates. A pass: the honest order (ours first), latencies about a second.
+- lock: another process holds the votes database's write lock for 40 s while a visitor votes, then votes again. A
+  pass: a quick answer that says the vote was not stored and to vote again, then stored.
+- readers: 60 pages of one address read the leaderboard back to back while the honest visitors vote.
+- board: the first `Arena.leaderboard` on `--votes` votes in a new process: seconds and memory.
 
     OMP_NUM_THREADS=1 python -m benchmarks.arena_attacks --threads 1 [--sections flood,lock,board] [--quick]
 """
@@ -71,7 +69,7 @@ def options(parser):
 
 
 def client(url: str, address: str):
-    """A page's session (gradio_client) whose requests come, through the trusted proxy, from `address`."""
+    """A gradio_client session whose requests come, through the trusted proxy, from `address`."""
     from gradio_client import Client
 
     return Client(url, verbose=False, headers={"X-Forwarded-For": address})
@@ -87,8 +85,8 @@ def nonsense_first(first: str, second: str) -> str:
 
 
 def party(url: str, address: str, sessions: int, choose, wait: float, pause: float):
-    """`sessions` sessions of `address` battling and voting (`choose`) in threads, `wait` s after each battle is
-    shown and `pause` s after each vote; the attackers' stop() (its `outcomes`: what they were told)."""
+    """`sessions` sessions of `address` battling and voting (`choose`), `wait` s after each battle and `pause` s after
+    each vote: the attackers' stop()."""
     stopped = threading.Event()
 
     def session(number: int):
@@ -147,8 +145,7 @@ def flood(url: str, votes_db: Path, args) -> None:
 
 
 def readers(url: str, server, args, pages: int = 60) -> None:
-    """`pages` pages (one address) read the leaderboard back to back while the honest visitors vote (the board
-    changes every few seconds) and the ordinary visitor translates."""
+    """`pages` pages of one address read the leaderboard back to back while it changes."""
     before, fn_index = load.rss_mib(server.pid), load.events(url)[0]["leaderboard"]
     until = time.monotonic() + args.seconds
     honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
@@ -219,8 +216,7 @@ def board(args, scratch: Path) -> None:
 
 @contextmanager
 def serve(scratch: Path, args):
-    """`python app.py` with our model and the nonsense system, 127.0.0.1 trusted as the proxy, up and its comparison
-    system loaded: yields (process, url, votes database)."""
+    """The app with our model and the nonsense system loaded, 127.0.0.1 its proxy: yields (process, url, votes db)."""
     sys.path.insert(0, str(harness.ROOT / "tests"))
     from tiny_marian import build_tiny_marian  # the tests' stand-in for MarianMT: random weights write nonsense
 
@@ -251,11 +247,8 @@ def main():
                     lock(url, votes_db, args)
                 if "readers" in sections:
                     readers(url, server, args)
-            log = (scratch / "app.log").read_text()
-            print(
-                f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; peak RSS of this "
-                f"process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
-            )
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"{load.server_log((scratch / 'app.log').read_text())}; peak RSS of this process {peak:.0f} MiB")
         if "board" in sections:
             board(args, scratch)
 

@@ -14,8 +14,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from benchmarks import harness, load
@@ -52,26 +52,24 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
         started, cpu = time.monotonic(), load.cpu_ticks(server.pid)
         heavy = []  # (seconds, translation, notice)
 
-        def heavy_tab(tab):
-            while time.monotonic() < started + args.heavy_seconds:
-                asked = time.perf_counter()
-                try:
-                    answer = tab.submit(*HEAVY, api_name="/translate").result(timeout=args.seconds)
-                    heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}"))
-                except Exception as error:  # a refusal or a timeout is a figure
-                    heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
+        def heavy_call(tab) -> str:
+            asked = time.perf_counter()
+            try:
+                answer = tab.submit(*HEAVY, api_name="/translate").result(timeout=args.seconds)
+                heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}"))
+            except Exception as error:  # a refusal or a timeout is a figure
+                heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
+            return "heavy"
 
-        threads = [threading.Thread(target=heavy_tab, args=(tab,), daemon=True) for tab in tabs]
-        for thread in threads:
-            thread.start()
+        stop_heavy = load.attackers(*[partial(heavy_call, tab) for tab in tabs], seconds=args.heavy_seconds)
         time.sleep(0.5)  # both heavy requests are in flight
         flood = [tabs[0].submit(s, *load.ORDINARY[1:], api_name="/translate") for s in sentences[: args.flood]]
-        latencies, failures, turn = [], 0, 1
-        while any(thread.is_alive() for thread in threads) and time.monotonic() < started + args.seconds:
-            more, failed = visitor.visit([sentences[turn % len(sentences)]], args.pause)
-            latencies, failures, turn = latencies + more, failures + failed, turn + 1
-        for thread in threads:
-            thread.join(timeout=max(started + args.seconds - time.monotonic(), 1))
+
+        def running() -> bool:
+            return stop_heavy.alive() and time.monotonic() < started + args.seconds
+
+        latencies, failures = visitor.visit([], args.pause, running, more=sentences[1:])
+        stop_heavy()
         wall, cpu = time.monotonic() - started, (load.cpu_ticks(server.pid) - cpu) / os.sysconf("SC_CLK_TCK")
         told = [flood_answer(job, max(started + args.seconds - time.monotonic(), 1)) for job in flood]
         visitor.close()

@@ -1,11 +1,11 @@
 """Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
 translation, and do the server's memory and upload folder stay bounded?
 
-Per attack (in the order of `attacks()`: those that spend the address's quotas of uploads and sessions come late, so
-that each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences at
-the page's defaults, going on while an attack that ends by itself runs. A pass: no visitor failure, latencies of about a
-second (more on a shared core), each attack refused for what it is, memory bounded, no traceback in the server log.
-`--split-cores`: the server and the visitor on the first core, the attackers on the others.
+Per attack (in the order of `attacks()`: those that spend the address's upload and session quotas come late, so that
+each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences, going
+on while an attack that ends by itself runs. A pass: no visitor failure, latencies of about a second, each attack
+refused for what it is, memory bounded, no traceback in the server log. `--split-cores`: the server and the visitor on
+the first core, the attackers on the others.
 
     OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
     [--attacks "queue flood" "slow bodies"] [--split-cores]
@@ -83,45 +83,43 @@ class Target:
     def post(self, route: str, body) -> httpx.Response:
         return load.post(self.http, self.url, route, body)
 
-    def inside(self, sentence: str = SENTENCE) -> list:
-        return [sentence, "beam search", BEAMS, PAGE_TOKENS]
+    def log_since(self, size: int) -> list[str]:
+        return self.log.read_bytes()[size:].decode(errors="replace").splitlines()
 
     def file_job(self, *decoding):
+        """A visitor's file job through gradio_client."""
         from gradio_client import Client, handle_file
 
         client = Client(self.url, verbose=False)
         return client.submit(handle_file(self.source), None, *decoding, api_name="/translate_file")
 
 
+def inside(sentence: str = SENTENCE) -> list:
+    return [sentence, "beam search", BEAMS, PAGE_TOKENS]
+
+
 def file_job(target: Target):
-    """A visitor's file job (gradio_client) at the page's defaults; the visitor asks until its last line is done."""
+    """A visitor's file job at the page's defaults; the visitor asks until its last line is done."""
     job = target.file_job("beam search", BEAMS, PAGE_TOKENS)
-
-    def stop():
-        try:
-            return "the file job came back" if job.result(timeout=600)[0] else "the file job came back empty"
-        except Exception as error:  # the benchmark goes on to the next attack
-            return f"the file job failed ({type(error).__name__})"
-
-    stop.running = lambda: not job.done()
-    return stop
+    yield lambda: not job.done()
+    try:
+        return "the file job came back" if job.result(timeout=600)[0] else "the file job came back empty"
+    except Exception as error:  # the benchmark goes on to the next attack
+        return f"the file job failed ({type(error).__name__})"
 
 
 def session_eviction(target: Target):
     """New sessions in a loop while a visitor's greedy file job runs: the visitor's session must not be pushed out."""
     job = target.file_job("greedy", 1, 64)
     stop_flood = attackers(*[partial(load.raw_translate, target.http, target.url, TINY)] * 4)
-
-    def stop():
-        flooded = stop_flood()
-        try:
-            path, summary, _ = job.result(timeout=300)
-            kept = "the visitor's file job came back" + ("" if path else f" without a file: {summary[:80]}")
-        except Exception as error:
-            kept = f"the visitor's file job was lost ({type(error).__name__})"
-        return f"{flooded}; {kept}"
-
-    return stop
+    yield
+    flooded = stop_flood()
+    try:
+        path, summary, _ = job.result(timeout=300)
+        kept = "the visitor's file job came back" + ("" if path else f" without a file: {summary[:80]}")
+    except Exception as error:
+        kept = f"the visitor's file job was lost ({type(error).__name__})"
+    return f"{flooded}; {kept}"
 
 
 def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3) -> Counter:
@@ -137,7 +135,7 @@ def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3)
 
     try:
         page = Page(target.url)
-        view = page.ask(target.named["inside"], target.inside("A man in a blue jacket is repairing a bicycle."))
+        view = page.ask(target.named["inside"], inside("A man in a blue jacket is repairing a bicycle."))
         shown = outcome(view) == "answered" and "message" not in view["output"]["data"][0]
         told[f"/inside {'answered' if shown else 'refused'}"] += 1
     except Exception as error:
@@ -174,13 +172,10 @@ def inside_redraws(target: Target, sessions: int = 15):
     """`sessions` pages that looked inside, each keeping 3 redraws of its pictures in flight."""
     stopped = threading.Event()
     stop_pages = attackers(*[partial(redraw_session, target, stopped)] * sessions, repeat=False)
-
-    def stop():
-        stopped.set()
-        found = ", ".join(f"{fn_index} {name}" for fn_index, name in target.redraws)
-        return f"{sessions} sessions (redraw events {found}): {stop_pages()}"
-
-    return stop
+    yield
+    stopped.set()
+    found = ", ".join(f"{fn_index} {name}" for fn_index, name in target.redraws)
+    return f"{sessions} sessions (redraw events {found}): {stop_pages()}"
 
 
 def largest_inside_views(target: Target, times: int = 10) -> str:
@@ -190,7 +185,7 @@ def largest_inside_views(target: Target, times: int = 10) -> str:
     client, sizes, messages, failures = Client(target.url, verbose=False), [], Counter(), Counter()
     for _ in range(times):
         try:
-            answer = client.predict(*target.inside(RARE_WORDS), api_name="/inside")
+            answer = client.predict(*inside(RARE_WORDS), api_name="/inside")
         except Exception as error:
             failures[type(error).__name__] += 1
             continue
@@ -216,11 +211,10 @@ def many_files(target: Target, count: int = 999) -> str:
     return f"{count} files in one upload: HTTP {answer.status_code} ({shown}); {other}"
 
 
-def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, seconds: float | None = None):
-    """`count` connections each sending `request`, then `chunk` every `every` s (one thread drips on all), for
-    `seconds` from the first connection (else until stopped); stop() gives the connections."""
-    began, stopped = time.monotonic(), threading.Event()
-    opened = load.connections(url, count, request)
+def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, running=None):
+    """`count` connections each sending `request`, then `chunk` every `every` s (one thread drips on all) until
+    stopped; it yields `running` and ends with the connections."""
+    stopped, opened = threading.Event(), load.connections(url, count, request)
 
     def drip():
         alive = list(opened)
@@ -234,71 +228,51 @@ def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, s
 
     dripper = threading.Thread(target=drip, daemon=True)
     dripper.start()
-
-    def stop():
-        stopped.set()
-        dripper.join(timeout=30)
-        return opened
-
-    stop.running = lambda: seconds is not None and time.monotonic() - began < seconds
-    return stop
+    yield running
+    stopped.set()
+    dripper.join(timeout=30)
+    return opened
 
 
 def trickled_uploads(target: Target, count: int = 210):
     """Uploads declaring 1 MB that trickle their body, 100 bytes a second; before they close, an upload from another
     address."""
     part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="t.txt"\r\nContent-Type: text/plain\r\n\r\n'
-    stop_dripping = dripping(target.url, count, UPLOAD + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
-
-    def stop():
-        opened = stop_dripping()
-        found = load.states(opened, close=False)
-        other = load.upload_from(target.url, "127.0.0.3", 1)
-        load.states(opened)
-        return f"{len(opened):,} connections opened: {counted(found)}; then {other}"
-
-    return stop
+    opened = yield from dripping(target.url, count, UPLOAD + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
+    found = load.states(opened, close=False)
+    other = load.upload_from(target.url, "127.0.0.3", 1)
+    load.states(opened)
+    return f"{len(opened):,} connections opened: {counted(found)}; then {other}"
 
 
 def slow_bodies(target: Target, count: int = 1_100, seconds: float = 35.0):
     """Complete headers of a 200-byte call, then its body one byte every 2 s: past the server's 30 s for a request."""
     request = b"POST /gradio_api/call/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    stop_dripping = dripping(target.url, count, request + b"Content-Length: 200\r\n\r\n", b" ", 2.0, seconds)
-
-    def stop():
-        opened = stop_dripping()
-        return f"{len(opened):,} connections opened, after {seconds:g} s: {counted(load.states(opened))}"
-
-    stop.running = stop_dripping.running
-    return stop
+    request += b"Content-Length: 200\r\n\r\n"
+    opened = yield from dripping(target.url, count, request, b" ", 2.0, load.for_seconds(seconds))
+    return f"{len(opened):,} connections opened, after {seconds:g} s: {counted(load.states(opened))}"
 
 
 def slow_connections(target: Target, count: int):
     """Connections that never finish their request's headers (slowloris)."""
     opened = load.connections(target.url, count, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-
-    def stop():
-        alive = sum(number for state, number in load.states(opened).items() if state != "closed by the server")
-        return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
-
-    return stop
+    yield
+    alive = sum(number for state, number in load.states(opened).items() if state != "closed by the server")
+    return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
 
 
 def held_heartbeats(target: Target, count: int = 1_000):
     """`count` heartbeat streams of one address (127.0.0.2), opened and never read."""
     request = "GET /gradio_api/heartbeat/held-{} HTTP/1.1\r\nHost: x\r\n\r\n".format
     opened = load.connections(target.url, count, lambda number: request(number).encode(), peer="127.0.0.2")
-
-    def stop():
-        refused = load.states(opened, timeout=0.01)["answered 429"]
-        began = time.perf_counter()  # every page closed at once: the server must not stall on their ends
-        target.http.get(f"{target.url}gradio_api/info")
-        return (
-            f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
-            f"answered in {time.perf_counter() - began:.2f} s"
-        )
-
-    return stop
+    yield
+    refused = load.states(opened, timeout=0.01)["answered 429"]
+    began = time.perf_counter()  # every page closed at once: the server must not stall on their ends
+    target.http.get(f"{target.url}gradio_api/info")
+    return (
+        f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
+        f"answered in {time.perf_counter() - began:.2f} s"
+    )
 
 
 def heavy(target: Target):
@@ -309,9 +283,8 @@ def heavy(target: Target):
             uploaded = target.upload("long.txt", handle)
         if uploaded.status_code != 200:
             return f"upload HTTP {uploaded.status_code}"
-        payload = {"path": uploaded.json()[0], "meta": {"_type": "gradio.FileData"}}
-        answer = target.post("call/translate_file", {"data": [payload, None, "beam search", 8, 255]})
-        return f"file job HTTP {answer.status_code}, never read"
+        job = [load.file_value(uploaded.json()[0]), None, "beam search", 8, 255]
+        return f"file job HTTP {target.post('call/translate_file', {'data': job}).status_code}, never read"
 
     def huge_reference():
         reference = "Ein Mann in einer blauen Jacke repariert ein Fahrrad. " * 92_600  # 5 MB
@@ -327,9 +300,7 @@ def server_file(target: Target, files: list[str]) -> str:
     answer that is not a refusal."""
     number = next(target.turn)
     path, (route, body) = files[number % len(files)], FILE_ROUTES[number // 7 % len(FILE_ROUTES)]
-    answer = target.post(
-        route, body({"path": path, "meta": {"_type": "gradio.FileData"}}) | {"fn_index": number // 28 % 8}
-    )
+    answer = target.post(route, body(load.file_value(path)) | {"fn_index": number // 28 % 8})
     return "read" if answer.status_code == 200 else load.one_line(answer)
 
 
@@ -386,9 +357,9 @@ def one_sessions_views(target: Target, views: int = 66) -> str:
     """A visitor looks inside; another session asks for `views` views; the visitor's view must still redraw."""
     visitor, other = Page(target.url), Page(target.url)
     try:
-        outcome(visitor.ask(target.named["inside"], target.inside()))
+        outcome(visitor.ask(target.named["inside"], inside()))
         asked = Counter(
-            outcome(other.ask(target.named["inside"], target.inside(f"A dog number {n} runs."))) for n in range(views)
+            outcome(other.ask(target.named["inside"], inside(f"A dog number {n} runs."))) for n in range(views)
         )
         redrawn = outcome(visitor.ask(target.redraws[-1][0], [None, "cross", 1, 0]))
     finally:
@@ -400,7 +371,7 @@ def one_sessions_views(target: Target, views: int = 66) -> str:
 def views_at_once(target: Target, views: int = 90) -> str:
     """`views` pages each look inside at once, as a class on the Inside tab does, and read their answer."""
     started = time.monotonic()
-    outcomes = load.in_parallel(views, partial(load.page_call, target.url, target.named["inside"], target.inside()))
+    outcomes = load.in_parallel(views, partial(load.page_call, target.url, target.named["inside"], inside()))
     return f"{views} Inside views at once: {counted(outcomes)}, all in {time.monotonic() - started:.1f} s"
 
 
@@ -408,8 +379,8 @@ def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
     """`views` sessions each ask /inside and open their event stream, never read, for `hold` s: the server's RSS."""
     before, largest, held = load.rss_mib(target.server.pid), 0.0, []
     for _ in range(views):
-        session, view = os.urandom(8).hex(), target.inside(FILE_LINE.strip())
-        if load.join(target.http, target.url, target.named["inside"], view, session) == "HTTP 200":
+        session = os.urandom(8).hex()
+        if load.join(target.http, target.url, target.named["inside"], inside(FILE_LINE.strip()), session) == "HTTP 200":
             request = f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
             held += load.connections(target.url, 1, request, receive_buffer=4_096)  # a reader that never reads
     ends = time.monotonic() + hold
@@ -425,20 +396,17 @@ def bad_redraws(target: Target, count: int = 20) -> str:
     """A page looks inside, then sends `count` redraws with values no control offers: the server log's growth."""
     page = Page(target.url)
     try:
-        outcome(page.ask(target.named["inside"], target.inside()))
+        outcome(page.ask(target.named["inside"], inside()))
         time.sleep(0.5)
         before = target.log.stat().st_size
-        answers = Counter(
-            outcome(page.ask(target.redraws[-1][0], [None, *ODD_REDRAWS[n % len(ODD_REDRAWS)]])) for n in range(count)
-        )
+        odd = [[None, *ODD_REDRAWS[n % len(ODD_REDRAWS)]] for n in range(count)]
+        answers = Counter(outcome(page.ask(target.redraws[-1][0], redraw)) for redraw in odd)
         time.sleep(0.5)
-        grown = target.log.read_bytes()[before:].decode(errors="replace")
+        grown = target.log_since(before)
     finally:
         page.close()
-    return (
-        f"{count} redraws outside the choices: {counted(answers)}; server log +{len(grown.splitlines())} lines, "
-        f"{grown.count('Traceback')} tracebacks"
-    )
+    grew = f"server log +{len(grown)} lines, {sum('Traceback' in line for line in grown)} tracebacks"
+    return f"{count} redraws outside the choices: {counted(answers)}; {grew}"
 
 
 def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
@@ -450,9 +418,8 @@ def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
         except OSError:
             return b""
 
-    children = sorted(
-        {int(child) for path in Path(f"/proc/{server_pid}/task").glob("*/children") for child in read(path).split()}
-    )
+    tasks = Path(f"/proc/{server_pid}/task").glob("*/children")
+    children = sorted({int(child) for path in tasks for child in read(path).split()})
     return children, [child for child in children if b"ctranslate2_worker" in read(f"/proc/{child}/cmdline")]
 
 
@@ -468,7 +435,8 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
             size, since = log.stat().st_size, time.monotonic()
     children, workers = ctranslate2_workers(pid)
     if not workers:
-        return lambda: f"no CTranslate2 worker among the server's children {children}"
+        yield
+        return f"no CTranslate2 worker among the server's children {children}"
     victim, killed, began = workers[0], {}, time.monotonic()
 
     def kill():
@@ -483,21 +451,16 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
 
     killer = threading.Thread(target=kill, daemon=True)
     killer.start()
-
-    def stop():
-        killer.join(timeout=30)
-        if not killed:
-            return f"worker {victim} was not killed"
-        now = ctranslate2_workers(pid)[1]
-        lines = log.read_bytes()[size:].decode(errors="replace").splitlines()
-        restarted = f"restarted as {', '.join(map(str, now))}" if now and victim not in now else "NOT restarted"
-        first = f": {lines[0].strip()[:160]}" if lines else ""
-        doing = "while decoding" if killed["busy"] else "idle"
-        grown = f"server log +{len(lines)} line(s){first}"
-        return f"worker {victim} SIGKILLed {killed['at']:.1f} s in ({doing}); {restarted}; {grown}"
-
-    stop.running = lambda: not killed or time.monotonic() - killed["when"] < then
-    return stop
+    yield lambda: not killed or time.monotonic() - killed["when"] < then
+    killer.join(timeout=30)
+    if not killed:
+        return f"worker {victim} was not killed"
+    now, lines = ctranslate2_workers(pid)[1], target.log_since(size)
+    restarted = f"restarted as {', '.join(map(str, now))}" if now and victim not in now else "NOT restarted"
+    first = f": {lines[0].strip()[:160]}" if lines else ""
+    doing = "while decoding" if killed["busy"] else "idle"
+    grew = f"server log +{len(lines)} line(s){first}"
+    return f"worker {victim} SIGKILLed {killed['at']:.1f} s in ({doing}); {restarted}; {grew}"
 
 
 def upload(target: Target) -> str:
@@ -518,40 +481,44 @@ def join_flood(target: Target) -> list[str]:
 
 
 def attacks(target: Target, args) -> dict:
-    """name -> start(), which starts the attack and returns its stop(), in the order they run. The floods are 4
-    threads each: queue flood (3,000 capitals at beam 8, never read), starvation stream (tiny greedy calls without a
-    session, never read), busy clients (tiny calls, each thread its session, read); join flood: 10 new sessions a
-    second for 15 s; session churn: 100 new sessions a second for 30 s, each joining the corpus comparison, unread."""
+    """name -> start(), which starts the attack (a generator, see `load.started`, or its stop()), in the order they
+    run. The floods are 4 threads each: queue flood (3,000 capitals at beam 8, never read), starvation stream (tiny
+    greedy calls without a session, never read), busy clients (tiny calls, each thread its session, read); join flood:
+    10 new sessions a second for 15 s; session churn: 100 new sessions a second for 30 s, each joining the corpus
+    comparison, unread."""
     raw = partial(load.raw_translate, target.http, target.url)
     churn = partial(load.join, target.http, target.url, target.named["comparison"], [])
     torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
 
     def four(call, *arguments, **pace):
-        return attackers(*[partial(call, target, *arguments)] * 4, **pace)
+        return lambda: attackers(*[partial(call, target, *arguments)] * 4, **pace)
 
     def beside(attack):  # an attack that returns its outcome in words
         return lambda: in_background(partial(attack, target))
 
+    def on(attack, *arguments):
+        return partial(attack, target, *arguments)
+
     chosen = {
         "none": lambda: lambda: "no attackers",
-        "file job": lambda: file_job(target),
-        "inside redraws": lambda: inside_redraws(target),
+        "file job": on(file_job),
+        "inside redraws": on(inside_redraws),
         "largest inside views": beside(largest_inside_views),
         "queue flood": lambda: attackers(*[partial(raw, HEAVY, read=False)] * 4),
-        "session eviction": lambda: session_eviction(target),
+        "session eviction": on(session_eviction),
         "starvation stream": lambda: attackers(*[partial(raw, TINY, read=False)] * 4),
         "busy clients": lambda: attackers(*[partial(raw, TINY, session=f"tiny-{n}") for n in range(4)]),
         "many files": beside(many_files),
-        "trickled uploads": lambda: trickled_uploads(target),
-        "upload flood": lambda: four(upload),
-        "slow connections": lambda: slow_connections(target, args.slow),
-        "slow bodies": lambda: slow_bodies(target),
-        "bad calls": lambda: four(bad_call),
-        "heavy": lambda: heavy(target),
-        "server files": lambda: four(server_file, [*SERVER_FILES, str(torch_lib)]),
-        "held heartbeats": lambda: held_heartbeats(target),
-        "odd reads": lambda: four(odd_read),
-        "join flood": lambda: four(join_flood, rate=10, seconds=15, unit="sessions"),
+        "trickled uploads": on(trickled_uploads),
+        "upload flood": four(upload),
+        "slow connections": on(slow_connections, args.slow),
+        "slow bodies": on(slow_bodies),
+        "bad calls": four(bad_call),
+        "heavy": on(heavy),
+        "server files": four(server_file, [*SERVER_FILES, str(torch_lib)]),
+        "held heartbeats": on(held_heartbeats),
+        "odd reads": four(odd_read),
+        "join flood": four(join_flood, rate=10, seconds=15, unit="sessions"),
         "session churn": lambda: attackers(*[churn] * 8, rate=100, seconds=30, unit="sessions"),
         "slow links": beside(slow_links),
         "churn then learners": beside(churn_then_learners),
@@ -561,7 +528,7 @@ def attacks(target: Target, args) -> dict:
         "bad redraws": beside(bad_redraws),
     }
     if args.backend == "ctranslate2":  # last: if no worker is started again, nothing decodes
-        chosen["killed worker"] = lambda: killed_worker(target)
+        chosen["killed worker"] = on(killed_worker)
     return chosen
 
 
@@ -598,13 +565,9 @@ def main():
                 for name, start in attacks(target, args).items():
                     if args.attacks and name not in args.attacks:
                         continue
-                    stop = start()
+                    stop = load.started(start())
                     time.sleep(0.5)
-                    latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], args.pause)
-                    running, deadline = getattr(stop, "running", lambda: False), time.monotonic() + 600
-                    while running() and time.monotonic() < deadline:  # an attack that ends by itself: visit on
-                        more, more_failures = visitor.visit(sentences[1:2], args.pause)
-                        latencies, failures = latencies + more, failures + more_failures
+                    latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], args.pause, stop.running)
                     rows.append([name, len(latencies), failures, *load.seconds_row(latencies)])
                     told.append(f"# {name}: {stop()}")
                     rss, size = load.rss_mib(server.pid), load.folder_mb(uploads)
@@ -628,10 +591,7 @@ def main():
     for line in told:
         print(line)
     harness.print_table(["server", "RSS (MiB)", "upload folder (MB)"], memory)
-    print(
-        f"# server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks, "
-        f"{log.count('Too many open')} 'Too many open files'"
-    )
+    print(f"# {load.server_log(log)}, {log.count('Too many open')} 'Too many open files'")
     print(f"# {harness.describe_machine(args.threads)}")
 
 

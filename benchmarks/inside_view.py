@@ -1,11 +1,9 @@
 """What a visitor waits for on the Inside the Transformer tab, and the work it costs against the engine's estimate.
 
-On the shipped model loaded as the app loads it (eager attention, the app's limits), the README's 20-word sentence:
-`inside_request` (the search and the teacher-forced pass with attention weights), `draw_inside` of the page's first
-choice, the view as JSON, and `draw_attention` alone (a change of kind, layer or head); medians of `--rounds`. Then the
-worst case the bounds allow (`inside.MAX_PIECES`, `view_request.MAX_VIEW_BYTES`) against the 29 rare-letter words that
-were 48 MB of JSON before the bounds, and what the page's `ViewStore` keeps of it. Then the work factor
-(`view_request.WORK_FACTOR`): the CPU seconds of `inside_request` over the engine's estimate it is admitted with.
+On the shipped model as the app loads it, the README's 20-word sentence: each step of a view and a redraw (medians of
+`--rounds`); then the worst case the bounds allow (`inside.MAX_PIECES`, `view_request.MAX_VIEW_BYTES`) against the 29
+rare-letter words that were 48 MB of JSON before the bounds, and what the `ViewStore` keeps of it; then the CPU
+seconds of `inside_request` over the estimate it is admitted with (`view_request.WORK_FACTOR`).
 
     OMP_NUM_THREADS=1 taskset -c 1 python -m benchmarks.inside_view --threads 1 [--quick]
 """

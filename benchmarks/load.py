@@ -1,9 +1,10 @@
 """The one load harness of the attack and load benchmarks (the app's tests import its page client from here).
 
-An attack returns a `stop()` that ends it and says in words what the attackers got; `stop.running()`, where it has
-one, says whether an attack that ends by itself is still going.
+An attack is started by a call that returns its `stop()`, which ends it and says in words what the attackers got;
+`stop.running()` says whether an attack that ends by itself is still going. `started` makes that of a generator.
 """
 
+import inspect
 import itertools
 import json
 import os
@@ -80,6 +81,10 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
             output.close()
 
 
+def server_log(log: str) -> str:
+    return f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks"
+
+
 def rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     return next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
@@ -103,8 +108,7 @@ def seconds_row(latencies: list[float]) -> list[str]:
 
 
 def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
-    """From /config: {api_name: fn_index} of the named events, and [(fn_index, name)] of the Inside tab's redraws
-    (private events with 4 inputs: the session's view, kind, layer, head)."""
+    """{api_name: fn_index} of the named events, [(fn_index, name)] of the Inside tab's redraws (4 private inputs)."""
     named, redraws = {}, []
     for place, dependency in enumerate(httpx.get(f"{url}config", timeout=30).json()["dependencies"]):
         fn_index, name = dependency.get("id", place), dependency.get("api_name")
@@ -115,6 +119,11 @@ def events(url: str) -> tuple[dict, list[tuple[int, str | None]]]:
     return named, redraws
 
 
+def file_value(path: str) -> dict:
+    """A file the server stores, as a call names it."""
+    return {"path": path, "meta": {"_type": "gradio.FileData"}}
+
+
 def call_body(fn_index: int, data: list, session: str | None = None) -> dict:
     """A queue/join or run/predict call as the page sends it (in a new session if none)."""
     session = session or os.urandom(8).hex()
@@ -122,9 +131,9 @@ def call_body(fn_index: int, data: list, session: str | None = None) -> dict:
 
 
 class Page:
-    """A page's session as the browser runs it: its heartbeat open while the page is (`settle`: open before the first
-    call, else alongside it; none with `heartbeat=False`, a script posting and leaving). From `peer`, a loopback
-    address the connections start from; with `address`, every request names it in X-Forwarded-For."""
+    """A page's session as the browser runs it, its heartbeat open while the page is (`settle`: before the first call;
+    none for a script posting and leaving). `peer`: the loopback address it connects from; `address`: its
+    X-Forwarded-For."""
 
     def __init__(
         self, url: str, address: str | None = None, peer: str | None = None, heartbeat: bool = True, settle: bool = True
@@ -153,7 +162,7 @@ class Page:
         return self.http.post(f"{self.url}gradio_api/queue/join", json=call_body(fn_index, data, self.session))
 
     def messages(self):
-        """The session's event stream, message by message; {"refused": status} if it is not opened."""
+        """The session's event stream, message by message, or {"refused": status}."""
         with self.http.stream("GET", f"{self.url}gradio_api/queue/data", params={"session_hash": self.session}) as data:
             if data.status_code != 200:
                 yield {"refused": data.status_code}
@@ -163,7 +172,7 @@ class Page:
                     yield json.loads(line[5:])
 
     def read(self, count: int = 1) -> list[dict]:
-        """The session's stream until `count` calls have completed: their `process_completed` messages."""
+        """The `process_completed` messages of the session's next `count` calls."""
         done = []
         for message in self.messages():
             if message.get("msg") == "process_completed" or "refused" in message:
@@ -178,7 +187,7 @@ class Page:
         return (self.read() or [{}])[0] if status == 200 else {"refused": status}
 
     def run(self, fn_index: int, data: list) -> dict:
-        """An event outside the queue, as the page calls it: its answer, or {"refused": status}."""
+        """An event outside the queue: its answer, or {"refused": status}."""
         answer = self.http.post(f"{self.url}gradio_api/run/predict", json=call_body(fn_index, data, self.session))
         return answer.json() if answer.status_code == 200 else {"refused": answer.status_code}
 
@@ -198,7 +207,7 @@ def outcome(message: dict) -> str:
 
 
 def page_call(url: str, fn_index: int, data: list, **page) -> str:
-    """A page opened, one call asked and read, the page closed: the call's outcome."""
+    """The outcome of a call from a page opened for it."""
     visitor = Page(url, **page)
     try:
         return outcome(visitor.ask(fn_index, data))
@@ -217,15 +226,14 @@ def in_parallel(count: int, target) -> Counter:
     return stop.outcomes
 
 
-def post(http: httpx.Client, url: str, route: str, body, **headers) -> httpx.Response:
-    """A POST to /gradio_api/`route` of a JSON body (bytes as they are, anything else encoded)."""
+def post(http: httpx.Client, url: str, route: str, body) -> httpx.Response:
+    """A POST of JSON (bytes sent as they are) to /gradio_api/`route`."""
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", **headers}
-    return http.post(f"{url}gradio_api/{route}", content=content, headers=headers)
+    return http.post(f"{url}gradio_api/{route}", content=content, headers={"Content-Type": "application/json"})
 
 
 def raw_translate(http: httpx.Client, url: str, data: list, session: str | None = None, read: bool = True) -> str:
-    """A call of /translate without a page: its outcome in a word."""
+    """The outcome of a call of /translate without a page."""
     posted = post(http, url, "call/translate", {"data": data} | ({"session_hash": session} if session else {}))
     if posted.status_code != 200:
         return f"HTTP {posted.status_code}"
@@ -238,7 +246,7 @@ def raw_translate(http: httpx.Client, url: str, data: list, session: str | None 
 
 
 def join(http: httpx.Client, url: str, fn_index: int, data: list, session: str | None = None) -> str:
-    """A queue/join post in `session` (a new one if none), never read: its status."""
+    """The status of a queue/join never read (in a new session if none)."""
     return f"HTTP {post(http, url, 'queue/join', call_body(fn_index, data, session)).status_code}"
 
 
@@ -253,7 +261,7 @@ def one_line(response: httpx.Response) -> str:
 
 
 def upload_from(url: str, peer: str, number: int) -> str:
-    """One small upload over a connection from `peer` (a loopback address): its status, in words."""
+    """One small upload from `peer` (a loopback address), in words."""
     with httpx.Client(timeout=30, transport=httpx.HTTPTransport(local_address=peer)) as http:
         try:
             status = http.post(f"{url}gradio_api/upload", files={"files": ("u.txt", f"A dog {number}.")}).status_code
@@ -263,8 +271,8 @@ def upload_from(url: str, peer: str, number: int) -> str:
 
 
 def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
-    """Up to `count` connections (from `peer` if given), each sending `request` (bytes, or a function of its number)
-    and nothing more: as many as the machine lets open. A small `receive_buffer` makes a reader that never reads."""
+    """Up to `count` connections (as many as the machine lets open), each sending `request` (bytes, or a function of
+    its number) and nothing more. A small `receive_buffer` makes a reader that never reads."""
     opened, port = [], int(url.rsplit(":", 1)[1].strip("/"))
     for number in range(count):
         try:
@@ -297,19 +305,19 @@ def states(opened: list[socket.socket], close: bool = True, timeout: float = 0.0
 
 
 def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped: threading.Event | None = None):
-    """Each target in a thread of its own, called again and again until stopped (or once, `repeat=False`); with
-    `rate`, that many calls a second in all, for `seconds` at most. What the calls return (a label, or labels; an
-    exception, its name) is counted; with `unit`, said per `unit` made and at what pace. `stopped`: the event that
-    stop() sets (targets may wait on it)."""
+    """Each target in a thread of its own, called until stopped (once with `repeat=False`), for `seconds` at most;
+    with `rate`, that many calls a second in all. Their labels (an exception: its name) are counted; with `unit`, said
+    per `unit` and at what pace. `stopped`: the event stop() sets (targets may wait on it)."""
     outcomes, lock, stopped = Counter(), threading.Lock(), stopped or threading.Event()
     turns, done, began = itertools.count(), Counter(), time.monotonic()
 
     def loop(target):
         while not stopped.is_set():
-            if rate is not None:
-                due = next(turns) / rate
-                if (seconds is not None and due >= seconds) or stopped.wait(max(0.0, began + due - time.monotonic())):
-                    return
+            due = next(turns) / rate if rate else time.monotonic() - began
+            if seconds is not None and due >= seconds:
+                return
+            if rate and stopped.wait(max(0.0, began + due - time.monotonic())):
+                return
             try:
                 labels = target()
             except Exception as error:  # an attacker's own failure is an outcome, not the benchmark's end
@@ -336,11 +344,12 @@ def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped
 
     stop.outcomes = outcomes
     stop.running = lambda: seconds is not None and time.monotonic() - began < seconds and not stopped.is_set()
+    stop.alive = lambda: any(thread.is_alive() for thread in threads)
     return stop
 
 
 def in_background(target):
-    """`target()` (its outcome in words) once in a thread; running until it has returned."""
+    """`target()` (its outcome in words) once in a thread, running until it returns."""
     outcome = []
 
     def run():
@@ -360,22 +369,53 @@ def in_background(target):
     return stop
 
 
+def for_seconds(seconds: float):
+    """A `running()` that is true for `seconds` from now."""
+    ends = time.monotonic() + seconds
+    return lambda: time.monotonic() < ends
+
+
+def started(attack):
+    """The stop() of an attack (as is), or of an attack written as a generator: its code to its `yield` starts it (what
+    it yields: its `running()`, if it ends by itself), the rest ends it and returns what the attackers got."""
+    if not inspect.isgenerator(attack):
+        attack.running = getattr(attack, "running", lambda: False)
+        return attack
+    running = next(attack) or (lambda: False)
+
+    def stop() -> str:
+        try:
+            next(attack)
+        except StopIteration as end:
+            return end.value
+        raise RuntimeError("an attack yields once")
+
+    stop.running = running
+    return stop
+
+
 class Visitor:
-    """The ordinary visitor in a process of its own, one gradio_client session for the whole run, as on a machine of
-    its own (attackers' threads in this process would hold its interpreter); `address`: its X-Forwarded-For."""
+    """The ordinary visitor: one gradio_client session in a process of its own, as on a machine of its own (the
+    attackers' threads would hold this interpreter); `address`: its X-Forwarded-For."""
 
     def __init__(self, url: str, address: str | None = None, cores: set[int] | None = None):
         code = "from benchmarks.load import visitor_process; visitor_process()"
         command = [sys.executable, "-c", code, url, *([address] if address else [])]
         self.process = Popen(command, cwd=ROOT, stdin=PIPE, stdout=PIPE, text=True, preexec_fn=pinned_to(cores))
 
-    def visit(self, sentences: list[str], pause: float) -> tuple[list[float], int]:
-        """Each sentence translated at the page's defaults, `pause` s apart: (latencies, failures)."""
+    def visit(self, sentences: list[str], pause: float, running=lambda: False, more=None) -> tuple[list[float], int]:
+        """Each sentence translated at the page's defaults, `pause` s apart, then those of `more` (else the same) in
+        turn while `running()`, 600 s at most: (latencies, failures)."""
         self.process.stdin.write(json.dumps({"sentences": sentences, "pause": pause}) + "\n")
         self.process.stdin.flush()
         if not (reply := self.process.stdout.readline()):
             raise RuntimeError("the visitor's process ended")
-        return json.loads(reply)
+        latencies, failures = json.loads(reply)
+        turns, deadline = itertools.cycle(more or sentences), time.monotonic() + 600
+        while (more or sentences) and running() and time.monotonic() < deadline:
+            latency, failed = self.visit([next(turns)], pause)
+            latencies, failures = latencies + latency, failures + failed
+        return latencies, failures
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -383,8 +423,8 @@ class Visitor:
 
 
 def visitor_process() -> None:
-    """Each line on stdin {"sentences": [...], "pause": s} is answered by a line [latencies, failures]. A failure: an
-    answer without a translation, with a notice, or an error."""
+    """Each line {"sentences": [...], "pause": s} on stdin answered by [latencies, failures] (a failure: an answer
+    without a translation, with a notice, or an error)."""
     from gradio_client import Client
 
     headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None

@@ -1,16 +1,14 @@
 """An hour of mixed ordinary use against the running app: does the server's memory stay flat once it is warm?
 
-The app as `benchmarks.arena_attacks` starts it, with its own upload folder. For `--minutes`, page sessions (each kind
-from its own address) open as a browser opens them (the page, /config, the corpus table, the status line, the first
-timer tick: 5 calls counted under "open"), and a visitor of the kind comes again a little after the last left:
-translators, arena players (battle, read, vote), an Inside user (a view, its pictures, three redraws), a leaderboard
-reader, and a file job every 30 s (upload, translate, download). A line a minute: RSS, threads, calls answered/failed
-per kind, the translators' median and largest latency; at the end the RSS at `--warm_up` minutes and at the end, and
-the slope over the second half. A pass: no failed call, a flat slope (a few MiB a minute at most).
+The app as `benchmarks.arena_attacks` starts it. For `--minutes`, page sessions (each kind from its own address) open
+as a browser opens them (5 calls counted under "open"), and a visitor of the kind comes again a little after the last
+left: translators, arena players, an Inside user, a leaderboard reader, and a file job every 30 s. A line a minute:
+RSS, threads, calls answered/failed per kind, the translators' latencies; at the end the RSS at `--warm_up` minutes
+and at the end, and the slope over the second half. A pass: no failed call, a slope of a few MiB a minute at most.
 
-`--trace counts`: the server reports what it holds (glibc's heap, Gradio's sessions and containers, ours, the object
-types grown, what `malloc_trim(0)` gives back) at `--warm_up` minutes and at the end, through a `sitecustomize` written
-here (app.py unchanged). glibc's settings are tried as `MALLOC_ARENA_MAX=2 python -m ...`: the server inherits them.
+`--trace counts`: the server reports what it holds (glibc's heap, Gradio's sessions counted by type, our containers,
+the object types grown, what `malloc_trim(0)` gives back) at `--warm_up` minutes and at the end, through a
+`sitecustomize` (app.py unchanged). glibc's settings are tried as `MALLOC_ARENA_MAX=2 python -m ...`.
 
     OMP_NUM_THREADS=1 nice -n 5 python -m benchmarks.mixed_use --threads 1 [--minutes 60] [--trace counts]
 """
@@ -23,13 +21,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import httpx
 
 from benchmarks import harness
 from benchmarks.arena_attacks import CAPTIONS, better, serve
-from benchmarks.load import BEAMS, PAGE_TOKENS, Page, events, folder_mb, outcome, rss_mib
+from benchmarks.load import ORDINARY, Page, events, file_value, folder_mb, outcome, rss_mib, server_log
 
 TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
     "192.0.2.10 203.0.113.5 198.51.100.20 192.0.2.30 198.51.100.40".split()
@@ -37,8 +36,7 @@ TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
 KINDS = ("open", "translate", "arena", "inside", "board", "file")
 ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds of attention
 
-# `sitecustomize.py` in a folder on the server's PYTHONPATH: Python imports it at start-up, before app.py. A diagnosis
-# of what Gradio holds, so it reads Gradio's own attributes (the tests' check of private names leaves this file out).
+# `sitecustomize.py` in a folder on the server's PYTHONPATH: Python imports it at start-up, before app.py.
 IN_THE_SERVER = r'''
 """benchmarks.mixed_use --trace: a report into $MIXED_USE_TRACE.<n> at each SIGUSR1."""
 import ctypes, gc, os, signal, sys, threading
@@ -57,40 +55,24 @@ def heap():
             f"free), mmapped {info.hblkhd / mib:,.0f} MiB in {info.hblks:,} blocks")
 
 
-def sizes(owner):
-    found = [(name, len(value)) for name, value in vars(owner).items() if isinstance(value, Sized)]
-    return ", ".join(f"{name} {size:,}" for name, size in found if size) or "all empty"
-
-
-def text_bytes(value, seen):
-    """Bytes of the strings in a page value (a base64 picture is one), each counted once."""
-    if isinstance(value, (str, bytes)):
-        return 0 if id(value) in seen or seen.add(id(value)) else sys.getsizeof(value)
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-    return sum(text_bytes(item, seen) for item in items)
-
-
-def containers():
-    app = getattr(sys.modules.get("__main__"), "APP", None)
-    if app is None:
-        return ["no APP in __main__"]
-    kept, seen = list(app.demo.state_holder.session_data.values()), set()
-    held = sum(text_bytes(session.config_values, seen) for session in kept) / 2**20
-    lines = [f"gradio sessions kept: {len(kept):,} ({sum(s.is_closed for s in kept):,} closed), {held:,.1f} MiB of "
-             "text in their page values", f"gradio queue: {sizes(app.demo._queue)}"]
-    for name, part in parts(app):  # our objects and theirs, a level down
-        lines += [f"ours: {name}: {sizes(part)}"] + [f"ours: {name}.{n}: {sizes(p)}" for n, p in parts(part)]
+def ours(owner, depth=2):
+    """The sizes of our objects' containers, from the app down `depth` levels."""
+    lines = []
+    for name, part in vars(owner).items():
+        if type(part).__module__.startswith("transformer_en_de") and hasattr(part, "__dict__"):
+            found = [(n, len(v)) for n, v in vars(part).items() if isinstance(v, Sized) and len(v)]
+            lines.append(f"ours: {name}: " + (", ".join(f"{n} {size:,}" for n, size in found) or "all empty"))
+            lines += [f"ours: {name}.{line[6:]}" for line in (ours(part, depth - 1) if depth > 1 else [])]
     return lines
-
-
-def parts(owner):
-    found = vars(owner).items()
-    return [(n, p) for n, p in found if type(p).__module__.startswith("transformer_en_de") and hasattr(p, "__dict__")]
 
 
 def report(number):
     gc.collect()
-    types, lines = Counter(type(thing).__qualname__ for thing in gc.get_objects()), [heap()] + containers()
+    types = Counter(type(thing).__qualname__ for thing in gc.get_objects())
+    # Gradio keeps a SessionState and a BlocksConfig per page session, closed or not, for its hour
+    lines = [heap(), f"gradio sessions kept: {types['SessionState']:,} (BlocksConfig {types['BlocksConfig']:,})"]
+    app = getattr(sys.modules.get("__main__"), "APP", None)
+    lines += ours(app) if app is not None else ["no APP in __main__"]
     if not first:
         first.update(types=types)
         lines.append("(the first report: later ones say what grew since)")
@@ -211,7 +193,7 @@ def visits(site: Site, kind: str, address: str, step, stay: tuple[float, float],
 
 def translating(site: Site, page: Page) -> bool:
     sentence = random.choice(site.sentences)
-    site.ask(page, "translate", site.named["translate"], [sentence, "beam search", BEAMS, PAGE_TOKENS, ""])
+    site.ask(page, "translate", site.named["translate"], [sentence, *ORDINARY[1:]])
     return site.pause(3, 8)
 
 
@@ -223,8 +205,7 @@ def playing(site: Site, page: Page) -> bool:
 
 
 def looking_inside(site: Site, page: Page) -> bool:
-    look = [random.choice(site.sentences), "beam search", BEAMS, PAGE_TOKENS]
-    if site.ask(page, "inside", site.named["inside"], look):
+    if site.ask(page, "inside", site.named["inside"], [random.choice(site.sentences), *ORDINARY[1:4]]):
         site.ask(page, "inside", site.draw_inside, [None, "cross", 1, 0])  # the pictures, once the view has come
         for _ in range(3):
             if site.pause(3, 8):
@@ -239,41 +220,31 @@ def reading_the_board(site: Site, page: Page) -> bool:
     return site.pause(5, 15)
 
 
-def file_jobs(site: Site, lines: int) -> None:
-    """A file job every 30 s (the next at once if one took longer), each from a page of its own; its download counted
-    only if it fails."""
-    while not site.stopped.is_set():
-        started, page = time.monotonic(), None
-        try:
-            page = site.open(FILE_JOBS)
-            text = "".join(random.choice(site.sentences) + "\n" for _ in range(lines))
-            stored = page.http.post(f"{site.url}gradio_api/upload", files={"files": ("job.txt", text.encode())})
-            if stored.status_code != 200:
-                site.count("file", f"upload HTTP {stored.status_code}")
-                continue
-            source = {"path": stored.json()[0], "meta": {"_type": "gradio.FileData"}}
-            job = [source, None, "beam search", BEAMS, PAGE_TOKENS]
-            result = site.ask(page, "file", site.named["translate_file"], job)
-            if result and result[0] and (status := page.http.get(result[0]["url"]).status_code) != 200:
-                site.count("file", f"download HTTP {status}")
-        except Exception as error:  # the next job comes all the same
-            site.count("file", type(error).__name__)
-        finally:
-            if page is not None:
-                page.close()
-            site.stopped.wait(max(0.0, 30 - (time.monotonic() - started)))
+def filing(site: Site, page: Page, lines: int) -> bool:
+    """A file job (upload, translate, download: counted only if it fails), the next 30 s after this one began."""
+    started = time.monotonic()
+    text = "".join(random.choice(site.sentences) + "\n" for _ in range(lines))
+    stored = page.http.post(f"{site.url}gradio_api/upload", files={"files": ("job.txt", text.encode())})
+    if stored.status_code != 200:
+        site.count("file", f"upload HTTP {stored.status_code}")
+        return site.stopped.wait(max(0.0, 30 - (time.monotonic() - started)))
+    job = [file_value(stored.json()[0]), None, *ORDINARY[1:4]]
+    if (result := site.ask(page, "file", site.named["translate_file"], job)) and result[0]:
+        if (status := page.http.get(result[0]["url"]).status_code) != 200:
+            site.count("file", f"download HTTP {status}")
+    return site.stopped.wait(max(0.0, 30 - (time.monotonic() - started)))
 
 
 def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Site, list, float]:
     """The visitors for `--minutes`, a line a minute: the site (its tally), the memory per minute, the upload folder's
     MB."""
     site = Site(url, sentences)
-    kinds = [(translating, "translate", TRANSLATORS, (60, 240), (5, 30))] * args.translators
-    kinds += [(playing, "arena", PLAYERS, (120, 300), (5, 30))] * args.players
-    kinds += [(looking_inside, "inside", INSIDE_USERS, (120, 240), (5, 30))]
-    kinds += [(reading_the_board, "board", READERS, (0, 0), (20, 40))]
-    threads = [threading.Thread(target=visits, args=(site, k, a, v, s, g), daemon=True) for v, k, a, s, g in kinds]
-    threads.append(threading.Thread(target=file_jobs, args=(site, args.file_lines), daemon=True))
+    kinds = [("translate", TRANSLATORS, translating, (60, 240), (5, 30))] * args.translators
+    kinds += [("arena", PLAYERS, playing, (120, 300), (5, 30))] * args.players
+    kinds += [("inside", INSIDE_USERS, looking_inside, (120, 240), (5, 30))]
+    kinds += [("board", READERS, reading_the_board, (0, 0), (20, 40))]
+    jobs = [("file", FILE_JOBS, partial(filing, lines=args.file_lines), (0, 0), (1, 1))]
+    threads = [threading.Thread(target=visits, args=(site, *kind), daemon=True) for kind in kinds + jobs]
     header = f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  " + "  ".join(f"{kind:<6}" for kind in KINDS)
     print(
         f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(kinds)} visitors at once and a file job of "
@@ -336,9 +307,7 @@ def main():
     print(f"failed calls: {told or 'none'}")
     timed = [f"{kind} {statistics.median(s):.2f} / {max(s):.2f}" for kind, s in site.seconds.items() if s]
     print(f"queued calls' seconds over the run, median / max: {', '.join(timed)}")
-    print(
-        f"server log: {len(log.encode()):,} bytes, {log.count('Traceback')} tracebacks; upload folder {uploads:,.1f} MB"
-    )
+    print(f"{server_log(log)}; upload folder {uploads:,.1f} MB")
 
 
 if __name__ == "__main__":

@@ -1157,13 +1157,10 @@ def test_the_app_reads_no_private_state_of_gradio():
     from conftest import ROOT
 
     found = subprocess.run(
-        # benchmarks/mixed_use.py's --trace report counts what Gradio holds in the server under test: a diagnosis,
-        # nothing the app relies on
         [
             "grep",
             "-rnE",
             "--include=*.py",
-            "--exclude=mixed_use.py",
             PRIVATE_NAMES,
             "app.py",
             "transformer_en_de",

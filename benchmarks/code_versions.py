@@ -1,7 +1,5 @@
-"""Decoding speed of an earlier commit's model code against today's, as a Hub user runs it, each in its own process.
-
-The shipped folder with `modeling/` as at `--baseline` and as it is, loaded by a worker outside the repository as
-`trust_remote_code` does, translates test_2016_flickr with `generate()` at batch 1 and 32, in turns every round.
+"""Decoding speed of an earlier commit's model code against today's, as a Hub user runs it (`trust_remote_code`, a
+worker outside the repository that imports nothing of the project), each in its own process, in turns every round.
 
     python -m benchmarks.code_versions --baseline bd87c05 [--baseline-kernels blas onednn] [--compiled]
         [--no-variants] [--threads 1] [--rounds 3] [--quick]
@@ -35,7 +33,7 @@ def git(*arguments: str) -> str:
 
 
 def folder_with_code(destination: Path, revision: str | None) -> Path:
-    """The shipped folder with the code of modeling/ as it is (None) or as it was at `revision`."""
+    """The shipped folder with modeling/ as it is (None) or as it was at `revision`."""
     shutil.copytree(ROOT / "models" / "transformer-en-de", destination, ignore=shutil.ignore_patterns("*.py"))
     names = git("ls-tree", "--name-only", revision, "modeling/").split() if revision else os.listdir(ROOT / "modeling")
     for name in (Path(name).name for name in names):
@@ -66,7 +64,7 @@ def worker(spec: dict) -> dict:
     if spec.get("compiled"):
         settings["compile_config"] = CompileConfig(fullgraph=True)
         settings["compile_config"]._compile_all_devices = True  # generate() compiles on accelerators only unless told
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     batches = [tokenizer(texts, padding=True, return_tensors="pt") for texts in spec["batches"]]
 
     def run_all(batches):
@@ -86,22 +84,18 @@ def worker(spec: dict) -> dict:
 
 
 def run_worker(spec: dict, scratch: Path) -> dict:
-    spec_file = scratch / "spec.json"
-    spec_file.write_text(json.dumps(spec))
+    from benchmarks import harness
+
+    (scratch / "spec.json").write_text(json.dumps(spec))
     # This file run as a script, outside the repository: the worker can import nothing of the project.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", HF_MODULES_CACHE=str(scratch / "modules"))
-    command = [sys.executable, __file__, "--worker", str(spec_file)]
-    done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"worker {spec['name']} failed:\n{done.stderr[-3000:]}")
-    return json.loads(spec_file.with_suffix(".result.json").read_text())
+    return harness.json_from_child(__file__, "--worker", str(scratch / "spec.json"), env=env, cwd=scratch)
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        spec_file = Path(sys.argv[2])
-        spec_file.with_suffix(".result.json").write_text(json.dumps(worker(json.loads(spec_file.read_text()))))
+        print(json.dumps(worker(json.loads(Path(sys.argv[2]).read_text()))))
         return
     from benchmarks import harness  # not in the worker: it imports the project
     from tokenizer import load_tokenizer

@@ -1,29 +1,53 @@
 """Where a decoding step's time goes: torch's operators by input shape (the profiler adds to what it measures: read
 shares as where to look), and the time per step of the same layout at d_model 16, the Python around them.
 `--cache` instead: generation with the key/value cache against none and a static one, random weights.
+`--marian` instead: our model against MarianMT at opus-mt-en-de's size (random weights: it cannot be downloaded here;
+every output is forced to one length, so speed does not depend on the weights); peak memory: a fresh process's peak
+RSS over its RSS after the imports.
 
     python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1] [--cache [--quick]]
+    python -m benchmarks.decode_profile --marian [--quick]
 """
 
+import argparse
+import json
+import resource
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from transformers import MarianConfig, MarianMTModel
 
 from benchmarks import harness
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from modeling.modeling_transformer_mt import set_translation_defaults
+from tokenizer import load_tokenizer
+from transformer_en_de.decoding import loading
 
 PYTHON_PATH_STEPS = 20
 CACHES = {"cache": {}, "no cache": {"use_cache": False}, "static cache": {"cache_implementation": "static"}}
+OURS, MARIAN = "ours", "MarianMT (opus-mt-en-de size)"
+# Helsinki-NLP/opus-mt-en-de's config.json: its architecture, filled with random weights here.
+OPUS_MT_EN_DE = """{"vocab_size": 58101, "decoder_vocab_size": 58101, "d_model": 512, "encoder_layers": 6,
+    "decoder_layers": 6, "encoder_attention_heads": 8, "decoder_attention_heads": 8, "encoder_ffn_dim": 2048,
+    "decoder_ffn_dim": 2048, "activation_function": "swish", "max_position_embeddings": 512, "scale_embedding": true,
+    "share_encoder_decoder_embeddings": true, "pad_token_id": 58100, "eos_token_id": 0,
+    "decoder_start_token_id": 58100}"""
 
 
 def options(parser):
-    parser.add_argument("--batch-size", type=int, default=1, help="sentences per generate() call")
+    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
+    parser.add_argument("--batch-size", type=int, help="sentences per generate() call (default 1; --marian 32)")
     parser.add_argument("--sentences", type=int, default=40, help="sentences of test_2016_flickr to profile")
     parser.add_argument("--top", type=int, default=12, help="operators to list")
     parser.add_argument("--cache", action="store_true", help="time generation with and without the cache instead")
-    parser.add_argument("--new-tokens", type=int, default=32, help="--cache: tokens generated per output")
+    parser.add_argument("--new-tokens", type=int, help="--cache, --marian: tokens generated per output (32; 20)")
+    parser.add_argument("--marian", action="store_true", help="our model against MarianMT's size instead")
+    parser.add_argument("--num-beams", type=int, default=4, help="--marian: beams for both models")
+    parser.add_argument("--memory-of", choices=[OURS, MARIAN], help=argparse.SUPPRESS)
+    parser.add_argument("--memory-folder", type=Path, help=argparse.SUPPRESS)
 
 
 def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: int) -> tuple[list[list], float]:
@@ -91,11 +115,95 @@ def cache_table(args, tokenizer) -> None:
     harness.print_table(header + ["static cache vs dynamic (wall)"], rows)
 
 
+def load(which: str, folder: str):
+    """Our model in `folder`, or MarianMT at opus-mt-en-de's size with random weights."""
+    if which == OURS:
+        return TransformerMTForConditionalGeneration.from_pretrained(folder).eval()
+    torch.manual_seed(0)
+    return MarianMTModel(MarianConfig(**json.loads(OPUS_MT_EN_DE))).eval()
+
+
+def inputs_for(model, our_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Ours for our model; for MarianMT random ids of the same lengths, each ending in </s>."""
+    if not isinstance(model, MarianMTModel):
+        return our_inputs
+    config, mask = model.config, our_inputs["attention_mask"]
+    ids = torch.randint(1, config.vocab_size - 1, mask.shape, generator=torch.Generator().manual_seed(0))
+    ids[torch.arange(mask.shape[0]), mask.sum(1) - 1] = config.eos_token_id
+    return {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask.clone()}
+
+
+def forced_length(model, inputs, args) -> torch.Tensor:
+    with torch.inference_mode():
+        length = dict(min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens)
+        return model.generate(**inputs, num_beams=args.num_beams, do_sample=False, **length)
+
+
+def marian_memory_child(args) -> None:
+    baseline = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+    model = load(args.memory_of, args.model)
+    forced_length(model, inputs_for(model, torch.load(args.memory_folder / "inputs.pt")), args)
+    print(json.dumps({"peak": harness.peak_rss_bytes() - baseline}))
+
+
+def against_marian(args, tokenizer) -> None:
+    models = {name: load(name, args.model) for name in (OURS, MARIAN)}
+    english, _ = harness.sample_sentences("test_2016_flickr", args.batch_size)
+    single_count, rounds = (4, 1) if args.quick else (8, 3)
+    singles = [tokenizer(sentence, return_tensors="pt") for sentence in english[:single_count]]
+    batch = tokenizer(english, padding=True, return_tensors="pt")
+
+    def one_by_one(model):
+        inputs = [inputs_for(model, single) for single in singles]
+        return lambda: [forced_length(model, one, args) for one in inputs]
+
+    def batched(model):
+        inputs = inputs_for(model, batch)
+        return lambda: forced_length(model, inputs, args)
+
+    latency = harness.alternate({name: one_by_one(model) for name, model in models.items()}, rounds=rounds)
+    throughput = harness.alternate({name: batched(m) for name, m in models.items()}, rounds, warmup=int(not args.quick))
+    memory = {}
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(dict(batch), Path(folder) / "inputs.pt")
+        for name in models:
+            flags = ["--threads", str(args.threads), "--model", args.model, "--memory-of", name, "--memory-folder"]
+            flags += [folder, "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens)]
+            memory[name] = harness.json_from_child("benchmarks.decode_profile", *flags)["peak"]
+    parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
+    print(
+        f"# Ours ({args.model}) vs MarianMT: float32, beam {args.num_beams}, {args.new_tokens} new tokens per sentence "
+        f"(forced), test_2016_flickr sources; latency over {single_count} sentences one at a time, throughput on a "
+        f"batch of {args.batch_size}; {rounds} rounds; memory: peak RSS of a fresh process (load + one batch) minus "
+        "its RSS after imports"
+    )
+    rows = []
+    for name in models:
+        rows.append([name, f"{parameters[name] / 1e6:.1f}M", f"{4 * parameters[name] / 2**20:.0f}"])
+        rows[-1] += [f"{1000 * latency[name].seconds / single_count:.0f}"]
+        rows[-1] += [f"{args.batch_size / throughput[name].seconds:.1f}", f"{memory[name] / 2**20:.0f}"]
+    ratios = [parameters[MARIAN] / parameters[OURS]] * 2
+    ratios += [latency[MARIAN].seconds / latency[OURS].seconds, throughput[MARIAN].seconds / throughput[OURS].seconds]
+    rows.append(["ratio (MarianMT / ours)", *(f"{ratio:.1f}x" for ratio in ratios + [memory[MARIAN] / memory[OURS]])])
+    header = ["model", "parameters", "float32 weights (MiB)", "ms per sentence (batch 1)"]
+    harness.print_table(header + [f"sentences/s (batch {args.batch_size})", "peak RSS (MiB)"], rows)
+    cpu_latency = latency[MARIAN].cpu_seconds / latency[OURS].cpu_seconds
+    cpu_throughput = throughput[MARIAN].cpu_seconds / throughput[OURS].cpu_seconds
+    print(f"CPU-time ratios (MarianMT / ours): latency {cpu_latency:.1f}x, batch throughput {cpu_throughput:.1f}x")
+
+
 def main():
-    args, model, tokenizer = harness.model_under_test(__doc__.splitlines()[0], options)
-    if args.cache:
-        cache_table(args, tokenizer)
+    args = harness.parse_args(__doc__.splitlines()[0], options)
+    args.new_tokens = args.new_tokens or (20 if args.marian else 32)
+    args.batch_size = args.batch_size or (32 if args.marian else 1)
+    if args.memory_of:
+        marian_memory_child(args)
         return
+    print(harness.describe_machine(args.threads))
+    if args.cache or args.marian:
+        (against_marian if args.marian else cache_table)(args, load_tokenizer(args.model))
+        return
+    model, tokenizer = loading.load_model(args.model)
     print("torch's float32 products: " + ("MKL" if torch.backends.mkl.is_available() else "not MKL (another BLAS)"))
     sources = harness.read_split("test_2016_flickr", "en")[: args.sentences]
     rows, total = operator_table(model, tokenizer, sources, args.batch_size, args.top)

@@ -1,10 +1,8 @@
 """The engine's two backends, PyTorch and CTranslate2 (our converter): speed, BLEU, and what one process costs.
 
-`--parts`: in-turns (in this process, alternating on every sentence or batch of 32: the engine, transformers' beam
-search, generate() in float32 and int8, CTranslate2 once it writes our greedy tokens; the bound on and off),
-precision (bf16 / int8 weights against float32, passing within 0.3 BLEU), backends (`translate_corpus.py` per
-backend, each a process), one-process (PyTorch's speed where CTranslate2 is loaded: alone, in-process, with
-OMP_WAIT_POLICY=PASSIVE, in its worker). Ratios are each round's, then their median.
+`--parts`: in-turns (systems alternating on every sentence or batch of 32 in this process, CTranslate2 once it writes
+our greedy tokens; the bound on and off), precision (bf16 / int8 weights against float32, passing within 0.3 BLEU),
+backends (`translate_corpus.py`, a process each), one-process (PyTorch beside CTranslate2 loaded in various ways).
 
     python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts PART ...]
 """
@@ -55,16 +53,9 @@ def options(parser):
     parser.set_defaults(threads=1, parts=["backends", "one-process"])
 
 
-def per_round(results: list[dict], base: list[dict], key: str, cpu_key: str) -> list[str]:
-    """`key` over the base's, each round's and their median (bold), and the median of `cpu_key`'s."""
-    ratios = [r[key] / b[key] for r, b in zip(results, base, strict=True)]
-    cpu = statistics.median(r[cpu_key] / b[cpu_key] for r, b in zip(results, base, strict=True))
-    return [", ".join(f"{r:.2f}x" for r in ratios), f"**{statistics.median(ratios):.2f}x**", f"{cpu:.2f}x"]
-
-
 def in_turns(runners: dict, tokenizer, sources: list[str], batch_size: int, rounds: int, other_cpu: dict):
-    """(texts, timings): each runner over `sources` in length-sorted chunks, alternating on every chunk; `other_cpu`
-    (name -> function) adds the CPU seconds of a runner's worker process."""
+    """(texts, timings): the runners alternating on every length-sorted chunk; `other_cpu` (name -> function) adds the
+    CPU seconds of a runner's worker process."""
     lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
     order = sorted(range(len(sources)), key=lambda index: lengths[index], reverse=True)
     chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
@@ -190,7 +181,8 @@ def backends_part(args) -> None:
                 output = Path(scratch) / f"{number}-{system.replace(' ', '_')}"
                 done = corpus_run(system, output, args.threads, args.limit if number >= 0 else 8)
                 if number >= 0:
-                    runs[system].append(done)
+                    runs[system].append(done | {"sentences/s": done["lines_written"] / done["seconds"]})
+                    runs[system][-1]["per CPU-second"] = done["lines_written"] / done["cpu_seconds"]
                     print(f"  round {number + 1}: {system} {done['seconds']} s", file=sys.stderr)
     base = runs["PyTorch float32"]
     print(
@@ -199,18 +191,22 @@ def backends_part(args) -> None:
     )
     rows = []
     for system, results in runs.items():
-        for result in results:
-            result["sentences/s"] = result["lines_written"] / result["seconds"]
-            result["per CPU-second"] = result["lines_written"] / result["cpu_seconds"]
         rate = statistics.median(result["sentences/s"] for result in results)
-        figures = per_round(results, base, "sentences/s", "per CPU-second")
+        figures = [
+            harness.paired_ratio(runs, system, "PyTorch float32", key) for key in ("sentences/s", "per CPU-second")
+        ]
         rows.append([system, f"{rate:.1f}", *figures, f"{results[0]['bleu']:.2f}"])
-    header = ["system", "sentences/s (median)", "speed / PyTorch float32, per round", "median", "same, per CPU-second"]
+    header = [
+        "system",
+        "sentences/s (median)",
+        "speed / PyTorch float32 (lowest-highest round)",
+        "same, per CPU-second",
+    ]
     harness.print_table(header + ["BLEU"], rows)
 
 
 def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None:
-    """In this process: PyTorch's engine timed beside CTranslate2 loaded as `mode` says; prints one JSON line."""
+    """PyTorch's engine timed beside CTranslate2 loaded as `mode` says, in this process: one JSON line."""
     model, tokenizer = load_model(str(harness.SHIPPED_DIR))
     sources = harness.read_split(SPLIT, "en")[:count]
     settings = DecodingSettings(batch_size=32)
@@ -235,14 +231,12 @@ def one_process_child(mode: str, count: int, repeats: int, threads: int) -> None
 
 def one_process_part(args) -> None:
     count = args.limit or (96 if args.quick else 320)
-    rates = {mode: [] for mode in ONE_PROCESS}
-    for number in range(args.rounds):
-        for mode in ONE_PROCESS:
-            flags = ["--child", mode, "--limit", str(count), "--repeats", str(args.repeats), "--threads"]
-            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-            env |= {"OMP_WAIT_POLICY": "PASSIVE"} if mode == PASSIVE else {}
-            rates[mode].append(harness.json_from_child(MODULE, *flags, str(args.threads), env=env))
-            print(f"  round {number + 1}: {mode} {rates[mode][-1]}", file=sys.stderr, flush=True)
+    flags = ["--limit", str(count), "--repeats", str(args.repeats), "--threads", str(args.threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    envs = {mode: env | ({"OMP_WAIT_POLICY": "PASSIVE"} if mode == PASSIVE else {}) for mode in ONE_PROCESS}
+    rates = harness.rounds_in_children(
+        MODULE, {mode: ["--child", mode, *flags] for mode in ONE_PROCESS}, args.rounds, envs
+    )
     print(
         f"\n# one process: the engine with PyTorch (batches of 32, {count} sentences of {SPLIT}) beside CTranslate2; "
         f"each way a process of its own, back to back, {args.rounds} round(s) x {args.repeats} repeats"
@@ -253,9 +247,9 @@ def one_process_part(args) -> None:
         if mode != "alone":
             theirs = f"{statistics.median(r['CTranslate2'] for r in results):.1f} "
             theirs += f"({statistics.median(r['CTranslate2 cpu'] for r in results):.1f})"
-        rate = statistics.median(r["PyTorch"] for r in results)
-        rows.append([mode, f"{rate:.1f}", *per_round(results, rates["alone"], "PyTorch", "PyTorch cpu"), theirs])
-    header = ["CTranslate2 loaded", "PyTorch sentences/s", "PyTorch speed / alone (per round)", "median"]
+        figures = [harness.paired_ratio(rates, mode, "alone", key) for key in ("PyTorch", "PyTorch cpu")]
+        rows.append([mode, f"{statistics.median(r['PyTorch'] for r in results):.1f}", *figures, theirs])
+    header = ["CTranslate2 loaded", "PyTorch sentences/s", "PyTorch speed / alone (lowest-highest round)"]
     harness.print_table(header + ["same, per CPU-second", "CTranslate2 sentences/s (per CPU-second)"], rows)
 
 
@@ -266,8 +260,7 @@ def main() -> None:
         return
     if args.quick:
         args.limit, args.rounds, args.repeats = args.limit or 96, 1, 1
-    capability = torch.backends.cpu.get_cpu_capability()
-    print(f"# Engine backends: {harness.describe_machine(args.threads)}, CPU capability {capability}")
+    print(f"# Engine backends: {harness.describe_machine(args.threads)}")
     parts = {"in-turns": in_turns_part, "precision": precision_part, "backends": backends_part}
     parts["one-process"] = one_process_part
     for part in args.parts:

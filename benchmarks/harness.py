@@ -1,7 +1,5 @@
-"""What the benchmarks share: flags, the model under test, Multi30k, training steps, A/B timing, child processes.
-
-Both sides of a comparison alternate A, B, A, B, ... on the same inputs (or run each in a process of its own, round
-after round), so that a background load slows both alike: absolute times drift, the ratio holds.
+"""What the benchmarks share. Both sides of a comparison alternate A, B, A, B, ... on the same inputs (or each in a
+process of its own, round after round), so that a background load slows both alike: absolute times drift, ratios hold.
 """
 
 import argparse
@@ -18,11 +16,8 @@ from pathlib import Path
 
 import torch
 
-from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
-from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de import data
-from transformer_en_de.decoding import loading
 from transformer_en_de.markdown import markdown_table
 from transformer_en_de.training import precision
 
@@ -43,20 +38,6 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     return args
 
 
-def model_under_test(description: str, extra=None) -> tuple[argparse.Namespace, object, object]:
-    """The flags (with `--model`), the machine printed, the model and tokenizer loaded as the app loads them."""
-
-    def options(parser):
-        parser.add_argument("--model", default=str(SHIPPED_DIR), help="a model folder")
-        if extra is not None:
-            extra(parser)
-
-    args = parse_args(description, options)
-    print(describe_machine(args.threads))
-    model, tokenizer = loading.load_model(args.model)
-    return args, model, tokenizer
-
-
 def read_split(split: str, language: str) -> list[str]:
     path = DATA_DIR / f"{split}.{language}"
     if not path.is_file():
@@ -65,19 +46,25 @@ def read_split(split: str, language: str) -> list[str]:
 
 
 def sample_sentences(split: str, count: int) -> tuple[list[str], list[str]]:
-    """`count` random sentence pairs (English, German) of a Multi30k split, the same ones on every run."""
+    """`count` random (English, German) pairs of a Multi30k split, the same ones on every run."""
     english, german = read_split(split, "en"), read_split(split, "de")
     chosen = random.Random(0).sample(range(len(english)), count)
     return [english[i] for i in chosen], [german[i] for i in chosen]
 
 
-def shipped_config(**overrides) -> TransformerMTConfig:
+# modeling/ is imported where it is used: hub_user reads Multi30k here and must never import it.
+def shipped_config(**overrides):
+    from modeling import TransformerMTConfig
+
     return TransformerMTConfig.from_pretrained(SHIPPED_DIR, **overrides)
 
 
 def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
     """(folder, description): `model` if it is a saved model folder, else a random-weight model of the shipped size
     saved into `scratch` (speed does not depend on the weights)."""
+    from modeling import TransformerMTForConditionalGeneration
+    from modeling.modeling_transformer_mt import set_translation_defaults
+
     if (model / "config.json").is_file():
         return model, str(model)
     folder = scratch / "model"
@@ -115,7 +102,6 @@ def adamw(model):
 
 
 def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1) -> Callable[[], None]:
-    """A call trains on `batches`, one optimizer step per `accumulate` of them."""
     device = next(model.parameters()).device
 
     def step():
@@ -131,7 +117,7 @@ def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: in
     return step
 
 
-def training_matmul_flops(config: TransformerMTConfig, batch_size: int, source_length: int, target_length: int):
+def training_matmul_flops(config, batch_size: int, source_length: int, target_length: int):
     """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch, causal attention counted in full;
     softmax, norms, the loss and AdamW not counted: a floor on the work done."""
     d, d_ff, encoder, decoder = config.d_model, config.d_ff, config.encoder_layers, config.decoder_layers
@@ -179,7 +165,7 @@ class Timings:
         return median(self.cpu)
 
     def time(self, run: Callable[[], object], other_cpu: Callable[[], float] = lambda: 0.0):
-        """`run()` timed; `other_cpu`: CPU seconds of a process that works for it."""
+        """`run()` timed; `other_cpu`: the CPU seconds of a process that works for it."""
         wall, cpu = time.perf_counter(), time.process_time() + other_cpu()
         result = run()
         self.wall.append(time.perf_counter() - wall)
@@ -188,7 +174,6 @@ class Timings:
 
 
 def alternate(sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, Timings]:
-    """Time each side round-robin (A, B, A, B, ...) after `warmup` untimed rounds."""
     for _ in range(warmup):
         for run in sides.values():
             run()
@@ -211,22 +196,24 @@ def spread(values: list[float]) -> str:
     return f"{median(values):.4g} [{q1:.4g}, {q3:.4g}]"
 
 
-def json_from_child(module: str, *arguments: str, env: dict | None = None) -> dict:
-    """The JSON object that `python -m module arguments...` prints last, in a process of its own (no model, allocator
-    or thread pool of this one); a child that fails stops the benchmark with its last stderr line."""
-    done = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, cwd=ROOT, env=env)
+def json_from_child(module: str, *arguments: str, env: dict | None = None, cwd: Path = ROOT) -> dict:
+    """The JSON object that `python -m module arguments...` (or the file `module`) prints last, in a process of its
+    own (no model, allocator or thread pool of this one); a child that fails stops the benchmark with its stderr."""
+    command = [sys.executable, *(["-m", module] if cwd == ROOT else [module]), *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env)
     if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
-        raise SystemExit(f"{module} {' '.join(arguments)}: exit {done.returncode}: {last}")
+        raise SystemExit(f"{module} {' '.join(arguments)}: exit {done.returncode}:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int) -> dict[str, list[dict]]:
-    """Each spec's child (`module` with its arguments) once a round, for `rounds` rounds."""
+def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int, envs: dict | None = None):
+    """Each spec's child (`module` with its arguments, in `envs`' environment for it) once a round, for `rounds`
+    rounds: {name: [each round's JSON]}."""
     runs = {name: [] for name in specs}
-    for _ in range(rounds):
+    for number in range(rounds):
         for name, arguments in specs.items():
-            runs[name].append(json_from_child(module, *arguments))
+            runs[name].append(json_from_child(module, *arguments, env=(envs or {}).get(name)))
+            print(f"  round {number + 1}: {name} {runs[name][-1]}", file=sys.stderr, flush=True)
     return runs
 
 

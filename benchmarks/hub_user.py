@@ -1,14 +1,14 @@
 """What a Hub user gets from a model folder: Auto classes, `generate()` with the saved defaults, nothing of ours.
 
 The folder's own modeling code runs (`trust_remote_code`; `modeling/` is never imported); `--engine`: the app's
-engine instead. Printed: BLEU and chrF of each split, runaway outputs (over 3x the source's characters), and the
-lowercased BLEU of the first 300 val sentences as they are, in capitals and in lower case.
+engine instead, and the page's out-of-depth flags on validation and `everyday_sentences.txt` (tuned on its odd lines
+and validation; the even lines are held out). Runaway outputs: over 3x the source's characters.
 
     python -m benchmarks.hub_user [--model models/transformer-en-de] [--splits val] [--threads 1] [--quick] [--engine]
 """
 
 import argparse
-import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -17,19 +17,18 @@ import sacrebleu
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from transformer_en_de.markdown import markdown_table  # imports nothing else of the project
+from benchmarks import harness
+from benchmarks.harness import read_split
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT.parent / "shared" / "data" / "multi30k"
 RUNAWAY_FACTOR = 3.0
+EVERYDAY_FILE = Path(__file__).with_name("everyday_sentences.txt")
 
 
-def read_split(split: str, language: str) -> list[str]:
-    """A Multi30k file, as `harness.read_split` reads it without importing the project's modeling code."""
-    path = DATA_DIR / f"{split}.{language}"
-    if not path.is_file():
-        raise SystemExit(f"Multi30k not found: expected {path}.")
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
+def everyday_sentences() -> tuple[list[str], list[str]]:
+    """(chosen on, held out): the odd and the even sentences of everyday_sentences.txt."""
+    lines = EVERYDAY_FILE.read_text(encoding="utf-8").splitlines()
+    sentences = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return sentences[0::2], sentences[1::2]
 
 
 def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> list[str]:
@@ -53,6 +52,7 @@ def translator(args):
         from transformer_en_de.decoding import engine, loading
 
         model, tokenizer = loading.load_model(args.model)
+        args.engine_model = model, tokenizer
         return lambda sources, casing: (
             engine.translate(model, tokenizer, sources, engine.DecodingSettings(normalise_case=casing)).texts
         )
@@ -64,18 +64,15 @@ def translator(args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(ROOT / "models" / "transformer-en-de"), help="a model folder")
+    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
     parser.add_argument("--splits", nargs="+", default=["val"], help="Multi30k splits to score (default: val)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="100 sentences per split, 50 for casing")
     parser.add_argument("--engine", action="store_true", help="through the app's engine, not generate() alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(
-        f"# {args.model} through {'the engine' if args.engine else 'Auto classes and generate() defaults'}; torch "
-        f"{torch.__version__}, {args.threads} thread(s), CPU {platform.machine()} "
-        f"{torch.backends.cpu.get_cpu_capability()}, float32"
-    )
+    way = "the engine" if args.engine else "Auto classes and generate() defaults"
+    print(f"# {args.model} through {way}, float32; {harness.describe_machine(args.threads)}")
     translate = translator(args)
     limit = 100 if args.quick else None
     rows, runaway = [], []
@@ -91,9 +88,9 @@ def main() -> None:
         over = sum(ratio > RUNAWAY_FACTOR for ratio in ratios)
         runaway.append([split, len(sources), f"{ratios[worst]:.2f}", over, repr(sources[worst][:60])])
     print("\nQuality (cased sacreBLEU, detokenised):\n")
-    print(markdown_table(["split", "sentences", "BLEU", "chrF", "sentences/s"], rows))
+    harness.print_table(["split", "sentences", "BLEU", "chrF", "sentences/s"], rows)
     print("\nRunaway outputs (output characters / source characters):\n")
-    print(markdown_table(["split", "sentences", "longest ratio", f"over {RUNAWAY_FACTOR:g}x", "its source"], runaway))
+    harness.print_table(["split", "sentences", "longest ratio", f"over {RUNAWAY_FACTOR:g}x", "its source"], runaway)
 
     count = 50 if args.quick else 300
     sources, references = read_split("val", "en")[:count], read_split("val", "de")[:count]
@@ -110,7 +107,34 @@ def main() -> None:
         [name, bleu, f"{100 * bleu / bleus['as is']:.0f}%" if bleus["as is"] else ""] for name, bleu in bleus.items()
     ]
     print(f"\nCasing: lowercased BLEU on the first {count} validation sentences:\n")
-    print(markdown_table(["input", "lowercased BLEU", "of as-is"], rows))
+    harness.print_table(["input", "lowercased BLEU", "of as-is"], rows)
+    if args.engine:
+        out_of_depth_flags(*args.engine_model, read_split("val", "en")[: 200 if args.quick else None])
+
+
+def out_of_depth_flags(model, tokenizer, captions: list[str]) -> None:
+    """Each group's confidences, and how many the page flags: by the check, and by the confidence alone."""
+    from transformer_en_de.app.out_of_depth import LOW_SCORE, check_depth
+    from transformer_en_de.decoding.engine import confidences, translate
+
+    chosen, held_out = everyday_sentences()
+    groups = {
+        f"Multi30k val ({len(captions)})": captions,
+        "everyday, chosen on": chosen,
+        "everyday, held out": held_out,
+    }
+    rows = []
+    for name, sentences in groups.items():
+        run = translate(model, tokenizer, sentences)
+        figures = confidences(model, run.translations)
+        flagged = sum(check.flagged for check in check_depth(sentences, figures, run.texts))
+        scores = [score for score in figures if score is not None]
+        low = sum(score < LOW_SCORE for score in scores)
+        rows.append([name, len(sentences), f"{min(scores):.2f}-{max(scores):.2f}", f"{statistics.median(scores):.2f}"])
+        rows[-1] += [f"{count} ({100 * count / len(sentences):.1f}%)" for count in (low, flagged)]
+    print(f"\nOut-of-depth flags (score below {LOW_SCORE}):\n")
+    header = ["sentences", "count", "confidence range", "median", f"confidence < {LOW_SCORE}", "flagged by check_depth"]
+    harness.print_table(header, rows)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,6 @@
 """Which encoder and decoder depths can clear the shipping rule's speed side (1.3x the shipped model's through
-`generate()`, batch 32 and 1), measured before any of them is trained.
-
-Shapes (`ENCxDEC[:field=value,...]`) get random weights, so every output is held to the length of the shipped
-model's own translation; each is compared with the shipped shape built the same way, a trained `--candidate` with
-the shipped weights. `--free-running`: trained folders as a Hub user runs them, and through CTranslate2. Each model
-a process of its own, in turns every round; medians.
+`generate()`, batch 32 and 1), measured before any of them is trained: random weights, every output held to the length
+of the shipped model's own translation. `--free-running`: trained folders as a Hub user runs them, and CTranslate2.
 
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed 6x1 6x2 8x1 12x1 12x2 --candidate runs/NAME --threads 1
     OMP_NUM_THREADS=1 python -m benchmarks.shape_speed --free-running --candidate runs/NAME --threads 1
@@ -48,8 +44,8 @@ def parse_shape(shape: str) -> dict:
 
 
 class HeldLength:
-    """Ends every beam of sentence i after exactly `new_tokens[i]` tokens, `</s>` included (forbidden before, forced
-    at it); `select_sentences` follows the beam search as finished sentences leave the batch."""
+    """Ends every beam of sentence i after exactly `new_tokens[i]` tokens, `</s>` included; `select_sentences` follows
+    the beam search as finished sentences leave the batch."""
 
     def __init__(self, new_tokens: torch.Tensor, eos_token_id: int, prompt_length: int | None = None):
         self.new_tokens, self.eos_token_id, self.prompt_length = new_tokens, eos_token_id, prompt_length
@@ -93,7 +89,6 @@ def load(spec: str, reference: str):
 
 
 def free_running(args) -> dict:
-    """A folder's sentences/s as a Hub user runs it, and through the engine's CTranslate2 backend."""
     english, _ = harness.sample_sentences("val", args.sentences)
     folder = args.shapes[0]
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
@@ -117,7 +112,7 @@ def free_running(args) -> dict:
 
 
 def child(args) -> dict:
-    """One model's timings (in its own process); with no lengths file, the reference's own output lengths."""
+    """One model's timings; with no lengths given, the reference's own output lengths."""
     torch.set_num_threads(args.threads)
     if args.free_running:
         return free_running(args)

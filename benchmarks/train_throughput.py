@@ -1,8 +1,6 @@
 """Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way (checked to
 compute our loss with our weights), and the matmul FLOP/s of each as a share of this device's measured peak.
-
-"ours" is train.py's step (`scored_loss` projects real target tokens only), "every position projected" takes the
-loss from the full logits like the reference. `--distillation`: round 7's 6+1 student with and without a teacher.
+`--distillation`: round 7's 6+1 student with and without a teacher.
 
     python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128] [--distillation]
 """
@@ -107,7 +105,8 @@ def copy_weights(ours: Ours, reference: TorchTransformerMT) -> None:
 
 
 def full_projection_loss(model, batch) -> torch.Tensor:
-    """train.py's label-smoothed loss from the logits of every position (the model's own `loss` is unsmoothed)."""
+    """The label-smoothed loss from every position's logits, as the reference computes it (train.py's `scored_loss`
+    projects the real target tokens only; the model's own `loss` is unsmoothed)."""
     return label_smoothed_cross_entropy(model(**batch).logits, batch["labels"], model.config.label_smoothing)
 
 
@@ -123,8 +122,8 @@ def check_same_function(ours, reference, batch) -> None:
 
 
 def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, reference: str, peak: float, config=None):
-    """Table rows and ratio lines to `reference` of each side's step (name -> (model, loss function)), timed in turns;
-    with `config`, its matmul FLOP/s as a share of `peak`."""
+    """Rows and ratio-to-`reference` lines of each side's step (name -> (model, loss function)); with `config`, its
+    matmul FLOP/s as a share of `peak`."""
     device_batches = [{key: tensor.to(device) for key, tensor in batch.items()} for batch in batches]
     steps = {}
     for name, (model, loss_of) in sides.items():
@@ -149,7 +148,7 @@ def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, refe
 
 
 def compare_steps(config, batches_of: dict, device: torch.device, bf16: bool, rounds: int) -> None:
-    """Ours (both losses) against torch.nn.Transformer on the batches of each size (size -> batches), one table."""
+    """Ours (both losses) against torch.nn.Transformer on the batches of each size (size -> batches)."""
     peak = harness.matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
     print(f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds")
     rows, lines = [], []

@@ -23,7 +23,7 @@ ONE_STEP = """--train_weight 2 --case_augmentation 0.4 --max_tokens 4300 --max_s
 
 
 def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
-    """(peak RSS in bytes, seconds) of a child process, polled until it exits."""
+    """(peak RSS in bytes, seconds) of a child process."""
     started, peak = time.time(), 0
     with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen(command, cwd=harness.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import DATA_DIR, ROOT
 
-from benchmarks.confidence import everyday_sentences
+from benchmarks.hub_user import everyday_sentences
 from transformer_en_de.app import translation
 from transformer_en_de.app.out_of_depth import (
     LOOP_REASON,
@@ -86,7 +86,8 @@ def test_a_training_caption_is_familiar_and_everyday_english_is_not():
 @pytest.mark.slow
 def test_everyday_sentences_are_flagged_and_captions_are_not(shipped):
     """The goal: at least 90% of everyday sentences flagged, at most 10% of in-domain ones (here the held-out half of
-    the everyday set and the first validation sentences; `python -m benchmarks.confidence` measures all of them)."""
+    the everyday set and the first validation sentences; `python -m benchmarks.hub_user --engine` measures all of
+    them)."""
     _, held_out = everyday_sentences()
     _, everyday = checked(shipped, held_out)
     _, captions = checked(shipped, read_lines(DATA_DIR / "val.en")[:VALIDATION_SENTENCES])

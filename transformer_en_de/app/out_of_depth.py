@@ -7,9 +7,8 @@ wie man?" at 79%); how caption-like the English is catches the rest (a word bigr
 
 A sentence is flagged when its score is below `LOW_SCORE` or its translation loops (`repeats_itself`). The constants
 were chosen on the odd lines of `benchmarks/everyday_sentences.txt` and on Multi30k validation;
-`python -m benchmarks.confidence` prints the flag rates, held-out lines included. The shipped bigram counts are built by
-`python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`.
-"""
+`python -m benchmarks.hub_user --engine` prints the flag rates, held-out lines included. The shipped bigram counts are
+built by `python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`."""
 
 import argparse
 import functools
@@ -26,8 +25,8 @@ from transformer_en_de.data import DataError, is_loop, read_lines
 STATISTICS = Path(__file__).with_name("caption_bigrams.json.gz")
 
 # CAPTION_FLOOR is about validation's 10th percentile of log-probability per word: 9 captions in 10 keep their
-# confidence. On the shipped model (`python -m benchmarks.confidence --threads 1`): everyday sentences 97.4% flagged
-# (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below 0.64 flags 63-66% and 1.5%.
+# confidence. On the shipped model (`python -m benchmarks.hub_user --engine --threads 1`): everyday sentences 97.4%
+# flagged (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below 0.64 flags 63-66% and 1.5%.
 CAPTION_FLOOR = -5.7
 DISCOUNT = 0.15
 LOW_SCORE = 0.64
@@ -59,7 +58,7 @@ class CaptionBigrams:
         self.vocabulary = len(unigrams) + 1  # and one for every unseen word
 
     @classmethod
-    def build(cls, lines: list[str], min_bigram_count: int = MIN_BIGRAM_COUNT) -> "CaptionBigrams":
+    def build(cls, lines: list[str]) -> "CaptionBigrams":
         unigrams, bigrams = Counter(), Counter()
         for line in lines:
             tokens = [START, *words(line), END]
@@ -70,7 +69,7 @@ class CaptionBigrams:
             totals = contexts.setdefault(first, [0, 0])
             totals[0] += count
             totals[1] += 1
-        frequent = {f"{a} {b}": count for (a, b), count in bigrams.items() if count >= min_bigram_count}
+        frequent = {f"{a} {b}": count for (a, b), count in bigrams.items() if count >= MIN_BIGRAM_COUNT}
         return cls(dict(unigrams), contexts, frequent)
 
     def save(self, path: Path) -> None:
@@ -149,11 +148,7 @@ def reason(source: str, familiar: float) -> str:
 
 
 def check_depth(
-    sources: list[str],
-    confidences: list[float | None],
-    translations: list[str] | None = None,
-    *,
-    low_score: float = LOW_SCORE,
+    sources: list[str], confidences: list[float | None], translations: list[str] | None = None, *, low_score=LOW_SCORE
 ) -> list[DepthCheck]:
     """One check per source sentence, from its translation's confidence (None: not translated, not flagged) and the
     translation (when given, checked for loops)."""

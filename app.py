@@ -1,8 +1,7 @@
 """Gradio app: our Transformer beside pretrained models (MarianMT by default), English → German.
 
 `python app.py --help` lists the options; docs/app.md describes the page and its named endpoints. This file holds
-loading, the page's assembly and its callbacks; each tab's layout is in `transformer_en_de/app/page/`.
-"""
+loading, the page's assembly and its callbacks; each tab's layout is in `transformer_en_de/app/page/`."""
 
 import argparse
 import os
@@ -37,7 +36,7 @@ from transformer_en_de.app.serving import (
 )
 from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode
 from transformer_en_de.app.text_checks import default_settings
-from transformer_en_de.app.translation import RequestContext, format_details, format_notice, translate_text
+from transformer_en_de.app.translation import RequestContext, format_details, translate_text
 from transformer_en_de.app.translators import ModelUnavailableError, display_id, load_our_translator, start_comparisons
 from transformer_en_de.decoding.flags import add_backend_flags
 
@@ -47,13 +46,6 @@ DEFAULT_COMPARISON_MODELS = "Helsinki-NLP/opus-mt-en-de"
 COMPARISON_PATH = APP_DIR / "results" / "comparison_test_2016_flickr.json"
 # Gradio's cache (uploads and our TSVs): every 10 minutes, files older than an hour are deleted.
 DELETE_CACHE = (600, 3600)
-
-
-def resolve_model(model_id: str | None) -> str:
-    """The default folder sits beside app.py; other paths are relative to the working directory."""
-    if not model_id or model_id == DEFAULT_MODEL:
-        return str(APP_DIR / DEFAULT_MODEL)
-    return model_id
 
 
 def parse_options(argv: list[str]) -> argparse.Namespace:
@@ -137,19 +129,21 @@ class TranslationApp:
         comparison_model_ids: list[str] | None = None,
         *,
         limits: Limits = Limits(),
-        comparison_path: Path = COMPARISON_PATH,
         backend: str = "auto",
         int8: bool = False,
         votes_db: Path | None = None,
         votes_dataset: str | None = None,
     ):
-        self.limits, self.comparison_path = limits, comparison_path
+        self.limits = limits
         self.serving = Serving(limits)  # the HTTP front, the upload quota, the scheduler; builds the server
         # The arena's votes: a real database, committed at each vote; published to the Hub when asked. Opened before
         # any model loads: a salt or database that stops the app (`StoreUnavailable`) does so at once.
         votes = VoteStore(votes_db or default_votes_db())
-        engine = dict(on_load=self.prepare_model, backend=backend, int8=int8)
-        self.ours = load_our_translator(resolve_model(model_id), **engine)
+        # The Inside tab needs attention weights, which SDPA does not return
+        engine = dict(on_load=lambda model: model.set_attn_implementation("eager"), backend=backend, int8=int8)
+        # The default folder sits beside app.py; other paths are relative to the working directory
+        model_id = model_id if model_id and model_id != DEFAULT_MODEL else str(APP_DIR / DEFAULT_MODEL)
+        self.ours = load_our_translator(model_id, **engine)
         self.comparisons = start_comparisons(comparison_model_ids, **engine)
         self.systems = [self.ours, *self.comparisons]
         self.views = ViewStore()  # the Inside tab's views, of which sessions keep only the ids
@@ -159,9 +153,6 @@ class TranslationApp:
         if votes_dataset:
             print(f"app.py: {self.publisher.status}", flush=True)
         self.demo: gr.Blocks | None = None  # the page, once built
-
-    def prepare_model(self, model) -> None:
-        model.set_attn_implementation("eager")  # the Inside tab needs attention weights, which SDPA does not return
 
     def context(self, request: gr.Request, arrived: float | None) -> RequestContext:
         scheduler = self.serving.scheduler
@@ -181,7 +172,7 @@ class TranslationApp:
                 text, decoding, num_beams, max_new_tokens, reference, context=self.context(request, arrived)
             )
         panels = [value for output in result.outputs for value in (output.translation, format_details(output))]
-        return (*panels, format_notice(result))
+        return (*panels, "\n\n".join(f"⚠️ {line}" for line in [result.message, *result.notices] if line))
 
     # Defaults make reference_file optional in the API (the page always sends the controls)
     def translate_file(
@@ -219,7 +210,7 @@ class TranslationApp:
 
     def corpus(self) -> tuple[str, list[list[str]]]:
         folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
-        return corpus_table(folder, self.comparison_path, display_id(self.ours.model_id))
+        return corpus_table(folder, COMPARISON_PATH, display_id(self.ours.model_id))
 
     def status(self):
         """Each comparison model's loading state, what decodes ours, and the requests in progress (Markdown)."""
@@ -349,7 +340,7 @@ try:
 except (ModelUnavailableError, SignInUnavailable, StoreUnavailable) as error:
     sys.exit(f"app.py: {error}")
 if SIGN_IN:
-    print(f"app.py: the arena's voters can sign in {SIGN_IN}.", flush=True)
+    print(f"app.py: the arena's voters can sign in {SIGN_IN.how}.", flush=True)
 demo = APP.demo
 
 if __name__ == "__main__":

@@ -94,8 +94,8 @@ def test_every_system_translates_like_the_engine(ours, marian, t5, decoding, bea
         expected = translate(translator.model, translator.tokenizer, result.sentences, settings).texts
         assert output.run.texts == expected
         assert output.translation == f"{expected[0]} {expected[1]}\n{expected[2]}".strip()
-        assert output.new_tokens == sum(t.new_tokens for t in output.run.translations) > 0
-        assert output.num_parameters == translator.model.num_parameters()
+        assert output.run.new_tokens == sum(t.new_tokens for t in output.run.translations) > 0
+        assert output.translator.num_parameters == translator.model.num_parameters()
 
 
 def test_t5_reads_its_task_prefix(t5):
@@ -112,7 +112,7 @@ def test_details_and_reference_scores(ours, marian):
     for output in result.outputs:
         details = translation.format_details(output)
         assert output.scores == evaluation.sentence_scores(output.translation, reference)
-        assert f"**Tokens generated** {output.new_tokens}" in details and f"{output.seconds:.2f} s" in details
+        assert f"**Tokens generated** {output.run.new_tokens}" in details and f"{output.run.seconds:.2f} s" in details
         assert f"**chrF** {output.scores['chrf']:.2f}" in details
     assert text(SENTENCE, "greedy", 1, 5, "  ", ours=ours, comparisons=[]).outputs[0].scores is None
 

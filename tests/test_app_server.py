@@ -143,7 +143,7 @@ def test_translate_endpoint_answers_every_model(client, translators_here, model_
     assert len(answer) == 2 * 3 + 1 and answer[-1] == ""
     for number, output in enumerate(expected.outputs):
         assert answer[2 * number] == output.translation
-        assert f"**Tokens generated** {output.new_tokens}" in answer[2 * number + 1]
+        assert f"**Tokens generated** {output.run.new_tokens}" in answer[2 * number + 1]
         assert f"**Sentence BLEU** {output.scores['bleu']:.2f}" in answer[2 * number + 1]
 
 

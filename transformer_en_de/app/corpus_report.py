@@ -10,17 +10,7 @@ from transformer_en_de.markdown import markdown_table
 from .text_checks import as_text
 from .translators import OURS_NAME, display_id
 
-HEADERS = [
-    "Model",
-    "Test set",
-    "Decoding",
-    "Scored by",
-    "Sentences",
-    "BLEU",
-    "chrF",
-    "Parameters",
-    "Sentences per second",
-]
+HEADERS = "Model|Test set|Decoding|Scored by|Sentences|BLEU|chrF|Parameters|Sentences per second".split("|")
 EXPLAINED = (
     "BLEU and chrF say how close a model's translations come to a person's, from 0 to 100 (higher is closer): BLEU "
     "counts the word sequences they share, chrF the character sequences. *val* is the Multi30k validation set, used "
@@ -38,11 +28,6 @@ def cell(value, form: str, scale: float = 1, unit: str = "") -> str:
     return f"{value * scale:{form}}{unit}" if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
-def test_set_name(split: str) -> str:
-    """ "val", or "test 2016 flickr" for test_2016_flickr (a file name such as test_2016_flickr.en too)."""
-    return Path(split).name.split(".")[0].replace("_", " ")
-
-
 class Rows:
     """The table's rows, one per model, test set and decoding: a run scored with another decoding is a row of its own,
     so that a score never stands under another run's label."""
@@ -52,7 +37,8 @@ class Rows:
 
     def put(self, model: str, split: str, decoding: str, scored_by: str, **values) -> None:
         values = {name: value for name, value in values.items() if value not in (None, "")}
-        key = (model, test_set_name(split), decoding)
+        # "val", or "test 2016 flickr" for test_2016_flickr (a file name such as test_2016_flickr.en too)
+        key = (model, Path(split).name.split(".")[0].replace("_", " "), decoding)
         row = self.rows.get(key)
         scores = {name: round(value, 2) for name, value in values.items() if name in ("bleu", "chrf")}
         if row and any(round(row.get(name, score), 2) != score for name, score in scores.items()):

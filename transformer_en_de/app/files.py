@@ -2,8 +2,7 @@
 
 Lines are split as compare.py reads corpora (`data.split_lines`). The TSV goes into Gradio's cache whole or not at all,
 once every line is translated. A visitor reads one plain line about what went wrong, never an error's own text (it may
-name a server path); the log gets the detail once.
-"""
+name a server path); the log gets the detail once."""
 
 import csv
 import errno
@@ -41,9 +40,9 @@ class FileResult:
     preview: str = ""  # Markdown: the first lines beside their translations
 
 
-def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *, check: bool = True) -> list[str]:
+def read_upload(path: str | Path | None, what: str, limits: Limits = Limits()) -> list[str]:
     """Lines of a visitor's uploaded UTF-8 text file; InputError in the visitor's words for binary, non-UTF-8,
-    oversized, empty or (with `check`) broken text."""
+    oversized or empty files (`check_lines` checks each line)."""
     if path is None:
         raise InputError(f"Upload the {what} first.")
     path = Path(path)
@@ -68,25 +67,25 @@ def read_upload(path: str | Path | None, what: str, limits: Limits = Limits(), *
         ) from None
     if not any(line.strip() for line in lines):
         raise InputError(f"The {what} ({name}) has no text.")
-    return check_lines(lines, what, name) if check else lines
-
-
-def check_lines(lines: list[str], what: str, name: str) -> list[str]:
-    """`lines` if every one is text (`check_text`); InputError naming the first that is not."""
-    for number, line in enumerate(lines, start=1):
-        check_text(line, f"{what} ({name}, line {number})")
     return lines
+
+
+def check_lines(lines: list[str], what: str, path) -> None:
+    """InputError naming the first line that is not text (`check_text`)."""
+    for number, line in enumerate(lines, start=1):
+        check_text(line, f"{what} ({as_text(Path(path).name)}, line {number})")
 
 
 def read_files(source_file, reference_file, settings: DecodingSettings, context: RequestContext):
     """The English file's lines and the reference's (None without one); InputError, or Busy before any work."""
     limits = context.limits
-    lines = read_upload(source_file, "English file", limits, check=False)
+    lines = read_upload(source_file, "English file", limits)
     # The file's one room request, before anything else is done with it (checks, tokenizing, planning): a burst of
     # long files while the long requests are all in flight costs the other visitors nothing.
     admit(context, sum(1 for line in lines[: limits.max_file_lines] if line.strip()), settings)
-    check_lines(lines, "English file", as_text(Path(source_file).name))
+    check_lines(lines, "English file", source_file)
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
+    check_lines(references or [], "reference file", reference_file)
     if references is not None and len(references) != len(lines):
         raise InputError(
             f"The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
@@ -96,17 +95,9 @@ def read_files(source_file, reference_file, settings: DecodingSettings, context:
 
 
 def translate_file(
-    source_file: str | Path | None,
-    reference_file: str | Path | None,
-    decoding: str,
-    num_beams: int,
-    max_new_tokens: int,
-    *,
-    context: RequestContext,
-    output_dir: str | Path,
-    progress=None,
+    source_file, reference_file, decoding, num_beams, max_new_tokens, *, context, output_dir, progress=None
 ) -> FileResult:
-    """Translate a file with every system into a TSV in `output_dir`, with corpus scores and our confidence."""
+    """Translate a file with every system of `context` into a TSV in `output_dir`, with corpus scores and confidence."""
     limits = context.limits
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
@@ -122,7 +113,7 @@ def translate_file(
     # the visitor's file name: letters, digits, "-", "_" and "." only, at most 60 characters
     stem = re.sub(r"[^\w.-]+", "_", Path(source_file).stem)[:60].strip("._") or "translations"
     try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
-        check_disk(folder, tsv_bytes(lines, references, len(context.systems)))
+        check_disk(folder, lines, references, len(context.systems))
         try:
             columns, rows = translate_lines(lines, references, settings, notices, context, progress)
         except (Busy, Cancelled) as error:
@@ -172,13 +163,13 @@ def translate_lines(lines, references, settings: DecodingSettings, notices: list
         if output.depth:
             confidence[f"{output.name} confidence"] = spread([depth_cell(c) for c in output.depth], filled, len(lines))
             flagged = sum(check.flagged for check in output.depth)
-            advice = comparison_advice([other for other in outputs[1:] if other.run is not None])
+            advice = comparison_advice([other.translator for other in outputs[1:] if other.run is not None])
             notices.append(
                 f"{output.name}: {flagged:,} of {len(output.depth):,} sentences flagged as out of its depth"
                 + (f" (⚠ in its confidence column). {advice}" if flagged else ".")
             )
         notices += [f"{output.name}: {notice}" for notice in output.notices]
-        row = {"System": output.name, "Sentences": len(plan.sentences), "Seconds": round(output.seconds, 2)}
+        row = {"System": output.name, "Sentences": len(plan.sentences), "Seconds": round(output.run.seconds, 2)}
         # Scored when every line was translated (a plan that only lowered the beams translated them all)
         if references is not None and len(plan) == len(sentences) and not output.run.stopped_early:
             row.update(corpus_scores(columns[output.name], references))
@@ -207,30 +198,27 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int = 10) ->
     filled = [index for index, line in enumerate(lines) if line.strip()]
     if not filled:
         return ""
-    rows = [[str(index + 1), lines[index], *(column[index] for column in columns.values())] for index in filled[:count]]
-    cut = [
-        [
-            as_text(cell if len(cell) <= PREVIEW_CELL_CHARS else cell[:PREVIEW_CELL_CHARS].rstrip() + " …")
-            for cell in row
-        ]
-        for row in rows
+
+    def cut(cell: str) -> str:
+        return as_text(cell if len(cell) <= PREVIEW_CELL_CHARS else cell[:PREVIEW_CELL_CHARS].rstrip() + " …")
+
+    rows = [
+        [cut(cell) for cell in (str(index + 1), lines[index], *(c[index] for c in columns.values()))]
+        for index in filled[:count]
     ]
-    table = markdown_table(["Line", "English", *columns], cut, "r" + "l" * len(columns) + "l")
+    table = markdown_table(["Line", "English", *columns], rows, "r" + "l" * len(columns) + "l")
     more = len(filled) - count
     return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 
 
-def tsv_bytes(lines: list[str], references: list[str] | None, systems: int) -> int:
-    """A generous size for the TSV: every column at twice its bytes, and the references."""
-    english = sum(len(line.encode()) + 64 for line in lines)  # 64: a line's number, tabs, a confidence's reason
-    return english * (2 * systems + 3) + sum(len(line.encode()) for line in references or [])
-
-
-def check_disk(folder: Path, needed: int) -> None:
-    """OSError unless `folder` takes new files and its disk has `needed` bytes free; nothing is left in it."""
+def check_disk(folder: Path, lines: list[str], references: list[str] | None, systems: int) -> None:
+    """OSError unless `folder` takes new files and its disk has room for the TSV; nothing is left in it."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=folder):  # made and gone at once: the folder takes files
         pass
+    english = sum(len(line.encode()) + 64 for line in lines)  # 64: a line's number, tabs, a confidence's reason
+    # Every column at twice its bytes, and the references
+    needed = english * (2 * systems + 3) + sum(len(line.encode()) for line in references or [])
     if shutil.disk_usage(folder).free < needed:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

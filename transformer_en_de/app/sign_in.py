@@ -3,8 +3,7 @@
 Gradio serves the sign-in once the page has a `gr.LoginButton`: on a Space (SYSTEM=spaces and SPACE_ID) its real OAuth
 routes; elsewhere a stand-in that signs every visitor in as the account of this machine's token. The sign-in cookie is
 signed with sha256(OAUTH_CLIENT_SECRET + "-v4"): without a real secret anyone can forge it. So only the real routes
-count a visitor as an account (`SignIn.accounts`); `--sign_in stand-in` tries the page, its votes anonymous.
-"""
+count a visitor as an account (`SignIn.accounts`); `--sign_in stand-in` tries the page, its votes anonymous."""
 
 import importlib.util
 import os
@@ -40,9 +39,6 @@ class SignInUnavailable(Exception):
 class SignIn:
     how: str  # a few words for the log
     accounts: bool  # whether a signed-in visitor counts as an account
-
-    def __str__(self) -> str:
-        return self.how
 
 
 def asked_for(value: str | bool | None) -> str:

@@ -1,8 +1,7 @@
 """Checks on what a visitor sends (text, decoding settings), the controls' starting values, and sentence splitting.
 
 Nothing a visitor or a raw API client sends (a lone surrogate, a number for the text, `Infinity` for a slider) reaches
-the tokenizer: each check raises `InputError` with a line for the page that never repeats the visitor's string.
-"""
+the tokenizer: each check raises `InputError` with a line for the page that never repeats the visitor's string."""
 
 import math
 import re
@@ -31,8 +30,7 @@ def as_text(value) -> str:
 
 
 def check_text(text, what: str = "text") -> str:
-    """`text` if it is translatable; InputError for a value that is not a string, surrogates, control characters or
-    nothing visible."""
+    """`text` if it is translatable; InputError for a non-string, surrogates, control characters or nothing visible."""
     if not isinstance(text, str):
         raise InputError(f"The {what} must be a string of text, not {kind(text)}.")
     for position, character in enumerate(text, start=1):

@@ -2,22 +2,14 @@
 
 Every system (ours first) translates the same sentences with the request's one plan, made for our model and fitted to
 the request's budget once (`plan_request`), so that the panels compare like with like (docs/decoding.md). A request
-asks the scheduler for room once before anything costly (`admit`); one that reaches its time limit keeps what it has.
-"""
+asks the scheduler for room once before anything costly (`admit`); one that reaches its time limit keeps what it has."""
 
 from dataclasses import dataclass, field
 
+from transformer_en_de.decoding import engine
 from transformer_en_de.decoding.backends import BackendError
 from transformer_en_de.decoding.budget import fit_budget, least_seconds
-from transformer_en_de.decoding.engine import (
-    DecodingPlan,
-    DecodingSettings,
-    TranslationRun,
-    confidences,
-    plan_decoding,
-    run_plan,
-    sentence_numbers,
-)
+from transformer_en_de.decoding.engine import DecodingPlan, DecodingSettings, TranslationRun, confidences, plan_decoding
 from transformer_en_de.evaluation import sentence_scores
 
 from .out_of_depth import DepthCheck, check_depth
@@ -39,7 +31,7 @@ TIME_LIMIT = (
 )
 
 
-def comparison_advice(others: list) -> str:
+def comparison_advice(others: list[Translator]) -> str:
     """Whom to trust where our model is out of its depth, given the systems that translated beside it."""
     if any(other.pretrained for other in others):
         return TRUST_PRETRAINED
@@ -72,21 +64,17 @@ class RequestContext:
 
 @dataclass
 class SystemOutput:
-    """What one panel shows: the translation and its figures, or a message saying why there is none."""
+    """What one panel shows: a system's run and its figures, or a message saying why there is none."""
 
     name: str
-    translation: str = ""
-    seconds: float | None = None
-    new_tokens: int | None = None
-    num_parameters: int | None = None
-    scores: dict | None = None
+    translator: Translator | None = None  # None: not loaded, or the request stopped before it ran
+    run: TranslationRun | None = None
+    notices: list[str] = field(default_factory=list)
     confidences: list[float | None] = field(default_factory=list)  # per sentence (`engine.confidences`)
     depth: list[DepthCheck] = field(default_factory=list)  # ours only: per sentence, out of its depth or not
-    backend_name: str = ""
+    translation: str = ""
+    scores: dict | None = None
     message: str = ""
-    notices: list[str] = field(default_factory=list)
-    run: TranslationRun | None = None
-    pretrained: bool = False
 
 
 @dataclass
@@ -114,32 +102,23 @@ def run_system(
 ) -> SystemOutput:
     """One system's translations of its `plan`, taking turns on the CPU at each decoder step; at `deadline` the batch
     in progress ends and what was translated is kept."""
-    backend, stop = translator.backend, scheduler.should_stop
-    run = run_plan(
-        translator.model,
-        translator.tokenizer,
-        plan,
-        progress=progress,
-        should_stop=stop,
-        deadline=deadline,
-        at_each_step=scheduler.checkpoint,
-        backend=backend,
+    model, tokenizer = translator.model, translator.tokenizer
+    shared = dict(backend=translator.backend, should_stop=scheduler.should_stop)
+    run = engine.run_plan(
+        model, tokenizer, plan, progress=progress, deadline=deadline, at_each_step=scheduler.checkpoint, **shared
     )
-    output = SystemOutput(translator.name, seconds=run.seconds, new_tokens=run.new_tokens, run=run)
-    output.num_parameters, output.pretrained = translator.num_parameters, translator.pretrained
-    output.backend_name, output.notices = translator.backend_name, [TIME_LIMIT] if run.stopped_early else []
+    output = SystemOutput(translator.name, translator, run, [TIME_LIMIT] if run.stopped_early else [])
     output.notices += [f"{notice[:1].upper()}{notice[1:]}" for notice in run.notices]
     bounded = [number + 1 for number, item in enumerate(run.translations) if item and item.hit_length_bound]
     if bounded:
         output.notices.append(
-            f"Sentence {sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound.text()}) before it "
-            "ended: the translation is cut."
+            f"Sentence {engine.sentence_numbers(bounded)} stopped at its length limit ({run.plan.bound.text()}) "
+            "before it ended: the translation is cut."
         )
     if plan.settings.max_new_tokens and plan.settings.max_new_tokens > translator.max_new_tokens:
         output.notices.append(f"This model writes at most {translator.max_new_tokens} new tokens (its positions).")
     # A forward pass per batch; between batches (CTranslate2 has no decoder hook) the CPU goes to whoever comes first
-    batch_size = plan.settings.batch_size
-    output.confidences = confidences(translator.model, run.translations, batch_size, backend=backend, should_stop=stop)
+    output.confidences = confidences(model, run.translations, plan.settings.batch_size, **shared)
     if translator.name == OURS_NAME:
         missing = len(plan.sentences) - len(run.texts)
         known = output.confidences + [None] * (len(plan.sentences) - len(output.confidences))
@@ -172,9 +151,8 @@ def budget_plan(
 def run_systems(
     context: RequestContext, plan: DecodingPlan, seconds: float, budget: Budget, reference_chars=0, on_batch=None
 ) -> list[SystemOutput]:
-    """Every system's output of `plan` (a message for one not loaded) in one scheduler job of `seconds` estimated CPU
-    seconds per loaded system and the scoring against a reference; `on_batch(number, done, total)` reports progress.
-    Raises Busy or Cancelled."""
+    """Every system's output of `plan` (a message for one not loaded) in one scheduler job (`seconds` per loaded system
+    and the scoring against a reference); `on_batch(number, done, total)` reports progress. Busy or Cancelled."""
     work = seconds + 2 * reference_chars * context.limits.score_seconds_per_char  # BLEU and chrF each read it
     outputs = []
     with request_job(context, work, budget) as job:
@@ -203,16 +181,14 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     if not flagged:
         return ""
     first = output.depth[flagged[0] - 1]
-    where = f"{first.score:.0%}" if len(output.depth) == 1 else f"sentence {sentence_numbers(flagged)}"
-    compared = [other for other in outputs if other is not output and other.translation]
+    where = f"{first.score:.0%}" if len(output.depth) == 1 else f"sentence {engine.sentence_numbers(flagged)}"
+    compared = [other.translator for other in outputs if other is not output and other.translation]
     return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=comparison_advice(compared))
 
 
-def refused(context: RequestContext, message: str, result: TextResult | None = None) -> TextResult:
-    """`result` (a new one by default) with an empty panel per system and `message` saying why."""
-    result = result or TextResult([], [])
-    result.outputs, result.message = [SystemOutput(name=system.name) for system in context.systems], message
-    return result
+def refused(context: RequestContext, message: str) -> TextResult:
+    """An empty panel per system and `message` saying why."""
+    return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=message)
 
 
 def translate_text(
@@ -240,15 +216,12 @@ def translate_with_settings(
     if not text:
         return refused(context, "Type an English sentence (or several) to translate.")
     sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
-    result = TextResult(sentences, [], [notice for notice in (clipped, too_long, in_parts) if notice])
     try:
         plan, seconds = budget_plan(context, sentences, settings, limits.text)
-        result.notices += list(plan.notices)
-        result.outputs = run_systems(context, plan, seconds, limits.text, len(reference))
-    except Cancelled:
-        return refused(context, CANCELLED, result)
-    except (Busy, BackendError) as error:  # Busy: refused before any work; BackendError: a worker that died again
+        outputs = run_systems(context, plan, seconds, limits.text, len(reference))
+    except (Busy, Cancelled, BackendError) as error:  # Busy: refused before any work; BackendError: a worker died again
         return refused(context, why_stopped(error))
+    result = TextResult(sentences, outputs, [line for line in (clipped, too_long, in_parts, *plan.notices) if line])
     for output in result.outputs:
         if output.run is None:
             continue
@@ -266,11 +239,12 @@ def format_details(output: SystemOutput) -> str:
     """A panel's Markdown: latency, tokens, parameters, scores and notices; or why there is no translation."""
     if output.message:
         return f"⚠️ {output.message}"
-    if output.seconds is None:
+    if output.run is None:
         return ""
+    run, translator = output.run, output.translator
     lines = [
-        f"**Latency** {output.seconds:.2f} s · **Tokens generated** {output.new_tokens} · "
-        f"**Parameters** {output.num_parameters / 1e6:.2f}M · **Backend** {output.backend_name}"
+        f"**Latency** {run.seconds:.2f} s · **Tokens generated** {run.new_tokens} · "
+        f"**Parameters** {translator.num_parameters / 1e6:.2f}M · **Backend** {translator.backend_name}"
     ]
     scores = [check.score for check in output.depth] if output.depth else output.confidences
     shown = [c for c in scores if c is not None and c == c]  # nan: a sentence not translated
@@ -281,8 +255,3 @@ def format_details(output: SystemOutput) -> str:
         lines.append(f"**Sentence BLEU** {output.scores['bleu']:.2f} · **chrF** {output.scores['chrf']:.2f}")
     lines += [f"⚠️ {notice}" for notice in output.notices]
     return "\n\n".join(lines)
-
-
-def format_notice(result: TextResult) -> str:
-    """The request's own notices (and its message), one line each."""
-    return "\n\n".join(f"⚠️ {line}" for line in ([result.message] if result.message else []) + result.notices)

@@ -1,8 +1,7 @@
 """The models the app serves: ours (loaded at start, or the app does not start) and the operator's comparison models,
 each loading in a background thread so that the page is up first. A visitor never chooses what is loaded, so a
 comparison model may load pickle weights (`load_listed_model`), and its status line says so. The PyTorch model is
-loaded with CTranslate2 too: the Inside tab reads its attention, and it takes over from a worker that keeps dying.
-"""
+loaded with CTranslate2 too: the Inside tab reads its attention, and it takes over from a worker that keeps dying."""
 
 import re
 import threading
@@ -113,8 +112,7 @@ def load_translator(
 
 
 def load_our_translator(model_id: str, **options) -> Translator:
-    """Our model (`load_translator`'s options), or ModelUnavailableError saying where it was looked for and how to get
-    one."""
+    """Our model (`load_translator`'s options), or ModelUnavailableError saying where it looked and how to get one."""
     how = (
         "Train one with `python train.py --output_dir models/transformer-en-de` (see the README), or point --model / "
         "TRANSFORMER_MT_MODEL at a saved model folder or a Hub id such as your-name/transformer-en-de."
@@ -181,8 +179,7 @@ class BackgroundTranslator:
         self.translator: Translator | None = None
         self.error: str | None = None
         self.started, self.done = time.monotonic(), False  # done: loaded, or failed for good
-        self._thread = threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self.load, kwargs=options, name=f"load {name}", daemon=True).start()
 
     def load(self, **options) -> None:
         try:

@@ -308,8 +308,9 @@ def test_comparison_model_lists_and_why_one_is_missing(tmp_path):
     empty = translators.BackgroundTranslator("", "nothing")
     offline = translators.BackgroundTranslator("Helsinki-NLP/opus-mt-en-de", "MarianMT")
     missing = translators.BackgroundTranslator(str(tmp_path / "opus-mt"), "opus")
-    for system in (empty, offline, missing):
-        system._thread.join(timeout=60)
+    deadline = time.monotonic() + 60
+    while not all(system.done for system in (empty, offline, missing)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert empty.error == "nothing is not on this page: failed to load: no model id was given."
     assert offline.error == (
         "MarianMT (Helsinki-NLP/opus-mt-en-de) is not on this page: the Hugging Face Hub is offline and the model is "

@@ -620,15 +620,16 @@ def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_pa
     with gate.serving("counted-not") as unknown:
         assert unknown is None  # not counted at the front: the limit counts from the callback
     sentences = "A dog runs. The cat sleeps."
-    short = limits.Limits(text=limits.Budget(cpu_seconds=100, seconds=1.0))
-    time.sleep(1.1)  # the wait in Gradio's queue, past the limit
+    # A limit of 3 s: two short sentences finish well within it on a loaded machine (1 s was missed under load).
+    short = limits.Limits(text=limits.Budget(cpu_seconds=100, seconds=3.0))
+    time.sleep(3.1)  # the wait in Gradio's queue, past the limit
     with gate.serving("waiting") as arrived:
         assert arrived is not None and arrived <= came
         late = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=arrived)
     on_time = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=time.monotonic())
     listed = tmp_path / "lines.txt"
     listed.write_text("A dog runs.\nThe cat sleeps.\n", encoding="utf-8")
-    file_short = limits.Limits(file=limits.Budget(cpu_seconds=100, seconds=1.0))
+    file_short = limits.Limits(file=limits.Budget(cpu_seconds=100, seconds=3.0))
     late_file = translate_file(
         listed,
         None,
@@ -639,7 +640,7 @@ def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_pa
         comparisons=[],
         output_dir=tmp_path,
         limits=file_short,
-        arrived=time.monotonic() - 1.1,
+        arrived=time.monotonic() - 3.1,
     )
 
     assert late.outputs[0].run.stopped_early and late.outputs[0].run.translations == [None, None]

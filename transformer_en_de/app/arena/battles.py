@@ -95,7 +95,8 @@ class BattleBook:
 class Paced(RateLimit):
     """A rate limit whose refusal is a `refusal(message)` for the visitor, the message saying how long to wait."""
 
-    refusal, message = BattleRefused, TOO_MANY_BATTLES
+    refusal: type[Exception]
+    message: str
 
     def admit(self, key: str) -> None:
         if wait := self.take(key):
@@ -116,6 +117,8 @@ class BattleRate(Paced):
     """How fast one source (a signed-in account, else a network) may start battles. A class of 60 behind one
     address, each starting a battle every two minutes or so, stays inside it; a script's sessions from that address
     share it, at about what one core decodes beside a visitor."""
+
+    refusal, message = BattleRefused, TOO_MANY_BATTLES
 
     def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000, clock=time.monotonic):
         super().__init__(1 / per_second, burst, max_sources, clock)

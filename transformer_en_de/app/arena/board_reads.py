@@ -7,6 +7,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from ..serving.limits import keep_latest
+
 FRESH_SECONDS = 10.0  # a vote stored by another process shows on the board at most this long after
 SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the least recent go first)
 
@@ -41,8 +43,6 @@ class BoardReads:
                 self._worked_out = now
             if session is None:
                 return self._answer
-            seen = self._seen.pop(session, None)
-            self._seen[session] = self._version
-            while len(self._seen) > SESSIONS_REMEMBERED:
-                self._seen.popitem(last=False)
+            seen = self._seen.get(session)
+            keep_latest(self._seen, session, self._version, SESSIONS_REMEMBERED)
             return None if seen == self._version else self._answer

@@ -95,7 +95,15 @@ def read_files(source_file, reference_file, settings: DecodingSettings, context:
 
 
 def translate_file(
-    source_file, reference_file, decoding, num_beams, max_new_tokens, *, context, output_dir, progress=None
+    source_file: str | Path | None,
+    reference_file: str | Path | None,
+    decoding: str,
+    num_beams: int,
+    max_new_tokens: int,
+    *,
+    context: RequestContext,
+    output_dir: str | Path,
+    progress=None,
 ) -> FileResult:
     """Translate a file with every system of `context` into a TSV in `output_dir`, with corpus scores and confidence."""
     limits = context.limits

@@ -1,7 +1,7 @@
 """Latency and throughput of the running app: one sentence through the "translate" endpoint with gradio_client.
 
 Per backend, its own `python app.py`: the start-up to a page that answers, p50 / p95 of sequential one-sentence
-requests, and sentences/s with `--clients` clients at once (the app queues them).
+requests, and sentences/s with 8 clients at once (the app queues them).
 
     taskset -c 1 python -m benchmarks.app_latency --threads 1 [--backends torch ctranslate2] [--quick]
 """
@@ -15,36 +15,31 @@ from pathlib import Path
 
 from benchmarks import harness, load
 
+CLIENTS = 8  # at once, for the throughput figure
+
 
 def options(parser):
-    parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--comparison_models", "--comparison-models", nargs="*", default=[], help="default: none")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent clients for the throughput figure")
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"], choices=["torch", "ctranslate2"])
-    parser.add_argument("--num-beams", type=int, default=load.BEAMS, help="default: the shipped folder's")
-    parser.add_argument("--max-new-tokens", type=int, default=load.PAGE_TOKENS, help="default: the page's")
 
 
 def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> list:
     """One server with `backend`: [start-up s, p50 s, p95 s, sequential sentences/s, concurrent sentences/s]."""
     from gradio_client import Client
 
-    options = ["--model", model_folder, "--backend", backend, "--comparison-models", *args.comparison_models]
+    options = ["--model", model_folder, "--backend", backend, "--comparison-models"]
     launched = time.perf_counter()
     with load.app_server(*options, threads=args.threads) as (_, url):
         startup = time.perf_counter() - launched
 
         def call(client, sentence):
-            return client.predict(
-                sentence, "beam search", args.num_beams, args.max_new_tokens, "", api_name="/translate"
-            )
+            return client.predict(sentence, *load.ORDINARY[1:], api_name="/translate")
 
         client, timings = Client(url, verbose=False), harness.Timings()
         call(client, english[0])  # warm-up: first decoding, first request through the queue
         for sentence in english[:requests]:
             timings.time(lambda sentence=sentence: call(client, sentence))
 
-        clients, turns = [Client(url, verbose=False) for _ in range(args.clients)], itertools.count()
+        clients, turns = [Client(url, verbose=False) for _ in range(CLIENTS)], itertools.count()
 
         def send():  # each thread its client and its sentences
             turn = next(turns)
@@ -53,9 +48,9 @@ def measure(args, model_folder: Path, english: list[str], backend: str, requests
             return "answered"
 
         start = time.perf_counter()
-        outcomes = load.in_parallel(args.clients, send)
-        concurrent = args.clients * per_client / (time.perf_counter() - start)
-        if outcomes["answered"] != args.clients:
+        outcomes = load.in_parallel(CLIENTS, send)
+        concurrent = CLIENTS * per_client / (time.perf_counter() - start)
+        if outcomes["answered"] != CLIENTS:
             raise RuntimeError(f"concurrent clients failed: {load.counted(outcomes)}")
     latencies = timings.wall
     p95 = statistics.quantiles(latencies, n=20, method="inclusive")[18]
@@ -65,15 +60,15 @@ def measure(args, model_folder: Path, english: list[str], backend: str, requests
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     requests, per_client = (8, 2) if args.quick else (40, 5)
-    english, _ = harness.sample_sentences("test_2016_flickr", max(requests, args.clients * per_client))
+    english, _ = harness.sample_sentences("test_2016_flickr", max(requests, CLIENTS * per_client))
     with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
+        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, Path(scratch))
         figures = {b: measure(args, model_folder, english, b, requests, per_client) for b in args.backends}
     print(
-        f"# App latency through gradio_client (server: app.py, model: {served}; comparison models: "
-        f"{', '.join(args.comparison_models) or 'none'}; {args.threads} thread(s); {os.cpu_count()} CPU(s) visible); "
-        f"beam {args.num_beams}, max_new_tokens {args.max_new_tokens}, test_2016_flickr sentences; {requests} "
-        f"sequential requests; {args.clients} clients x {per_client} requests at once"
+        f"# App latency through gradio_client (server: app.py, model: {served}; comparison models: none; "
+        f"{args.threads} thread(s); {os.cpu_count()} CPU(s) visible); beam {load.BEAMS}, max_new_tokens "
+        f"{load.PAGE_TOKENS}, test_2016_flickr sentences; {requests} sequential requests; {CLIENTS} clients x "
+        f"{per_client} requests at once"
     )
     first = figures[args.backends[0]][-1]
     rows = [
@@ -82,7 +77,7 @@ def main():
         for backend, (startup, p50, p95, sequential, concurrent) in figures.items()
     ]
     header = ["backend", "start-up (s)", "p50 (ms)", "p95 (ms)", "sequential (sent/s)"]
-    harness.print_table(header + [f"{args.clients} clients (sent/s)", f"vs {args.backends[0]}"], rows)
+    harness.print_table(header + [f"{CLIENTS} clients (sent/s)", f"vs {args.backends[0]}"], rows)
 
 
 if __name__ == "__main__":

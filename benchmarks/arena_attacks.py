@@ -3,13 +3,13 @@ lost when the database is locked, and what does the leaderboard cost on 100,000 
 
 `python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), 127.0.0.1
 trusted as its proxy (each client names its address in X-Forwarded-For). `--sections`:
-- flood: `--script_sessions` sessions of one address battle and vote for the nonsense as fast as the app lets them
-  (`--script_waits`: as slowly as a reader) while 4 honest visitors of another read each battle and vote for the
+- flood: 40 sessions of one address battle and vote for the nonsense as fast as the app lets them while 4 honest
+  visitors of another read each battle and vote for the
   better one, and the ordinary visitor translates. A pass: the honest order (ours first), latencies about a second.
 - lock: another process holds the votes database's write lock for 40 s while a visitor votes, then votes again. A
   pass: a quick answer that says the vote was not stored and to vote again, then stored.
 - readers: 60 pages of one address read the leaderboard back to back while the honest visitors vote.
-- board: the first `Arena.leaderboard` on `--votes` votes in a new process: seconds and memory.
+- board: the first `Arena.leaderboard` on 100,000 votes in a new process: seconds and memory.
 
     OMP_NUM_THREADS=1 python -m benchmarks.arena_attacks --threads 1 [--sections flood,lock,board] [--quick]
 """
@@ -30,6 +30,7 @@ from benchmarks import harness, load
 
 # documentation addresses, one per party
 SCRIPT, HONEST, ORDINARY, READERS = "198.51.100.7", "203.0.113.5", "192.0.2.10", "198.51.100.20"
+READ = 6.0  # seconds an honest visitor reads a battle
 CAPTIONS = [
     "A dog runs in the park.",
     "Two men are working on a roof.",
@@ -61,10 +62,6 @@ print(json.dumps({"seconds": first, "grew_mib": grew, "line": line, "order": [ro
 def options(parser):
     parser.add_argument("--sections", default="flood,lock,board", help="comma-separated: flood, lock, board, readers")
     parser.add_argument("--seconds", type=float, default=180.0, help="how long the flood lasts (default 180)")
-    parser.add_argument("--script_sessions", type=int, default=40, help="the script's page sessions (default 40)")
-    parser.add_argument("--script_waits", action="store_true", help="the script waits as long as a reader to vote")
-    parser.add_argument("--read", type=float, default=6.0, help="seconds an honest visitor reads a battle")
-    parser.add_argument("--votes", type=int, default=100_000, help="votes in the board section's database")
     parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
 
 
@@ -125,16 +122,14 @@ def report_visitor(latencies: list[float], more: str = "") -> None:
 
 
 def flood(url: str, votes_db: Path, args) -> None:
-    script_wait = args.read if args.script_waits else 0.0
-    script = party(url, SCRIPT, args.script_sessions, nonsense_first, script_wait, 0.0)
-    honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
+    script = party(url, SCRIPT, args.script_sessions, nonsense_first, 0.0, 0.0)
+    honest = party(url, HONEST, 4, better, READ, 10.0 - READ)
     latencies = ordinary_visits(url, args.seconds)
     script(), honest()
     board, _ = client(url, ORDINARY).predict(api_name="/leaderboard")
     with sqlite3.connect(votes_db) as database:
         by_source = database.execute("SELECT source, COUNT(*) FROM votes GROUP BY source ORDER BY 2 DESC").fetchall()
-    pace = f"waiting {args.read:g} s to vote" if args.script_waits else "voting at once"
-    print(f"## flood: {args.script_sessions} script sessions ({pace}) vs 4 honest visitors, {args.seconds:g} s")
+    print(f"## flood: {args.script_sessions} script sessions (voting at once) vs 4 honest visitors, {args.seconds:g} s")
     print("script told:", dict(script.outcomes.most_common(5)))
     print("honest told:", dict(honest.outcomes.most_common(5)))
     print("votes stored per source:", [count for _, count in by_source])
@@ -148,7 +143,7 @@ def readers(url: str, server, args, pages: int = 60) -> None:
     """`pages` pages of one address read the leaderboard back to back while it changes."""
     before, fn_index = load.rss_mib(server.pid), load.events(url)[0]["leaderboard"]
     until = time.monotonic() + args.seconds
-    honest = party(url, HONEST, 4, better, args.read, 10.0 - args.read)
+    honest = party(url, HONEST, 4, better, READ, 10.0 - READ)
 
     def reader():
         page, reads = load.Page(url, address=READERS), []
@@ -173,7 +168,7 @@ def readers(url: str, server, args, pages: int = 60) -> None:
 def lock(url: str, votes_db: Path, args) -> None:
     visitor = client(url, HONEST)
     battle_id, first, second, _ = visitor.predict("A man sings on a stage.", api_name="/battle")
-    time.sleep(args.read)
+    time.sleep(READ)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(votes_db), "40"], stdout=subprocess.PIPE, text=True
     )
@@ -188,7 +183,7 @@ def lock(url: str, votes_db: Path, args) -> None:
 
 
 def board(args, scratch: Path) -> None:
-    """A database of `--votes` votes (2,000 sessions of 500 networks, some voting in 4 s), then the first board."""
+    """A database of `args.votes` votes (2,000 sessions of 500 networks, some voting in 4 s), then the first board."""
     from transformer_en_de.app.arena.votes import VoteStore
 
     path = scratch / "board.sqlite3"
@@ -234,8 +229,8 @@ def serve(scratch: Path, args):
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
-    if args.quick:
-        args.seconds, args.script_sessions, args.votes = min(args.seconds, 40.0), min(args.script_sessions, 10), 20_000
+    args.script_sessions, args.votes = (10, 20_000) if args.quick else (40, 100_000)
+    args.seconds = min(args.seconds, 40.0) if args.quick else args.seconds
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)

@@ -2,7 +2,7 @@
 
 `python app.py` (our model only, offline) driven by gradio_client: a heavy visitor with two tabs sends 3,000 capitals
 without a full stop at the most beams and tokens (the text that made the model loop until its bound), again on each
-answer, for `--heavy-seconds`, and `--flood` more requests at once from its first tab; meanwhile the ordinary visitor
+answer, for 60 s, and 64 more requests at once from its first tab; meanwhile the ordinary visitor
 (`load.Visitor`) translates one sentence at a time. A pass: no ordinary failure, and about a second. `--busy N` adds N
 processes spinning on the same cores (other tenants of a shared machine).
 
@@ -21,13 +21,10 @@ from pathlib import Path
 from benchmarks import harness, load
 from benchmarks.hostile_clients import HEAVY
 
+LONGEST, PAUSE = 240.0, 0.5  # seconds the whole scenario may take; between the ordinary visitor's requests
+
 
 def options(parser):
-    parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
-    parser.add_argument("--flood", type=int, default=64, help="extra requests the heavy visitor sends at once")
-    parser.add_argument("--heavy-seconds", type=float, default=60.0, help="how long the two tabs send heavy requests")
-    parser.add_argument("--seconds", type=float, default=240.0, help="longest the whole scenario may take")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
     parser.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "ctranslate2"])
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on the same cores meanwhile")
 
@@ -43,7 +40,7 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
     """One server: two heavy tabs, a flood from the first, the ordinary visitor meanwhile; the table's row."""
     from gradio_client import Client
 
-    spin = f"import time\nend = time.monotonic() + {args.seconds}\nwhile time.monotonic() < end: pass"
+    spin = f"import time\nend = time.monotonic() + {LONGEST}\nwhile time.monotonic() < end: pass"
     spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
     options = ["--model", model_folder, "--comparison-models", "--backend", backend]
     with load.app_server(*options, threads=args.threads) as (server, url):
@@ -55,7 +52,7 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
         def heavy_call(tab) -> str:
             asked = time.perf_counter()
             try:
-                answer = tab.submit(*HEAVY, api_name="/translate").result(timeout=args.seconds)
+                answer = tab.submit(*HEAVY, api_name="/translate").result(timeout=LONGEST)
                 heavy.append((time.perf_counter() - asked, answer[0], f"{answer[1]} {answer[-1]}"))
             except Exception as error:  # a refusal or a timeout is a figure
                 heavy.append((time.perf_counter() - asked, "", f"{type(error).__name__}: {error}"[:200]))
@@ -66,12 +63,12 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
         flood = [tabs[0].submit(s, *load.ORDINARY[1:], api_name="/translate") for s in sentences[: args.flood]]
 
         def running() -> bool:
-            return stop_heavy.alive() and time.monotonic() < started + args.seconds
+            return stop_heavy.alive() and time.monotonic() < started + LONGEST
 
-        latencies, failures = visitor.visit([], args.pause, running, more=sentences[1:])
+        latencies, failures = visitor.visit([], PAUSE, running, more=sentences[1:])
         stop_heavy()
         wall, cpu = time.monotonic() - started, (load.cpu_ticks(server.pid) - cpu) / os.sysconf("SC_CLK_TCK")
-        told = [flood_answer(job, max(started + args.seconds - time.monotonic(), 1)) for job in flood]
+        told = [flood_answer(job, max(started + LONGEST - time.monotonic(), 1)) for job in flood]
         visitor.close()
     for spinner in spinners:
         spinner.terminate()
@@ -92,17 +89,16 @@ def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> li
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
-    if args.quick:
-        args.flood, args.heavy_seconds = 8, 15.0
+    args.flood, args.heavy_seconds = (8, 15.0) if args.quick else (64, 60.0)  # extra requests at once; heavy for s
     english, _ = harness.sample_sentences("test_2016_flickr", max(50, args.flood))
     with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = harness.model_folder_to_serve(args.model, Path(scratch))
+        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, Path(scratch))
         rows = [scenario(model_folder, english, backend, args) for backend in args.backends]
     print(
         f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), {os.cpu_count()} CPU(s) "
         f"visible, {args.busy} busy process(es) beside it); heavy: 2 tabs x 3,000 capitals, beam 8, 255 new tokens, "
         f"sent again on each answer for {args.heavy_seconds:g} s; flood: {args.flood} more requests from the first "
-        f"tab; ordinary: one sentence at a time, beam {load.BEAMS}, {load.PAGE_TOKENS} tokens, {args.pause:g} s apart"
+        f"tab; ordinary: one sentence at a time, beam {load.BEAMS}, {load.PAGE_TOKENS} tokens, {PAUSE:g} s apart"
     )
     header = ["backend", "ordinary requests", "p50 (s)", "p95 (s)", "max (s)", "heavy requests: p50 / max (s)"]
     header += ["heavy answers", "flood", "server CPU / wall (s)", "ordinary failures"]

@@ -2,7 +2,7 @@
 translation, and do the server's memory and upload folder stay bounded?
 
 Per attack (in the order of `attacks()`: those that spend the address's upload and session quotas come late, so that
-each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends `--ordinary` sentences, going
+each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends 8 sentences (3 --quick), going
 on while an attack that ends by itself runs. A pass: no visitor failure, latencies of about a second, each attack
 refused for what it is, memory bounded, no traceback in the server log. `--split-cores`: the server and the visitor on
 the first core, the attackers on the others.
@@ -52,16 +52,13 @@ FILE_ROUTES = [
     ("call/v2/translate_file", lambda v: {"source_file": v, "reference_file": None}),
     ("queue/join", lambda v: {"data": [v, None, "greedy", 1, 1], "session_hash": "reader"}),
 ]
+PAUSE = 0.5  # seconds between the ordinary visitor's requests
 UPLOAD = b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\n"
 
 
 def options(parser):
-    parser.add_argument("--model", type=Path, default=harness.SHIPPED_DIR, help="model folder the app serves")
     parser.add_argument("--backend", choices=["torch", "ctranslate2"], default="torch", help="what decodes")
-    parser.add_argument("--ordinary", type=int, default=8, help="the ordinary visitor's requests per attack")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between the ordinary visitor's requests")
     parser.add_argument("--split-cores", action="store_true", help="server and visitor on the first core")
-    parser.add_argument("--slow", type=int, default=5_000, help="slow connections (headers never finished)")
     parser.add_argument("--attacks", nargs="*", default=None, help="only these attacks (names as printed)")
 
 
@@ -534,8 +531,7 @@ def attacks(target: Target, args) -> dict:
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
-    if args.quick:
-        args.ordinary, args.slow = 3, 1_000
+    args.ordinary, args.slow = (3, 1_000) if args.quick else (8, 5_000)  # visitor's requests, slow connections
     sentences, _ = harness.sample_sentences("test_2016_flickr", args.ordinary + 1)
     cores = os.sched_getaffinity(0)
     server_cores = {min(cores)} if args.split_cores and len(cores) > 1 else cores
@@ -544,7 +540,7 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         uploads, log = scratch / "gradio", scratch / "app.log"
-        model_folder, served = harness.model_folder_to_serve(args.model, scratch)
+        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, scratch)
         flags = ["--model", model_folder, "--comparison-models", "--backend", args.backend]
         serving = load.app_server(
             *flags, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads)
@@ -567,7 +563,7 @@ def main():
                         continue
                     stop = load.started(start())
                     time.sleep(0.5)
-                    latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], args.pause, stop.running)
+                    latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], PAUSE, stop.running)
                     rows.append([name, len(latencies), failures, *load.seconds_row(latencies)])
                     told.append(f"# {name}: {stop()}")
                     rss, size = load.rss_mib(server.pid), load.folder_mb(uploads)
@@ -585,7 +581,7 @@ def main():
     )
     print(
         f"# per attack, an ordinary visitor: {args.ordinary} one-sentence requests, beam {BEAMS}, {PAGE_TOKENS} "
-        f"tokens, {args.pause:g} s apart; a failure is an answer without a translation, with a notice, or an exception"
+        f"tokens, {PAUSE:g} s apart; a failure is an answer without a translation, with a notice, or an exception"
     )
     harness.print_table(["attack", "requests", "failures", "p50 (s)", "p95 (s)", "max (s)"], rows)
     for line in told:

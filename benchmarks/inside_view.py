@@ -1,7 +1,7 @@
 """What a visitor waits for on the Inside the Transformer tab, and the work it costs against the engine's estimate.
 
 On the shipped model as the app loads it, the README's 20-word sentence: each step of a view and a redraw (medians of
-`--rounds`); then the worst case the bounds allow (`inside.MAX_PIECES`, `view_request.MAX_VIEW_BYTES`) against the 29
+7 rounds); then the worst case the bounds allow (`inside.MAX_PIECES`, `view_request.MAX_VIEW_BYTES`) against the 29
 rare-letter words that were 48 MB of JSON before the bounds, and what the `ViewStore` keeps of it; then the CPU
 seconds of `inside_request` over the estimate it is admitted with (`view_request.WORK_FACTOR`).
 
@@ -11,7 +11,7 @@ seconds of `inside_request` over the estimate it is admitted with (`view_request
 import json
 
 from benchmarks import harness
-from transformer_en_de.app.inside_tab import view_request, view_store
+from transformer_en_de.app.inside_tab import view_request
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.translation import RequestContext, budget_plan
@@ -24,17 +24,11 @@ AT_THE_BOUND = "hzjz yygwvz qwwhqy vhzkq qgf wgv qfvyyf kvgv yjqwfgzxg jzkfwfgv 
 PAST_THE_BOUND = " ".join(["zzzzjqzzq zzzvxwqkqj zzzqjjxqqjq"] * 9 + ["zzzjkvjqkq zzxzqzjjzqxz"])  # 29 words
 
 
-def options(parser):
-    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds of the 20-word sentence")
-    parser.add_argument("--sentences", type=int, default=40, help="test sentences for the work factor")
-
-
 def main() -> None:
-    args = harness.parse_args(__doc__.splitlines()[0], options)
-    rounds, count = (3, 8) if args.quick else (args.rounds, args.sentences)
+    args = harness.parse_args(__doc__.splitlines()[0])
+    rounds, count = (3, 8) if args.quick else (7, 40)  # timed rounds of the 20-word sentence, test sentences
     print(harness.describe_machine(args.threads))
-    ours = load_our_translator(args.model, backend="torch")
+    ours = load_our_translator(str(harness.SHIPPED_DIR), backend="torch")
     ours.model.set_attn_implementation("eager")  # as the app does: SDPA returns no attention weights
     limits, beams = Limits(), ours.model.generation_config.num_beams
 
@@ -64,7 +58,7 @@ def main() -> None:
 
     refused = request(PAST_THE_BOUND, most_beams=True)
     print(f"\n29 rare-letter words: {len(json.dumps(refused)):,} bytes: {refused.get('message', 'shown')}")
-    view, store = request(AT_THE_BOUND, most_beams=True), view_store.ViewStore()
+    view, store = request(AT_THE_BOUND, most_beams=True), view_request.ViewStore()
     put, got = harness.Timings(), harness.Timings()
     view_id = [put.time(lambda: store.put(view)) for _ in range(rounds)][-1]
     for _ in range(rounds):
@@ -72,8 +66,9 @@ def main() -> None:
     print(
         f"At the bound ({len(view['source_ids'])} pieces in, {len(view['target_ids'])} out, {view['num_beams']} "
         f"beams): {len(json.dumps(view)):,} bytes of JSON (bound {view_request.MAX_VIEW_BYTES:,}); the store keeps "
-        f"{len(store.views[view_id][0]):,} bytes ({view_store.VIEWS_KEPT} views, {view_store.VIEW_STORE_BYTES:,} bytes "
-        f"at most); keeping it {put.seconds:.3f} s, reading it back for a redraw {got.seconds:.3f} s"
+        f"{len(store.views[view_id][0]):,} bytes ({view_request.VIEWS_KEPT} views, "
+        f"{view_request.VIEW_STORE_BYTES:,} bytes at most); keeping it {put.seconds:.3f} s, reading it back for a "
+        f"redraw {got.seconds:.3f} s"
     )
 
     english, _ = harness.sample_sentences("test_2016_flickr", count)

@@ -35,6 +35,7 @@ TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
 )
 KINDS = ("open", "translate", "arena", "inside", "board", "file")
 ATTENTION = ("encoder_self", "decoder_self", "cross")  # the Inside tab's kinds of attention
+FILE_LINES = 200  # of each file job
 
 # `sitecustomize.py` in a folder on the server's PYTHONPATH: Python imports it at start-up, before app.py.
 IN_THE_SERVER = r'''
@@ -110,9 +111,6 @@ if os.environ.get("MIXED_USE_TRACE"):
 def options(parser):
     parser.add_argument("--minutes", type=int, default=60, help="how long the use lasts (default 60)")
     parser.add_argument("--warm_up", type=int, default=5, help="the minute after which memory should stay flat")
-    parser.add_argument("--translators", type=int, default=3, help="translators on the page at once (default 3)")
-    parser.add_argument("--players", type=int, default=2, help="arena players at once (default 2)")
-    parser.add_argument("--file_lines", type=int, default=200, help="lines of each file job (default 200)")
     parser.add_argument("--trace", choices=["counts"], help="the server reports what it holds")
     parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
 
@@ -239,16 +237,16 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
     """The visitors for `--minutes`, a line a minute: the site (its tally), the memory per minute, the upload folder's
     MB."""
     site = Site(url, sentences)
-    kinds = [("translate", TRANSLATORS, translating, (60, 240), (5, 30))] * args.translators
-    kinds += [("arena", PLAYERS, playing, (120, 300), (5, 30))] * args.players
+    kinds = [("translate", TRANSLATORS, translating, (60, 240), (5, 30))] * 3
+    kinds += [("arena", PLAYERS, playing, (120, 300), (5, 30))] * 2
     kinds += [("inside", INSIDE_USERS, looking_inside, (120, 240), (5, 30))]
     kinds += [("board", READERS, reading_the_board, (0, 0), (20, 40))]
-    jobs = [("file", FILE_JOBS, partial(filing, lines=args.file_lines), (0, 0), (1, 1))]
+    jobs = [("file", FILE_JOBS, partial(filing, lines=FILE_LINES), (0, 0), (1, 1))]
     threads = [threading.Thread(target=visits, args=(site, *kind), daemon=True) for kind in kinds + jobs]
     header = f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  " + "  ".join(f"{kind:<6}" for kind in KINDS)
     print(
         f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(kinds)} visitors at once and a file job of "
-        f"{args.file_lines} lines every 30 s; calls answered/failed per kind\n{header}  visitor p50 / max s",
+        f"{FILE_LINES} lines every 30 s; calls answered/failed per kind\n{header}  visitor p50 / max s",
         flush=True,
     )
     memory, reports, started = [(0, rss_mib(server.pid))], sorted({args.warm_up, args.minutes}), time.monotonic()

@@ -9,9 +9,7 @@ requests, and sentences/s with 8 clients at once (the app queues them).
 import itertools
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import harness, load
 
@@ -22,24 +20,21 @@ def options(parser):
     parser.add_argument("--backends", nargs="+", default=["torch", "ctranslate2"], choices=["torch", "ctranslate2"])
 
 
-def measure(args, model_folder: Path, english: list[str], backend: str, requests: int, per_client: int) -> list:
+def measure(args, english: list[str], backend: str, requests: int, per_client: int) -> list:
     """One server with `backend`: [start-up s, p50 s, p95 s, sequential sentences/s, concurrent sentences/s]."""
-    from gradio_client import Client
-
-    options = ["--model", model_folder, "--backend", backend, "--comparison-models"]
     launched = time.perf_counter()
-    with load.app_server(*options, threads=args.threads) as (_, url):
+    with load.shipped_app(backend, threads=args.threads) as (_, url):
         startup = time.perf_counter() - launched
 
         def call(client, sentence):
             return client.predict(sentence, *load.ORDINARY[1:], api_name="/translate")
 
-        client, timings = Client(url, verbose=False), harness.Timings()
+        client, timings = load.client(url), harness.Timings()
         call(client, english[0])  # warm-up: first decoding, first request through the queue
         for sentence in english[:requests]:
             timings.time(lambda sentence=sentence: call(client, sentence))
 
-        clients, turns = [Client(url, verbose=False) for _ in range(CLIENTS)], itertools.count()
+        clients, turns = [load.client(url) for _ in range(CLIENTS)], itertools.count()
 
         def send():  # each thread its client and its sentences
             turn = next(turns)
@@ -61,11 +56,9 @@ def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     requests, per_client = (8, 2) if args.quick else (40, 5)
     english, _ = harness.sample_sentences("test_2016_flickr", max(requests, CLIENTS * per_client))
-    with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, Path(scratch))
-        figures = {b: measure(args, model_folder, english, b, requests, per_client) for b in args.backends}
+    figures = {backend: measure(args, english, backend, requests, per_client) for backend in args.backends}
     print(
-        f"# App latency through gradio_client (server: app.py, model: {served}; comparison models: none; "
+        f"# App latency through gradio_client (server: app.py, model: {load.SHIPPED_DIR}; comparison models: none; "
         f"{args.threads} thread(s); {os.cpu_count()} CPU(s) visible); beam {load.BEAMS}, max_new_tokens "
         f"{load.PAGE_TOKENS}, test_2016_flickr sentences; {requests} sequential requests; {CLIENTS} clients x "
         f"{per_client} requests at once"

@@ -1,11 +1,10 @@
 """Attacks on the arena's integrity, against the running app: does a script's flood decide the leaderboard, is a vote
 lost when the database is locked, and what does the leaderboard cost on 100,000 votes?
 
-`python app.py` with our model and a comparison system that writes nonsense (a tiny random MarianMT), 127.0.0.1
-trusted as its proxy (each client names its address in X-Forwarded-For). `--sections`:
-- flood: 40 sessions of one address battle and vote for the nonsense as fast as the app lets them while 4 honest
-  visitors of another read each battle and vote for the
-  better one, and the ordinary visitor translates. A pass: the honest order (ours first), latencies about a second.
+The app with our model and a comparison system that writes nonsense (a tiny random MarianMT), 127.0.0.1 its trusted
+proxy (each client names its address in X-Forwarded-For). `--sections`:
+- flood: 40 sessions of one address vote for the nonsense as fast as the app lets them, 4 honest visitors of another
+  read each battle and vote for the better one, the ordinary visitor translates. A pass: ours first, about a second.
 - lock: another process holds the votes database's write lock for 40 s while a visitor votes, then votes again. A
   pass: a quick answer that says the vote was not stored and to vote again, then stored.
 - readers: 60 pages of one address read the leaderboard back to back while the honest visitors vote.
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from benchmarks import harness, load
@@ -62,14 +61,6 @@ print(json.dumps({"seconds": first, "grew_mib": grew, "line": line, "order": [ro
 def options(parser):
     parser.add_argument("--sections", default="flood,lock,board", help="comma-separated: flood, lock, board, readers")
     parser.add_argument("--seconds", type=float, default=180.0, help="how long the flood lasts (default 180)")
-    parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
-
-
-def client(url: str, address: str):
-    """A gradio_client session whose requests come, through the trusted proxy, from `address`."""
-    from gradio_client import Client
-
-    return Client(url, verbose=False, headers={"X-Forwarded-For": address})
 
 
 def better(first: str, second: str) -> str:
@@ -90,7 +81,7 @@ def party(url: str, address: str, sessions: int, choose, wait: float, pause: flo
         turns, visitor = itertools.count(number + 1), []
 
         def battle_and_vote():
-            visitor[:] = visitor or [client(url, address)]
+            visitor[:] = visitor or [load.client(url, address)]
             battle_id, first, second, message = visitor[0].predict(CAPTIONS[next(turns) % 5], api_name="/battle")
             if not battle_id:
                 stopped.wait(1.0)
@@ -108,11 +99,8 @@ def party(url: str, address: str, sessions: int, choose, wait: float, pause: flo
 
 def ordinary_visits(url: str, seconds: float) -> list[float]:
     """The ordinary visitor's translations in a process of its own, one every 2 s for about `seconds`: latencies."""
-    visitor = load.Visitor(url, ORDINARY)
-    try:
+    with closing(load.Visitor(url, ORDINARY)) as visitor:
         return visitor.visit([CAPTIONS[n % 5] for n in range(max(1, round(seconds / 2.5)))], 2.0)[0]
-    finally:
-        visitor.close()
 
 
 def report_visitor(latencies: list[float], more: str = "") -> None:
@@ -126,7 +114,7 @@ def flood(url: str, votes_db: Path, args) -> None:
     honest = party(url, HONEST, 4, better, READ, 10.0 - READ)
     latencies = ordinary_visits(url, args.seconds)
     script(), honest()
-    board, _ = client(url, ORDINARY).predict(api_name="/leaderboard")
+    board, _ = load.client(url, ORDINARY).predict(api_name="/leaderboard")
     with sqlite3.connect(votes_db) as database:
         by_source = database.execute("SELECT source, COUNT(*) FROM votes GROUP BY source ORDER BY 2 DESC").fetchall()
     print(f"## flood: {args.script_sessions} script sessions (voting at once) vs 4 honest visitors, {args.seconds:g} s")
@@ -146,27 +134,24 @@ def readers(url: str, server, args, pages: int = 60) -> None:
     honest = party(url, HONEST, 4, better, READ, 10.0 - READ)
 
     def reader():
-        page, reads = load.Page(url, address=READERS), []
-        try:
+        with closing(load.Page(url, address=READERS)) as page:
+            reads = []
             while time.monotonic() < until:
                 reads.append(load.outcome(page.ask(fn_index, [])))
-        finally:
-            page.close()
-        return reads
+            return reads
 
-    reading = load.in_background(lambda: load.counted(load.in_parallel(pages, reader)))
+    reading = load.started(load.in_background(lambda: load.counted(load.in_parallel(pages, reader))))
     latencies = ordinary_visits(url, args.seconds)
     read, _ = reading(), honest()
-    told = dict(honest.outcomes.most_common(3))
     print(
-        f"## readers: {pages} pages reading the leaderboard back to back for {args.seconds:g} s: {read} reads; ", end=""
+        f"## readers: {pages} pages reading the leaderboard back to back for {args.seconds:g} s: {read} reads; "
+        f"honest told: {dict(honest.outcomes.most_common(3))}"
     )
-    print(f"honest told: {told}")
     report_visitor(latencies, f"; server {before:.0f} -> {load.rss_mib(server.pid):.0f} MiB")
 
 
 def lock(url: str, votes_db: Path, args) -> None:
-    visitor = client(url, HONEST)
+    visitor = load.client(url, HONEST)
     battle_id, first, second, _ = visitor.predict("A man sings on a stage.", api_name="/battle")
     time.sleep(READ)
     holder = subprocess.Popen(
@@ -216,11 +201,11 @@ def serve(scratch: Path, args):
     from tiny_marian import build_tiny_marian  # the tests' stand-in for MarianMT: random weights write nonsense
 
     votes_db, nonsense = scratch / "votes.sqlite3", build_tiny_marian(scratch / "nonsense")
-    options = ["--comparison-models", nonsense, "--backend", args.backend, "--votes-db", votes_db]
+    options = ["--comparison-models", nonsense, "--backend", "torch", "--votes-db", votes_db]
     options += ["--forwarded-allow-ips", "127.0.0.1"]
     with load.app_server(*options, threads=args.threads, log=scratch / "app.log") as (server, url):
         deadline = time.monotonic() + 180
-        while "ready" not in client(url, ORDINARY).predict(api_name="/status"):
+        while "ready" not in load.client(url, ORDINARY).predict(api_name="/status"):
             if time.monotonic() > deadline:
                 raise SystemExit("the comparison system did not load: see " + str(scratch / "app.log"))
             time.sleep(0.5)

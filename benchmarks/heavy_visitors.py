@@ -1,10 +1,9 @@
 """Heavy visitors against the running app: do ordinary visitors still get their translations quickly?
 
-`python app.py` (our model only, offline) driven by gradio_client: a heavy visitor with two tabs sends 3,000 capitals
-without a full stop at the most beams and tokens (the text that made the model loop until its bound), again on each
-answer, for 60 s, and 64 more requests at once from its first tab; meanwhile the ordinary visitor
-(`load.Visitor`) translates one sentence at a time. A pass: no ordinary failure, and about a second. `--busy N` adds N
-processes spinning on the same cores (other tenants of a shared machine).
+A heavy visitor with two tabs sends 3,000 capitals without a full stop at the most beams and tokens (the text that
+made the model loop until its bound), again on each answer, for 60 s, and 64 more requests at once from its first tab;
+meanwhile the ordinary visitor translates one sentence at a time. A pass: no ordinary failure, and about a second.
+`--busy N` adds N processes spinning on the same cores (other tenants of a shared machine).
 
     taskset -c 1 python -m benchmarks.heavy_visitors --threads 1 [--backends torch ctranslate2] [--quick]
 """
@@ -13,10 +12,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from functools import partial
-from pathlib import Path
 
 from benchmarks import harness, load
 from benchmarks.hostile_clients import HEAVY
@@ -36,15 +33,12 @@ def flood_answer(job, timeout: float) -> str:
         return "failed"
 
 
-def scenario(model_folder: Path, sentences: list[str], backend: str, args) -> list:
+def scenario(sentences: list[str], backend: str, args) -> list:
     """One server: two heavy tabs, a flood from the first, the ordinary visitor meanwhile; the table's row."""
-    from gradio_client import Client
-
     spin = f"import time\nend = time.monotonic() + {LONGEST}\nwhile time.monotonic() < end: pass"
     spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
-    options = ["--model", model_folder, "--comparison-models", "--backend", backend]
-    with load.app_server(*options, threads=args.threads) as (server, url):
-        visitor, tabs = load.Visitor(url), [Client(url, verbose=False) for _ in range(2)]
+    with load.shipped_app(backend, threads=args.threads) as (server, url):
+        visitor, tabs = load.Visitor(url), [load.client(url) for _ in range(2)]
         visitor.visit(sentences[:1], 0.0)  # warm-up
         started, cpu = time.monotonic(), load.cpu_ticks(server.pid)
         heavy = []  # (seconds, translation, notice)
@@ -91,14 +85,13 @@ def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     args.flood, args.heavy_seconds = (8, 15.0) if args.quick else (64, 60.0)  # extra requests at once; heavy for s
     english, _ = harness.sample_sentences("test_2016_flickr", max(50, args.flood))
-    with tempfile.TemporaryDirectory() as scratch:
-        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, Path(scratch))
-        rows = [scenario(model_folder, english, backend, args) for backend in args.backends]
+    rows = [scenario(english, backend, args) for backend in args.backends]
     print(
-        f"# Heavy visitors (server: app.py, model: {served}, {args.threads} torch thread(s), {os.cpu_count()} CPU(s) "
-        f"visible, {args.busy} busy process(es) beside it); heavy: 2 tabs x 3,000 capitals, beam 8, 255 new tokens, "
-        f"sent again on each answer for {args.heavy_seconds:g} s; flood: {args.flood} more requests from the first "
-        f"tab; ordinary: one sentence at a time, beam {load.BEAMS}, {load.PAGE_TOKENS} tokens, {PAUSE:g} s apart"
+        f"# Heavy visitors (server: app.py, model: {load.SHIPPED_DIR}, {args.threads} torch thread(s), "
+        f"{os.cpu_count()} CPU(s) visible, {args.busy} busy process(es) beside it); heavy: 2 tabs x 3,000 capitals, "
+        f"beam 8, 255 new tokens, sent again on each answer for {args.heavy_seconds:g} s; flood: {args.flood} more "
+        f"requests from the first tab; ordinary: one sentence at a time, beam {load.BEAMS}, {load.PAGE_TOKENS} "
+        f"tokens, {PAUSE:g} s apart"
     )
     header = ["backend", "ordinary requests", "p50 (s)", "p95 (s)", "max (s)", "heavy requests: p50 / max (s)"]
     header += ["heavy answers", "flood", "server CPU / wall (s)", "ordinary failures"]

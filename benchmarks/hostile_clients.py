@@ -1,11 +1,9 @@
 """Hostile clients against the running app, one attack at a time: does an ordinary visitor still get a quick
 translation, and do the server's memory and upload folder stay bounded?
 
-Per attack (in the order of `attacks()`: those that spend the address's upload and session quotas come late, so that
-each earlier one is refused for what it is) the ordinary visitor (`load.Visitor`) sends 8 sentences (3 --quick), going
-on while an attack that ends by itself runs. A pass: no visitor failure, latencies of about a second, each attack
-refused for what it is, memory bounded, no traceback in the server log. `--split-cores`: the server and the visitor on
-the first core, the attackers on the others.
+Per attack (those that spend the address's upload and session quotas come late, so that each earlier one is refused
+for what it is) the ordinary visitor sends 8 sentences (3 --quick), going on while an attack that ends by itself runs.
+A pass: no visitor failure, about a second, each attack refused for what it is, memory bounded, no traceback.
 
     OMP_NUM_THREADS=1 taskset -c 0 python -m benchmarks.hostile_clients --threads 1 --backend ctranslate2 [--quick]
     [--attacks "queue flood" "slow bodies"] [--split-cores]
@@ -19,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -85,10 +84,9 @@ class Target:
 
     def file_job(self, *decoding):
         """A visitor's file job through gradio_client."""
-        from gradio_client import Client, handle_file
+        from gradio_client import handle_file
 
-        client = Client(self.url, verbose=False)
-        return client.submit(handle_file(self.source), None, *decoding, api_name="/translate_file")
+        return load.client(self.url).submit(handle_file(self.source), None, *decoding, api_name="/translate_file")
 
 
 def inside(sentence: str = SENTENCE) -> list:
@@ -177,9 +175,7 @@ def inside_redraws(target: Target, sessions: int = 15):
 
 def largest_inside_views(target: Target, times: int = 10) -> str:
     """/inside on 29 made-up words of rare letters, read in full, `times` in a row, one session."""
-    from gradio_client import Client
-
-    client, sizes, messages, failures = Client(target.url, verbose=False), [], Counter(), Counter()
+    client, sizes, messages, failures = load.client(target.url), [], Counter(), Counter()
     for _ in range(times):
         try:
             answer = client.predict(*inside(RARE_WORDS), api_name="/inside")
@@ -208,66 +204,45 @@ def many_files(target: Target, count: int = 999) -> str:
     return f"{count} files in one upload: HTTP {answer.status_code} ({shown}); {other}"
 
 
-def dripping(url: str, count: int, request: bytes, chunk: bytes, every: float, running=None):
-    """`count` connections each sending `request`, then `chunk` every `every` s (one thread drips on all) until
-    stopped; it yields `running` and ends with the connections."""
-    stopped, opened = threading.Event(), load.connections(url, count, request)
-
-    def drip():
-        alive = list(opened)
-        while alive and not stopped.wait(every):
-            for connection in list(alive):
-                try:
-                    connection.settimeout(0.5)
-                    connection.sendall(chunk)
-                except OSError:
-                    alive.remove(connection)
-
-    dripper = threading.Thread(target=drip, daemon=True)
-    dripper.start()
-    yield running
-    stopped.set()
-    dripper.join(timeout=30)
-    return opened
-
-
 def trickled_uploads(target: Target, count: int = 210):
     """Uploads declaring 1 MB that trickle their body, 100 bytes a second; before they close, an upload from another
     address."""
     part = b'--B\r\nContent-Disposition: form-data; name="files"; filename="t.txt"\r\nContent-Type: text/plain\r\n\r\n'
-    opened = yield from dripping(target.url, count, UPLOAD + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
-    found = load.states(opened, close=False)
+    held = load.Held(target.url, count, UPLOAD + b"Content-Length: 1000000\r\n\r\n" + part, b"A" * 100, 1.0)
+    yield
+    found = held.states(close=False)
     other = load.upload_from(target.url, "127.0.0.3", 1)
-    load.states(opened)
-    return f"{len(opened):,} connections opened: {counted(found)}; then {other}"
+    held.states()
+    return f"{len(held):,} connections opened: {counted(found)}; then {other}"
 
 
 def slow_bodies(target: Target, count: int = 1_100, seconds: float = 35.0):
     """Complete headers of a 200-byte call, then its body one byte every 2 s: past the server's 30 s for a request."""
     request = b"POST /gradio_api/call/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    request += b"Content-Length: 200\r\n\r\n"
-    opened = yield from dripping(target.url, count, request, b" ", 2.0, load.for_seconds(seconds))
-    return f"{len(opened):,} connections opened, after {seconds:g} s: {counted(load.states(opened))}"
+    held = load.Held(target.url, count, request + b"Content-Length: 200\r\n\r\n", b" ", 2.0)
+    ends = time.monotonic() + seconds
+    yield lambda: time.monotonic() < ends
+    return f"{len(held):,} connections opened, after {seconds:g} s: {counted(held.states())}"
 
 
 def slow_connections(target: Target, count: int):
     """Connections that never finish their request's headers (slowloris)."""
-    opened = load.connections(target.url, count, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    held = load.Held(target.url, count, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     yield
-    alive = sum(number for state, number in load.states(opened).items() if state != "closed by the server")
-    return f"{len(opened):,} slow connections opened, {alive:,} still open at the end"
+    alive = len(held) - held.states()["closed by the server"]
+    return f"{len(held):,} slow connections opened, {alive:,} still open at the end"
 
 
 def held_heartbeats(target: Target, count: int = 1_000):
     """`count` heartbeat streams of one address (127.0.0.2), opened and never read."""
     request = "GET /gradio_api/heartbeat/held-{} HTTP/1.1\r\nHost: x\r\n\r\n".format
-    opened = load.connections(target.url, count, lambda number: request(number).encode(), peer="127.0.0.2")
+    held = load.Held(target.url, count, lambda number: request(number).encode(), peer="127.0.0.2")
     yield
-    refused = load.states(opened, timeout=0.01)["answered 429"]
+    refused = held.states(timeout=0.01)["answered 429"]
     began = time.perf_counter()  # every page closed at once: the server must not stall on their ends
     target.http.get(f"{target.url}gradio_api/info")
     return (
-        f"{len(opened):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
+        f"{len(held):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
         f"answered in {time.perf_counter() - began:.2f} s"
     )
 
@@ -316,14 +291,11 @@ def slow_links(target: Target, pages: int = 20, late: float = 4.0) -> str:
     """`pages` pages each ask a translation and open their event stream `late` s later (a slow mobile link)."""
 
     def page_on_a_slow_link():
-        page = Page(target.url)
-        try:
+        with closing(Page(target.url)) as page:
             if (status := page.join(target.named["translate"], load.ORDINARY).status_code) != 200:
                 return f"HTTP {status}"
             time.sleep(late)
             return outcome((page.read() or [{}])[0])
-        finally:
-            page.close()
 
     return f"{pages} pages reading {late:g} s late: {counted(load.in_parallel(pages, page_on_a_slow_link))}"
 
@@ -352,16 +324,12 @@ def churn_then_learners(target: Target, rate: int = 20, learners: int = 60) -> s
 
 def one_sessions_views(target: Target, views: int = 66) -> str:
     """A visitor looks inside; another session asks for `views` views; the visitor's view must still redraw."""
-    visitor, other = Page(target.url), Page(target.url)
-    try:
+    with closing(Page(target.url)) as visitor, closing(Page(target.url)) as other:
         outcome(visitor.ask(target.named["inside"], inside()))
         asked = Counter(
             outcome(other.ask(target.named["inside"], inside(f"A dog number {n} runs."))) for n in range(views)
         )
         redrawn = outcome(visitor.ask(target.redraws[-1][0], [None, "cross", 1, 0]))
-    finally:
-        visitor.close()
-        other.close()
     return f"one session's {views} views: {counted(asked)}; the visitor's redraw: {redrawn}"
 
 
@@ -374,25 +342,23 @@ def views_at_once(target: Target, views: int = 90) -> str:
 
 def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
     """`views` sessions each ask /inside and open their event stream, never read, for `hold` s: the server's RSS."""
-    before, largest, held = load.rss_mib(target.server.pid), 0.0, []
+    before, largest, held = load.rss_mib(target.server.pid), 0.0, load.Held(target.url, receive_buffer=4_096)
     for _ in range(views):
         session = os.urandom(8).hex()
         if load.join(target.http, target.url, target.named["inside"], inside(FILE_LINE.strip()), session) == "HTTP 200":
-            request = f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-            held += load.connections(target.url, 1, request, receive_buffer=4_096)  # a reader that never reads
+            held.open(1, f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     ends = time.monotonic() + hold
     while time.monotonic() < ends:
         largest = max(largest, load.rss_mib(target.server.pid))
         time.sleep(0.5)
-    load.states(held)
+    held.states()
     rss = f"server RSS {before:,.0f} -> at most {largest:,.0f} MiB"
     return f"{len(held)} views asked, streams never read for {hold:g} s: {rss}"
 
 
 def bad_redraws(target: Target, count: int = 20) -> str:
     """A page looks inside, then sends `count` redraws with values no control offers: the server log's growth."""
-    page = Page(target.url)
-    try:
+    with closing(Page(target.url)) as page:
         outcome(page.ask(target.named["inside"], inside()))
         time.sleep(0.5)
         before = target.log.stat().st_size
@@ -400,8 +366,6 @@ def bad_redraws(target: Target, count: int = 20) -> str:
         answers = Counter(outcome(page.ask(target.redraws[-1][0], redraw)) for redraw in odd)
         time.sleep(0.5)
         grown = target.log_since(before)
-    finally:
-        page.close()
     grew = f"server log +{len(grown)} lines, {sum('Traceback' in line for line in grown)} tracebacks"
     return f"{count} redraws outside the choices: {counted(answers)}; {grew}"
 
@@ -446,10 +410,9 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
                 os.kill(victim, signal.SIGKILL)
                 killed.update(at=elapsed, busy=busy, when=time.monotonic())
 
-    killer = threading.Thread(target=kill, daemon=True)
-    killer.start()
+    killer = load.started(in_background(kill))
     yield lambda: not killed or time.monotonic() - killed["when"] < then
-    killer.join(timeout=30)
+    killer()
     if not killed:
         return f"worker {victim} was not killed"
     now, lines = ctranslate2_workers(pid)[1], target.log_since(size)
@@ -478,11 +441,10 @@ def join_flood(target: Target) -> list[str]:
 
 
 def attacks(target: Target, args) -> dict:
-    """name -> start(), which starts the attack (a generator, see `load.started`, or its stop()), in the order they
-    run. The floods are 4 threads each: queue flood (3,000 capitals at beam 8, never read), starvation stream (tiny
-    greedy calls without a session, never read), busy clients (tiny calls, each thread its session, read); join flood:
-    10 new sessions a second for 15 s; session churn: 100 new sessions a second for 30 s, each joining the corpus
-    comparison, unread."""
+    """name -> start() (a generator, see `load.started`, or its stop()), in the order they run. The floods are 4
+    threads each: queue flood (3,000 capitals at beam 8), starvation stream (tiny greedy calls without a session), busy
+    clients (tiny calls, each thread its session, read); session churn: 100 new sessions a second, each joining the
+    corpus comparison."""
     raw = partial(load.raw_translate, target.http, target.url)
     churn = partial(load.join, target.http, target.url, target.named["comparison"], [])
     torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
@@ -540,16 +502,13 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         uploads, log = scratch / "gradio", scratch / "app.log"
-        model_folder, served = harness.model_folder_to_serve(harness.SHIPPED_DIR, scratch)
-        flags = ["--model", model_folder, "--comparison-models", "--backend", args.backend]
-        serving = load.app_server(
-            *flags, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads)
+        serving = load.shipped_app(
+            args.backend, threads=args.threads, log=log, cores=server_cores, GRADIO_TEMP_DIR=str(uploads)
         )
         with serving as (server, url):
             os.sched_setaffinity(0, client_cores)  # this process and the visitor's
             # Split, the visitor is not on the attackers' cores (a browser elsewhere): beside the server (light work)
-            visitor = load.Visitor(url, cores=server_cores if args.split_cores else None)
-            try:
+            with closing(load.Visitor(url, cores=server_cores if args.split_cores else None)) as visitor:
                 visitor.visit(sentences[:1], 0.0)  # warm-up
                 memory.append(["at start", f"{load.rss_mib(server.pid):,.0f}", f"{load.folder_mb(uploads):,.1f}"])
                 target = Target(url, scratch, server, log)
@@ -566,16 +525,15 @@ def main():
                     latencies, failures = visitor.visit(sentences[1 : args.ordinary + 1], PAUSE, stop.running)
                     rows.append([name, len(latencies), failures, *load.seconds_row(latencies)])
                     told.append(f"# {name}: {stop()}")
-                    rss, size = load.rss_mib(server.pid), load.folder_mb(uploads)
-                    memory.append([f"after {name}", f"{rss:,.0f}", f"{size:,.1f}"])
-            finally:
-                visitor.close()
+                    memory.append(
+                        [f"after {name}", f"{load.rss_mib(server.pid):,.0f}", f"{load.folder_mb(uploads):,.1f}"]
+                    )
         log = log.read_text()  # the server's output, read before its folder goes
     for part in log.split("Traceback")[1:]:  # what failed, to find it
         print("# server traceback:", " | ".join(line.strip() for line in part.splitlines()[-3:]))
     server, clients = (", ".join(map(str, sorted(cores))) for cores in (server_cores, client_cores))
     print(
-        f"# Hostile clients (server: app.py --backend {args.backend}, model: {served}, {args.threads} torch "
+        f"# Hostile clients (server: app.py --backend {args.backend}, model: {load.SHIPPED_DIR}, {args.threads} torch "
         f"thread(s), {os.cpu_count()} CPU(s) visible; everything from 127.0.0.1; server on CPU {server}, clients on "
         f"CPU {clients}{', the ordinary visitor beside the server' if args.split_cores else ''})"
     )

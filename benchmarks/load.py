@@ -1,4 +1,4 @@
-"""The one load harness of the attack and load benchmarks (the app's tests import its page client from here).
+"""The one load harness of the attack and load benchmarks (the app's tests use its page client too).
 
 An attack is started by a call that returns its `stop()`, which ends it and says in words what the attackers got;
 `stop.running()` says whether an attack that ends by itself is still going. `started` makes that of a generator.
@@ -15,33 +15,18 @@ import sys
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from functools import partial
 from pathlib import Path
 from subprocess import PIPE, Popen
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 SENTENCE = "A dog runs in the park."
+SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 PAGE_TOKENS = 128  # the page's default "max new tokens"
-
-
-def shipped_beams() -> int:
-    """The beams the page offers by default: the shipped model's, else those of the random model served in its place."""
-    if (SHIPPED_DIR / "generation_config.json").is_file():
-        return json.loads((SHIPPED_DIR / "generation_config.json").read_text())["num_beams"]
-    from types import SimpleNamespace
-
-    from modeling import TransformerMTConfig
-    from modeling.modeling_transformer_mt import set_translation_defaults
-
-    defaults = SimpleNamespace()
-    set_translation_defaults(defaults, TransformerMTConfig())
-    return defaults.num_beams
-
-
-BEAMS = shipped_beams()
+BEAMS = json.loads((SHIPPED_DIR / "generation_config.json").read_text())["num_beams"]
 ORDINARY = [SENTENCE, "beam search", BEAMS, PAGE_TOKENS, ""]  # /translate at the page's defaults
 
 
@@ -79,6 +64,11 @@ def app_server(*options, threads: int = 1, log: Path | None = None, cores: set[i
         server.wait(timeout=60)
         if log:
             output.close()
+
+
+def shipped_app(backend: str, **settings):
+    """`app_server` of the shipped model alone, decoding with `backend`."""
+    return app_server("--model", SHIPPED_DIR, "--comparison-models", "--backend", backend, **settings)
 
 
 def server_log(log: str) -> str:
@@ -208,11 +198,8 @@ def outcome(message: dict) -> str:
 
 def page_call(url: str, fn_index: int, data: list, **page) -> str:
     """The outcome of a call from a page opened for it."""
-    visitor = Page(url, **page)
-    try:
+    with closing(Page(url, **page)) as visitor:
         return outcome(visitor.ask(fn_index, data))
-    finally:
-        visitor.close()
 
 
 def counted(outcomes: Counter) -> str:
@@ -270,38 +257,59 @@ def upload_from(url: str, peer: str, number: int) -> str:
     return f"an upload from {peer}: HTTP {status} ({'accepted' if status == 200 else 'NOT accepted'})"
 
 
-def connections(url: str, count: int, request, peer: str | None = None, receive_buffer: int | None = None) -> list:
-    """Up to `count` connections (as many as the machine lets open), each sending `request` (bytes, or a function of
-    its number) and nothing more. A small `receive_buffer` makes a reader that never reads."""
-    opened, port = [], int(url.rsplit(":", 1)[1].strip("/"))
-    for number in range(count):
-        try:
-            connection = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(peer or "", 0))
-            if receive_buffer:
-                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-            connection.sendall(request(number) if callable(request) else request)
-            opened.append(connection)
-        except OSError:
-            break
-    return opened
+class Held:
+    """The raw connections of the slow clients: up to `count` (as many as the machine lets open) from `peer`, each
+    sending `request` (bytes, or a function of its number), then with `drip`, that chunk every `every` s (one thread
+    drips on all) until `states()`. A small `receive_buffer` makes a reader that never reads."""
 
+    def __init__(self, url, count=0, request=b"", drip=b"", every=1.0, peer=None, receive_buffer=None):
+        self.address, self.source = ("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/"))), (peer or "", 0)
+        self.receive_buffer, self.opened = receive_buffer, []
+        self.open(count, request)
+        self.alive = list(self.opened)
+        self.dripping = attackers(partial(self.send, drip), rate=1 / every) if drip else None
 
-def states(opened: list[socket.socket], close: bool = True, timeout: float = 0.001) -> Counter:
-    """Each connection: still open (nothing answered within `timeout`), answered (its status), or closed by the
-    server; then closed, unless `close` is False."""
-    found = Counter()
-    for connection in opened:
-        try:
-            connection.settimeout(timeout)
-            answer = connection.recv(64).split()
-            found[f"answered {answer[1].decode(errors='replace')}" if len(answer) > 1 else "closed by the server"] += 1
-        except TimeoutError:
-            found["still open"] += 1
-        except OSError:
-            found["closed by the server"] += 1
-        if close:
-            connection.close()
-    return found
+    def __len__(self) -> int:
+        return len(self.opened)
+
+    def open(self, count: int, request) -> None:
+        for number in range(count):
+            try:
+                connection = socket.create_connection(self.address, timeout=5, source_address=self.source)
+                if self.receive_buffer:
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+                connection.sendall(request(number) if callable(request) else request)
+                self.opened.append(connection)
+            except OSError:
+                break
+
+    def send(self, chunk: bytes) -> list:
+        for connection in list(self.alive):
+            try:
+                connection.settimeout(0.5)
+                connection.sendall(chunk)
+            except OSError:
+                self.alive.remove(connection)
+        return []
+
+    def states(self, close: bool = True, timeout: float = 0.001) -> Counter:
+        """The drip stopped, each connection: still open (nothing answered within `timeout`), answered (its status),
+        or closed by the server; then closed, unless `close` is False."""
+        if self.dripping:
+            self.dripping()
+        found = Counter()
+        for connection in self.opened:
+            try:
+                connection.settimeout(timeout)
+                answer = connection.recv(64).split()
+                found[f"answered {answer[1].decode(errors='replace')}" if answer[1:] else "closed by the server"] += 1
+            except TimeoutError:
+                found["still open"] += 1
+            except OSError:
+                found["closed by the server"] += 1
+            if close:
+                connection.close()
+        return found
 
 
 def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped: threading.Event | None = None):
@@ -349,7 +357,7 @@ def attackers(*targets, repeat=True, rate=None, seconds=None, unit=None, stopped
 
 
 def in_background(target):
-    """`target()` (its outcome in words) once in a thread, running until it returns."""
+    """`target()` (its outcome in words) once in a thread, as an attack for `started`."""
     outcome = []
 
     def run():
@@ -360,19 +368,9 @@ def in_background(target):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-
-    def stop() -> str:
-        thread.join(timeout=600)
-        return outcome[0] if outcome else "still running after 600 s"
-
-    stop.running = thread.is_alive
-    return stop
-
-
-def for_seconds(seconds: float):
-    """A `running()` that is true for `seconds` from now."""
-    ends = time.monotonic() + seconds
-    return lambda: time.monotonic() < ends
+    yield thread.is_alive
+    thread.join(timeout=600)
+    return outcome[0] if outcome else "still running after 600 s"
 
 
 def started(attack):
@@ -422,15 +420,19 @@ class Visitor:
         self.process.wait(timeout=30)
 
 
+def client(url: str, address: str | None = None):
+    """A gradio_client session (`address`: its X-Forwarded-For, through a trusted proxy)."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, headers={"X-Forwarded-For": address} if address else None)
+
+
 def visitor_process() -> None:
     """Each line {"sentences": [...], "pause": s} on stdin answered by [latencies, failures] (a failure: an answer
     without a translation, with a notice, or an error)."""
-    from gradio_client import Client
-
-    headers = {"X-Forwarded-For": sys.argv[2]} if len(sys.argv) > 2 else None
     for attempt in range(3):  # a page opened in a crowd's burst may wait past gradio_client's 5 s for /config
         try:
-            client = Client(sys.argv[1], verbose=False, headers=headers)
+            session = client(*sys.argv[1:3])
             break
         except httpx.TimeoutException:
             if attempt == 2:
@@ -440,7 +442,7 @@ def visitor_process() -> None:
         for sentence in asked["sentences"]:
             began = time.perf_counter()
             try:
-                answer = client.predict(sentence, *ORDINARY[1:], api_name="/translate")
+                answer = session.predict(sentence, *ORDINARY[1:], api_name="/translate")
                 failures += not answer[0] or bool(answer[-1])
             except Exception:
                 failures += 1

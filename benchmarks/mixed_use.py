@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import httpx
 
 from benchmarks import harness
 from benchmarks.arena_attacks import CAPTIONS, better, serve
-from benchmarks.load import ORDINARY, Page, events, file_value, folder_mb, outcome, rss_mib, server_log
+from benchmarks.load import ORDINARY, Page, attackers, events, file_value, folder_mb, outcome, rss_mib, server_log
 
 TRANSLATORS, PLAYERS, INSIDE_USERS, READERS, FILE_JOBS = (
     "192.0.2.10 203.0.113.5 198.51.100.20 192.0.2.30 198.51.100.40".split()
@@ -112,7 +113,6 @@ def options(parser):
     parser.add_argument("--minutes", type=int, default=60, help="how long the use lasts (default 60)")
     parser.add_argument("--warm_up", type=int, default=5, help="the minute after which memory should stay flat")
     parser.add_argument("--trace", choices=["counts"], help="the server reports what it holds")
-    parser.add_argument("--backend", default="torch", help="the app's backend (torch or ctranslate2)")
 
 
 class Site:
@@ -176,16 +176,13 @@ def visits(site: Site, kind: str, address: str, step, stay: tuple[float, float],
     """One visitor after another until the run ends: a page opened, `step(site, page)` (True once the run is over)
     again and again for `stay` s, the page closed."""
     while not site.stopped.is_set():
-        page = None
         try:
-            page, ends = site.open(address), time.monotonic() + random.uniform(*stay)
-            while not step(site, page) and time.monotonic() < ends:
-                pass
+            with closing(site.open(address)) as page:
+                ends = time.monotonic() + random.uniform(*stay)
+                while not step(site, page) and time.monotonic() < ends:
+                    pass
         except Exception as error:  # a page's own failure is an outcome, and the next visitor comes
             site.count(kind, type(error).__name__)
-        finally:
-            if page is not None:
-                page.close()
         site.pause(*gap)
 
 
@@ -242,7 +239,6 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
     kinds += [("inside", INSIDE_USERS, looking_inside, (120, 240), (5, 30))]
     kinds += [("board", READERS, reading_the_board, (0, 0), (20, 40))]
     jobs = [("file", FILE_JOBS, partial(filing, lines=FILE_LINES), (0, 0), (1, 1))]
-    threads = [threading.Thread(target=visits, args=(site, *kind), daemon=True) for kind in kinds + jobs]
     header = f"{'min':>4} {'RSS MiB':>8} {'threads':>7}  " + "  ".join(f"{kind:<6}" for kind in KINDS)
     print(
         f"# server pid {server.pid}, {url}; {args.minutes} minutes; {len(kinds)} visitors at once and a file job of "
@@ -250,8 +246,7 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
         flush=True,
     )
     memory, reports, started = [(0, rss_mib(server.pid))], sorted({args.warm_up, args.minutes}), time.monotonic()
-    for thread in threads:
-        thread.start()
+    visitors = attackers(*[partial(visits, site, *kind) for kind in kinds + jobs], repeat=False)
     try:
         for minute in range(1, args.minutes + 1):
             time.sleep(max(0.0, started + 60 * minute - time.monotonic()))
@@ -273,8 +268,7 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
                 print(f"## the server's report at minute {minute}\n{text}", flush=True)
     finally:
         site.stopped.set()
-        for thread in threads:
-            thread.join(timeout=150)
+        visitors()
     return site, memory, folder_mb(Path(os.environ["GRADIO_TEMP_DIR"]))  # before the server stops: Gradio empties it
 
 

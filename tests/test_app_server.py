@@ -375,11 +375,21 @@ def test_missing_arguments_are_a_message(server, api, data, expected):
     assert no_traceback_since(server[1], before)
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"data": "A dog runs."}', b"[1, 2]"])
-def test_a_body_that_is_no_call_is_a_message(server, body):
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b"not json", "JSON decode error"),
+        (b'{"data": "A dog runs."}', "Input should be a valid list"),
+        (b"[1, 2]", "Input should be a valid dictionary"),
+    ],
+)
+def test_a_body_that_is_no_call_is_refused_by_gradio(server, client, body, expected):
+    before = server[1].read_text()
+
     status, answer = raw_call(server[0], "translate", body)
 
-    assert status == 422 and json.loads(answer)["error"]
+    assert status == 422 and expected in json.dumps(json.loads(answer)["detail"])  # FastAPI's shape: no call started
+    assert no_traceback_since(server[1], before) and "0 requests in progress" in client.predict(api_name="/status")
 
 
 def test_no_route_runs_a_translation_outside_the_queue(server):
@@ -601,12 +611,13 @@ def test_no_call_makes_the_server_read_a_file_that_is_no_upload_whatever_route_o
         assert response.status == 200
 
 
-def test_a_call_whose_fn_index_names_another_event_than_its_path_is_refused(server, client):
+def test_a_call_whose_fn_index_names_another_event_than_its_path_is_checked_as_its_paths(server, client):
+    # Gradio runs the event the path names (it reads no fn_index on /call/): the values are checked against it.
     index = next(number for number, info in enumerate(client.config["dependencies"]) if info["api_name"] == "translate")
 
     status, answer = post(server[0], "call/translate_file", {"data": ["A dog.", "greedy", 1, 1, ""], "fn_index": index})
 
-    assert status == 422 and "another event" in json.loads(answer)["error"]
+    assert status == 422 and "English file must be null" in json.loads(answer)["error"]
 
 
 def test_the_documented_v2_call_works_and_a_wrong_one_is_one_line(server):

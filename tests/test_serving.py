@@ -54,7 +54,7 @@ def test_a_rate_limit_refusal_takes_nothing_a_drained_key_refills_within_its_int
 
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():
-    serving = Serving(Limits(calls_per_session=1))
+    serving = Serving()
     assert serving.visitors.admit_session("visitor", "192.0.2.1") == ""
     assert "still running" in serving.visitors.admit_session("visitor", "192.0.2.1")  # one call per session at a time
 
@@ -180,8 +180,8 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
     stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)  # before connecting: the window it offers
     stream.connect(("127.0.0.1", port))
     stream.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    waited_for(lambda: serving.visitors.stalled_sends.stalled("127.0.0.1"), 20)
-    assert serving.visitors.stalled_sends.stalled("127.0.0.1") == 1
+    waited_for(lambda: serving.visitors.stalled("127.0.0.1"), 20)
+    assert serving.visitors.stalled("127.0.0.1") == 1
 
     work = lambda: ran.append("work") or ("done",)  # noqa: E731
     for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
@@ -190,7 +190,7 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
         assert serving.run_side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
         assert serving.run_side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)
         stream.close()  # the stream goes: nothing of the address is stalled any more
-        waited_for(lambda: not serving.visitors.stalled_sends.stalled("127.0.0.1"), 10)
+        waited_for(lambda: not serving.visitors.stalled("127.0.0.1"), 10)
         assert serving.run_side_work(visitor("same address"), work, ("dropped",)) == ("done",)
 
 

@@ -2,12 +2,13 @@
 client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
 
 - Bad calls, heavy, server files, slow bodies: a body too large or too slow, JSON too deep, an event the page lacks,
-  the wrong values, a file value that is no upload: one line each (Gradio would answer a traceback or its own shape).
+  the wrong values, a file value that is no upload: one line each where Gradio would fail (a 500 or a traceback);
+  a body that is no call at all Gradio answers itself (422).
 - Session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
-  other sessions, calls without one); a session has `calls_per_session` calls at once; a paced event
+  other sessions, calls without one); a session has one call at once (a page runs one at a time); a paced event
   (arena_attacks: readers) has a bucket per address.
 - Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
-- Held heartbeats: at most `streams_per_address` open responses; a heartbeat's end cancels its session's requests.
+- Held heartbeats: at most `STREAMS_PER_ADDRESS` open responses; a heartbeat's end cancels its session's requests.
 - Slow links, unread views: `readers` counts the streams read and pages open, so that the scheduler drops work nobody
   reads; an address whose sends to its streams stall gets no side work.
 - Deep links are refused: the app offers none, and one would save what a visitor typed.
@@ -35,34 +36,15 @@ _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
 _JOIN, _UPLOAD, _DEEP_LINK = "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads, MCP streams.
 _STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*|mcp/.*)/?")
-NOT_A_CALL = 'The request body must be a JSON object with a "data" list, one value per parameter.'
 MAX_DEPTH = 32  # JSON nesting: a call's values are a few levels deep
 UNREAD_CALLS = 8  # raw calls an address may have posted and not begun to read: a few of the callbacks
 REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgotten first), as many as Gradio keeps
 PAGE_OPENS_SECONDS = 1.0  # how long a new session's refused first call waits for its page's heartbeat
+STREAMS_PER_ADDRESS = 256  # responses an address holds open (streams, downloads): a class of 30 holds ~60
 
 
 class Refused(Exception):
     """(status, one line): a request the front answers itself."""
-
-
-class StalledSends(OpenResponses):
-    """The sends to event streams in progress, by address: uvicorn's `send` waits for the client to take the bytes,
-    so an unread stream (~200 kB of a view held in memory) is known only there."""
-
-    def __init__(self, stalled_seconds: float):
-        super().__init__()
-        self.stalled_seconds = stalled_seconds
-
-    def watched(self, address: str, send):
-        async def watched_send(message):
-            with self.open(address):
-                await send(message)
-
-        return watched_send
-
-    def stalled(self, address: str) -> int:
-        return self.count(address, self.stalled_seconds)
 
 
 class Visitors:
@@ -72,7 +54,9 @@ class Visitors:
         self.limits = limits
         self.readers = OpenResponses()  # the event streams being read and pages open, by session
         self.streams = OpenResponses()  # the responses open that stay open, by address
-        self.stalled_sends = StalledSends(limits.stalled_send_seconds)
+        # Sends to event streams in progress, by address: uvicorn's `send` waits for the client to take the bytes, so
+        # an unread stream (~200 kB of a view held in memory) is known only there.
+        self.sends = OpenResponses()
         burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
         self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
         # Sessions seen lately → the address of their latest call; raw calls, ("call", event id) → their session.
@@ -100,7 +84,7 @@ class Visitors:
             calls = self._calls.setdefault(session, deque())
             while calls and now - calls[0] > self.limits.file.seconds * 2:  # a call Gradio dropped unstarted
                 calls.popleft()
-            if len(calls) >= self.limits.calls_per_session:
+            if calls:
                 return (
                     "This session's previous request is still running; this one was not started. Wait for it to finish "
                     "(or reload the page to cancel it)."
@@ -140,19 +124,20 @@ class Visitors:
                 if place:
                     self._unread[event] = place
 
+    def stalled(self, address: str) -> int:
+        """How many sends to the streams of `address` have waited `stalled_send_seconds` or more."""
+        return self.sends.count(address, self.limits.stalled_send_seconds)
+
     def side_welcome(self, session: str | None) -> bool:
         """Whether side work of `session` may run: its address has fewer than `stalled_streams_per_address` stalled
         sends."""
         with self._lock:
             address = self._known.get(session)
-        return address is None or self.stalled_sends.stalled(address) < self.limits.stalled_streams_per_address
-
-    def is_known(self, session: str) -> bool:
-        with self._lock:
-            return session in self._known
+        return address is None or self.stalled(address) < self.limits.stalled_streams_per_address
 
     def session_of(self, key: str | tuple) -> str | None:
-        """The session a stream reads (by its session, or ("call", event id): read from now on), if it came here."""
+        """The session a stream reads (by its session, or ("call", event id): read from now on), if it came here (a
+        call of it was admitted)."""
         with self._lock:
             if isinstance(key, str):
                 return key if key in self._known else None
@@ -202,10 +187,10 @@ class RequestGuard:
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with visitors.streams.open(address, limits.streams_per_address) as admitted:
+            with visitors.streams.open(address, STREAMS_PER_ADDRESS) as admitted:
                 if admitted:
                     return await self.read(scope, receive, send)
-            most = limits.streams_per_address
+            most = STREAMS_PER_ADDRESS
             return await refuse(send, 429, f"This address has {most} responses open (streams, downloads); close one.")
         if method in ("GET", "HEAD", "OPTIONS"):
             return await contained(self.app, scope, receive, send)
@@ -238,7 +223,7 @@ class RequestGuard:
         refused = visitors.paced(event, address)
         if not refused:
             refused = visitors.admit_session(session, address, counted)
-            if refused and session is not None and not visitors.is_known(session) and await self.page_opens(session):
+            if refused and session and visitors.session_of(session) is None and await self.page_opens(session):
                 refused = visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
         if refused:
             visitors.posted(slot, None, None)
@@ -271,11 +256,11 @@ class RequestGuard:
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
-            try:
-                with visitors.readers.open(heartbeat["session"]):
-                    return await contained(self.app, scope, receive, send)
-            finally:
+            with visitors.readers.open(heartbeat["session"]):
+                await contained(self.app, scope, receive, send)
+            if visitors.session_of(heartbeat["session"]):  # a session the front admitted may have requests to stop
                 self.page_closed(heartbeat["session"])
+            return
         call, key = _CALL_STREAM.fullmatch(path), None
         if call:
             key = ("call", call["event"])
@@ -286,8 +271,13 @@ class RequestGuard:
         if (session := visitors.session_of(key)) is None:
             asked = key[1] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
+
+        async def watched_send(message):
+            with visitors.sends.open(self.address(scope)):
+                await send(message)
+
         with visitors.readers.open(session):
-            return await contained(self.app, scope, receive, visitors.stalled_sends.watched(self.address(scope), send))
+            return await contained(self.app, scope, receive, watched_send)
 
     @functools.cached_property
     def endpoints(self) -> dict:
@@ -308,9 +298,9 @@ class RequestGuard:
         return next((event for event in self.page[0].values() if event["api_name"] == api_name), None)
 
     def check_call(self, path: str, body: bytes) -> tuple[dict, dict | None]:
-        """(payload, the event called: None if the body is no call), or Refused. Values are checked against the event
-        Gradio will run: on /call/ the one its path names, elsewhere the body's fn_index, else the path's name; file
-        values wherever they are."""
+        """(payload, the event called: None if the body is no call Gradio would run), or Refused. Values are checked
+        against the event Gradio will run: on /call/ the one its path names, elsewhere the body's fn_index, else the
+        path's name; file values wherever they are."""
         call, joins = _CALL.fullmatch(path), path.rstrip("/") == _JOIN
         try:
             payload = json.loads(body) if body else None
@@ -318,11 +308,7 @@ class RequestGuard:
         except RecursionError:  # deeper than the parser goes
             too_deep = True
         except (ValueError, UnicodeDecodeError):
-            if call or joins:
-                raise Refused(
-                    422, 'The request body is not JSON: send {"data": [...]}, a value per parameter.'
-                ) from None
-            return {}, None
+            return {}, None  # Gradio answers 422
         if too_deep:
             raise Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
         if problem := file_values_problem(payload, self.visitors.limits.max_file_bytes):
@@ -332,25 +318,24 @@ class RequestGuard:
             for item, _ in nested(payload)
         ):  # Gradio's MCP server would store an inline file outside the upload quota.
             raise Refused(422, "An MCP call here takes no file inline (a data: URL); upload it to /gradio_api/upload.")
-        if not (call or joins):
-            return {}, None
-        if not isinstance(payload, dict):
-            raise Refused(422, NOT_A_CALL)
+        v2 = call is not None and call["v2"]
+        if (
+            not (call or joins)
+            or not isinstance(payload, dict)
+            or not isinstance(payload.get("session_hash"), str | None)
+        ):
+            return {}, None  # no call, or one Gradio answers itself (422)
         fn_index = payload.get("fn_index")
+        if not (v2 or isinstance(payload.get("data"), list)) or joins and fn_index is None:
+            return {}, None  # Gradio answers 422, or 400 naming the missing fn_index
         by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
         event = self.event(call["api"]) if by_path else self.event(None, fn_index)
         if event is None:
             asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
             names = ", ".join(sorted(self.endpoints))
             raise Refused(404, f"This app has no event {asked[:60]}; its API endpoints are {names}.")
-        if by_path and fn_index is not None and self.event(None, fn_index) is not event:
-            raise Refused(422, f"This call names /{call['api']} in its path and another event: omit fn_index.")
-        if not isinstance(payload.get("session_hash"), str | None):
-            raise Refused(422, "A session_hash must be a string.")
-        if call and call["v2"]:  # v2: the endpoint's parameters by name, at the top level of the body
+        if v2:  # the endpoint's parameters by name, at the top level of the body
             check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
-        elif not isinstance(payload.get("data"), list):
-            raise Refused(422, NOT_A_CALL)
         else:
             check_values(event, self.page[1], payload["data"])
         return payload, event

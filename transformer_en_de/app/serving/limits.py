@@ -83,40 +83,24 @@ class Limits:
     text: Budget = limit(Budget(8.0, 25.0), "a text's request (3,000 characters in 30-word parts at 8 beams: ~7 s)")
     file: Budget = limit(Budget(60.0, 120.0), "a file's request")
     batch_size: int = limit(8, "sentences per engine batch")
-    ordinary_cpu_seconds: float = limit(1.5, "estimated CPU seconds past which a request is heavy (scheduler.py)")
     heavy_jobs: int = limit(2, "heavy requests at once; more are refused")
     score_seconds_per_char: float = limit(2.5e-6, "sacreBLEU's BLEU and chrF on one core, counted against the budget")
     # With side_jobs under the 40 a mounted page runs, less two for events outside the groups (`__init__.py`).
     concurrent_jobs: int = limit(24, "translations' callbacks at once in Gradio's queue")
     side_jobs: int = limit(14, "side work's callbacks at once in Gradio's queue, in slots of their own")
-    queue_size: int = limit(128, "calls waiting in Gradio's queue beyond the callbacks running")
     stream_wait_seconds: float = limit(2.0, "a call nobody reads within this long of its arrival is dropped")
-    unread_grace_seconds: float = limit(5.0, "a running call nobody reads any more stops after this long")
     # A 200 kB view drains in 5 s over a slow mobile link.
     stalled_send_seconds: float = limit(10.0, "a send to an event stream that waits this long is stalled")
     stalled_streams_per_address: int = limit(8, "stalled sends of an address past which it gets no side work")
-    memory_sweep_seconds: float = limit(60.0, "glibc's free heap is given back this often")
-    own_pages_bytes: int = limit(262_144, "blocks this large get pages of their own, returned when freed")
     new_sessions_per_address_per_second: float = limit(2.0, "new sessions an address may open a second past its burst")
     # A class opening the page is within the burst; a loop cannot push out Gradio's 10,000.
     new_sessions_per_address_burst: int = limit(100, "new sessions an address may open at once")
     # 45 a second from one address held the event loop from a visitor's translation.
     board_reads_per_address_burst: int = limit(60, "leaderboard reads of an address at once")
     board_reads_per_address_per_second: float = limit(1.0, "leaderboard reads of an address a second past its burst")
-    calls_per_session: int = limit(1, "calls of a session queued or running (a page runs one at a time)")
-    files_per_upload: int = limit(4, "files in one upload")
-    uploads_in_progress_per_address: int = limit(4, "uploads an address may be sending at once")
     uploads_per_address: int = limit(100, "uploads an address may keep")
-    upload_bytes_per_address: int = limit(50_000_000, "bytes of uploads an address may keep")
-    upload_total_bytes: int = limit(200_000_000, "bytes of uploads the server keeps")
-    upload_block_bytes: int = limit(4_096, "what the smallest file costs the disk")
-    upload_disk_margin_bytes: int = limit(100_000_000, "free disk an upload must leave")
     upload_seconds: float = limit(900.0, "seconds an upload is kept")
-    max_connections: int = limit(10_000, "connections at once; past them a request is answered 503")
     request_seconds: float = limit(30.0, "seconds to send a whole body (1 MB at 300 kbit/s)")
-    keep_alive_seconds: float = limit(5.0, "seconds an idle connection is kept open")
-    max_header_bytes: int = limit(16_384, "bytes of a request's headers")
-    streams_per_address: int = limit(256, "responses an address holds open (streams, downloads): a class of 30, ~60")
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:

@@ -34,11 +34,9 @@ class Serving:
         self.visitors, self.uploads = Visitors(limits), UploadQuota(limits)
         self.scheduler = FairScheduler(
             heavy_jobs=limits.heavy_jobs,
-            ordinary_seconds=limits.ordinary_cpu_seconds,
             is_read=self.visitors.readers.is_read,
             side_welcome=self.visitors.side_welcome,
             stream_wait_seconds=limits.stream_wait_seconds,
-            unread_grace_seconds=limits.unread_grace_seconds,
         )
 
     def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
@@ -81,7 +79,7 @@ class Serving:
 
     def queue(self, demo) -> None:
         """Gradio's queue bounded; the routes that would run a callback outside it (/run, /api) closed."""
-        demo.queue(max_size=self.limits.queue_size, api_open=False)
+        demo.queue(max_size=128, api_open=False)  # calls waiting beyond the callbacks running
 
     def server(
         self, demo, *, css: str, host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
@@ -99,12 +97,10 @@ class Serving:
             port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
             log_level="info",  # says where the page is ("Uvicorn running on ...")
             access_log=False,  # a flood of requests would flood the log
-            http="h11",  # the implementation whose header size uvicorn bounds
+            http="h11",  # bounds a request's headers (16 kB by default); idle connections close after 5 s
             # Counts every connection, even one still sending headers: kept below the descriptors, with room for the
             # process's own files, so that past it a request is told 503 (hostile_clients: slow connections).
-            limit_concurrency=min(limits.max_connections, descriptors - 256),
-            timeout_keep_alive=limits.keep_alive_seconds,
-            h11_max_incomplete_event_size=limits.max_header_bytes,
+            limit_concurrency=min(10_000, descriptors - 256),
             timeout_graceful_shutdown=2,  # event streams stay open as long as their pages
             proxy_headers=bool(forwarded_allow_ips),  # uvicorn alone would trust loopback peers
             forwarded_allow_ips=forwarded_allow_ips or "",
@@ -113,15 +109,15 @@ class Serving:
 
     @contextlib.asynccontextmanager
     async def giving_back_memory(self, _app):
-        """glibc's free pages given back every `memory_sweep_seconds` (by an hour's end 417 of 664 MiB were free yet
-        resident: mixed_use.py)."""
+        """glibc's free pages given back every minute (by an hour's end 417 of 664 MiB were free yet resident:
+        mixed_use.py); blocks of 256 kB or more get pages of their own, returned when freed."""
 
         async def give_back() -> None:
             while True:
-                await asyncio.sleep(self.limits.memory_sweep_seconds)
+                await asyncio.sleep(60)
                 await asyncio.to_thread(heap.give_back)
 
-        heap.large_blocks_apart(self.limits.own_pages_bytes)
+        heap.large_blocks_apart(262_144)
         task = asyncio.create_task(give_back())
         try:
             yield

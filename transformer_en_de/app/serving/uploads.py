@@ -18,6 +18,9 @@ from .http_answers import OpenResponses, RecordedAnswer, body_within, contained,
 from .limits import Limits
 
 FRAMING_BYTES = 16_000  # a multipart body's framing beside the file
+FILES_PER_UPLOAD, UPLOADS_IN_PROGRESS = 4, 4  # the latter per address
+BYTES_PER_ADDRESS, BYTES_IN_ALL, DISK_MARGIN = 50_000_000, 200_000_000, 100_000_000
+BLOCK_BYTES = 4_096  # what the smallest file costs the disk
 MALFORMED = (
     'This upload could not be read: send multipart/form-data whose parts named "files" are files, each with a file '
     "name."
@@ -105,17 +108,17 @@ class UploadQuota:
     def refusal(self, address: str, files: int, size: int) -> str:
         limits = self.limits
         later = f"uploads are kept {limits.upload_seconds / 60:g} minutes; try again later."
-        if files > limits.files_per_upload:
-            return f"An upload here holds at most {limits.files_per_upload} files; this one has {files:,}."
+        if files > FILES_PER_UPLOAD:
+            return f"An upload here holds at most {FILES_PER_UPLOAD} files; this one has {files:,}."
         mine, my_bytes = self.usage(address)
-        if mine + files > limits.uploads_per_address or my_bytes + size > limits.upload_bytes_per_address:
+        if mine + files > limits.uploads_per_address or my_bytes + size > BYTES_PER_ADDRESS:
             return f"Your address has {mine} uploads ({my_bytes / 1e6:.1f} MB) here, the most it may keep; {later}"
         _, stored = self.usage()
-        if stored + size > limits.upload_total_bytes:
+        if stored + size > BYTES_IN_ALL:
             return f"The server's space for uploads is full; {later}"
         folder = upload_folder()
         os.makedirs(folder, exist_ok=True)
-        if shutil.disk_usage(folder).free < size + limits.upload_disk_margin_bytes:
+        if shutil.disk_usage(folder).free < size + DISK_MARGIN:
             return NO_ROOM
         return ""
 
@@ -137,11 +140,9 @@ class UploadQuota:
         if int(length) > limits.max_file_bytes + FRAMING_BYTES:
             message = f"The upload has {int(length):,} bytes; the limit here is {limits.max_file_bytes:,}."
             return await refuse(send, 413, message, await drain(receive))
-        with self._reading.open(address, limits.uploads_in_progress_per_address) as admitted:
+        with self._reading.open(address, UPLOADS_IN_PROGRESS) as admitted:
             if not admitted:
-                message = (
-                    f"Your address is sending {limits.uploads_in_progress_per_address} uploads already; wait for one."
-                )
+                message = f"Your address is sending {UPLOADS_IN_PROGRESS} uploads already; wait for one."
                 return await refuse(send, 429, message, await drain(receive))
             # The server delivers no more than the Content-Length checked above.
             body = await body_within(receive, send, int(length), limits.request_seconds, "")
@@ -150,7 +151,7 @@ class UploadQuota:
         files = file_parts(body, headers.get(b"content-type", b""))
         if files is None:
             return await refuse(send, 400, MALFORMED)
-        size = files * limits.upload_block_bytes + len(body)  # an upper bound of what storing it costs
+        size = files * BLOCK_BYTES + len(body)  # an upper bound of what storing it costs
         refused = self.refusal(address, files, size)
         if refused:
             return await refuse(send, 507 if refused == NO_ROOM else 429, refused)
@@ -170,5 +171,5 @@ class UploadQuota:
         """Count the files an upload stored (Gradio answers their paths) against `address`."""
         for path in paths if isinstance(paths, list) else []:
             if stored_upload(path, self.limits.max_file_bytes):
-                cost = max(os.path.getsize(path), self.limits.upload_block_bytes)
+                cost = max(os.path.getsize(path), BLOCK_BYTES)
                 self._kept[path] = (address, cost, time.monotonic())

@@ -17,10 +17,11 @@ client's calls crowd out another visitor's (attacks of benchmarks/hostile_client
 import asyncio
 import functools
 import json
+import math
 import re
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from contextlib import contextmanager
 
 from starlette.datastructures import QueryParams
@@ -61,7 +62,7 @@ class Visitors:
         self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
         # Sessions seen lately → the address of their latest call; raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
-        self._calls: dict[str, deque] = {}  # session → start times of its calls queued or running
+        self._calls: OrderedDict[str, float] = OrderedDict()  # session → when its call queued or running came
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
         self._lock = threading.Lock()
         self.counted: set[int] = set()  # the fn_index of each event whose calls count
@@ -81,15 +82,13 @@ class Visitors:
             keep_latest(self._known, session, address, REMEMBERED)
             if not counted:
                 return ""
-            calls = self._calls.setdefault(session, deque())
-            while calls and now - calls[0] > self.limits.file.seconds * 2:  # a call Gradio dropped unstarted
-                calls.popleft()
-            if calls:
+            # One call at a time (a page runs one); one older than any time limit was dropped unstarted by Gradio.
+            if now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
                 return (
                     "This session's previous request is still running; this one was not started. Wait for it to finish "
                     "(or reload the page to cancel it)."
                 )
-            calls.append(now)
+            keep_latest(self._calls, session, now, REMEMBERED)
         return ""
 
     def paced(self, event: dict, address: str) -> str:
@@ -154,16 +153,11 @@ class Visitors:
 
     def arrival(self, session: str | None) -> float | None:
         with self._lock:
-            calls = self._calls.get(session)
-            return calls[0] if calls else None  # Gradio starts a session's calls in the order they came
+            return self._calls.get(session)
 
     def served(self, session: str | None) -> None:
         with self._lock:
-            calls = self._calls.get(session)
-            if calls:
-                calls.popleft()
-            if not calls:
-                self._calls.pop(session, None)
+            self._calls.pop(session, None)
 
 
 class RequestGuard:

@@ -3,8 +3,8 @@ clients, inside redraws, views at once; arena_attacks: flood).
 
 One request computes at a time and hands over at each search step and between engine batches to a waiting one that
 comes first: by lane (translations, side work, heavy), then the session that used the least CPU lately, so a class
-behind one address is served like many addresses. A lower lane's job that waited `HEAVY_AGING` x `aging_seconds` goes
-next, one between two of theirs. A call nobody reads is dropped before it runs and stops when its reader left.
+behind one address is served like many addresses. A lower lane's job that has waited `HEAVY_AGING` x `aging_seconds`
+goes next, never two such turns in a row. A call nobody reads is dropped before it runs and stops when its reader left.
 """
 
 import threading
@@ -46,7 +46,6 @@ class Job:
     turn_started: float | None = None
     turn_began: float = 0.0
     waiting_since: float | None = None
-    starved: float = 0.0  # seconds it waited while a better lane had the CPU, since its last turn
 
 
 class FairScheduler:
@@ -145,7 +144,8 @@ class FairScheduler:
 
     def _priority(self, job: Job) -> tuple[int, float]:
         """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""
-        if job.lane > ORDINARY and not self._aged_last and self._starved(job) >= HEAVY_AGING * self.aging_seconds:
+        waited = 0.0 if job.waiting_since is None else time.monotonic() - job.waiting_since
+        if job.lane > ORDINARY and not self._aged_last and waited >= HEAVY_AGING * self.aging_seconds:
             return (AGED, job.served)
         if job.session in self._usage:
             return (job.lane, self._recent_usage(job.session) + job.served)
@@ -153,12 +153,6 @@ class FairScheduler:
         # already waiting (a client making fresh sessions in a loop gains nothing by it).
         known = [self._recent_usage(other.session) for other in self._jobs if other.session in self._usage]
         return (job.lane, min(known, default=0.0) + job.served)
-
-    def _starved(self, job: Job) -> float:
-        holder = self._holder
-        if holder is None or holder.lane >= job.lane or job.waiting_since is None:
-            return job.starved
-        return job.starved + time.monotonic() - max(holder.turn_began, job.waiting_since)
 
     def _recent_usage(self, session: str, now: float | None = None) -> float:
         seconds, when = self._usage.get(session, (0.0, 0.0))
@@ -231,14 +225,11 @@ class FairScheduler:
         self._charge(job.session, job.served - job.charged)
         job.charged = job.served
         if self._holder is job:
-            for other in self._waiting:
-                other.starved = self._starved(other)  # what the turn now ending added
             self._holder = None
 
     def _hand_over(self) -> None:
         if self._holder is None and self._waiting:
             self._holder = min(self._waiting, key=self._priority)
             self._aged_last = self._priority(self._holder)[0] == AGED
-            self._holder.starved = 0.0
             self._waiting.remove(self._holder)
             self._condition.notify_all()

@@ -14,7 +14,7 @@ from benchmarks import harness
 from transformer_en_de.app.inside_tab import view_request
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.serving.limits import Limits
-from transformer_en_de.app.translation import RequestContext, budget_plan
+from transformer_en_de.app.translation import RequestContext, RequestPlan
 from transformer_en_de.app.translators import load_our_translator
 from transformer_en_de.decoding.engine import DecodingSettings, run_plan
 
@@ -73,10 +73,10 @@ def main() -> None:
 
     english, _ = harness.sample_sentences("test_2016_flickr", count)
     ratios = {"the engine's own translation of the sentence (torch backend)": []}
-    ratios["the engine's estimate the request is admitted with (budget_plan's estimate)"] = []
+    ratios["the engine's estimate the request is admitted with (RequestPlan's estimate)"] = []
     for sentence in english:
         asked = DecodingSettings(beams, max_new_tokens=limits.max_new_tokens, batch_size=limits.batch_size)
-        plan, estimate = budget_plan(RequestContext(ours, limits=limits), [sentence], asked, limits.text)
+        plan, estimate = RequestPlan(RequestContext(ours, limits=limits), asked, limits.text).admit(1).fit([sentence])
         engine, seen = harness.Timings(), harness.Timings()
         engine.time(lambda plan=plan: run_plan(ours.model, ours.tokenizer, plan))
         seen.time(lambda sentence=sentence: request(sentence))

@@ -58,7 +58,7 @@ def test_a_requests_fewer_beams_follow_the_measured_cost(loaded):
     budget = Budget(cpu_seconds=needs["small"], seconds=60)  # the small model's request at 4 beams, just
 
     plans = {
-        name: translation.plan_request(translation.RequestContext(system), SENTENCES, ASKED, budget)
+        name: translation.RequestPlan(translation.RequestContext(system), ASKED, budget).fit(SENTENCES)
         for name, system in loaded.items()
     }
 

@@ -74,7 +74,7 @@ class RoomCountingScheduler(FairScheduler):
 
 
 def test_a_file_job_asks_the_scheduler_for_room_once(ours, source, tmp_path):
-    """Before its lines are checked or tokenized (`translation.admit`); its plan (`translation.plan_request`) does not
+    """Before its lines are checked or tokenized (`RequestPlan.admit`); its plan (`RequestPlan.fit`) does not
     ask again. A full server refuses it at that one question."""
     scheduler = RoomCountingScheduler()
     result = files.translate_file(

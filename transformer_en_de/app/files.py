@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformer_en_de.data import split_lines
-from transformer_en_de.decoding.engine import DecodingSettings
 from transformer_en_de.evaluation import corpus_scores
 from transformer_en_de.markdown import markdown_table
 
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import RequestContext, admit, comparison_advice, plan_request, run_systems, why_stopped
+from .translation import RequestContext, RequestPlan, comparison_advice, run_systems, why_stopped
 
 FILE_TYPES = [".txt", ".en", ".de"]
 SUMMARY_HEADERS = ["System", "Sentences", "Seconds", "BLEU", "chrF"]
@@ -76,16 +75,17 @@ def check_lines(lines: list[str], what: str, path) -> None:
         check_text(line, f"{what} ({as_text(Path(path).name)}, line {number})")
 
 
-def read_files(source_file, reference_file, settings: DecodingSettings, context: RequestContext):
+def read_files(source_file, reference_file, request: RequestPlan):
     """The English file's lines and the reference's (None without one); InputError, or Busy before any work."""
-    limits = context.limits
+    limits = request.context.limits
     lines = read_upload(source_file, "English file", limits)
     # The file's one room request, before anything else is done with it (checks, tokenizing, planning): a burst of
     # long files while the long requests are all in flight costs the other visitors nothing.
-    admit(context, sum(1 for line in lines[: limits.max_file_lines] if line.strip()), settings)
+    request.admit(sum(1 for line in lines[: limits.max_file_lines] if line.strip()))
     check_lines(lines, "English file", source_file)
     references = read_upload(reference_file, "reference file", limits) if reference_file else None
-    check_lines(references or [], "reference file", reference_file)
+    if references is not None:
+        check_lines(references, "reference file", reference_file)
     if references is not None and len(references) != len(lines):
         raise InputError(
             f"The reference file has {len(references):,} lines but the English file has {len(lines):,}: "
@@ -108,8 +108,8 @@ def translate_file(
     """Translate a file with every system of `context` into a TSV in `output_dir`, with corpus scores and confidence."""
     limits = context.limits
     try:
-        settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
-        lines, references = read_files(source_file, reference_file, settings, context)
+        request = RequestPlan(context, check_decoding(decoding, num_beams, max_new_tokens, limits), limits.file, "line")
+        lines, references = read_files(source_file, reference_file, request)
     except (InputError, Busy) as error:
         return FileResult(None, f"⚠️ {error}")
     notices = []
@@ -123,7 +123,7 @@ def translate_file(
     try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
         check_disk(folder, lines, references, len(context.systems))
         try:
-            columns, rows = translate_lines(lines, references, settings, notices, context, progress)
+            columns, rows = translate_lines(lines, references, request, notices, progress)
         except (Busy, Cancelled) as error:
             return FileResult(None, f"⚠️ {why_stopped(error)}")
         except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
@@ -148,10 +148,10 @@ def storage_problem(error: OSError) -> str:
     return NO_ROOM if error.errno in (errno.ENOSPC, errno.EDQUOT) else CANNOT_STORE
 
 
-def translate_lines(lines, references, settings: DecodingSettings, notices: list, context: RequestContext, progress):
+def translate_lines(lines, references, request: RequestPlan, notices: list, progress):
     """(columns, summary rows) of every system's translations of `lines`, blank lines left blank so that the lines
     keep pairing up with the input and references; its notices added to `notices`. Raises Busy or Cancelled."""
-    systems, limits = context.systems, context.limits
+    systems = request.context.systems
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
 
@@ -159,9 +159,9 @@ def translate_lines(lines, references, settings: DecodingSettings, notices: list
         if progress is not None:
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
-    plan, seconds = plan_request(context, sentences, settings, limits.file, unit="line")
+    plan, _ = request.fit(sentences)
     notices += list(plan.notices)
-    outputs = run_systems(context, plan, seconds, limits.file, sum(map(len, references or [])), on_batch)
+    outputs = run_systems(request, sum(map(len, references or [])), on_batch)
     columns, rows, confidence = {}, [], {}
     for output in outputs:
         if output.run is None:

@@ -1,8 +1,8 @@
 """The one request pipeline (text and files), and the text tab's panels.
 
 Every system (ours first) translates the same sentences with the request's one plan, made for our model and fitted to
-the request's budget once (`plan_request`), so that the panels compare like with like (docs/decoding.md). A request
-asks the scheduler for room once before anything costly (`admit`); one that reaches its time limit keeps what it has."""
+the request's budget once (`RequestPlan`), so that the panels compare like with like (docs/decoding.md). A request
+asks the scheduler for room once before anything costly; one that reaches its time limit keeps what it has."""
 
 from dataclasses import dataclass, field
 
@@ -15,7 +15,7 @@ from transformer_en_de.evaluation import sentence_scores
 from .out_of_depth import DepthCheck, check_depth
 from .serving import Budget, Busy, Cancelled, FairScheduler, Limits
 from .text_checks import InputError, check_decoding, check_reference, join_sentences, read_text, split_text
-from .translators import OURS_NAME, BackgroundTranslator, Translator
+from .translators import OURS_NAME, System, Translator
 
 OUT_OF_DEPTH = (
     "Low confidence ({where}): {reason} Our model learned German from 29,000 descriptions of photos and nothing else; "
@@ -50,7 +50,7 @@ class RequestContext:
     """One request's systems (ours first), turns, limits, session, and arrival in Gradio's queue (None: now)."""
 
     ours: Translator
-    comparisons: list[Translator | BackgroundTranslator] = field(default_factory=list)
+    comparisons: list[System] = field(default_factory=list)
     scheduler: FairScheduler = field(default_factory=FairScheduler)
     limits: Limits = Limits()
     session: str | None = None
@@ -58,7 +58,7 @@ class RequestContext:
     side: bool = False  # side work (a look inside, a battle) waits behind every waiting translation
 
     @property
-    def systems(self) -> list:
+    def systems(self) -> list[System]:
         return [self.ours, *self.comparisons]
 
 
@@ -83,18 +83,6 @@ class TextResult:
     outputs: list[SystemOutput]  # ours first, then each comparison model
     notices: list[str] = field(default_factory=list)  # about the request as a whole
     message: str = ""  # set when nothing was translated, and why
-
-
-def available(system: Translator | BackgroundTranslator) -> tuple[Translator | None, str]:
-    """The loaded translator, or None and the line saying why it is not there (yet)."""
-    translator = system.translator if isinstance(system, BackgroundTranslator) else system
-    return translator, "" if translator is not None else system.status()
-
-
-def planned_for(translator: Translator, plan: DecodingPlan) -> DecodingPlan:
-    """The request's `plan` (made for our model) for another system: the same sentences and settings."""
-    sentences = list(plan.sentences)
-    return plan_decoding(translator.model, translator.tokenizer, sentences, plan.settings, backend=translator.backend)
 
 
 def run_system(
@@ -126,53 +114,63 @@ def run_system(
     return output
 
 
-def admit(context: RequestContext, count: int, settings: DecodingSettings) -> None:
-    """Busy at once, before anything costly, when a request of `count` sentences could not be admitted now."""
-    context.scheduler.check_room(least_seconds(context.ours.model, count, settings, context.ours.step_cost))
+@dataclass
+class RequestPlan:
+    """A request's one plan, made in the order its costs come: room asked of the scheduler once, before anything
+    costly (`admit`: Busy at once); our model's plan of the sentences, fitted once to the budget (`fit`); the same
+    sentences and settings for each other system (`for_system`); one scheduler job for them all (`job`)."""
+
+    context: RequestContext
+    settings: DecodingSettings
+    budget: Budget
+    unit: str = "sentence"  # what the budget's notice counts ("line" for a file)
+    plan: DecodingPlan | None = None  # ours, once fitted
+    seconds: float = 0.0  # its estimated CPU seconds
+
+    def admit(self, count: int) -> "RequestPlan":
+        ours = self.context.ours
+        self.context.scheduler.check_room(least_seconds(ours.model, count, self.settings, ours.step_cost))
+        return self
+
+    def fit(self, sentences: list[str]) -> tuple[DecodingPlan, float]:
+        ours = self.context.ours
+        plan = plan_decoding(ours.model, ours.tokenizer, sentences, self.settings, backend=ours.backend)
+        self.plan, self.seconds = fit_budget(plan, self.budget.cpu_seconds, ours.step_cost, self.unit)
+        return self.plan, self.seconds
+
+    def for_system(self, translator: Translator) -> DecodingPlan:
+        if translator is self.context.ours:
+            return self.plan
+        sentences = list(self.plan.sentences)
+        return plan_decoding(
+            translator.model, translator.tokenizer, sentences, self.plan.settings, backend=translator.backend
+        )
+
+    def job(self, work: float, *, side: bool = False):
+        """The request's scheduler job: `work` CPU seconds per loaded system, its time limit from arrival."""
+        context = self.context
+        ready = sum(system.translator is not None for system in context.systems)
+        side = side or context.side
+        return context.scheduler.job(
+            context.session, self.budget.seconds, work=ready * work, side=side, since=context.arrived
+        )
 
 
-def plan_request(
-    context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
-) -> tuple[DecodingPlan, float]:
-    """Our model's plan of `sentences` fitted once to `budget`, and its estimated CPU seconds."""
-    ours = context.ours
-    plan = plan_decoding(ours.model, ours.tokenizer, sentences, settings, backend=ours.backend)
-    return fit_budget(plan, budget.cpu_seconds, ours.step_cost, unit)
-
-
-def budget_plan(
-    context: RequestContext, sentences: list[str], settings: DecodingSettings, budget: Budget, unit: str = "sentence"
-) -> tuple[DecodingPlan, float]:
-    """A request of `sentences` admitted (`admit`) and planned (`plan_request`): a text's, a look inside."""
-    admit(context, len(sentences), settings)
-    return plan_request(context, sentences, settings, budget, unit)
-
-
-def run_systems(
-    context: RequestContext, plan: DecodingPlan, seconds: float, budget: Budget, reference_chars=0, on_batch=None
-) -> list[SystemOutput]:
-    """Every system's output of `plan` (a message for one not loaded) in one scheduler job (`seconds` per loaded system
-    and the scoring against a reference); `on_batch(number, done, total)` reports progress. Busy or Cancelled."""
-    work = seconds + 2 * reference_chars * context.limits.score_seconds_per_char  # BLEU and chrF each read it
+def run_systems(request: RequestPlan, reference_chars=0, on_batch=None) -> list[SystemOutput]:
+    """Every system's output of the request's plan (a message for one not loaded) in one scheduler job, with the
+    scoring against a reference; `on_batch(number, done, total)` reports progress. Busy or Cancelled."""
+    context = request.context
+    work = request.seconds + 2 * reference_chars * context.limits.score_seconds_per_char  # BLEU and chrF each read it
     outputs = []
-    with request_job(context, work, budget) as job:
+    with request.job(work) as job:
         for number, system in enumerate(context.systems):
-            translator, why_not = available(system)
-            if translator is None:
-                outputs.append(SystemOutput(name=system.name, message=why_not))
+            if system.translator is None:
+                outputs.append(SystemOutput(name=system.name, message=system.status()))
                 continue
             progress = None if on_batch is None else (lambda done, total, number=number: on_batch(number, done, total))
-            own = plan if number == 0 else planned_for(translator, plan)  # ours first: the plan was made for it
-            outputs.append(run_system(translator, own, context.scheduler, progress, deadline=job.hard_deadline))
+            plan = request.for_system(system.translator)
+            outputs.append(run_system(system.translator, plan, context.scheduler, progress, deadline=job.hard_deadline))
     return outputs
-
-
-def request_job(context: RequestContext, work: float, budget: Budget, *, side: bool = False):
-    """The request's scheduler job: `work` CPU seconds per loaded system, its time limit from arrival."""
-    ready = sum(available(system)[0] is not None for system in context.systems)
-    return context.scheduler.job(
-        context.session, budget.seconds, work=ready * work, side=side or context.side, since=context.arrived
-    )
 
 
 def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
@@ -217,8 +215,9 @@ def translate_with_settings(
         return refused(context, "Type an English sentence (or several) to translate.")
     sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
     try:
-        plan, seconds = budget_plan(context, sentences, settings, limits.text)
-        outputs = run_systems(context, plan, seconds, limits.text, len(reference))
+        request = RequestPlan(context, settings, limits.text).admit(len(sentences))
+        plan, _ = request.fit(sentences)
+        outputs = run_systems(request, len(reference))
     except (Busy, Cancelled, BackendError) as error:  # Busy: refused before any work; BackendError: a worker died again
         return refused(context, why_stopped(error))
     result = TextResult(sentences, outputs, [line for line in (clipped, too_long, in_parts, *plan.notices) if line])

@@ -37,7 +37,8 @@ def known_pretrained(model_id: str) -> bool:
 
 @dataclass
 class Translator:
-    """A loaded seq2seq model and its tokenizer, under a name for the page."""
+    """A loaded seq2seq model and its tokenizer, under a name for the page. A system on the page is this or a
+    `BackgroundTranslator`, read alike: `translator` (None until loaded), `done`, `failed`, `status()`."""
 
     name: str
     model_id: str  # the folder or Hub id it was loaded from (the page shows `display_id`)
@@ -48,11 +49,22 @@ class Translator:
     revision: str | None = None  # the Hub commit it was loaded at (None for a folder)
     weights: str = ""  # for the page, when the weights are not the safetensors of what was named
     step_cost: StepCost | None = None  # a decoder step's cost on this machine, measured once loaded unless given
+    done, failed = True, False  # loaded before the page is up
 
     def __post_init__(self):
         if self.step_cost is None:
             self.step_cost = StepCost.measure(self.model)
         self.pretrained = known_pretrained(self.model_id)
+
+    @property
+    def translator(self) -> "Translator":
+        return self
+
+    def status(self) -> str:
+        commit = f" at commit {self.revision[:7]}" if self.revision else ""
+        weights = f"; {self.weights}" if self.weights else ""
+        millions = self.num_parameters / 1e6
+        return f"{self.name} ready: {display_id(self.model_id)}{commit}, {millions:.2f}M parameters{weights}."
 
     @property
     def backend(self):
@@ -199,14 +211,14 @@ class BackgroundTranslator:
     def status(self) -> str:
         """One line in a visitor's words: loading, ready, or which model is not on the page and why."""
         if self.translator is not None:
-            millions = self.translator.num_parameters / 1e6
-            commit = f" at commit {self.translator.revision[:7]}" if self.translator.revision else ""
-            weights = f"; {self.translator.weights}" if self.translator.weights else ""
-            return f"{self.name} ready: {display_id(self.model_id)}{commit}, {millions:.2f}M parameters{weights}."
+            return self.translator.status()
         if self.error is not None:
             return f"{self.error}. Our model translates alone."
         waited = time.monotonic() - self.started
         return f"{self.name} ({display_id(self.model_id)}) is loading in the background ({waited:.0f} s so far)…"
+
+
+System = Translator | BackgroundTranslator  # a system on the page, loaded or loading
 
 
 def start_comparisons(model_ids: str | list[str] | None, **options) -> list[BackgroundTranslator]:

@@ -6,7 +6,6 @@ from transformer_en_de.inside import KINDS
 
 from ..inside_tab.outputs import CAPTIONS
 from ..inside_tab.pictures import KIND_TITLES
-from ..translation import available
 
 
 def inside_tab(app, controls: list, text: gr.Textbox) -> None:
@@ -64,7 +63,7 @@ def attention_controls(systems: list) -> tuple[gr.Radio, gr.Dropdown, gr.Dropdow
 
 def model_sizes(system) -> tuple[int, int]:
     """(layers, heads) of a model on the page; MarianMT's (6, 8) for a comparison model still loading."""
-    translator, _ = available(system)
+    translator = system.translator
     if translator is None:
         return 6, 8
     return translator.num_layers, getattr(translator.model.config, "num_attention_heads", None) or 1

@@ -104,7 +104,7 @@ def model_panels(systems: list) -> tuple[list, list, list]:
             with gr.Column(min_width=300):
                 if number:
                     statuses.append(gr.Markdown(system.status(), elem_id=f"status-{number}"))
-                with gr.Column(visible=not getattr(system, "failed", False)) as column:
+                with gr.Column(visible=not system.failed) as column:
                     gr.Markdown(f"### {system.name}\n`{display_id(system.model_id)}`")
                     # Each output named for its model: the API lists them by these labels
                     panels += [

@@ -11,16 +11,14 @@ from pathlib import Path
 import gradio as gr
 from matplotlib.figure import Figure
 
-from transformer_en_de.app.arena.arena import Arena, Voter, leaderboard_markdown, leaderboard_plot
-from transformer_en_de.app.arena.board_reads import BoardReads
+from transformer_en_de.app.arena.arena import Arena, BoardReads, Voter, leaderboard_markdown, leaderboard_plot
 from transformer_en_de.app.arena.publish import VotePublisher
 from transformer_en_de.app.arena.votes import StoreUnavailable, VoteStore
 from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table
 from transformer_en_de.app.files import translate_file
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.inside_tab.pictures import rendered
-from transformer_en_de.app.inside_tab.view_request import inside_request
-from transformer_en_de.app.inside_tab.view_store import ViewStore
+from transformer_en_de.app.inside_tab.view_request import ViewStore, inside_request
 from transformer_en_de.app.page.arena import arena_tab, signed_in_line
 from transformer_en_de.app.page.file import file_tab
 from transformer_en_de.app.page.inside import inside_tab

@@ -248,7 +248,7 @@ def test_a_vote_is_timed_from_the_battle_shown_to_the_vote_sent_not_to_its_turn(
 
 
 def test_the_board_is_worked_out_again_after_a_stored_vote_or_once_stale_and_drawn_when_it_changed(clock):
-    from transformer_en_de.app.arena.board_reads import FRESH_SECONDS, BoardReads
+    from transformer_en_de.app.arena.arena import FRESH_SECONDS, BoardReads
 
     votes, drawn = ["A"], []
     reads = BoardReads(

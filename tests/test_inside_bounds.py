@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import ROOT, view_inside
 
-from transformer_en_de.app.inside_tab import view_request, view_store
+from transformer_en_de.app.inside_tab import view_request
 from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
 from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
 from transformer_en_de.app.serving.limits import Limits
@@ -75,7 +75,7 @@ def test_a_sentence_past_the_piece_bound_is_refused_in_one_line_before_any_model
         raise AssertionError("a model ran")
 
     monkeypatch.setattr(view_request, "inside_view", no_model)
-    monkeypatch.setattr(view_request.RequestPlan, "job", no_model)
+    monkeypatch.setattr(view_request, "request_job", no_model)
     assert len(ATTACK.split()) == 29 and len(ours.tokenizer(ATTACK)["input_ids"]) > 3 * MAX_PIECES
     view = request(ours, ATTACK)
     assert set(view) == {"message", "notices"} and view["notices"] == []
@@ -177,7 +177,7 @@ class Clock:
 
 
 def test_the_store_gives_back_the_view_under_a_random_id():
-    store = view_store.ViewStore()
+    store = view_request.ViewStore()
     view = {"model": "m", "attention": {"cross": [[[[0.5, 0.5]]]]}, "notices": []}
     first, second = store.put(view), store.put(view)
     assert first != second and len(first) >= 20
@@ -186,30 +186,30 @@ def test_the_store_gives_back_the_view_under_a_random_id():
 
 
 def test_the_store_keeps_at_most_its_count_and_bytes_the_least_recently_used_dropped():
-    store = view_store.ViewStore(max_views=3)
+    store = view_request.ViewStore(max_views=3)
     ids = [store.put({"model": str(n)}) for n in range(5)]
-    assert len(store.views) == 3 and store.get(ids[0]) is view_store.EXPIRED and store.get(ids[2]) == {"model": "2"}
+    assert len(store.views) == 3 and store.get(ids[0]) is view_request.EXPIRED and store.get(ids[2]) == {"model": "2"}
     store.put({"model": "5"})  # drops 3, not 2, which was just used
-    assert store.get(ids[3]) is view_store.EXPIRED and store.get(ids[2]) == {"model": "2"}
+    assert store.get(ids[3]) is view_request.EXPIRED and store.get(ids[2]) == {"model": "2"}
     rng = random.Random(0)
     noise = lambda: "".join(rng.choice(RARE) for _ in range(20_000))  # noqa: E731 (compresses little)
-    small = view_store.ViewStore(max_bytes=30_000)
+    small = view_request.ViewStore(max_bytes=30_000)
     kept = [small.put({"model": noise()}) for _ in range(4)]
-    assert small.bytes <= 30_000 and small.get(kept[-1])["model"] and small.get(kept[0]) is view_store.EXPIRED
+    assert small.bytes <= 30_000 and small.get(kept[-1])["model"] and small.get(kept[0]) is view_request.EXPIRED
 
 
 def test_a_view_expires_after_its_time_unused_and_the_redraw_says_look_inside_again():
     clock = Clock()
-    store = view_store.ViewStore(seconds=60, clock=clock)
+    store = view_request.ViewStore(seconds=60, clock=clock)
     used, unused = store.put({"model": "a"}), store.put({"model": "b"})
     clock.now = 40
     assert store.get(used) == {"model": "a"}  # its time starts again
     clock.now = 90
-    assert store.get(used) == {"model": "a"} and store.get(unused) is view_store.EXPIRED
+    assert store.get(used) == {"model": "a"} and store.get(unused) is view_request.EXPIRED
     assert store.bytes == len(next(iter(store.views.values()))[0])
     count = 2
-    notice, *_ = draw_inside(view_store.EXPIRED, "cross", 1, 0, count)
-    *pictures, caption = draw_attention(view_store.EXPIRED, "cross", 1, 0, count)
+    notice, *_ = draw_inside(view_request.EXPIRED, "cross", 1, 0, count)
+    *pictures, caption = draw_attention(view_request.EXPIRED, "cross", 1, 0, count)
     for line in (notice, caption):
         assert "Look inside again" in line and "\n" not in line
     assert not any(picture.visible for picture in pictures)
@@ -217,7 +217,7 @@ def test_a_view_expires_after_its_time_unused_and_the_redraw_says_look_inside_ag
 
 def test_a_view_redrawn_from_the_store_draws_as_the_view_itself(ours):
     view = request(ours, "A dog runs in the park.", num_beams=4)
-    store = view_store.ViewStore()
+    store = view_request.ViewStore()
     kept = store.get(store.put(view))
     assert kept == json.loads(json.dumps(view))
     caption = draw_attention(view, "cross", 1, 1, 1)[-1]
@@ -234,7 +234,7 @@ def test_ten_worst_case_views_leave_the_store_and_the_process_bounded(ours, at_t
         with open("/proc/self/status") as status:
             return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
 
-    store = view_store.ViewStore(max_views=4)
+    store = view_request.ViewStore(max_views=4)
     store.put(request(ours, at_the_bound))  # the first run's allocations are the process's, not the views'
     before = resident_mb()
     for _ in range(10):

@@ -6,6 +6,9 @@ ones stand apart (many addresses are easy to have). Every message is one bounded
 
 import random
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,9 +16,9 @@ from transformer_en_de.decoding.plan import DecodingSettings, decoding_record
 from transformer_en_de.hub_access import cause
 from transformer_en_de.markdown import markdown_table
 
-from ..translation import RequestContext, translate_with_settings
+from ..serving.limits import keep_latest
+from ..translation import RequestContext, available, translate_with_settings
 from . import battles
-from .board_reads import FRESH_SECONDS
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
 from .votes import BadChoice, VoteNotStored, VoteStore
@@ -54,10 +57,12 @@ CAPTION = (
     "Won, Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes "
     "down to its bound."
 )
-# Two throttles, on purpose: `BoardReads` works the boards out again right after a vote here, so a voter who looks at
-# once sees it counted or, within this many seconds of the last fit, the line saying it waits; the fit itself (a
-# bootstrap over the sources) runs at most this often, so a flood of votes costs one fit per period, not one per vote.
-LEADERBOARD_SECONDS = FRESH_SECONDS
+# Two throttles, on purpose: `BoardReads` works the boards out again right after a vote here (and at most this long
+# after one stored by another process), so a voter who looks at once sees it counted or, within this many seconds of
+# the last fit, the line saying it waits; the fit itself (a bootstrap over the sources) runs at most this often, so a
+# flood of votes costs one fit per period, not one per vote.
+FRESH_SECONDS = 10.0
+SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the least recent go first)
 PAGE_LINE_CHARACTERS = 300  # the most a message on the page holds
 
 
@@ -117,7 +122,7 @@ class Arena:
 
     def battle(self, text, context: RequestContext, settings: DecodingSettings, voter: Voter) -> tuple[str, ...]:
         """(battle_id, translation_a, translation_b, message); ("", "", "", why) when there is no battle."""
-        loaded = [system.translator for system in context.systems if system.translator is not None]
+        loaded = [translator for translator, _ in map(available, context.systems) if translator is not None]
         if len(loaded) < 2:
             loading = any(not getattr(system, "done", True) for system in context.systems)
             when = "try again when the others have loaded" if loading else "the others could not be loaded"
@@ -173,7 +178,7 @@ class Arena:
             for key, tally in self.tallies.items():
                 tally.add([count for count in counts if key == "all" or count.signed_in == (key == "signed_in")], last)
             keys = ("signed_in", "anonymous") if self.accounts else ("all",)
-            fitted = {key: (*self.tallies[key].rows(LEADERBOARD_SECONDS), self.tallies[key].summary()) for key in keys}
+            fitted = {key: (*self.tallies[key].rows(FRESH_SECONDS), self.tallies[key].summary()) for key in keys}
         boards = []
         for key, (rows, newer, summary) in fitted.items():
             heading, line = BOARDS[key]
@@ -185,7 +190,7 @@ class Arena:
             if newer > 0:  # a voter who looks at once sees why their vote is not counted yet
                 line += (
                     f" {newer:,} newer vote{'s are' if newer != 1 else ' is'} stored; the ratings are fitted again at "
-                    f"most every {LEADERBOARD_SECONDS:g} s."
+                    f"most every {FRESH_SECONDS:g} s."
                 )
             boards.append(Board(heading, rows, line))
         return boards
@@ -241,3 +246,40 @@ def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
         parts.append(markdown_table(HEADER, table, "rl" + "r" * 8))
         parts.append(" ".join(part for part in (CAPTION, bleu_line, board.line) if part))
     return "\n\n".join(parts)
+
+
+class BoardReads:
+    """The leaderboard as pages read it: `table()` (the board's rows, its Markdown) worked out again after a vote
+    stored here or `FRESH_SECONDS` after the last time, `draw(rows)` only when the table changed, and sent to a session
+    only when it changed since that session saw it: sixty pages reading back to back cost one working-out."""
+
+    def __init__(self, table: Callable, draw: Callable, fresh_seconds=FRESH_SECONDS, clock=time.monotonic):
+        self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
+        self._answer: tuple[str, object] | None = None
+        self._version, self._worked_out = 0, float("-inf")
+        self._seen: OrderedDict[str, int] = OrderedDict()  # session -> the version it was sent
+        self._lock = threading.Lock()  # one reader works the board out; the others wait for it and share it
+
+    def vote_stored(self) -> None:
+        with self._lock:
+            self._worked_out = float("-inf")
+
+    def is_fresh(self) -> bool:
+        """Whether a read now costs nothing but a comparison (the caller may then skip its turn on the CPU)."""
+        with self._lock:
+            return self._answer is not None and self.clock() - self._worked_out < self.fresh_seconds
+
+    def read(self, session: str | None) -> tuple[str, object] | None:
+        """(table, picture), or None when `session` was sent this one already."""
+        with self._lock:
+            now = self.clock()
+            if self._answer is None or now - self._worked_out >= self.fresh_seconds:
+                rows, table = self.table()
+                if self._answer is None or table != self._answer[0]:
+                    self._answer, self._version = (table, self.draw(rows)), self._version + 1
+                self._worked_out = now
+            if session is None:
+                return self._answer
+            seen = self._seen.get(session)
+            keep_latest(self._seen, session, self._version, SESSIONS_REMEMBERED)
+            return None if seen == self._version else self._answer

@@ -1,14 +1,20 @@
-"""The request behind the Inside tab and `/inside`, bounded like a translation (the same checks, plan, budget and
-scheduler job) and by size: a sentence of more than `MAX_PIECES` pieces is refused before any model runs, the
-translation ends at `MAX_PIECES`, the answer is at most `MAX_VIEW_BYTES` of JSON (a model past it shown as one line)."""
+"""The request behind the Inside tab and `/inside`, and where its answer is kept. Bounded like a translation (the same
+checks, plan, budget and scheduler job) and by size: a sentence of more than `MAX_PIECES` pieces is refused before any
+model runs, the translation ends at `MAX_PIECES`, the answer is at most `MAX_VIEW_BYTES` of JSON (a model past it shown
+as one line). The page redraws from a copy on the server (another kind, layer or head runs no model): `ViewStore`."""
 
 import json
+import secrets
+import threading
+import time
+import zlib
+from collections import OrderedDict
 
 from transformer_en_de.inside import MAX_PIECES, inside_view, too_many_pieces
 
 from ..serving import Busy, Cancelled, Limits
 from ..text_checks import InputError, check_decoding, read_text, split_long_sentence, split_sentences
-from ..translation import RequestContext, RequestPlan
+from ..translation import RequestContext, available, budget_plan, planned_for, request_job
 
 # A view's work against the engine's estimate of the same decoding: transformers' beam search, the recording and a
 # teacher-forced pass take at most 1.5x the engine's own time, about half its estimate (`benchmarks.inside_view`).
@@ -16,6 +22,12 @@ WORK_FACTOR = 1.5
 # The most JSON an answer may be: ours at the piece bound is at most 1.3 MB with 8 beams (tests/test_inside_bounds.py);
 # MarianMT's 6 layers of 8 heads 1 MB at 30 pieces: past about 35 a comparison model may be shown as one line.
 MAX_VIEW_BYTES = 2_000_000
+# The views kept: compressed (our 1.3 MB view is 0.24 MB), the least recently used dropped first.
+VIEWS_KEPT, VIEW_STORE_BYTES, VIEW_SECONDS = 64, 32_000_000, 900.0
+EXPIRED = {
+    "message": f"This view is no longer kept (the server keeps the latest {VIEWS_KEPT}, each {VIEW_SECONDS / 60:g} "
+    "minutes after its last use): press Look inside again.",
+}
 
 
 def one_sentence(text, limits: Limits) -> tuple[str, list[str]]:
@@ -43,17 +55,16 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         sentence, notices = one_sentence(text, limits)
-        request = RequestPlan(context, settings, limits.text).admit(1)
-        plan, seconds = request.fit([sentence])
+        plan, seconds = budget_plan(context, [sentence], settings, limits.text)
         systems = []  # (name, translator or None, why not, its plan: the pieces it reads), before any model runs
-        for system in context.systems:
-            translator, why_not = system.translator, system.status()
-            own_plan = None if translator is None else request.for_system(translator)
+        for number, system in enumerate(context.systems):
+            translator, why_not = available(system)
+            own_plan = None if translator is None else planned_for(translator, plan) if number else plan
             systems.append((system.name, translator, why_not, own_plan))
         problems = [too_many_pieces(own, MAX_PIECES, translator.name) for _, translator, _, own in systems if own]
         if any(problems):
             raise InputError(next(filter(None, problems)))
-        with request.job(WORK_FACTOR * seconds, side=True) as job:
+        with request_job(context, WORK_FACTOR * seconds, limits.text, side=True) as job:
             bounds = dict(deadline=job.hard_deadline, at_each_step=context.scheduler.checkpoint, max_pieces=MAX_PIECES)
             views = [
                 inside_view(translator.model, translator.tokenizer, sentence, name=translator.name, plan=own, **bounds)
@@ -93,3 +104,49 @@ def within_bytes(envelope: dict, views: list[dict]) -> dict:
         used += grown if fits else 0
         shown.append(view if fits else line)
     return {**envelope, **shown[0], "comparisons": shown[1:]}
+
+
+class ViewStore:
+    """Views under random ids that sessions hold, one a session (view after view never pushes out another's)."""
+
+    def __init__(self, max_views=VIEWS_KEPT, max_bytes=VIEW_STORE_BYTES, seconds=VIEW_SECONDS, clock=time.monotonic):
+        self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
+        self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
+        self.latest: dict[str, str] = {}  # session -> the id of its view
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def put(self, view: dict, session: str | None = None) -> str:
+        """Keep `view` in place of the session's earlier one; its id."""
+        data, view_id = zlib.compress(json.dumps(view).encode(), 1), secrets.token_urlsafe(16)
+        with self.lock:
+            self.bytes -= len(self.views.pop(self.latest.pop(session, None), (b"", 0))[0])
+            if session is not None:
+                self.latest[session] = view_id
+            self.views[view_id] = (data, self.clock())
+            self.bytes += len(data)
+            self.drop_old()
+        return view_id
+
+    def get(self, view_id: str | None) -> dict | None:
+        """The view, its time started again; None for no id, `EXPIRED` for one no longer kept."""
+        if not view_id:
+            return None
+        with self.lock:
+            self.drop_old()
+            if view_id not in self.views:
+                return EXPIRED
+            data, _ = self.views.pop(view_id)
+            self.views[view_id] = (data, self.clock())
+        return json.loads(zlib.decompress(data))
+
+    def drop_old(self) -> None:  # the lock held
+        now = self.clock()
+        while self.views and (
+            len(self.views) > self.max_views
+            or self.bytes > self.max_bytes
+            or now - next(iter(self.views.values()))[1] > self.seconds
+        ):
+            self.bytes -= len(self.views.popitem(last=False)[1][0])
+        if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
+            self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}

@@ -2,11 +2,11 @@
 client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
 
 - Bad calls, heavy, server files, slow bodies: a body too large or too slow, JSON too deep, an event the page lacks,
-  the wrong values, a file value that is no upload: one line each where Gradio would fail (a 500 or a traceback);
-  a body that is no call at all Gradio answers itself (422).
+  values that do not fit it, a file value that is no upload: one line each where Gradio would fail (a 500 or a
+  traceback); a body that is no call at all Gradio refuses itself (422).
 - Session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
-  other sessions, calls without one); a session has one call at once (a page runs one at a time); a paced event
-  (arena_attacks: readers) has a bucket per address.
+  other sessions, calls without one); a session has one call at once, as a page; a paced event (arena_attacks:
+  readers) has a bucket per address.
 - Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
 - Held heartbeats: at most `STREAMS_PER_ADDRESS` open responses; a heartbeat's end cancels its session's requests.
 - Slow links, unread views: `readers` counts the streams read and pages open, so that the scheduler drops work nobody
@@ -60,7 +60,7 @@ class Visitors:
         self.sends = OpenResponses()
         burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
         self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
-        # Sessions seen lately → the address of their latest call; raw calls, ("call", event id) → their session.
+        # Sessions admitted lately → the address of their latest call; raw calls, ("call", event id) → their session.
         self._known: OrderedDict[str | tuple, str] = OrderedDict()
         self._calls: OrderedDict[str, float] = OrderedDict()  # session → when its call queued or running came
         self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
@@ -69,8 +69,8 @@ class Visitors:
         self.paces: dict[int, RateLimit] = {}  # fn_index → its calls' pace, by address
 
     def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
-        """Why a call of `session` from `address` may not enter Gradio's queue, in one line ("" if it may); a `counted`
-        call counts against its session until its callback ends (`serving`)."""
+        """Why a call of `session` from `address` may not enter Gradio's queue ("" if it may); a `counted` call holds
+        its session's one place until its callback ends (`serving`)."""
         now = time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
@@ -80,38 +80,35 @@ class Visitors:
             if session is None:
                 return ""
             keep_latest(self._known, session, address, REMEMBERED)
-            if not counted:
-                return ""
-            # One call at a time (a page runs one); one older than any time limit was dropped unstarted by Gradio.
-            if now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
+            # A call older than any time limit was dropped unstarted by Gradio.
+            if counted and now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
                 return (
-                    "This session's previous request is still running; this one was not started. Wait for it to finish "
-                    "(or reload the page to cancel it)."
+                    "This session's previous request is still running; this one was not started (or reload the page)."
                 )
-            keep_latest(self._calls, session, now, REMEMBERED)
+            if counted:
+                keep_latest(self._calls, session, now, REMEMBERED)
         return ""
 
     def paced(self, event: dict, address: str) -> str:
-        """ "" if a call of `event` (its config) from `address` is within its pace, else why not in one line."""
+        """Why a call of `event` (its config) from `address` is past its pace ("" if it is not)."""
         pace = self.paces.get(event["id"])
         if pace is None or not pace.take(address):
             return ""
+        rate = f"more often than {1 / pace.interval:g} a second lately"
         return (
-            f"/{event.get('api_name') or 'this event'} was called from this address more often than "
-            f"{1 / pace.interval:g} a second lately; this call was not started. Try again in a few seconds."
+            f"/{event.get('api_name')} was called from this address {rate}; this call was not started. Try again soon."
         )
 
     def unread_slot(self, address: str) -> object | None:
-        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once,
-        so that calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
+        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once:
+        calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
         now = time.monotonic()
         with self._lock:
             while self._unread and now - next(iter(self._unread.values()))[1] > self.limits.stream_wait_seconds:
                 self._unread.popitem(last=False)
             if sum(poster == address for poster, _ in self._unread.values()) >= UNREAD_CALLS:
                 return None
-            slot = object()
-            self._unread[slot] = (address, now)
+            self._unread[slot := object()] = (address, now)
             return slot
 
     def posted(self, slot: object, event: str | None, session: str | None) -> None:
@@ -128,15 +125,13 @@ class Visitors:
         return self.sends.count(address, self.limits.stalled_send_seconds)
 
     def side_welcome(self, session: str | None) -> bool:
-        """Whether side work of `session` may run: its address has fewer than `stalled_streams_per_address` stalled
-        sends."""
+        """Whether side work of `session` may run: its address has under `stalled_streams_per_address` stalled sends."""
         with self._lock:
             address = self._known.get(session)
         return address is None or self.stalled(address) < self.limits.stalled_streams_per_address
 
     def session_of(self, key: str | tuple) -> str | None:
-        """The session a stream reads (by its session, or ("call", event id): read from now on), if it came here (a
-        call of it was admitted)."""
+        """The session a stream reads (by its session, or ("call", event id): read from now on), if it was admitted."""
         with self._lock:
             if isinstance(key, str):
                 return key if key in self._known else None
@@ -166,7 +161,6 @@ class RequestGuard:
 
     def __init__(self, app, *, demo, visitors: Visitors, uploads, page_closed):
         self.app, self.demo, self.visitors, self.uploads, self.page_closed = app, demo, visitors, uploads, page_closed
-        self.max_body_bytes = visitors.limits.max_body_bytes
 
     @staticmethod
     def address(scope) -> str:
@@ -177,25 +171,22 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path, method, visitors, address = scope["path"], scope["method"], self.visitors, self.address(scope)
-        limits = visitors.limits
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
             with visitors.streams.open(address, STREAMS_PER_ADDRESS) as admitted:
                 if admitted:
                     return await self.read(scope, receive, send)
-            most = STREAMS_PER_ADDRESS
-            return await refuse(send, 429, f"This address has {most} responses open (streams, downloads); close one.")
+            open_now = f"This address has {STREAMS_PER_ADDRESS} responses open (streams, downloads)"
+            return await refuse(send, 429, f"{open_now}; close one.")
         if method in ("GET", "HEAD", "OPTIONS"):
             return await contained(self.app, scope, receive, send)
         if path.startswith(_UPLOAD):
             return await self.uploads(self.app, scope, receive, send, address)
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
-        too_large = (
-            f"The request body is too large; the limit here is {self.max_body_bytes:,} bytes (texts are translated up "
-            "to 3,000 characters; send files through the upload)."
-        )
-        body = await body_within(receive, send, self.max_body_bytes, limits.request_seconds, too_large)
+        most = visitors.limits.max_body_bytes
+        too_large = f"The request body is too large; the limit here is {most:,} bytes (send files through the upload)."
+        body = await body_within(receive, send, most, visitors.limits.request_seconds, too_large)
         if body is None:
             return
         try:
@@ -208,16 +199,12 @@ class RequestGuard:
         session, counted = payload.get("session_hash"), event["id"] in visitors.counted
         slot = visitors.unread_slot(address) if raw else None
         if raw and slot is None:
-            return await refuse(
-                send,
-                429,
-                f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet; read them "
-                "(GET /gradio_api/call/<api>/<event_id>) before posting more.",
-            )
+            unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
+            return await refuse(send, 429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
         refused = visitors.paced(event, address)
         if not refused:
             refused = visitors.admit_session(session, address, counted)
-            if refused and session and visitors.session_of(session) is None and await self.page_opens(session):
+            if refused and session and not visitors.session_of(session) and await self.page_opens(session):
                 refused = visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
         if refused:
             visitors.posted(slot, None, None)
@@ -252,7 +239,7 @@ class RequestGuard:
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
             with visitors.readers.open(heartbeat["session"]):
                 await contained(self.app, scope, receive, send)
-            if visitors.session_of(heartbeat["session"]):  # a session the front admitted may have requests to stop
+            if visitors.session_of(heartbeat["session"]):  # admitted: it may have requests to stop
                 self.page_closed(heartbeat["session"])
             return
         call, key = _CALL_STREAM.fullmatch(path), None
@@ -285,16 +272,9 @@ class RequestGuard:
         events = {event["id"]: event for event in config["dependencies"]}
         return events, {component["id"]: component for component in config["components"]}
 
-    def event(self, api_name: str | None, fn_index=None) -> dict | None:
-        """The page's event called by its API name, or without one by its index; None if it has none such."""
-        if api_name is None:
-            return self.page[0].get(fn_index) if isinstance(fn_index, int) else None
-        return next((event for event in self.page[0].values() if event["api_name"] == api_name), None)
-
     def check_call(self, path: str, body: bytes) -> tuple[dict, dict | None]:
-        """(payload, the event called: None if the body is no call Gradio would run), or Refused. Values are checked
-        against the event Gradio will run: on /call/ the one its path names, elsewhere the body's fn_index, else the
-        path's name; file values wherever they are."""
+        """(payload, the event Gradio will run: None if it runs none), or Refused: the values checked against the event
+        (on /call/ the path's, elsewhere the body's fn_index, else the path's), file values wherever they are."""
         call, joins = _CALL.fullmatch(path), path.rstrip("/") == _JOIN
         try:
             payload = json.loads(body) if body else None
@@ -313,19 +293,17 @@ class RequestGuard:
         ):  # Gradio's MCP server would store an inline file outside the upload quota.
             raise Refused(422, "An MCP call here takes no file inline (a data: URL); upload it to /gradio_api/upload.")
         v2 = call is not None and call["v2"]
-        if (
-            not (call or joins)
-            or not isinstance(payload, dict)
-            or not isinstance(payload.get("session_hash"), str | None)
-        ):
-            return {}, None  # no call, or one Gradio answers itself (422)
-        fn_index = payload.get("fn_index")
-        if not (v2 or isinstance(payload.get("data"), list)) or joins and fn_index is None:
-            return {}, None  # Gradio answers 422, or 400 naming the missing fn_index
-        by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
-        event = self.event(call["api"]) if by_path else self.event(None, fn_index)
+        fn_index = payload.get("fn_index") if isinstance(payload, dict) else None
+        if not (call or joins) or not isinstance(payload, dict) or (joins and fn_index is None):
+            return {}, None  # no call; or Gradio answers it itself (422, or 400 naming what is missing)
+        if not isinstance(payload.get("session_hash"), str | None) or not (v2 or isinstance(payload.get("data"), list)):
+            return {}, None
+        events = self.page[0]
+        if call is not None and (path.startswith("/gradio_api/call/") or fn_index is None):
+            asked, event = f"/{call['api']}", next((e for e in events.values() if e["api_name"] == call["api"]), None)
+        else:
+            asked, event = f"fn_index {fn_index!s:.20}", events.get(fn_index) if isinstance(fn_index, int) else None
         if event is None:
-            asked = f"/{call['api']}" if by_path else f"fn_index {str(fn_index)[:20]}"
             names = ", ".join(sorted(self.endpoints))
             raise Refused(404, f"This app has no event {asked[:60]}; its API endpoints are {names}.")
         if v2:  # the endpoint's parameters by name, at the top level of the body
@@ -351,23 +329,20 @@ def check_values(event: dict, components: dict, values: list) -> None:
     """Refused if `values` do not fit the event's inputs (their number, a file value, an example index)."""
     inputs = [components[number] for number in event["inputs"]]
     shown = [component for component in inputs if not component.get("skip_api")]  # a gr.State takes no value
+    name = f"/{event['api_name']}"
     if len(values) not in (len(inputs), len(shown)):
-        names = ", ".join(component["props"].get("label") or component["type"] for component in shown)
+        labels = ", ".join(component["props"].get("label") or component["type"] for component in shown)
         plural = "s" if len(shown) != 1 else ""
-        sent = f"this call sent {len(values)}"
-        raise Refused(422, f"/{event['api_name']} takes {len(shown)} value{plural} ({names}); {sent}.")
+        raise Refused(422, f"{name} takes {len(shown)} value{plural} ({labels}); this call sent {len(values)}.")
     for component, value in zip(inputs if len(values) == len(inputs) else shown, values, strict=True):
         if component["type"] == "dataset" and value is not None:
             last = len(component["props"]["samples"]) - 1
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= last:
-                sent = f"this call sent {value!r:.40}"
-                raise Refused(422, f"/{event['api_name']} takes an example number from 0 to {last}; {sent}.")
+                raise Refused(422, f"{name} takes an example number from 0 to {last}; this call sent {value!r:.40}.")
         elif component["type"] in ("file", "uploadbutton") and value is not None:
-            # Shaped as an upload's: Gradio would fail on any other with a traceback.
-            if not (isinstance(value, dict) and isinstance(value.get("path"), str)):
+            if not (isinstance(value, dict) and isinstance(value.get("path"), str)):  # Gradio: a traceback
                 label = component["props"].get("label") or "file"
+                upload = '{"path": ..., "meta": {"_type": "gradio.FileData"}}'
                 raise Refused(
-                    422,
-                    f"The value for {label} must be null or the object /gradio_api/upload describes a file with "
-                    '({"path": ..., "meta": {"_type": "gradio.FileData"}}).',
+                    422, f"The value for {label} must be null or the object /gradio_api/upload describes: {upload}."
                 )

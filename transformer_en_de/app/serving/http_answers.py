@@ -6,8 +6,6 @@ import threading
 import time
 from contextlib import contextmanager
 
-DRAIN_BYTES = 64_000_000
-
 
 def replay(body: bytes, receive):
     """An ASGI `receive` that gives `body` (already read) once, then waits for the client's disconnect."""
@@ -20,7 +18,7 @@ def replay(body: bytes, receive):
 
 
 class RecordedAnswer:
-    """An ASGI `send` that keeps the status and body of an answer, passing each message on to `forward` if given."""
+    """An ASGI `send` that keeps an answer's status and body, passing each message on to `forward` if given."""
 
     def __init__(self, forward=None):
         self.status, self.parts, self.forward = 500, [], forward
@@ -39,9 +37,9 @@ class RecordedAnswer:
 
 
 async def contained(app, scope, receive, send, malformed: str = "") -> None:
-    """Run the wrapped app; a failure inside it is one log line and, if nothing was answered yet, one line to the
-    client, not a traceback: `malformed` (400) if a failure not OSError is the client's, else 500. A 5xx answer is
-    held until the app returns, so that Starlette's plain one is replaced by the line."""
+    """The wrapped app run; its failure is one log line and, if nothing was answered yet, one line to the client (400
+    `malformed` if given and not an OSError, else 500). A 5xx start is held until the app returns, so that Starlette's
+    plain answer to a failure is replaced by the line."""
     started, held = False, []
 
     async def tracked(message) -> None:
@@ -59,10 +57,9 @@ async def contained(app, scope, receive, send, malformed: str = "") -> None:
     except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
         where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
         print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)
-        if not started and malformed and not isinstance(error, OSError):
-            await refuse(send, 400, malformed)
-        elif not started:
-            await refuse(send, 500, "The server could not answer this request.")
+        if not started:
+            bad = malformed and not isinstance(error, OSError)
+            await refuse(send, 400 if bad else 500, malformed if bad else "The server could not answer this request.")
         return
     for message in held:  # an error the app answered without failing goes to the client as it was
         await send(message)
@@ -90,9 +87,8 @@ async def body_within(receive, send, most: int, seconds: float, too_large: str) 
     return b"".join(parts)
 
 
-async def drain(receive, most: int = DRAIN_BYTES) -> bool:
-    """Read and drop the rest of a refused body up to `most` bytes (so that the client reads the answer); True if it
-    was all read."""
+async def drain(receive, most: int = 64_000_000) -> bool:
+    """Whether the rest of a refused body was read and dropped (so that the client reads the answer) within `most`."""
     seen, more = 0, True
     while more and seen <= most:
         message = await receive()

@@ -1,6 +1,5 @@
 """The server's limits in one object, `Limits`: each a flag of app.py whose default is LIMIT_<NAME> if set, else the
-value here (measured on the shipped model, one core); and `RateLimit`, the token bucket clients are paced with.
-"""
+value here (measured on the shipped model, one core); and `RateLimit`, the token bucket clients are paced with."""
 
 import argparse
 import os
@@ -12,9 +11,9 @@ from dataclasses import dataclass, field, fields
 
 
 class RateLimit:
-    """Per key, `burst` admissions at once and one more every `interval` seconds (GCRA). A key a script drained has a
-    token again within `interval`, where a window (the `limits` library's) would refuse it for up to a whole window
-    (hostile_clients: one session's views after the churn). At most `max_keys` are held, the least recent go first."""
+    """Per key, `burst` admissions at once and one more every `interval` seconds (GCRA): a drained key has a token
+    again within `interval`, where a window (the `limits` library's) refuses it up to a whole window (hostile_clients:
+    one session's views after the churn). At most `max_keys` are held, the least recent forgotten first."""
 
     def __init__(
         self, interval: float, burst: float, max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic

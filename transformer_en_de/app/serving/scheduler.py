@@ -38,12 +38,12 @@ class Job:
     deadline: float  # start no new engine batch after it (80% of its time)
     hard_deadline: float  # end the batch in progress
     lane: int = ORDINARY
-    served: float = 0.0
+    served: float = 0.0  # CPU seconds of its turns
     charged: float = 0.0  # of `served`, what its session's usage already counts
     cancelled: bool = False
     watched: bool = False  # whether its session's stream is watched (`FairScheduler.is_read`)
     unread_since: float | None = None
-    turn_started: float | None = None
+    turn_started: float | None = None  # up to when its turn now is counted in `served` (None: not its turn)
     turn_began: float = 0.0
     waiting_since: float | None = None
 
@@ -139,8 +139,8 @@ class FairScheduler:
         self._take_turn(job)
 
     def _comes_first(self, other: Job, running: Job) -> bool:
-        (other_lane, other_key), (lane, key) = self._priority(other), self._priority(running)
-        return other_lane < lane or (other_lane == lane and other_key + SLICE_SECONDS < key)
+        (other_lane, other_used), (lane, used) = self._priority(other), self._priority(running)
+        return other_lane < lane or (other_lane == lane and other_used + SLICE_SECONDS < used)
 
     def _priority(self, job: Job) -> tuple[int, float]:
         """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""
@@ -195,12 +195,9 @@ class FairScheduler:
 
     def describe(self) -> str:
         with self._condition:
-            running = len(self._jobs)
-            heavy = sum(job.lane == HEAVY for job in self._jobs)
-            waiting = len(self._waiting)
-        return (
-            f"{running} request{'s' if running != 1 else ''} in progress ({heavy} long), {waiting} waiting for the CPU."
-        )
+            running, heavy = len(self._jobs), sum(job.lane == HEAVY for job in self._jobs)
+            plural, waiting = "s" if running != 1 else "", len(self._waiting)
+        return f"{running} request{plural} in progress ({heavy} long), {waiting} waiting for the CPU."
 
     def _take_turn(self, job: Job) -> None:
         with self._condition:

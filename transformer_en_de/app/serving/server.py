@@ -1,7 +1,6 @@
-"""`Serving`, the one object a page goes through, and the uvicorn server it builds: the page mounted in a FastAPI app
-(its API also as MCP tools) behind the HTTP front (`guard.py`). A client is the connection's address, or behind a
-trusted proxy (on a Space, one of `SPACE_PROXY_NETWORKS`) the one it appended to X-Forwarded-For.
-"""
+"""`Serving`, the one object a page goes through, and its uvicorn server: the page (its API also as MCP tools) behind
+the HTTP front (`guard.py`). A client is the connection's address, or the one a trusted proxy appended to
+X-Forwarded-For (on a Space, one of `SPACE_PROXY_NETWORKS`)."""
 
 import asyncio
 import contextlib
@@ -40,9 +39,9 @@ class Serving:
         )
 
     def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
-        """`listener(fn, inputs, outputs, **options)` as an event of work, its calls counted by the front: in the WORK
-        group, or SIDE with slots of its own so that a class's looks inside never hold a translation's (hostile_clients:
-        views at once); inputs as sent (the page answers a bad one in one line, Gradio would log a traceback)."""
+        """`listener(fn, inputs, outputs, **options)`, its calls counted by the front, in the WORK group or in SIDE's
+        own slots (a class's looks inside never hold a translation's: hostile_clients, views at once); inputs as sent
+        (the page answers a bad one in one line, where Gradio would log a traceback)."""
         group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
@@ -56,7 +55,7 @@ class Serving:
         return event
 
     def admitted(self, request):
-        """A work callback runs inside; yields when its call entered Gradio's queue (or None): its time limit."""
+        """A work callback runs inside; yields when its call entered Gradio's queue (None if unknown)."""
         return self.visitors.serving(request.session_hash)
 
     def arrival(self, request) -> float | None:
@@ -72,14 +71,14 @@ class Serving:
                 return dropped
 
     def page_closed(self, session: str) -> None:
-        """A page's heartbeat ended: its requests stop. Not Gradio's `unload`, which runs a callback through its API
-        machinery per page: 256 pages closed at once held the server 11 s (hostile_clients: held heartbeats)."""
+        """A page's heartbeat ended: its requests stop. (Gradio's `unload` runs a callback per page: 256 pages closed
+        at once held the server 11 s; hostile_clients: held heartbeats.)"""
         if self.scheduler.cancel(session):
             print("app.py: a visitor left; their request was cancelled.", flush=True)
 
     def queue(self, demo) -> None:
-        """Gradio's queue bounded; the routes that would run a callback outside it (/run, /api) closed."""
-        demo.queue(max_size=128, api_open=False)  # calls waiting beyond the callbacks running
+        """Gradio's queue: 128 calls waiting at most; no route runs a queued event outside it (/run, /api)."""
+        demo.queue(max_size=128, api_open=False)
 
     def server(
         self, demo, *, css: str, host: str | None = None, port: int | None = None, forwarded_allow_ips: str = ""
@@ -119,12 +118,8 @@ class Serving:
 
         heap.large_blocks_apart(262_144)
         task = asyncio.create_task(give_back())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        yield
+        task.cancel()
 
 
 def raise_descriptor_limit() -> int:

@@ -1,7 +1,6 @@
 """The upload quota (hostile_clients: upload flood, many files, trickled uploads): files counted before Gradio stores
 anything, a share of the space per address, each upload deleted after `upload_seconds`; and the check that a file
-value in a call names an upload (server files: a FileData naming /etc/passwd or /dev/zero).
-"""
+value in a call names an upload (server files: a FileData naming /etc/passwd or /dev/zero)."""
 
 import os
 import shutil
@@ -21,10 +20,7 @@ FRAMING_BYTES = 16_000  # a multipart body's framing beside the file
 FILES_PER_UPLOAD, UPLOADS_IN_PROGRESS = 4, 4  # the latter per address
 BYTES_PER_ADDRESS, BYTES_IN_ALL, DISK_MARGIN = 50_000_000, 200_000_000, 100_000_000
 BLOCK_BYTES = 4_096  # what the smallest file costs the disk
-MALFORMED = (
-    'This upload could not be read: send multipart/form-data whose parts named "files" are files, each with a file '
-    "name."
-)
+MALFORMED = 'This upload could not be read: send multipart/form-data parts named "files", each with a file name.'
 NO_ROOM = "The server has no room for uploads now; try again later."
 
 
@@ -37,14 +33,12 @@ def stored_upload(path, max_bytes: int) -> str | None:
     """The real path of `path` if it names a regular file of at most `max_bytes` in the upload folder, else None."""
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
-    real = os.path.realpath(path)
-    if not Path(real).is_relative_to(os.path.realpath(upload_folder())):
-        return None
     try:
-        found = os.stat(real)
+        found = os.stat(real := os.path.realpath(path))
     except OSError:
         return None
-    return real if stat.S_ISREG(found.st_mode) and found.st_size <= max_bytes else None
+    inside = Path(real).is_relative_to(os.path.realpath(upload_folder()))
+    return real if inside and stat.S_ISREG(found.st_mode) and found.st_size <= max_bytes else None
 
 
 def uploaded_path(payload, max_bytes: int) -> str | None:
@@ -53,7 +47,7 @@ def uploaded_path(payload, max_bytes: int) -> str | None:
 
 
 def file_values_problem(payload, max_bytes: int) -> str:
-    """One line if any file value anywhere in a call (a FileData, or a bare {"path": ...}) is no upload stored here:
+    """Why a file value in a call (a FileData, or a bare {"path": ...}, anywhere) is no upload stored here ("" if none):
     Gradio copies every file value into its cache before the callback runs (reading a path, fetching a URL)."""
     for value, _ in nested(payload):
         if not isinstance(value, dict):

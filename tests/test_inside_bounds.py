@@ -75,7 +75,7 @@ def test_a_sentence_past_the_piece_bound_is_refused_in_one_line_before_any_model
         raise AssertionError("a model ran")
 
     monkeypatch.setattr(view_request, "inside_view", no_model)
-    monkeypatch.setattr(view_request, "request_job", no_model)
+    monkeypatch.setattr(view_request.RequestPlan, "job", no_model)
     assert len(ATTACK.split()) == 29 and len(ours.tokenizer(ATTACK)["input_ids"]) > 3 * MAX_PIECES
     view = request(ours, ATTACK)
     assert set(view) == {"message", "notices"} and view["notices"] == []

@@ -17,7 +17,7 @@ from transformer_en_de.hub_access import cause
 from transformer_en_de.markdown import markdown_table
 
 from ..serving.limits import keep_latest
-from ..translation import RequestContext, available, translate_with_settings
+from ..translation import RequestContext, translate_with_settings
 from . import battles
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
@@ -122,7 +122,7 @@ class Arena:
 
     def battle(self, text, context: RequestContext, settings: DecodingSettings, voter: Voter) -> tuple[str, ...]:
         """(battle_id, translation_a, translation_b, message); ("", "", "", why) when there is no battle."""
-        loaded = [translator for translator, _ in map(available, context.systems) if translator is not None]
+        loaded = [system.translator for system in context.systems if system.translator is not None]
         if len(loaded) < 2:
             loading = any(not getattr(system, "done", True) for system in context.systems)
             when = "try again when the others have loaded" if loading else "the others could not be loaded"

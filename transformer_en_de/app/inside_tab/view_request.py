@@ -14,7 +14,7 @@ from transformer_en_de.inside import MAX_PIECES, inside_view, too_many_pieces
 
 from ..serving import Busy, Cancelled, Limits
 from ..text_checks import InputError, check_decoding, read_text, split_long_sentence, split_sentences
-from ..translation import RequestContext, available, budget_plan, planned_for, request_job
+from ..translation import RequestContext, RequestPlan
 
 # A view's work against the engine's estimate of the same decoding: transformers' beam search, the recording and a
 # teacher-forced pass take at most 1.5x the engine's own time, about half its estimate (`benchmarks.inside_view`).
@@ -55,16 +55,17 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         sentence, notices = one_sentence(text, limits)
-        plan, seconds = budget_plan(context, [sentence], settings, limits.text)
+        request = RequestPlan(context, settings, limits.text).admit(1)
+        plan, seconds = request.fit([sentence])
         systems = []  # (name, translator or None, why not, its plan: the pieces it reads), before any model runs
-        for number, system in enumerate(context.systems):
-            translator, why_not = available(system)
-            own_plan = None if translator is None else planned_for(translator, plan) if number else plan
+        for system in context.systems:
+            translator, why_not = system.translator, system.status()
+            own_plan = None if translator is None else request.for_system(translator)
             systems.append((system.name, translator, why_not, own_plan))
         problems = [too_many_pieces(own, MAX_PIECES, translator.name) for _, translator, _, own in systems if own]
         if any(problems):
             raise InputError(next(filter(None, problems)))
-        with request_job(context, WORK_FACTOR * seconds, limits.text, side=True) as job:
+        with request.job(WORK_FACTOR * seconds, side=True) as job:
             bounds = dict(deadline=job.hard_deadline, at_each_step=context.scheduler.checkpoint, max_pieces=MAX_PIECES)
             views = [
                 inside_view(translator.model, translator.tokenizer, sentence, name=translator.name, plan=own, **bounds)

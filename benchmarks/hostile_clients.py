@@ -62,11 +62,11 @@ def options(parser):
 
 
 class Target:
-    """The running app as the attacks see it: its events, a raw HTTP client, a long file to send."""
+    """The running app as the attacks see it: its events, a raw client of its API, a long file to send."""
 
     def __init__(self, url: str, scratch: Path, server, log: Path):
         self.url, self.server, self.log, self.turn = url, server, log, itertools.count()
-        self.http = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=64))
+        self.http = httpx.Client(base_url=f"{url}gradio_api/", timeout=300, limits=httpx.Limits(max_connections=64))
         self.named, self.redraws = load.events(url)
         self.source = scratch / "long.txt"
         self.source.write_text(FILE_LINE * 2_000, encoding="utf-8")
@@ -74,10 +74,27 @@ class Target:
         self.stored = self.upload("r.txt", b"0123456789" * 10).json()
 
     def upload(self, name: str, content) -> httpx.Response:
-        return self.http.post(f"{self.url}gradio_api/upload", files={"files": (name, content, "text/plain")})
+        return self.http.post("upload", files={"files": (name, content, "text/plain")})
 
     def post(self, route: str, body) -> httpx.Response:
-        return load.post(self.http, self.url, route, body)
+        """A POST of JSON (bytes sent as they are) to /gradio_api/`route`."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return self.http.post(route, content=content, headers={"Content-Type": "application/json"})
+
+    def translate(self, data: list, session: str | None = None, read: bool = True) -> str:
+        """The outcome of a call of /translate without a page."""
+        posted = self.post("call/translate", {"data": data} | ({"session_hash": session} if session else {}))
+        if posted.status_code != 200:
+            return f"HTTP {posted.status_code}"
+        if not read:
+            return "posted, never read"
+        if (stream := self.http.get(f"call/translate/{posted.json()['event_id']}")).status_code != 200:
+            return f"read: HTTP {stream.status_code}"
+        return "translated" if "event: complete" in stream.text else "read: error"
+
+    def join(self, fn_index: int, data: list, session: str | None = None) -> str:
+        """The status of a queue/join never read (in a new session if none)."""
+        return f"HTTP {self.post('queue/join', load.call_body(fn_index, data, session)).status_code}"
 
     def log_since(self, size: int) -> list[str]:
         return self.log.read_bytes()[size:].decode(errors="replace").splitlines()
@@ -106,7 +123,7 @@ def file_job(target: Target):
 def session_eviction(target: Target):
     """New sessions in a loop while a visitor's greedy file job runs: the visitor's session must not be pushed out."""
     job = target.file_job("greedy", 1, 64)
-    stop_flood = attackers(*[partial(load.raw_translate, target.http, target.url, TINY)] * 4)
+    stop_flood = attackers(*[partial(target.translate, TINY)] * 4)
     yield
     flooded = stop_flood()
     try:
@@ -197,7 +214,7 @@ def largest_inside_views(target: Target, times: int = 10) -> str:
 def many_files(target: Target, count: int = 999) -> str:
     """One upload of `count` tiny files, then an upload from another address."""
     files = [("files", (f"f{number}.txt", f"{number}\n".encode(), "text/plain")) for number in range(count)]
-    answer = target.http.post(f"{target.url}gradio_api/upload", files=files)
+    answer = target.http.post("upload", files=files)
     shown = answer.text.strip()
     shown = shown[:150] + ("..." if len(shown) > 150 else "") if "\n" not in shown else f"NOT one line: {shown[:100]}"
     other = load.upload_from(target.url, "127.0.0.3", 2)
@@ -213,7 +230,7 @@ def trickled_uploads(target: Target, count: int = 210):
     found = held.states(close=False)
     other = load.upload_from(target.url, "127.0.0.3", 1)
     held.states()
-    return f"{len(held):,} connections opened: {counted(found)}; then {other}"
+    return f"{len(held.opened):,} connections opened: {counted(found)}; then {other}"
 
 
 def slow_bodies(target: Target, count: int = 1_100, seconds: float = 35.0):
@@ -222,15 +239,15 @@ def slow_bodies(target: Target, count: int = 1_100, seconds: float = 35.0):
     held = load.Held(target.url, count, request + b"Content-Length: 200\r\n\r\n", b" ", 2.0)
     ends = time.monotonic() + seconds
     yield lambda: time.monotonic() < ends
-    return f"{len(held):,} connections opened, after {seconds:g} s: {counted(held.states())}"
+    return f"{len(held.opened):,} connections opened, after {seconds:g} s: {counted(held.states())}"
 
 
 def slow_connections(target: Target, count: int):
     """Connections that never finish their request's headers (slowloris)."""
     held = load.Held(target.url, count, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     yield
-    alive = len(held) - held.states()["closed by the server"]
-    return f"{len(held):,} slow connections opened, {alive:,} still open at the end"
+    alive = len(held.opened) - held.states()["closed by the server"]
+    return f"{len(held.opened):,} slow connections opened, {alive:,} still open at the end"
 
 
 def held_heartbeats(target: Target, count: int = 1_000):
@@ -240,9 +257,9 @@ def held_heartbeats(target: Target, count: int = 1_000):
     yield
     refused = held.states(timeout=0.01)["answered 429"]
     began = time.perf_counter()  # every page closed at once: the server must not stall on their ends
-    target.http.get(f"{target.url}gradio_api/info")
+    target.http.get("info")
     return (
-        f"{len(held):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
+        f"{len(held.opened):,} heartbeats held open, {refused:,} answered 429 at once; all closed, the next request "
         f"answered in {time.perf_counter() - began:.2f} s"
     )
 
@@ -263,7 +280,7 @@ def heavy(target: Target):
         answer = target.post("call/translate", {"data": ["A man.", "greedy", 1, 8, reference]})
         return f"5 MB reference HTTP {answer.status_code}"
 
-    heavy_raw = partial(load.raw_translate, target.http, target.url, HEAVY)
+    heavy_raw = partial(target.translate, HEAVY)
     return attackers(*[heavy_raw] * 16, *[file_job_never_read] * 4, huge_reference, repeat=False)
 
 
@@ -280,10 +297,9 @@ def odd_read(target: Target) -> str:
     """A stream of an unknown session, or a stored file downloaded with several ranges by one of Gradio's routes."""
     number = next(target.turn)
     if number % 3 == 1:
-        stream = target.http.get(f"{target.url}gradio_api/queue/data", params={"session_hash": f"nobody-{number}"})
-        return load.one_line(stream)
+        return load.one_line(target.http.get("queue/data", params={"session_hash": f"nobody-{number}"}))
     form = "file=" if number % 3 == 0 else "file/"
-    answer = target.http.get(f"{target.url}gradio_api/{form}{target.stored[0]}", headers={"Range": "bytes=0-0,5-9"})
+    answer = target.http.get(f"{form}{target.stored[0]}", headers={"Range": "bytes=0-0,5-9"})
     return f"ranges on {form}<path> HTTP {answer.status_code}"
 
 
@@ -307,7 +323,7 @@ def churn_then_learners(target: Target, rate: int = 20, learners: int = 60) -> s
 
     def churn():
         time.sleep(1.0)
-        script[load.join(target.http, target.url, target.named["comparison"], [])] += 1
+        script[target.join(target.named["comparison"], [])] += 1
 
     stop_churn = attackers(*[churn] * rate)
     deadline = time.monotonic() + 120
@@ -345,7 +361,7 @@ def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
     before, largest, held = load.rss_mib(target.server.pid), 0.0, load.Held(target.url, receive_buffer=4_096)
     for _ in range(views):
         session = os.urandom(8).hex()
-        if load.join(target.http, target.url, target.named["inside"], inside(FILE_LINE.strip()), session) == "HTTP 200":
+        if target.join(target.named["inside"], inside(FILE_LINE.strip()), session) == "HTTP 200":
             held.open(1, f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     ends = time.monotonic() + hold
     while time.monotonic() < ends:
@@ -353,7 +369,7 @@ def unread_views(target: Target, views: int = 100, hold: float = 20.0) -> str:
         time.sleep(0.5)
     held.states()
     rss = f"server RSS {before:,.0f} -> at most {largest:,.0f} MiB"
-    return f"{len(held)} views asked, streams never read for {hold:g} s: {rss}"
+    return f"{len(held.opened)} views asked, streams never read for {hold:g} s: {rss}"
 
 
 def bad_redraws(target: Target, count: int = 20) -> str:
@@ -437,7 +453,7 @@ def bad_call(target: Target) -> str:
 def join_flood(target: Target) -> list[str]:
     """A new session joining 3 ordinary /translate calls, never read."""
     session = os.urandom(8).hex()
-    return [load.join(target.http, target.url, target.named["translate"], load.ORDINARY, session) for _ in range(3)]
+    return [target.join(target.named["translate"], load.ORDINARY, session) for _ in range(3)]
 
 
 def attacks(target: Target, args) -> dict:
@@ -445,8 +461,7 @@ def attacks(target: Target, args) -> dict:
     threads each: queue flood (3,000 capitals at beam 8), starvation stream (tiny greedy calls without a session), busy
     clients (tiny calls, each thread its session, read); session churn: 100 new sessions a second, each joining the
     corpus comparison."""
-    raw = partial(load.raw_translate, target.http, target.url)
-    churn = partial(load.join, target.http, target.url, target.named["comparison"], [])
+    churn = partial(target.join, target.named["comparison"], [])
     torch_lib = max((Path(__import__("torch").__file__).parent / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
 
     def four(call, *arguments, **pace):
@@ -463,10 +478,10 @@ def attacks(target: Target, args) -> dict:
         "file job": on(file_job),
         "inside redraws": on(inside_redraws),
         "largest inside views": beside(largest_inside_views),
-        "queue flood": lambda: attackers(*[partial(raw, HEAVY, read=False)] * 4),
+        "queue flood": lambda: attackers(*[partial(target.translate, HEAVY, read=False)] * 4),
         "session eviction": on(session_eviction),
-        "starvation stream": lambda: attackers(*[partial(raw, TINY, read=False)] * 4),
-        "busy clients": lambda: attackers(*[partial(raw, TINY, session=f"tiny-{n}") for n in range(4)]),
+        "starvation stream": lambda: attackers(*[partial(target.translate, TINY, read=False)] * 4),
+        "busy clients": lambda: attackers(*[partial(target.translate, TINY, session=f"tiny-{n}") for n in range(4)]),
         "many files": beside(many_files),
         "trickled uploads": on(trickled_uploads),
         "upload flood": four(upload),

@@ -161,15 +161,12 @@ class Page:
                 if line.startswith("data:"):
                     yield json.loads(line[5:])
 
-    def read(self, count: int = 1) -> list[dict]:
-        """The `process_completed` messages of the session's next `count` calls."""
-        done = []
+    def read(self) -> list[dict]:
+        """The `process_completed` message of the session's next call (none if the stream ends first)."""
         for message in self.messages():
             if message.get("msg") == "process_completed" or "refused" in message:
-                done.append(message)
-            if len(done) == count or "refused" in message:
-                break
-        return done
+                return [message]
+        return []
 
     def ask(self, fn_index: int, data: list) -> dict:
         """One call, read: its completed message, or {"refused": status}."""
@@ -213,30 +210,6 @@ def in_parallel(count: int, target) -> Counter:
     return stop.outcomes
 
 
-def post(http: httpx.Client, url: str, route: str, body) -> httpx.Response:
-    """A POST of JSON (bytes sent as they are) to /gradio_api/`route`."""
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return http.post(f"{url}gradio_api/{route}", content=content, headers={"Content-Type": "application/json"})
-
-
-def raw_translate(http: httpx.Client, url: str, data: list, session: str | None = None, read: bool = True) -> str:
-    """The outcome of a call of /translate without a page."""
-    posted = post(http, url, "call/translate", {"data": data} | ({"session_hash": session} if session else {}))
-    if posted.status_code != 200:
-        return f"HTTP {posted.status_code}"
-    if not read:
-        return "posted, never read"
-    stream = http.get(f"{url}gradio_api/call/translate/{posted.json()['event_id']}", timeout=300)
-    if stream.status_code != 200:
-        return f"read: HTTP {stream.status_code}"
-    return "translated" if "event: complete" in stream.text else "read: error"
-
-
-def join(http: httpx.Client, url: str, fn_index: int, data: list, session: str | None = None) -> str:
-    """The status of a queue/join never read (in a new session if none)."""
-    return f"HTTP {post(http, url, 'queue/join', call_body(fn_index, data, session)).status_code}"
-
-
 def one_line(response: httpx.Response) -> str:
     """A refusal's status, and whether its message is one line."""
     try:
@@ -268,9 +241,6 @@ class Held:
         self.open(count, request)
         self.alive = list(self.opened)
         self.dripping = attackers(partial(self.send, drip), rate=1 / every) if drip else None
-
-    def __len__(self) -> int:
-        return len(self.opened)
 
     def open(self, count: int, request) -> None:
         for number in range(count):

@@ -1,10 +1,9 @@
 """An hour of mixed ordinary use against the running app: does the server's memory stay flat once it is warm?
 
-The app as `benchmarks.arena_attacks` starts it. For `--minutes`, page sessions (each kind from its own address) open
-as a browser opens them (5 calls counted under "open"), and a visitor of the kind comes again a little after the last
-left: translators, arena players, an Inside user, a leaderboard reader, and a file job every 30 s. A line a minute:
-RSS, threads, calls answered/failed per kind, the translators' latencies; at the end the RSS at `--warm_up` minutes
-and at the end, and the slope over the second half. A pass: no failed call, a slope of a few MiB a minute at most.
+The app as `benchmarks.arena_attacks` starts it. For `--minutes`, translators, arena players, an Inside user, a
+leaderboard reader (each kind from its own address, pages opened as a browser opens them, the next visitor a little
+after the last left) and a file job every 30 s. A pass: no failed call, a slope of a few MiB a minute at most over the
+second half.
 
 `--trace counts`: the server reports what it holds (glibc's heap, Gradio's sessions counted by type, our containers,
 the object types grown, what `malloc_trim(0)` gives back) at `--warm_up` minutes and at the end, through a
@@ -116,9 +115,8 @@ def options(parser):
 
 
 class Site:
-    """The running app as its visitors see it, and the tally of their calls: answered and failed per kind and the
-    translators' latencies since the last minute's line; over the run, what failed calls were told, every kind's
-    seconds."""
+    """The running app as its visitors see it, and the tally of their calls (since the last minute's line, and over
+    the run)."""
 
     def __init__(self, url: str, sentences: list[str]):
         self.url, self.sentences, self.stopped, self.lock = url, sentences, threading.Event(), threading.Lock()
@@ -231,8 +229,7 @@ def filing(site: Site, page: Page, lines: int) -> bool:
 
 
 def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Site, list, float]:
-    """The visitors for `--minutes`, a line a minute: the site (its tally), the memory per minute, the upload folder's
-    MB."""
+    """The visitors for `--minutes`, a line a minute: (the site, the memory per minute, the upload folder's MB)."""
     site = Site(url, sentences)
     kinds = [("translate", TRANSLATORS, translating, (60, 240), (5, 30))] * 3
     kinds += [("arena", PLAYERS, playing, (120, 300), (5, 30))] * 2

@@ -21,6 +21,7 @@ from gradio_client import Client, handle_file
 from tiny_marian import build_tiny_marian
 from tiny_models import build_tiny_t5
 
+from benchmarks.load import Held
 from transformer_en_de import evaluation
 from transformer_en_de.app import corpus_report, translation, translators
 from transformer_en_de.app.serving.limits import Budget, Limits
@@ -912,26 +913,23 @@ def test_a_thousand_unread_heartbeats_of_one_address_do_not_lock_out_a_visitor(m
     # Heartbeat responses never end: 1,000 of them held open would each be a request in progress and a connection
     # (uvicorn's `limit_concurrency` counts both). The attacker is another loopback address (127.0.0.2) than the
     # visitor; past its share of open responses it is answered at once.
-    held = []
+    request = "GET /gradio_api/heartbeat/held-{} HTTP/1.1\r\nHost: x\r\n\r\n".format
     with app_process(model_dirs[0], tmp_path) as (port, log):
+        held = Held(f"http://127.0.0.1:{port}/", 1_000, lambda number: request(number).encode(), peer="127.0.0.2")
         try:
-            for number in range(1_000):
-                connection = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
-                connection.sendall(f"GET /gradio_api/heartbeat/held-{number} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                held.append(connection)  # never read
+            assert len(held.opened) == 1_000  # never read
 
             visitor = {"data": ["A dog runs.", "greedy", 1, 10, ""]}
             status, stream = raw_call(f"http://127.0.0.1:{port}/", "translate", visitor)
 
             assert status == 200 and completed(stream)[0]
             refused = 0
-            for connection in held[-100:]:  # the ones past the address's share were answered at once, in one line
+            for connection in held.opened[-100:]:  # those past the address's share were answered at once, in one line
                 connection.settimeout(30)
                 refused += connection.recv(4096).startswith(b"HTTP/1.1 429")
             assert refused == 100
         finally:
-            for connection in held:
-                connection.close()
+            held.states()  # closes them
     text = log.read_text()
     assert "Traceback" not in text and len(text) < 20_000
 

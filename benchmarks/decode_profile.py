@@ -5,15 +5,15 @@ shares as where to look), and the time per step of the same layout at d_model 16
 every output is forced to one length, so speed does not depend on the weights); peak memory: a fresh process's peak
 RSS over its RSS after the imports.
 
-    python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--top 12] [--threads 1] [--cache [--quick]]
+    python -m benchmarks.decode_profile [--batch-size 1] [--sentences 40] [--threads 1] [--cache [--quick]]
     python -m benchmarks.decode_profile --marian [--quick]
 """
 
 import argparse
 import json
 import resource
+import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +26,7 @@ from modeling.modeling_transformer_mt import set_translation_defaults
 from tokenizer import load_tokenizer
 from transformer_en_de.decoding import loading
 
-PYTHON_PATH_STEPS = 20
+PYTHON_PATH_STEPS, TOP_OPERATORS, MARIAN_BEAMS = 20, 12, 4
 CACHES = {"cache": {}, "no cache": {"use_cache": False}, "static cache": {"cache_implementation": "static"}}
 OURS, MARIAN = "ours", "MarianMT (opus-mt-en-de size)"
 # Helsinki-NLP/opus-mt-en-de's config.json: its architecture, filled with random weights here.
@@ -38,19 +38,15 @@ OPUS_MT_EN_DE = """{"vocab_size": 58101, "decoder_vocab_size": 58101, "d_model":
 
 
 def options(parser):
-    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
     parser.add_argument("--batch-size", type=int, help="sentences per generate() call (default 1; --marian 32)")
     parser.add_argument("--sentences", type=int, default=40, help="sentences of test_2016_flickr to profile")
-    parser.add_argument("--top", type=int, default=12, help="operators to list")
     parser.add_argument("--cache", action="store_true", help="time generation with and without the cache instead")
-    parser.add_argument("--new-tokens", type=int, help="--cache, --marian: tokens generated per output (32; 20)")
     parser.add_argument("--marian", action="store_true", help="our model against MarianMT's size instead")
-    parser.add_argument("--num-beams", type=int, default=4, help="--marian: beams for both models")
     parser.add_argument("--memory-of", choices=[OURS, MARIAN], help=argparse.SUPPRESS)
     parser.add_argument("--memory-folder", type=Path, help=argparse.SUPPRESS)
 
 
-def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: int) -> tuple[list[list], float]:
+def operator_table(model, tokenizer, sources: list[str], batch_size: int) -> tuple[list[list], float]:
     """The operators with the most self time as rows, and the profile's total self time in seconds."""
     sources = sorted(sources, key=lambda text: len(tokenizer(text)["input_ids"])) if batch_size > 1 else sources
     chunks = [sources[i : i + batch_size] for i in range(0, len(sources), batch_size)]
@@ -63,7 +59,7 @@ def operator_table(model, tokenizer, sources: list[str], batch_size: int, top: i
     events = [event for event in profiled.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
     total = sum(event.self_cpu_time_total for event in events)
     rows = []
-    for event in sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:top]:
+    for event in sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:TOP_OPERATORS]:
         per_call, share = event.self_cpu_time_total / event.count, event.self_cpu_time_total / total
         rows.append([event.key, str(event.input_shapes)[:60], event.count, f"{per_call:.1f}", f"{share:.1%}"])
     return rows, total / 1e6
@@ -76,13 +72,9 @@ def python_path_step_ms(layout: TransformerMTConfig, batch_size: int, source_len
     set_translation_defaults(model.generation_config, config)
     source = torch.randint(3, 64, (batch_size, source_length))
     steps = dict(min_new_tokens=PYTHON_PATH_STEPS, max_new_tokens=PYTHON_PATH_STEPS)
-    rounds = 10
     with torch.inference_mode():
-        model.generate(source, **steps)  # warm-up
-        began = time.perf_counter()
-        for _ in range(rounds):
-            model.generate(source, **steps)
-    return 1e3 * (time.perf_counter() - began) / rounds / PYTHON_PATH_STEPS
+        timing = harness.alternate({"tiny": lambda: model.generate(source, **steps)}, rounds=10)["tiny"]
+    return 1e3 * statistics.mean(timing.wall) / PYTHON_PATH_STEPS
 
 
 def cache_table(args, tokenizer) -> None:
@@ -115,10 +107,10 @@ def cache_table(args, tokenizer) -> None:
     harness.print_table(header + ["static cache vs dynamic (wall)"], rows)
 
 
-def load(which: str, folder: str):
-    """Our model in `folder`, or MarianMT at opus-mt-en-de's size with random weights."""
+def load(which: str):
+    """Our shipped model, or MarianMT at opus-mt-en-de's size with random weights."""
     if which == OURS:
-        return TransformerMTForConditionalGeneration.from_pretrained(folder).eval()
+        return TransformerMTForConditionalGeneration.from_pretrained(harness.SHIPPED_DIR).eval()
     torch.manual_seed(0)
     return MarianMTModel(MarianConfig(**json.loads(OPUS_MT_EN_DE))).eval()
 
@@ -136,18 +128,18 @@ def inputs_for(model, our_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Te
 def forced_length(model, inputs, args) -> torch.Tensor:
     with torch.inference_mode():
         length = dict(min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens)
-        return model.generate(**inputs, num_beams=args.num_beams, do_sample=False, **length)
+        return model.generate(**inputs, num_beams=MARIAN_BEAMS, do_sample=False, **length)
 
 
 def marian_memory_child(args) -> None:
     baseline = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
-    model = load(args.memory_of, args.model)
+    model = load(args.memory_of)
     forced_length(model, inputs_for(model, torch.load(args.memory_folder / "inputs.pt")), args)
     print(json.dumps({"peak": harness.peak_rss_bytes() - baseline}))
 
 
 def against_marian(args, tokenizer) -> None:
-    models = {name: load(name, args.model) for name in (OURS, MARIAN)}
+    models = {name: load(name) for name in (OURS, MARIAN)}
     english, _ = harness.sample_sentences("test_2016_flickr", args.batch_size)
     single_count, rounds = (4, 1) if args.quick else (8, 3)
     singles = [tokenizer(sentence, return_tensors="pt") for sentence in english[:single_count]]
@@ -167,12 +159,11 @@ def against_marian(args, tokenizer) -> None:
     with tempfile.TemporaryDirectory() as folder:
         torch.save(dict(batch), Path(folder) / "inputs.pt")
         for name in models:
-            flags = ["--threads", str(args.threads), "--model", args.model, "--memory-of", name, "--memory-folder"]
-            flags += [folder, "--num-beams", str(args.num_beams), "--new-tokens", str(args.new_tokens)]
+            flags = ["--threads", str(args.threads), "--marian", "--memory-of", name, "--memory-folder", folder]
             memory[name] = harness.json_from_child("benchmarks.decode_profile", *flags)["peak"]
     parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
     print(
-        f"# Ours ({args.model}) vs MarianMT: float32, beam {args.num_beams}, {args.new_tokens} new tokens per sentence "
+        f"# Ours (shipped) vs MarianMT: float32, beam {MARIAN_BEAMS}, {args.new_tokens} new tokens a sentence "
         f"(forced), test_2016_flickr sources; latency over {single_count} sentences one at a time, throughput on a "
         f"batch of {args.batch_size}; {rounds} rounds; memory: peak RSS of a fresh process (load + one batch) minus "
         "its RSS after imports"
@@ -194,19 +185,19 @@ def against_marian(args, tokenizer) -> None:
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
-    args.new_tokens = args.new_tokens or (20 if args.marian else 32)
+    args.new_tokens = 20 if args.marian else 32
     args.batch_size = args.batch_size or (32 if args.marian else 1)
     if args.memory_of:
         marian_memory_child(args)
         return
     print(harness.describe_machine(args.threads))
     if args.cache or args.marian:
-        (against_marian if args.marian else cache_table)(args, load_tokenizer(args.model))
+        (against_marian if args.marian else cache_table)(args, load_tokenizer(harness.SHIPPED_DIR))
         return
-    model, tokenizer = loading.load_model(args.model)
+    model, tokenizer = loading.load_model(str(harness.SHIPPED_DIR))
     print("torch's float32 products: " + ("MKL" if torch.backends.mkl.is_available() else "not MKL (another BLAS)"))
     sources = harness.read_split("test_2016_flickr", "en")[: args.sentences]
-    rows, total = operator_table(model, tokenizer, sources, args.batch_size, args.top)
+    rows, total = operator_table(model, tokenizer, sources, args.batch_size)
     print(f"\n# generate() on {len(sources)} sentences at batch {args.batch_size}, by self time (total {total:.2f} s)")
     harness.print_table(["operator", "input shapes", "calls", "µs per call", "share"], rows)
     print(

@@ -16,7 +16,6 @@ import torch
 import transformers
 
 from benchmarks import harness
-from benchmarks.hub_user import generate_all
 from benchmarks.train_throughput import compare_steps
 from modeling import TransformerMTConfig, TransformerMTForConditionalGeneration
 from tokenizer import load_tokenizer
@@ -113,7 +112,8 @@ def section_generate(args, device, bf16):
     rows = []
     for batch_size, count in ((32, batched_count), (1, single_count)):
         runs = {
-            name: partial(generate_all, v, tokenizer, sentences[:count], batch_size) for name, v in variants.items()
+            name: partial(harness.generate_all, v, tokenizer, sentences[:count], batch_size)
+            for name, v in variants.items()
         }
         timings = harness.alternate(runs, rounds, warmup=1)  # the decoded text waits for the GPU
         rows += [

@@ -29,7 +29,7 @@ SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test; figures are noisier)")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2, all cores)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default %(default)s)")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
@@ -74,6 +74,21 @@ def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
     random_model.save_pretrained(folder)
     load_tokenizer(SHIPPED_DIR).save_pretrained(folder)
     return folder, "random weights, shipped size"
+
+
+def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> list[str]:
+    """`generate()` with the saved defaults over batches of sentences of similar length, returned in input order."""
+    order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
+    outputs = [""] * len(sources)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        batch = tokenizer([sources[index] for index in chosen], return_tensors="pt", padding=True, truncation=True)
+        batch = batch.to(model.device)
+        with torch.inference_mode():
+            ids = model.generate(**batch)
+        for index, text in zip(chosen, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
+            outputs[index] = text
+    return outputs
 
 
 # ---------------------------------------------------------------------------------------------------------- training
@@ -173,14 +188,17 @@ class Timings:
         return result
 
 
-def alternate(sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, Timings]:
+def alternate(
+    sides: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, other_cpu=None
+) -> dict[str, Timings]:
+    """Each side once a round, in turns; `other_cpu`: {side: CPU seconds of a process that works for it}."""
     for _ in range(warmup):
         for run in sides.values():
             run()
     timings = {name: Timings() for name in sides}
     for _ in range(rounds):
         for name, run in sides.items():
-            timings[name].time(run)
+            timings[name].time(run, (other_cpu or {}).get(name, lambda: 0.0))
     return timings
 
 
@@ -206,13 +224,13 @@ def json_from_child(module: str, *arguments: str, env: dict | None = None, cwd: 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int, envs: dict | None = None):
+def rounds_in_children(module: str, specs: dict[str, list[str]], rounds: int, envs: dict | None = None, cwd=ROOT):
     """Each spec's child (`module` with its arguments, in `envs`' environment for it) once a round, for `rounds`
     rounds: {name: [each round's JSON]}."""
     runs = {name: [] for name in specs}
     for number in range(rounds):
         for name, arguments in specs.items():
-            runs[name].append(json_from_child(module, *arguments, env=(envs or {}).get(name)))
+            runs[name].append(json_from_child(module, *arguments, env=(envs or {}).get(name), cwd=cwd))
             print(f"  round {number + 1}: {name} {runs[name][-1]}", file=sys.stderr, flush=True)
     return runs
 

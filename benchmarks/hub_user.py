@@ -7,14 +7,12 @@ and validation; the even lines are held out). Runaway outputs: over 3x the sourc
     python -m benchmarks.hub_user [--model models/transformer-en-de] [--splits val] [--threads 1] [--quick] [--engine]
 """
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import sacrebleu
-import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from benchmarks import harness
@@ -31,21 +29,6 @@ def everyday_sentences() -> tuple[list[str], list[str]]:
     return sentences[0::2], sentences[1::2]
 
 
-def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> list[str]:
-    """`generate()` with the saved defaults over batches of sentences of similar length, returned in input order."""
-    order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
-    outputs = [""] * len(sources)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        batch = tokenizer([sources[index] for index in chosen], return_tensors="pt", padding=True, truncation=True)
-        batch = batch.to(model.device)
-        with torch.inference_mode():
-            ids = model.generate(**batch)
-        for index, text in zip(chosen, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
-            outputs[index] = text
-    return outputs
-
-
 def translator(args):
     """A function (sentences, casing step on) -> translations: the engine's with `--engine`, else generate()'s."""
     if args.engine:
@@ -59,18 +42,18 @@ def translator(args):
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, trust_remote_code=True).eval()
     assert "modeling" not in sys.modules, "the project's modeling/ was imported: this must not be"
-    return lambda sources, casing: generate_all(model, tokenizer, sources)
+    return lambda sources, casing: harness.generate_all(model, tokenizer, sources)
+
+
+def options(parser):
+    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
+    parser.add_argument("--splits", nargs="+", default=["val"], help="Multi30k splits to score (default: val)")
+    parser.add_argument("--engine", action="store_true", help="through the app's engine, not generate() alone")
+    parser.set_defaults(threads=1)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(harness.SHIPPED_DIR), help="a model folder")
-    parser.add_argument("--splits", nargs="+", default=["val"], help="Multi30k splits to score (default: val)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="100 sentences per split, 50 for casing")
-    parser.add_argument("--engine", action="store_true", help="through the app's engine, not generate() alone")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse_args(__doc__.splitlines()[0], options)
     way = "the engine" if args.engine else "Auto classes and generate() defaults"
     print(f"# {args.model} through {way}, float32; {harness.describe_machine(args.threads)}")
     translate = translator(args)

@@ -9,7 +9,6 @@ of the shipped model's own translation. `--free-running`: trained folders as a H
 import argparse
 import json
 import statistics
-import time
 from functools import partial
 from pathlib import Path
 
@@ -132,10 +131,9 @@ def child(args) -> dict:
     held = json.loads(args.lengths)
     figures, written = {"parameters": sum(p.numel() for p in model.parameters())}, []
     for path, starts, size in (("batch 32", range(0, args.sentences, 32), 32), ("batch 1", range(args.batch1), 1)):
-        started = time.perf_counter()
-        for start in starts:
-            written += generate(start, size, held)
-        figures[path] = len(starts) * size / (time.perf_counter() - started)
+        timing = harness.Timings()
+        written += timing.time(lambda starts=starts, size=size: [n for s in starts for n in generate(s, size, held)])
+        figures[path] = len(starts) * size / timing.seconds
     figures["lengths held"] = written == held + held[: args.batch1]
     return figures
 
@@ -143,7 +141,6 @@ def child(args) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("shapes", nargs="*", help="ENCxDEC[:field=value,...], e.g. 6x1 12x2 6x1:d_ff=2048")
-    parser.add_argument("--reference", default=str(harness.SHIPPED_DIR), help="the shipped model's folder")
     parser.add_argument("--candidate", action="append", default=[], help="a trained folder timed beside the shapes")
     parser.add_argument("--sentences", type=int, default=256, help="val sentences in batches of 32")
     parser.add_argument("--batch1", type=int, help="the first of them, one at a time (96; free-running 64)")
@@ -153,6 +150,7 @@ def main():
     parser.add_argument("--lengths", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.reference = str(harness.SHIPPED_DIR)
     args.batch1 = args.batch1 or (64 if args.free_running else 96)
     if args.child:
         print(json.dumps(child(args)))
@@ -172,8 +170,7 @@ def main():
         # Held to lengths counted in the reference's tokens: only the same tokens make them comparable.
         if not args.free_running and load_tokenizer(folder).get_vocab() != load_tokenizer(args.reference).get_vocab():
             parser.error(f"--candidate {folder}: its tokenizer is not the reference's, so its output lengths differ")
-    flags = [f"--reference={args.reference}", f"--sentences={args.sentences}", f"--batch1={args.batch1}"]
-    flags += ["--child", f"--threads={args.threads}"]
+    flags = [f"--sentences={args.sentences}", f"--batch1={args.batch1}", "--child", f"--threads={args.threads}"]
     print(
         f"# sentences/s on val (first {args.sentences}; batch 1: first {args.batch1}), median of {args.rounds} rounds"
     )

@@ -1,12 +1,23 @@
 """Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way (checked to
 compute our loss with our weights), and the matmul FLOP/s of each as a share of this device's measured peak.
-`--distillation`: round 7's 6+1 student with and without a teacher.
+`--distillation`: round 7's 6+1 student with and without a teacher. `--memory`: the peak RSS of a `train.py` start
+that prepares the mix (reads, mixes, tokenizes) against a second start that reads the mix the first one kept, each a
+process of its own, one step, one thread; the default mix is task 1 twice, teacher-big and the tagged back-translation
+(528,000 pairs an epoch).
 
     python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128] [--distillation]
+    python -m benchmarks.train_throughput --memory [--mix CORPUS ...]
 """
 
+import contextlib
 import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -186,13 +197,58 @@ def distillation(bf16: bool, batches, rounds) -> None:
     print_steps(*step_table(sides, batches, torch.device("cpu"), bf16, rounds, "student alone", 1.0))
 
 
+DISTILL = harness.DATA_DIR.parent / "multi30k-distill"
+ONE_STEP = """--train_weight 2 --case_augmentation 0.4 --max_tokens 4300 --max_steps 1 --save_strategy no
+    --eval_strategy no --average_last 0 --load_best_model_at_end false --disable_tqdm true""".split()
+
+
+def peak_rss_of_run(command: list[str], env: dict) -> tuple[int, float]:
+    """(peak RSS in bytes, seconds) of a child process."""
+    started, peak = time.time(), 0
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(command, cwd=harness.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            with contextlib.suppress(OSError, RuntimeError):  # it has just exited (a zombie's status has no VmHWM)
+                peak = max(peak, harness.peak_rss_bytes(process.pid))
+            time.sleep(0.2)
+        if process.returncode:
+            output.seek(0)
+            sys.exit(f"train.py failed ({process.returncode}):\n{output.read()[-3000:]}")
+    return peak, time.time() - started
+
+
+def start_memory(mix: list[str]) -> None:
+    start = str(harness.SHIPPED_DIR)
+    with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, TRANSFORMER_MT_CACHE=f"{scratch}/cache", OMP_NUM_THREADS="1")
+        rows, peaks = [], []
+        for number, name in enumerate(("first start (prepares the mix)", "second start (reads it)")):
+            # The same tokenizer both times (part of the kept mix's fingerprint), another output folder.
+            command = [sys.executable, "train.py", "--model_name_or_path", start, "--tokenizer_name", start]
+            command += ["--data_dir", str(harness.DATA_DIR), "--extra_train", *mix, "--test_split", "", *ONE_STEP]
+            peak, seconds = peak_rss_of_run(command + ["--output_dir", str(Path(scratch) / f"run-{number}")], env)
+            peaks.append(peak / 2**30)
+            rows.append([name, f"{peaks[-1]:.2f}", f"{seconds:.0f}"])
+            print(f"{name}: peak {peaks[-1]:.2f} GiB in {seconds:.0f} s", flush=True)
+    print(f"\n{harness.describe_machine(1)}; mix: task 1 x2 + {' '.join(Path(m).name for m in mix)}")
+    harness.print_table(["train.py", "peak RSS (GiB)", "seconds"], rows)
+    first, second = peaks
+    print(f"\nthe first start holds {first / second:.2f}x the second's peak ({first - second:+.2f} GiB)")
+
+
 def options(parser):
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (training uses 128)")
     parser.add_argument("--distillation", action="store_true", help="a student with and without a teacher instead")
+    parser.add_argument("--memory", action="store_true", help="the peak memory of two train.py starts instead")
+    parser.add_argument("--mix", nargs="+", help="--memory: the --extra_train corpora (PREFIX[:tagged])")
+    parser.set_defaults(mix=[str(DISTILL / "teacher-big"), f"{DISTILL / 'bt-beam'}:tagged"])
 
 
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
+    if args.memory:
+        start_memory(args.mix)
+        return
     bf16 = precision.native_bf16(use_cpu=True)  # what train.py picks here: bf16 autocast only where it is native
     rounds, count = (3, 2) if args.quick else (8, 4)
     batches = harness.training_batches(load_tokenizer(harness.SHIPPED_DIR), args.batch_size, count)

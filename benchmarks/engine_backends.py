@@ -12,12 +12,11 @@ import copy
 import json
 import os
 import statistics
-import tempfile
 
 import torch
 
 from benchmarks import harness
-from transformer_en_de.decoding import backends, ctranslate2_backend
+from transformer_en_de.decoding import backends
 from transformer_en_de.decoding.engine import DecodingSettings, translate
 from transformer_en_de.decoding.int8 import int8_dynamic
 from transformer_en_de.decoding.loading import load_model
@@ -65,7 +64,7 @@ def in_turns(runners: dict, sources: list[str], rounds: int, other_cpu: dict | N
     """(texts, timings) of the runners in turns on `sources`; `other_cpu`: a runner's worker's CPU seconds."""
     texts = {}
     sides = {name: lambda name=name, run=run: texts.update({name: run(sources)}) for name, run in runners.items()}
-    return texts, harness.alternate(sides, rounds, warmup=0, other_cpu=other_cpu or {})
+    return texts, harness.alternate(sides, rounds, warmup=0, other_cpu=other_cpu)
 
 
 def in_turns_part(args) -> None:
@@ -73,33 +72,31 @@ def in_turns_part(args) -> None:
     plain_model = copy.deepcopy(model)
     plain_model.drop_finished_sentences = False
     sources, references = harness.read_split(SPLIT, "en")[: args.limit], harness.read_split(SPLIT, "de")
-    with tempfile.TemporaryDirectory() as folder:
-        ctranslate2_backend.convert(model, tokenizer, folder)
-        decoder = backends.CTranslate2Backend(folder, tokenizer, threads=args.threads)
-        greedy = DecodingSettings(num_beams=1, max_new_tokens=100, max_new_tokens_ratio=1e6)
-        runs = [translate(model, tokenizer, sources[:100], greedy, backend=b).translations for b in (None, decoder)]
-        ours, theirs = ([translation.generated_ids for translation in run] for run in runs)
-        if ours != theirs:  # the converter maps every weight right, or the figures compare different models
-            raise AssertionError("greedy tokens differ between CTranslate2 and our model")
-        rows, outputs = [], {}
-        for batch_size in (1, 32):
-            runners = {CT2: engine(model, tokenizer, batch_size, decoder), HUB: hub_user(model, tokenizer, batch_size)}
-            runners[f"{HUB}, int8 weights"] = hub_user(int8_dynamic(model), tokenizer, batch_size)
-            runners[OURS] = engine(model, tokenizer, batch_size)
-            if batch_size == 32:
-                runners[PLAIN] = engine(plain_model, tokenizer, batch_size)
-            corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
-            for name in (CT2, OURS):
-                runners[name](corpus[:batch_size])  # warm-up
-            rounds = args.rounds if batch_size > 1 else 1
-            texts, timings = in_turns(runners, corpus, rounds, {CT2: decoder.cpu_seconds})
-            outputs[batch_size] = texts
-            for name, t in timings.items():
-                bleu = corpus_scores(texts[name], references[: len(corpus)])["bleu"]
-                ratios = [t.seconds / timings[CT2].seconds, t.cpu_seconds / timings[CT2].cpu_seconds]
-                rows.append([batch_size, f"{name}, {len(corpus)} sentences", f"{len(corpus) / t.seconds:.1f}"])
-                rows[-1] += [f"{ratio:.2f}x" for ratio in ratios] + [f"{bleu:.2f}"]
-        decoder.close()
+    decoder = backends.load_backend(str(harness.SHIPPED_DIR), model, tokenizer, threads=args.threads)
+    greedy = DecodingSettings(num_beams=1, max_new_tokens=100, max_new_tokens_ratio=1e6)
+    runs = [translate(model, tokenizer, sources[:100], greedy, backend=b).translations for b in (None, decoder)]
+    ours, theirs = ([translation.generated_ids for translation in run] for run in runs)
+    if ours != theirs:  # the converter maps every weight right, or the figures compare different models
+        raise AssertionError("greedy tokens differ between CTranslate2 and our model")
+    rows, outputs, int8_model = [], {}, int8_dynamic(model)
+    for batch_size in (1, 32):
+        runners = {CT2: engine(model, tokenizer, batch_size, decoder), HUB: hub_user(model, tokenizer, batch_size)}
+        runners[f"{HUB}, int8 weights"] = hub_user(int8_model, tokenizer, batch_size)
+        runners[OURS] = engine(model, tokenizer, batch_size)
+        if batch_size == 32:
+            runners[PLAIN] = engine(plain_model, tokenizer, batch_size)
+        corpus = sources[: args.batch1_sentences] if batch_size == 1 else sources
+        for name in (CT2, OURS):
+            runners[name](corpus[:batch_size])  # warm-up
+        rounds = args.rounds if batch_size > 1 else 1
+        texts, timings = in_turns(runners, corpus, rounds, {CT2: decoder.cpu_seconds})
+        outputs[batch_size] = texts
+        for name, t in timings.items():
+            bleu = corpus_scores(texts[name], references[: len(corpus)])["bleu"]
+            ratios = [t.seconds / timings[CT2].seconds, t.cpu_seconds / timings[CT2].cpu_seconds]
+            rows.append([batch_size, f"{name}, {len(corpus)} sentences", f"{len(corpus) / t.seconds:.1f}"])
+            rows[-1] += [f"{ratio:.2f}x" for ratio in ratios] + [f"{bleu:.2f}"]
+    decoder.close()
     print(
         f"\n# in turns: the same greedy tokens on 100 sentences; {SPLIT}, {len(sources)} sentences, the saved decoding "
         f"(beam {model.generation_config.num_beams}); systems in turns"

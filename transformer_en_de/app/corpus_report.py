@@ -4,6 +4,7 @@ model, test set and decoding, each saying what scored it."""
 import json
 from pathlib import Path
 
+from transformer_en_de.comparison import OWN  # compare.py without --length_penalty leaves it to each model
 from transformer_en_de.evaluation import EvalResultsError, decoding_label, read_eval_results
 from transformer_en_de.markdown import markdown_table
 
@@ -20,7 +21,6 @@ EXPLAINED = (
 FIGURES = [("sentences", ","), ("bleu", ".2f"), ("chrf", ".2f"), ("parameters", ".1f", 1e-6, "M"), ("speed", ".1f")]
 RECORD = "its record (eval_results.json)"
 COMPARISON = "compare.py"
-COMPARISON_PENALTY = "each model's own"  # compare.py without --length_penalty leaves it to each model
 
 
 def cell(value, form: str, scale: float = 1, unit: str = "") -> str:
@@ -64,7 +64,7 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None, our_decoding
     """compare.py's rows under its one decoding (ours: its record's length penalty where it left it to each model);
     (the systems not scored, a line per Hub model's commit and weights)."""
     split = str(comparison.get("source_file") or "?")
-    decoding = decoding_label(comparison, COMPARISON_PENALTY)
+    decoding = decoding_label(comparison, OWN)
     our_label = decoding
     if our_decoding and comparison.get("length_penalty") is None:
         our_label = decoding_label({**comparison, "length_penalty": our_decoding.get("length_penalty")})
@@ -85,11 +85,12 @@ def comparison_rows(comparison: dict, rows: Rows, ours: str | None, our_decoding
     return missing, origins
 
 
-def bleu_by_model(rows: list[list[str]], split: str = "test 2016 flickr") -> dict[str, tuple[float, str]]:
-    """Each model's BLEU on `split` and its decoding, from its first row (ours: its record's)."""
+def bleu_by_model(rows: list[list[str]]) -> dict[str, tuple[float, str]]:
+    """Each model's BLEU on test 2016 flickr (the arena's boards show it) and its decoding, from its first row (ours:
+    its record's)."""
     found: dict[str, tuple[float, str]] = {}
-    for model, row_split, decoding, _, _, bleu, *_ in rows:
-        if row_split == split and bleu and model not in found:
+    for model, split, decoding, _, _, bleu, *_ in rows:
+        if split == "test 2016 flickr" and bleu and model not in found:
             found[model] = (float(bleu), decoding)
     return found
 
@@ -150,7 +151,7 @@ def corpus_table(
         missing, origins = comparison_rows(comparison, rows, ours, results["decoding"] if results else None)
         notes.append(
             "The rows scored by compare.py come from one run in which every model translated the same sentences with "
-            f"the same decoding ({decoding_label(comparison, COMPARISON_PENALTY)}) and the same length limit, on one "
+            f"the same decoding ({decoding_label(comparison, OWN)}) and the same length limit, on one "
             "machine; cased, detokenised sacreBLEU. A row scored by both agrees in both."
         )
         notes += [as_text(" ".join(origins))] if origins else []

@@ -21,10 +21,11 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import RequestContext, RequestPlan, comparison_advice, run_systems, why_stopped
+from .translation import RequestContext, RequestPlan, SystemOutput, comparison_advice, run_systems, why_stopped
 
 FILE_TYPES = [".txt", ".en", ".de"]
 SUMMARY_HEADERS = ["System", "Sentences", "Seconds", "BLEU", "chrF"]
+PREVIEW_LINES = 10
 PREVIEW_CELL_CHARS = 300  # a preview cell shows at most this much of a line; the download has every line whole
 NO_ROOM = "The server has no room to write the translations now; try again later."
 CANNOT_STORE = "The server cannot store the translations right now; try again later."
@@ -123,7 +124,7 @@ def translate_file(
     try:  # where the translations go, before any is made: a TSV that cannot be written costs nothing
         check_disk(folder, lines, references, len(context.systems))
         try:
-            columns, rows = translate_lines(lines, references, request, notices, progress)
+            columns, scored = translate_lines(lines, references, request, notices, progress)
         except (Busy, Cancelled) as error:
             return FileResult(None, f"⚠️ {why_stopped(error)}")
         except Exception as error:  # noqa: BLE001 - one plain line to the visitor (an error's text may name a path)
@@ -132,8 +133,8 @@ def translate_file(
         path = write_tsv(folder, stem, lines, columns, references)
     except OSError as error:
         return FileResult(None, f"⚠️ {storage_problem(error)}")
-    scores = {row["System"]: {"bleu": row["bleu"], "chrf": row["chrf"]} for row in rows if "bleu" in row}
-    summary = file_summary(rows, notices, references is not None)
+    scores = {output.name: output.scores for output in scored if output.scores}
+    summary = file_summary(scored, notices, references is not None)
     return FileResult(str(path), summary, scores, preview(lines, columns))
 
 
@@ -149,8 +150,8 @@ def storage_problem(error: OSError) -> str:
 
 
 def translate_lines(lines, references, request: RequestPlan, notices: list, progress):
-    """(columns, summary rows) of every system's translations of `lines`, blank lines left blank so that the lines
-    keep pairing up with the input and references; its notices added to `notices`. Raises Busy or Cancelled."""
+    """(columns, the outputs that ran) of every system's translations of `lines`, blank lines left blank so that the
+    lines keep pairing up with the input and references; its notices added to `notices`. Raises Busy or Cancelled."""
     systems = request.context.systems
     filled = [index for index, line in enumerate(lines) if line.strip()]
     sentences = [lines[index].strip() for index in filled]
@@ -162,7 +163,7 @@ def translate_lines(lines, references, request: RequestPlan, notices: list, prog
     plan, _ = request.fit(sentences)
     notices += list(plan.notices)
     outputs = run_systems(request, sum(map(len, references or [])), on_batch)
-    columns, rows, confidence = {}, [], {}
+    columns, confidence = {}, {}
     for output in outputs:
         if output.run is None:
             notices.append(output.message)
@@ -177,12 +178,10 @@ def translate_lines(lines, references, request: RequestPlan, notices: list, prog
                 + (f" (⚠ in its confidence column). {advice}" if flagged else ".")
             )
         notices += [f"{output.name}: {notice}" for notice in output.notices]
-        row = {"System": output.name, "Sentences": len(plan.sentences), "Seconds": round(output.run.seconds, 2)}
         # Scored when every line was translated (a plan that only lowered the beams translated them all)
         if references is not None and len(plan) == len(sentences) and not output.run.stopped_early:
-            row.update(corpus_scores(columns[output.name], references))
-        rows.append(row)
-    return columns | confidence, rows
+            output.scores = corpus_scores(columns[output.name], references)
+    return columns | confidence, [output for output in outputs if output.run is not None]
 
 
 def depth_cell(check: DepthCheck) -> str:
@@ -200,8 +199,8 @@ def spread(values: list[str], filled: list[int], count: int) -> list[str]:
     return column
 
 
-def preview(lines: list[str], columns: dict[str, list[str]], count: int = 10) -> str:
-    """The first `count` non-blank lines beside each system's translation, every cell shown as text and cut to
+def preview(lines: list[str], columns: dict[str, list[str]]) -> str:
+    """The first `PREVIEW_LINES` non-blank lines beside each system's translation, every cell shown as text and cut to
     `PREVIEW_CELL_CHARS` (a line may be a megabyte long; the download has it whole)."""
     filled = [index for index, line in enumerate(lines) if line.strip()]
     if not filled:
@@ -212,10 +211,10 @@ def preview(lines: list[str], columns: dict[str, list[str]], count: int = 10) ->
 
     rows = [
         [cut(cell) for cell in (str(index + 1), lines[index], *(c[index] for c in columns.values()))]
-        for index in filled[:count]
+        for index in filled[:PREVIEW_LINES]
     ]
     table = markdown_table(["Line", "English", *columns], rows, "r" + "l" * len(columns) + "l")
-    more = len(filled) - count
+    more = len(filled) - PREVIEW_LINES
     return table + (f"\n\n… and {more:,} more lines in the download." if more > 0 else "")
 
 
@@ -258,14 +257,14 @@ def write_rows(handle, lines: list[str], columns: dict[str, list[str]], referenc
     handle.flush()
 
 
-def file_summary(rows: list[dict], notices: list[str], with_references: bool) -> str:
-    scored = any("bleu" in row for row in rows)
+def file_summary(outputs: list[SystemOutput], notices: list[str], with_references: bool) -> str:
+    scored = any(output.scores for output in outputs)
     header = SUMMARY_HEADERS if scored else SUMMARY_HEADERS[:3]
     table = []
-    for row in rows:
-        cells = [row["System"], f"{row['Sentences']:,}", f"{row['Seconds']:.2f}"]
+    for output in outputs:
+        cells = [output.name, f"{len(output.run.plan):,}", f"{output.run.seconds:.2f}"]
         if scored:
-            cells += [f"{row['bleu']:.2f}", f"{row['chrf']:.2f}"] if "bleu" in row else ["", ""]
+            cells += [f"{output.scores[name]:.2f}" if output.scores else "" for name in ("bleu", "chrf")]
         table.append(cells)
     lines = [markdown_table(header, table, "lrr" + "rr" * scored)]
     if not with_references:

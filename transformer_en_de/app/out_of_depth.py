@@ -1,14 +1,10 @@
 """Is our model out of its depth on a sentence? It learned German from 29,000 photo descriptions and nothing else.
 
-Its confidence (`engine.confidences`) catches most everyday sentences, but not all ("Hello, how are you?" → "Ein Paar,
-wie man?" at 79%); how caption-like the English is catches the rest (a word bigram model of the training captions):
-
-    score = confidence × exp(DISCOUNT × min(0, log-probability per word − CAPTION_FLOOR))
-
-A sentence is flagged when its score is below `LOW_SCORE` or its translation loops (`repeats_itself`). The constants
-were chosen on the odd lines of `benchmarks/everyday_sentences.txt` and on Multi30k validation;
-`python -m benchmarks.hub_user --engine` prints the flag rates, held-out lines included. The shipped bigram counts are
-built by `python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`."""
+Its confidence (`engine.confidences`) misses some everyday sentences ("Hello, how are you?" → "Ein Paar, wie man?" at
+79%); how caption-like the English is (a word bigram model of the training captions) catches the rest. A sentence is
+flagged when its score, confidence × exp(DISCOUNT × min(0, log-probability per word − CAPTION_FLOOR)), is below
+`LOW_SCORE`, or when its translation loops (`repeats_itself`). The shipped bigram counts are built by
+`python -m transformer_en_de.app.out_of_depth ../shared/data/multi30k/train.en`."""
 
 import argparse
 import functools
@@ -24,9 +20,10 @@ from transformer_en_de.data import DataError, is_loop, read_lines
 
 STATISTICS = Path(__file__).with_name("caption_bigrams.json.gz")
 
-# CAPTION_FLOOR is about validation's 10th percentile of log-probability per word: 9 captions in 10 keep their
-# confidence. On the shipped model (`python -m benchmarks.hub_user --engine --threads 1`): everyday sentences 97.4%
-# flagged (chosen on) and 94.7% (held out), validation 3.6%; the confidence alone below 0.64 flags 63-66% and 1.5%.
+# Chosen on the odd lines of benchmarks/everyday_sentences.txt and on Multi30k validation. CAPTION_FLOOR is about
+# validation's 10th percentile of log-probability per word: 9 captions in 10 keep their confidence. On the shipped
+# model (`python -m benchmarks.hub_user --engine --threads 1`): everyday sentences 97.4% flagged (chosen on) and 94.7%
+# (held out), validation 3.6%; the confidence alone below 0.64 flags 63-66% and 1.5%.
 CAPTION_FLOOR = -5.7
 DISCOUNT = 0.15
 LOW_SCORE = 0.64
@@ -120,17 +117,18 @@ LOOP_REASON = "The translation repeats itself: the model has lost its way."
 # "Moreoreoreore"): a loop inside a word or a number, where the word check sees one word.
 REPEATED_PIECE = re.compile(r"(\S{1,4}?)\1{3,}")
 LOOP_CHARACTERS = 10
-LOOP_PHRASE_WORDS = 4  # an overlong translation that says this many words twice in one order loops
+LOOP_PHRASE_WORDS = 4  # an overlong translation (LOOP_LENGTH times its source) saying this many words twice loops
+LOOP_LENGTH = 3.0
 
 
-def repeats_itself(source: str, translation: str, most: float = 3.0) -> bool:
+def repeats_itself(source: str, translation: str) -> bool:
     """A phrase of one to three words thrice in a row (`data.is_loop`), a piece of a word again and again, or over
-    `most` times its source's length saying a phrase twice. Length alone is no loop: "Hi." → "Erwachsene." is none."""
+    `LOOP_LENGTH` times its source's length saying a phrase twice. Length alone is no loop ("Hi." → "Erwachsene.")."""
     if is_loop(source, translation, most=math.inf):
         return True
     if any(len(match.group()) >= LOOP_CHARACTERS for match in REPEATED_PIECE.finditer(translation)):
         return True
-    if len(translation) <= most * max(len(source), 1):
+    if len(translation) <= LOOP_LENGTH * max(len(source), 1):
         return False
     said = [word.lower() for word in re.findall(r"\w+", translation)]
     phrases = [tuple(said[start : start + LOOP_PHRASE_WORDS]) for start in range(len(said) - LOOP_PHRASE_WORDS + 1)]

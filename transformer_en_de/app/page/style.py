@@ -4,6 +4,7 @@ text stays clear of its arrow, wide tables scroll inside their box or show one b
 from ..corpus_report import HEADERS as CORPUS_HEADERS
 from ..files import SUMMARY_HEADERS
 
+PHONE_WIDTH = 640
 CSS = """
 #examples table { table-layout: fixed; width: 100%; }
 #examples td, #examples th { max-width: none !important; white-space: normal; overflow-wrap: break-word; }
@@ -15,8 +16,8 @@ CSS = """
 """
 
 
-def stacked_table_css(elem_id: str, headers: list[str], width: int = 640) -> str:
-    """CSS that shows the Markdown table inside `#elem_id` as one block per row below `width` pixels, each cell
+def stacked_table_css(elem_id: str, headers: list[str]) -> str:
+    """CSS that shows the Markdown table inside `#elem_id` as one block per row below `PHONE_WIDTH` pixels, each cell
     preceded by its column's header ("BLEU: 39.70"): a phone sees every column, none cut or scrolled away."""
     scope = f"#{elem_id}"
     parts = ", ".join(f"{scope} {tag}" for tag in ("table", "thead", "tbody", "tr", "th", "td"))
@@ -30,7 +31,7 @@ def stacked_table_css(elem_id: str, headers: list[str], width: int = 640) -> str
     for number, header in enumerate(headers, start=1):
         label = header.replace("\\", "\\\\").replace('"', '\\"')
         rules.append(f'{scope} td:nth-child({number})::before {{ content: "{label}: "; font-weight: 600; }}')
-    return f"@media (max-width: {width}px) {{\n" + "\n".join(rules) + "\n}\n"
+    return f"@media (max-width: {PHONE_WIDTH}px) {{\n" + "\n".join(rules) + "\n}\n"
 
 
 def page_css(systems: list) -> str:

@@ -16,8 +16,7 @@ from transformer_en_de.app.arena.publish import VotePublisher
 from transformer_en_de.app.arena.votes import StoreUnavailable, VoteStore
 from transformer_en_de.app.corpus_report import bleu_by_model, corpus_markdown, corpus_table
 from transformer_en_de.app.files import translate_file
-from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
-from transformer_en_de.app.inside_tab.pictures import rendered
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside, rendered
 from transformer_en_de.app.inside_tab.view_request import ViewStore, inside_request
 from transformer_en_de.app.page.arena import arena_tab, signed_in_line
 from transformer_en_de.app.page.file import file_tab

@@ -29,7 +29,7 @@ from transformer_en_de.app import (
     translation,
     translators,
 )
-from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
+from transformer_en_de.app.inside_tab.outputs import plot_attention_heads
 from transformer_en_de.app.page import translate as page_translate
 from transformer_en_de.app.serving import limits
 from transformer_en_de.app.serving.scheduler import HEAVY_AGING, Busy, Cancelled, FairScheduler

@@ -13,8 +13,13 @@ from conftest import ROOT, view_inside
 from tiny_marian import build_tiny_marian
 
 from transformer_en_de.app import translators
-from transformer_en_de.app.inside_tab.outputs import draw_inside, format_beam_search, systems_of
-from transformer_en_de.app.inside_tab.pictures import plot_attention_heads, plot_positions
+from transformer_en_de.app.inside_tab.outputs import (
+    draw_inside,
+    format_beam_search,
+    plot_attention_heads,
+    plot_positions,
+    systems_of,
+)
 from transformer_en_de.app.inside_tab.view_request import inside_request
 from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.text_checks import as_text

@@ -10,8 +10,7 @@ import torch
 from conftest import ROOT, view_inside
 
 from transformer_en_de.app.inside_tab import view_request
-from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside
-from transformer_en_de.app.inside_tab.pictures import plot_attention_heads
+from transformer_en_de.app.inside_tab.outputs import draw_attention, draw_inside, plot_attention_heads
 from transformer_en_de.app.serving.limits import Limits
 from transformer_en_de.app.translation import RequestContext
 from transformer_en_de.decoding.engine import DecodingSettings, plan_decoding

@@ -19,9 +19,9 @@ from transformer_en_de.markdown import markdown_table
 from ..serving.limits import keep_latest
 from ..translation import RequestContext, translate_with_settings
 from . import battles
-from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, Tally, order_agreement
+from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, OUTCOMES, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
-from .votes import BadChoice, VoteNotStored, VoteStore
+from .votes import Refused, VoteNotStored, VoteStore
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
 CONSENT = (
@@ -57,10 +57,9 @@ CAPTION = (
     "Won, Tied, Lost and Both bad count this board's stored votes one by one; the ratings weigh each source's votes "
     "down to its bound."
 )
-# Two throttles, on purpose: `BoardReads` works the boards out again right after a vote here (and at most this long
-# after one stored by another process), so a voter who looks at once sees it counted or, within this many seconds of
-# the last fit, the line saying it waits; the fit itself (a bootstrap over the sources) runs at most this often, so a
-# flood of votes costs one fit per period, not one per vote.
+# Two throttles, on purpose: `BoardReads` works the boards out again right after a vote here (and this long after one
+# of another process), so a voter who looks at once sees it counted or the line saying it waits; the fit (a bootstrap
+# over the sources) runs at most this often, so a flood of votes costs one fit per period, not one per vote.
 FRESH_SECONDS = 10.0
 SESSIONS_REMEMBERED = 4_096  # sessions whose last board is remembered (the least recent go first)
 PAGE_LINE_CHARACTERS = 300  # the most a message on the page holds
@@ -100,15 +99,12 @@ class Board:
 
 @dataclass
 class Arena:
-    """`accounts`: whether a signed-in visitor counts as an account (a real OAuth app); if not, every vote is its
-    network's."""
-
     store: VoteStore
     book: battles.BattleBook = field(default_factory=battles.BattleBook)
     pace: battles.VotePace = field(default_factory=battles.VotePace)
     rate: battles.BattleRate = field(default_factory=battles.BattleRate)
     allowance: battles.DailyAllowance = field(default_factory=battles.DailyAllowance)
-    accounts: bool = False
+    accounts: bool = False  # a signed-in visitor counts as an account (a real OAuth app); if not, as its network
 
     def __post_init__(self):
         self.tallies = {key: Tally() for key in BOARDS}
@@ -130,7 +126,7 @@ class Arena:
             return "", "", "", page_line(f"{why}: {when}.")
         try:
             self.rate.admit(self.source_of(voter))
-        except battles.BattleRefused as refused:
+        except Refused as refused:
             return "", "", "", page_line(str(refused))
         first, second = random.sample(loaded, 2)
         pair = replace(context, ours=first, comparisons=[second], side=True)  # behind every visitor's translation
@@ -156,14 +152,13 @@ class Arena:
         """(system_a, system_b, message): the names revealed once the vote is stored; ("", "", why) if refused."""
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
-        signed_in = self.account_of(voter) is not None
-        visitor = self.store.visitor_hash(voter.session)
+        visitor, signed_in = self.store.visitor_hash(voter.session), self.account_of(voter) is not None
         ballot = battles.Ballot(battle_id[:100], visitor, choice, self.source_of(voter), signed_in=signed_in)
         try:
             battle = battles.cast_vote(
                 ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance, cast_at=cast_at
             )
-        except (BadChoice, battles.BattleRefused, battles.VoteTooSoon, VoteNotStored) as error:
+        except Refused as error:
             if isinstance(error, VoteNotStored):
                 print(f"arena: a vote was not stored, its battle stays open ({error.__cause__ or error})", flush=True)
             return "", "", page_line(str(error))
@@ -171,8 +166,7 @@ class Arena:
         return battle.system_a, battle.system_b, page_line(revealed)
 
     def boards(self, bleu: dict[str, float]) -> list[Board]:
-        """The leaderboards, the first a visitor sees first: with accounts, the signed-in votes' then the anonymous
-        ones'; without, one of every vote."""
+        """With accounts, the signed-in votes' board (the leaderboard) then the anonymous ones'; without, one."""
         with self._lock:
             last, counts = self.store.counts_since(self.tallies["all"].last_id)
             for key, tally in self.tallies.items():
@@ -200,22 +194,17 @@ class Arena:
         return first.rows, first.line
 
 
-def resting_on(summary: dict, key: str = "all") -> str:
-    rated, accounts, networks = summary["rated"], summary["accounts"], summary["anonymous"]
-    if key == "signed_in":
-        line = f"These ratings rest on {plural(rated, 'vote')} of {plural(accounts, 'signed-in account')}."
-    elif key == "anonymous":
-        line = (
-            f"These ratings rest on {plural(rated, 'anonymous vote')} from {plural(networks, 'network')}, each a "
-            "source; many addresses can move them."
-        )
-    else:
-        earlier = f", {plural(accounts, 'signed-in account')} of an earlier run" * bool(accounts)
-        line = (
-            f"This page has no sign-in: the ratings rest on {plural(rated, 'vote')} from "
-            f"{plural(summary['sources'], 'source')} ({plural(networks, 'anonymous network')}{earlier}), and many "
-            "addresses can move them."
-        )
+def resting_on(summary: dict, key: str) -> str:
+    rated, accounts, networks = summary["rated"], plural(summary["accounts"], "signed-in account"), summary["anonymous"]
+    earlier = f", {accounts} of an earlier run" * bool(summary["accounts"])
+    line = {
+        "signed_in": f"These ratings rest on {plural(rated, 'vote')} of {accounts}.",
+        "anonymous": f"These ratings rest on {plural(rated, 'anonymous vote')} from {plural(networks, 'network')}, "
+        "each a source; many addresses can move them.",
+        "all": f"This page has no sign-in: the ratings rest on {plural(rated, 'vote')} from "
+        f"{plural(summary['sources'], 'source')} ({plural(networks, 'anonymous network')}{earlier}), and many "
+        "addresses can move them.",
+    }[key]
     if summary["over_bound"]:
         line += (
             f" {summary['over_bound']:,} votes' worth is beyond their sources' bounds and not counted (an account "
@@ -224,8 +213,7 @@ def resting_on(summary: dict, key: str = "all") -> str:
     return line
 
 
-def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
-    """The leaderboards as Markdown tables, each with what it rests on (`bleu_line`: how each BLEU was decoded)."""
+def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:  # `bleu_line`: how each BLEU was decoded
     parts = []
     for board in boards:
         parts += [f"#### {board.heading}"] if board.heading else []
@@ -238,7 +226,7 @@ def leaderboard_markdown(boards: list[Board], bleu_line: str = "") -> str:
                 row["system"],
                 f"{row['rating']:.0f}",
                 "-" if row["lower"] is None else f"{row['lower']:.0f}-{row['upper']:.0f}",
-                *(row[name] for name in ("battles", "wins", "ties", "losses", "both_bad")),
+                *(row[name] for name in OUTCOMES),
                 "-" if row.get("bleu") is None else f"{row['bleu']:.2f}",
             ]
             for row in board.rows
@@ -253,8 +241,8 @@ class BoardReads:
     stored here or `FRESH_SECONDS` after the last time, `draw(rows)` only when the table changed, and sent to a session
     only when it changed since that session saw it: sixty pages reading back to back cost one working-out."""
 
-    def __init__(self, table: Callable, draw: Callable, fresh_seconds=FRESH_SECONDS, clock=time.monotonic):
-        self.table, self.draw, self.fresh_seconds, self.clock = table, draw, fresh_seconds, clock
+    def __init__(self, table: Callable, draw: Callable, clock: Callable[[], float] = time.monotonic):
+        self.table, self.draw, self.clock = table, draw, clock
         self._answer: tuple[str, object] | None = None
         self._version, self._worked_out = 0, float("-inf")
         self._seen: OrderedDict[str, int] = OrderedDict()  # session -> the version it was sent
@@ -267,13 +255,13 @@ class BoardReads:
     def is_fresh(self) -> bool:
         """Whether a read now costs nothing but a comparison (the caller may then skip its turn on the CPU)."""
         with self._lock:
-            return self._answer is not None and self.clock() - self._worked_out < self.fresh_seconds
+            return self._answer is not None and self.clock() - self._worked_out < FRESH_SECONDS
 
     def read(self, session: str | None) -> tuple[str, object] | None:
         """(table, picture), or None when `session` was sent this one already."""
         with self._lock:
             now = self.clock()
-            if self._answer is None or now - self._worked_out >= self.fresh_seconds:
+            if self._answer is None or now - self._worked_out >= FRESH_SECONDS:
                 rows, table = self.table()
                 if self._answer is None or table != self._answer[0]:
                     self._answer, self._version = (table, self.draw(rows)), self._version + 1

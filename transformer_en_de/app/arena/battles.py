@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, fields
 
 from ..serving.limits import RateLimit
-from .votes import Shown, Vote, VoteStore, check_choice
+from .votes import Refused, Shown, Vote, VoteStore, check_choice
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
 OTHER_VISITOR = "This battle was shown to another session: start a new one."
@@ -24,12 +24,12 @@ TOO_SOON = "One vote every {every:g} seconds: wait {wait} s and vote again."
 SYSTEM_FAILED = "A system failed on this text, so this battle cannot be voted on: start a new one."
 
 
-class BattleRefused(Exception):
-    """A battle or a vote on one that cannot be had; the message is one line for the visitor."""
+class BattleRefused(Refused):
+    pass
 
 
-class VoteTooSoon(Exception):
-    """A vote faster than a person reads two translations."""
+class VoteTooSoon(Refused):  # faster than a person reads two translations
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,8 +92,9 @@ class BattleBook:
             self._open.popitem(last=False)
 
 
-class Paced(RateLimit):
-    """A rate limit whose refusal is a `refusal(message)` for the visitor, the message saying how long to wait."""
+class Paced:
+    """A limit whose `take(key)` is the seconds `key` must wait (0: admitted and counted, until `give_back`); its
+    refusal is a `refusal(message)` for the visitor, saying how long to wait."""
 
     refusal: type[Exception]
     message: str
@@ -103,7 +104,7 @@ class Paced(RateLimit):
             raise self.refusal(self.message.format(every=self.interval, wait=math.ceil(wait)))
 
 
-class VotePace(Paced):
+class VotePace(Paced, RateLimit):
     """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account: `cast_vote`), so the
     visitors behind one school's address are paced one by one."""
 
@@ -113,32 +114,36 @@ class VotePace(Paced):
         super().__init__(min_seconds, 1, max_visitors, clock)
 
 
-class BattleRate(Paced):
+class BattleRate(Paced, RateLimit):
     """How fast one source (a signed-in account, else a network) may start battles. A class of 60 behind one
     address, each starting a battle every two minutes or so, stays inside it; a script's sessions from that address
     share it, at about what one core decodes beside a visitor."""
 
     refusal, message = BattleRefused, TOO_MANY_BATTLES
 
-    def __init__(self, per_second: float = 0.5, burst: float = 60.0, max_sources: int = 100_000, clock=time.monotonic):
-        super().__init__(1 / per_second, burst, max_sources, clock)
+    def __init__(self, per_second: float = 0.5, burst: float = 60.0, clock=time.monotonic):
+        super().__init__(1 / per_second, burst, 100_000, clock)  # sources remembered
 
 
-class DailyAllowance:
+class DailyAllowance(Paced):
     """At most `per_day` votes a UTC day from each signed-in account (anonymous votes are bounded by the ratings)."""
+
+    refusal, message, interval = BattleRefused, OVER_ALLOWANCE, 86_400
 
     def __init__(self, per_day: int = DAILY_VOTES, clock: Callable[[], float] = time.time):
         self.per_day, self.clock = per_day, clock
         self._day, self._used = None, Counter()  # only today's accounts are held
         self._lock = threading.Lock()
 
-    def admit(self, account: str) -> None:
+    def take(self, account: str) -> float:
         with self._lock:
-            if (day := int(self.clock() // 86_400)) != self._day:
+            now = self.clock()
+            if (day := int(now // self.interval)) != self._day:
                 self._day, self._used = day, Counter()
             if self._used[account] >= self.per_day:
-                raise BattleRefused(OVER_ALLOWANCE)
+                return (day + 1) * self.interval - now  # until the next UTC day
             self._used[account] += 1
+            return 0.0
 
     def give_back(self, account: str) -> None:
         with self._lock:
@@ -168,13 +173,12 @@ def cast_vote(
     """Check a vote against every rule and store it; the battle, to reveal its systems. `cast_at` (the book's clock):
     when the vote was sent, if it waited in a queue."""
     check_choice(ballot.choice)
-    paced = ballot.source if ballot.signed_in else ballot.visitor
-    with ExitStack() as undo:  # what was taken is given back if the vote is not stored
-        pace.admit(paced)
-        undo.callback(pace.give_back, paced)  # the visitor may vote again at once
-        if ballot.signed_in and allowance is not None:
-            allowance.admit(ballot.source)
-            undo.callback(allowance.give_back, ballot.source)
+    limits = [(pace, ballot.source if ballot.signed_in else ballot.visitor)]
+    limits += [(allowance, ballot.source)] if ballot.signed_in and allowance is not None else []
+    with ExitStack() as undo:  # what was taken is given back if the vote is not stored: it may be cast again at once
+        for limit, key in limits:
+            limit.admit(key)
+            undo.callback(limit.give_back, key)
         battle = book.claim(ballot.battle_id, ballot.visitor)
         undo.callback(book.reopen, battle)
         seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at

@@ -1,7 +1,6 @@
 """Publishing the arena's votes to a Hub dataset with `huggingface_hub.CommitScheduler`; the SQLite store stays the
-record. Before each push the votes not yet published are appended to this process's JSON lines file. What is published
-is known by the battle ids in the folder, never by row ids, so a new, restored or moved database publishes every vote
-the folder lacks, once (the folder should persist with it)."""
+record. What is published is known by the battle ids in the folder, never by row ids, so a new, restored or moved
+database publishes every vote the folder lacks, once (the folder should persist with it)."""
 
 import json
 import secrets
@@ -97,8 +96,7 @@ class VotePublisher:
             self.last_seen_id = stored[-1].id if stored else self.last_seen_id  # once written: a failure is retried
             return len(votes)
 
-    def push_now(self):
-        """Push what is new now and wait: the CommitInfo, or None if nothing changed or publishing is off."""
+    def push_now(self):  # and wait: the CommitInfo, or None if nothing changed or publishing is off
         return self.scheduler.trigger().result() if self.scheduler is not None else None
 
     def stop(self) -> None:  # the last votes pushed

@@ -21,20 +21,22 @@ SCORE_OF_A = {"A": 1.0, "B": 0.0, "tie": 0.5}
 # The most battles' weight a signed-in account's rated votes have together, and an anonymous network's.
 ACCOUNT_WEIGHT, NETWORK_WEIGHT = 20.0, 10.0
 INTERVAL_SOURCES = 5  # a system's interval is shown once this many sources rated it
+BOOTSTRAP_ROUNDS = 200
+OUTCOMES = ("battles", "wins", "ties", "losses", "both_bad")
 
 
-def fit_ratings(wins: np.ndarray, iterations: int = 10_000, tolerance: float = 1e-10) -> np.ndarray:
+def fit_ratings(wins: np.ndarray) -> np.ndarray:
     """Bradley–Terry ratings from `wins[..., i, j]` (i's wins over j, ties as halves): (..., k) on the Elo scale."""
     wins = wins + PRIOR_GAMES / 2 * (1 - np.eye(wins.shape[-1]))
     games = wins + np.swapaxes(wins, -1, -2)  # (..., k, k), zero on the diagonal
     total_wins = wins.sum(-1)  # (..., k)
     log_strength = np.zeros(wins.shape[:-1])
-    for _ in range(iterations):
+    for _ in range(10_000):
         strength = np.exp(log_strength)
         denominator = (games / (strength[..., :, None] + strength[..., None, :])).sum(-1)
         updated = np.log(total_wins / denominator)
         updated -= updated.mean(-1, keepdims=True)  # strengths are defined up to a factor: fix their geometric mean
-        converged = np.abs(updated - log_strength).max() < tolerance
+        converged = np.abs(updated - log_strength).max() < 1e-10
         log_strength = updated
         if converged:
             break
@@ -112,7 +114,7 @@ def tally_of(votes: Iterable[Vote]) -> Tally:  # as the store's `COUNTS` counts 
     return tally
 
 
-def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None, rounds=200, seed=0) -> list[dict]:
+def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None) -> list[dict]:
     """One row per system, best first: rank, system, rating, lower and upper (the 95% interval, or None), battles,
     wins, ties, losses, both_bad (every vote), votes (its rated ones), sources (that rated it) and bleu (or None)."""
     tally = votes if isinstance(votes, Tally) else tally_of(votes)
@@ -128,14 +130,14 @@ def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None,
     ratings = fit_ratings(weighted) if k > 1 else np.full(k, BASE_RATING)
     lower, upper = ratings, ratings
     if k > 1 and len(weights):
-        rng = np.random.default_rng(seed)
-        draws = [rng.multinomial(len(weights), np.full(len(weights), 1 / len(weights))) for _ in range(rounds)]
-        boot = fit_ratings(np.stack([np.tensordot(draw * weights, wins, axes=1) for draw in draws]))
+        rng = np.random.default_rng(0)  # the same votes, the same intervals
+        draws = rng.multinomial(len(weights), np.full(len(weights), 1 / len(weights)), size=BOOTSTRAP_ROUNDS)
+        boot = fit_ratings(np.tensordot(draws * weights, wins, axes=1))
         lower, upper = np.percentile(boot, [2.5, 97.5], axis=0)
 
     rows = []
     for number, system in enumerate(systems):
-        counts = {name: tally.outcomes[system][name] for name in ("battles", "wins", "ties", "losses", "both_bad")}
+        counts = {name: tally.outcomes[system][name] for name in OUTCOMES}
         sources = sum(any(system in pair for pair in source.wins) for source in tally.sources.values())
         # a zero-width interval (every source voted alike) would claim a certainty the votes do not have
         interval = sources >= INTERVAL_SOURCES and k > 1 and upper[number] - lower[number] >= 1

@@ -60,15 +60,19 @@ COUNTS = """
 """
 
 
-class AlreadyVoted(Exception):
+class Refused(Exception):
+    """A battle or a vote that cannot be had now; the message is one line for the visitor."""
+
+
+class VoteNotStored(Refused):  # the database could not take it now (locked, full, read-only)
     pass
 
 
-class VoteNotStored(Exception):
-    """A vote the database could not take now (locked, full, read-only); one line for the visitor."""
+class BadChoice(Refused, ValueError):
+    pass
 
 
-class BadChoice(ValueError):
+class AlreadyVoted(Exception):
     pass
 
 
@@ -115,7 +119,7 @@ class Vote(Shown):
     def published(self, salt: str) -> dict:
         """The vote as a published row (the dataset card says why): no row id, the time to the hour, whole seconds,
         the source hashed again with its UTC day (linked within a day, never across)."""
-        row = asdict(self) | {"signed_in": bool(self.signed_in), "time": self.time[:13] + ":00Z"}
+        row = asdict(self) | {"time": self.time[:13] + ":00Z"}
         del row["id"]
         row["source"] = visitor_hash(f"day:{self.time[:10]}:{self.source}", salt) if self.source else ""
         row["seconds_to_vote"] = None if self.seconds_to_vote is None else round(self.seconds_to_vote)
@@ -123,6 +127,7 @@ class Vote(Shown):
 
 
 COLUMNS = [column.name for column in fields(Vote)]
+DECODINGS = ("decoding_a", "decoding_b")  # JSON in the database
 
 
 class VoteCount(NamedTuple):  # `count` stored votes alike: the same systems, choice and source
@@ -153,7 +158,7 @@ def published_rows(folder: Path, cut_torn: bool = False) -> list[bytes]:
     return rows
 
 
-def load_or_create_salt(path: Path, votes_exist: str = "") -> str:
+def load_or_create_salt(path: Path, votes_exist: str) -> str:
     """The salt in `path`, made (mode 0600) if it is missing and no votes exist (`votes_exist`: where they do)."""
     if not os.path.lexists(path):
         if votes_exist:
@@ -308,8 +313,7 @@ class VoteStore:
 
     def add(self, vote: Vote) -> int:
         """Store `vote` durably; its row id."""
-        row = asdict(vote) | {"signed_in": int(vote.signed_in)}
-        row.update({name: json.dumps(row[name], sort_keys=True) for name in ("decoding_a", "decoding_b")})
+        row = asdict(vote) | {name: json.dumps(getattr(vote, name), sort_keys=True) for name in DECODINGS}
         names = COLUMNS[:-1]  # all but the id
         sql = f"INSERT INTO votes ({', '.join(names)}) VALUES ({', '.join(':' + name for name in names)})"
         for attempt in range(RETRIES + 1):
@@ -331,12 +335,10 @@ class VoteStore:
 
     def votes_since(self, row_id: int) -> list[Vote]:  # oldest first
         rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM votes WHERE id > ? ORDER BY id", (row_id,))
-        votes = []
+        rows = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
         for row in rows:
-            values = dict(zip(COLUMNS, row, strict=True))
-            values.update({name: json.loads(values[name]) for name in ("decoding_a", "decoding_b")})
-            votes.append(Vote(**values | {"signed_in": bool(values["signed_in"])}))
-        return votes
+            row.update({name: json.loads(row[name]) for name in DECODINGS}, signed_in=bool(row["signed_in"]))
+        return [Vote(**row) for row in rows]
 
     def all_votes(self) -> list[Vote]:
         return self.votes_since(0)

@@ -4,12 +4,10 @@ import gradio as gr
 
 from transformer_en_de.inside import KINDS
 
-from ..inside_tab.outputs import CAPTIONS
-from ..inside_tab.pictures import KIND_TITLES
+from ..inside_tab.outputs import CAPTIONS, KIND_TITLES
 
 
-def inside_tab(app, controls: list, text: gr.Textbox) -> None:
-    """The tab (`text`: the English box)."""
+def inside_tab(app, controls: list, text: gr.Textbox) -> None:  # `text`: the English box
     gr.Markdown(
         "What each part of the paper does with **your sentence** (the first one in the English box of the Translate "
         "tab, decoded with the settings above), for our model and for each comparison model that returns its "
@@ -26,12 +24,10 @@ def inside_tab(app, controls: list, text: gr.Textbox) -> None:
     beams = side_by_side(gr.Markdown, "beams", count, f"### Beam search, step by step\n{CAPTIONS['beams']}")
     # The endpoint's answer (hidden, emptied once drawn), and the id of the server's copy the pictures are drawn from
     numbers, view_id = gr.JSON(label="Inside view", visible=False), gr.State()
-    chosen = [view_id, kind, layer, head]
+    chosen = [view_id, kind, layer, head]  # as sent: one outside the choices draws the defaults (no Gradio traceback)
     inside = app.serving.work(
         button.click, app.inside, [text, *controls], [numbers, view_id], api_name="inside", side=True
     )
-    # The controls' values as sent: one outside their choices draws the defaults, where Gradio's check would log a
-    # traceback.
     pictures = [notice, *pieces, *positions, *attention, caption, *beams, numbers]
     app.serving.work(inside.then, app.draw_inside, chosen, pictures, api_visibility="private", side=True)
     for control in (kind, layer, head):
@@ -61,8 +57,7 @@ def attention_controls(systems: list) -> tuple[gr.Radio, gr.Dropdown, gr.Dropdow
     return kind, layer, head
 
 
-def model_sizes(system) -> tuple[int, int]:
-    """(layers, heads) of a model on the page; MarianMT's (6, 8) for a comparison model still loading."""
+def model_sizes(system) -> tuple[int, int]:  # (layers, heads); MarianMT's (6, 8) for a model still loading
     translator = system.translator
     if translator is None:
         return 6, 8

@@ -9,7 +9,7 @@ What Gradio and uvicorn offer no public way to do, and what it costs:
   after its last change (gradio-app/gradio#7829), nothing public forgets it sooner (gradio-app/gradio#3852, open):
   memory grows with every visitor until 10,000 have come (mixed_use.py).
 - A mounted page does not check that a file value sent to a callback is an upload (only `launch()` does): the front
-  does (`uploads.file_values_problem`; hostile_clients: server files).
+  does (`guard.check_file_values`; hostile_clients: server files).
 - Gradio publishes no table of its client routes (its curl guide documents them): `guard.py` recognizes them, and
   answers bad calls in one line where Gradio answers a traceback or its own `detail` shape.
 - uvicorn has no deadline on a request's headers (Kludex/uvicorn#157): a client that never ends them holds a

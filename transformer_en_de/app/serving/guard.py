@@ -23,12 +23,12 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
+from urllib.parse import unquote, urlsplit
 
 from starlette.datastructures import QueryParams
 
-from .http_answers import OpenResponses, RecordedAnswer, answer, body_within, contained, refuse, replay
 from .limits import Limits, RateLimit, keep_latest
-from .uploads import file_values_problem, nested
+from .uploads import OpenResponses, RecordedAnswer, answer, body_within, contained, refuse, replay, stored_upload
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[^/]+)/?")
@@ -285,8 +285,7 @@ class RequestGuard:
             return {}, None  # Gradio answers 422
         if too_deep:
             raise Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
-        if problem := file_values_problem(payload, self.visitors.limits.max_file_bytes):
-            raise Refused(422, problem)
+        check_file_values(payload, self.visitors.limits.max_file_bytes)
         if path.startswith("/gradio_api/mcp") and any(
             isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]
             for item, _ in nested(payload)
@@ -346,3 +345,32 @@ def check_values(event: dict, components: dict, values: list) -> None:
                 raise Refused(
                     422, f"The value for {label} must be null or the object /gradio_api/upload describes: {upload}."
                 )
+
+
+def check_file_values(payload, max_bytes: int) -> None:
+    """Refused if a file value in a call (a FileData, or a bare {"path": ...}, anywhere) is no upload stored here:
+    Gradio copies every file value into its cache before the callback runs (reading a path, fetching a URL)."""
+    for value, _ in nested(payload):
+        if not isinstance(value, dict):
+            continue
+        meta, path, url = value.get("meta"), value.get("path"), value.get("url")
+        if not ("path" in value or "url" in value or isinstance(meta, dict) and meta.get("_type") == "gradio.FileData"):
+            continue
+        if stored_upload(path, max_bytes) is None:
+            raise Refused(422, "A file value must be a file uploaded to this server (through /gradio_api/upload).")
+        # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is accepted.
+        if url is not None and not (isinstance(url, str) and unquote(urlsplit(url).path).endswith(f"/file={path}")):
+            raise Refused(
+                422,
+                "A file value's url must be the one this server gave its upload (or null): no other URL is fetched.",
+            )
+
+
+def nested(value):
+    """`value` and every value inside it, each with its depth (1 for `value`)."""
+    pending = [(value, 1)]
+    while pending:
+        item, at = pending.pop()
+        yield item, at
+        if isinstance(item, (list, dict)):
+            pending += [(child, at + 1) for child in (item.values() if isinstance(item, dict) else item)]

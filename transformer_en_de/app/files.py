@@ -21,7 +21,8 @@ from transformer_en_de.markdown import markdown_table
 from .out_of_depth import DepthCheck
 from .serving import Busy, Cancelled, Limits
 from .text_checks import InputError, as_text, check_decoding, check_text
-from .translation import RequestContext, RequestPlan, SystemOutput, comparison_advice, run_systems, why_stopped
+from .translation import ADVICE, RequestContext, RequestPlan, SystemOutput, run_systems, why_stopped
+from .translators import models_beside
 
 FILE_TYPES = [".txt", ".en", ".de"]
 SUMMARY_HEADERS = ["System", "Sentences", "Seconds", "BLEU", "chrF"]
@@ -172,7 +173,7 @@ def translate_lines(lines, references, request: RequestPlan, notices: list, prog
         if output.depth:
             confidence[f"{output.name} confidence"] = spread([depth_cell(c) for c in output.depth], filled, len(lines))
             flagged = sum(check.flagged for check in output.depth)
-            advice = comparison_advice([other.translator for other in outputs[1:] if other.run is not None])
+            advice = ADVICE[models_beside([other.translator for other in outputs[1:] if other.run is not None])]
             notices.append(
                 f"{output.name}: {flagged:,} of {len(output.depth):,} sentences flagged as out of its depth"
                 + (f" (⚠ in its confidence column). {advice}" if flagged else ".")

@@ -15,7 +15,7 @@ from transformer_en_de.evaluation import sentence_scores
 from .out_of_depth import DepthCheck, check_depth
 from .serving import Budget, Busy, Cancelled, FairScheduler, Limits
 from .text_checks import InputError, check_decoding, check_reference, join_sentences, read_text, split_text
-from .translators import OURS_NAME, System, Translator
+from .translators import OURS_NAME, System, Translator, models_beside
 
 OUT_OF_DEPTH = (
     "Low confidence ({where}): {reason} Our model learned German from 29,000 descriptions of photos and nothing else; "
@@ -24,18 +24,13 @@ OUT_OF_DEPTH = (
 TRUST_PRETRAINED = "Here, trust the pretrained model more."
 NO_PRETRAINED = "No pretrained model is on this page to compare with."
 NOT_PRETRAINED = "The models beside it are not known pretrained models: the page cannot say whether they know better."
+# Whom to trust where our model is out of its depth, by what the models that translated beside it are (`models_beside`)
+ADVICE = {"pretrained": TRUST_PRETRAINED, "other": NOT_PRETRAINED, "": NO_PRETRAINED}
 CANCELLED = "Cancelled: the page that asked for this translation was closed."
 TIME_LIMIT = (
     "The request reached its time limit (the CPU is shared with other visitors' requests): this is what was translated "
     "by then."
 )
-
-
-def comparison_advice(others: list[Translator]) -> str:
-    """Whom to trust where our model is out of its depth, given the systems that translated beside it."""
-    if any(other.pretrained for other in others):
-        return TRUST_PRETRAINED
-    return NOT_PRETRAINED if others else NO_PRETRAINED
 
 
 def why_stopped(error: Busy | Cancelled | BackendError) -> str:
@@ -181,7 +176,7 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     first = output.depth[flagged[0] - 1]
     where = f"{first.score:.0%}" if len(output.depth) == 1 else f"sentence {engine.sentence_numbers(flagged)}"
     compared = [other.translator for other in outputs if other is not output and other.translation]
-    return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=comparison_advice(compared))
+    return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=ADVICE[models_beside(compared)])
 
 
 def refused(context: RequestContext, message: str) -> TextResult:
@@ -190,23 +185,16 @@ def refused(context: RequestContext, message: str) -> TextResult:
 
 
 def translate_text(
-    text, decoding, num_beams, max_new_tokens, reference: str | None = "", *, context: RequestContext
+    text, decoding, num_beams=None, max_new_tokens=None, reference: str | None = "", *, context: RequestContext
 ) -> TextResult:
-    """Translate `text` with every system as the page's controls say; sentence scores against `reference`."""
-    try:
-        settings = check_decoding(decoding, num_beams, max_new_tokens, context.limits)
-    except InputError as error:
-        return refused(context, str(error))
-    return translate_with_settings(text, settings, reference, context=context)
-
-
-def translate_with_settings(
-    text, settings: DecodingSettings, reference: str | None = "", *, context: RequestContext
-) -> TextResult:
-    """Translate `text` with every system and checked `settings` (the page's, or the arena's); every field bounded
-    before any work (the text cut, a reference past its limits not scored)."""
+    """Translate `text` with every system: `decoding` with `num_beams` and `max_new_tokens` are the page's controls,
+    or `decoding` is checked settings (the arena's); every field bounded before any work (the text cut, a reference
+    past its limits not scored), sentence scores against `reference`."""
     limits = context.limits
     try:
+        settings = decoding
+        if not isinstance(decoding, DecodingSettings):
+            settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         text, clipped = read_text(text, limits.max_input_chars)
         reference, too_long = check_reference(reference, limits)
     except InputError as error:

@@ -35,6 +35,13 @@ def known_pretrained(model_id: str) -> bool:
     return model_id.split("@", 1)[0].lower().startswith(tuple(PRETRAINED_FAMILIES))
 
 
+def models_beside(systems: list) -> str:
+    """What the models beside ours are: "pretrained" where one is known to be (never a folder), "other", "" (none)."""
+    if any(system.pretrained for system in systems):
+        return "pretrained"
+    return "other" if systems else ""
+
+
 @dataclass
 class Translator:
     """A loaded seq2seq model and its tokenizer, under a name for the page. A system on the page is this or a

@@ -17,7 +17,7 @@ from transformer_en_de.hub_access import cause
 from transformer_en_de.markdown import markdown_table
 
 from ..serving.limits import keep_latest
-from ..translation import RequestContext, translate_with_settings
+from ..translation import RequestContext, translate_text
 from . import battles
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, OUTCOMES, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
@@ -130,7 +130,7 @@ class Arena:
             return "", "", "", page_line(str(refused))
         first, second = random.sample(loaded, 2)
         pair = replace(context, ours=first, comparisons=[second], side=True)  # behind every visitor's translation
-        result = translate_with_settings(text, settings, context=pair)
+        result = translate_text(text, settings, context=pair)
         failed = [output for output in result.outputs if output.message or not output.translation]
         if result.message or failed:
             why = f"{len(failed)} system(s) could not translate this text, so there is no battle: try another."

@@ -5,7 +5,7 @@ import gradio as gr
 
 from ..text_checks import DECODINGS, decoding_defaults
 from ..translation import NO_PRETRAINED
-from ..translators import display_id
+from ..translators import display_id, models_beside
 
 # An everyday sentence the shipped model is out of its depth on and says so (tests/test_out_of_depth.py)
 EVERYDAY_EXAMPLE = ["How much does this cost?", "Wie viel kostet das?"]
@@ -30,9 +30,8 @@ through the same code."""
 
 def page_title(comparisons: list) -> str:
     """What the page sets our model beside: "pretrained models" only where one is known to be (never a folder)."""
-    if any(model.pretrained for model in comparisons):
-        return "our Transformer beside pretrained models"
-    return "our Transformer beside other models" if comparisons else "our Transformer"
+    beside = models_beside(comparisons)
+    return f"our Transformer beside {beside} models" if beside else "our Transformer"
 
 
 def intro_text(comparisons: list) -> str:

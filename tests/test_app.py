@@ -16,6 +16,7 @@ import torch
 from conftest import view_inside
 from matplotlib.figure import Figure
 from test_engine import StepClock
+from test_serving import refusal
 from tiny_marian import build_tiny_marian
 from tiny_models import T5_PREFIX, build_tiny_t5
 from transformers import GenerationConfig
@@ -614,8 +615,8 @@ def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_pa
     from transformer_en_de.app.serving.guard import Visitors
 
     gate = Visitors()
-    assert gate.admit_session("waiting", "198.51.100.1") == ""
-    assert gate.admit_session("counted-not", "198.51.100.1", counted=False) == ""
+    assert refusal(gate.admit_session, "waiting", "198.51.100.1") == ""
+    assert refusal(gate.admit_session, "counted-not", "198.51.100.1", counted=False) == ""
     came = time.monotonic()
     with gate.serving("counted-not") as unknown:
         assert unknown is None  # not counted at the front: the limit counts from the callback
@@ -661,15 +662,15 @@ def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_f
     from transformer_en_de.app.serving.guard import Visitors
 
     gate = Visitors(limits.Limits(new_sessions_per_address_burst=30, new_sessions_per_address_per_second=0.1))
-    flood = [gate.admit_session(f"fresh-{n}", "127.0.0.1", counted=False) for n in range(100)]
+    flood = [refusal(gate.admit_session, f"fresh-{n}", "127.0.0.1", counted=False) for n in range(100)]
     assert flood[:30] == [""] * 30 and all("Too many new sessions from this address" in line for line in flood[30:])
     # Another address is untouched, and a session the flooding address already has goes on.
-    assert gate.admit_session("a class elsewhere", "127.0.0.2") == ""
-    assert gate.admit_session("fresh-1", "127.0.0.1", counted=False) == ""
+    assert refusal(gate.admit_session, "a class elsewhere", "127.0.0.2") == ""
+    assert refusal(gate.admit_session, "fresh-1", "127.0.0.1", counted=False) == ""
     # Calls without a session (each a new session of Gradio's) draw on their own: a page from the address still gets in.
-    calls = [gate.admit_session(None, "127.0.0.3") for _ in range(40)]
+    calls = [refusal(gate.admit_session, None, "127.0.0.3") for _ in range(40)]
     assert calls[:30] == [""] * 30 and "Too many new sessions" in calls[30]
-    assert gate.admit_session("a page", "127.0.0.3") == ""
+    assert refusal(gate.admit_session, "a page", "127.0.0.3") == ""
 
 
 def test_raw_calls_count_as_unread_until_their_stream_is_opened_or_the_scheduler_dropped_them():

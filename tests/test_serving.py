@@ -17,6 +17,7 @@ from test_app_server import free_port
 
 from benchmarks.load import Page, in_parallel
 from transformer_en_de.app.serving import Budget, Limits, Serving, start_in_thread
+from transformer_en_de.app.serving.guard import Refused
 from transformer_en_de.app.serving.limits import RateLimit
 
 REQUEST_SECONDS = 0.5
@@ -25,6 +26,15 @@ REQUEST_SECONDS = 0.5
 def visitor(session: str = "visitor") -> SimpleNamespace:
     """What a callback reads of its `gr.Request` here."""
     return SimpleNamespace(session_hash=session)
+
+
+def refusal(check, *args, **options) -> str:
+    """The line a check of the front refuses a call with ("" if it admits the call)."""
+    try:
+        check(*args, **options)
+    except Refused as refused:
+        return refused.args[1]
+    return ""
 
 
 def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch, capsys):
@@ -55,13 +65,14 @@ def test_a_rate_limit_refusal_takes_nothing_a_drained_key_refills_within_its_int
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():
     serving = Serving()
-    assert serving.visitors.admit_session("visitor", "192.0.2.1") == ""
-    assert "still running" in serving.visitors.admit_session("visitor", "192.0.2.1")  # one call per session at a time
+    assert refusal(serving.visitors.admit_session, "visitor", "192.0.2.1") == ""
+    # One call per session at a time.
+    assert "still running" in refusal(serving.visitors.admit_session, "visitor", "192.0.2.1")
 
     with serving.admitted(visitor()) as arrived:
         assert arrived is not None and serving.arrival(visitor()) == arrived  # the time limit counts from the queue
 
-    assert serving.visitors.admit_session("visitor", "192.0.2.1") == ""
+    assert refusal(serving.visitors.admit_session, "visitor", "192.0.2.1") == ""
 
 
 def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_runs():
@@ -185,7 +196,7 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
 
     work = lambda: ran.append("work") or ("done",)  # noqa: E731
     for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
-        assert serving.visitors.admit_session(other, address, counted=False) == ""
+        assert refusal(serving.visitors.admit_session, other, address, counted=False) == ""
     with serving.visitors.readers.open("same address"), serving.visitors.readers.open("elsewhere"):
         assert serving.run_side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
         assert serving.run_side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)

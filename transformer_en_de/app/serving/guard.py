@@ -42,6 +42,7 @@ UNREAD_CALLS = 8  # raw calls an address may have posted and not begun to read: 
 REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgotten first), as many as Gradio keeps
 PAGE_OPENS_SECONDS = 1.0  # how long a new session's refused first call waits for its page's heartbeat
 STREAMS_PER_ADDRESS = 256  # responses an address holds open (streams, downloads): a class of 30 holds ~60
+NOT_STARTED = "this call was not started. Try again soon."
 
 
 class Refused(Exception):
@@ -68,36 +69,31 @@ class Visitors:
         self.counted: set[int] = set()  # the fn_index of each event whose calls count
         self.paces: dict[int, RateLimit] = {}  # fn_index → its calls' pace, by address
 
-    def admit_session(self, session: str | None, address: str, counted: bool = True) -> str:
-        """Why a call of `session` from `address` may not enter Gradio's queue ("" if it may); a `counted` call holds
-        its session's one place until its callback ends (`serving`)."""
+    def admit_session(self, session: str | None, address: str, counted: bool = True) -> None:
+        """Refused if a call of `session` from `address` may not enter Gradio's queue; a `counted` call holds its
+        session's one place until its callback ends (`serving`)."""
         now = time.monotonic()
         with self._lock:
             if session is None or session not in self._known:
                 kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
                 if self.new_sessions.take((address, kind)):
-                    return "Too many new sessions from this address at once; this call was not started. Try again soon."
+                    raise Refused(429, f"Too many new sessions from this address at once; {NOT_STARTED}")
             if session is None:
-                return ""
+                return
             keep_latest(self._known, session, address, REMEMBERED)
             # A call older than any time limit was dropped unstarted by Gradio.
             if counted and now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
-                return (
-                    "This session's previous request is still running; this one was not started (or reload the page)."
-                )
+                running = "This session's previous request is still running; this one was not started"
+                raise Refused(429, f"{running} (or reload the page).")
             if counted:
                 keep_latest(self._calls, session, now, REMEMBERED)
-        return ""
 
-    def paced(self, event: dict, address: str) -> str:
-        """Why a call of `event` (its config) from `address` is past its pace ("" if it is not)."""
+    def paced(self, event: dict, address: str) -> None:
+        """Refused if a call of `event` (its config) from `address` is past its pace."""
         pace = self.paces.get(event["id"])
-        if pace is None or not pace.take(address):
-            return ""
-        rate = f"more often than {1 / pace.interval:g} a second lately"
-        return (
-            f"/{event.get('api_name')} was called from this address {rate}; this call was not started. Try again soon."
-        )
+        if pace is not None and pace.take(address):
+            rate = f"more often than {1 / pace.interval:g} a second lately"
+            raise Refused(429, f"/{event.get('api_name')} was called from this address {rate}; {NOT_STARTED}")
 
     def unread_slot(self, address: str) -> object | None:
         """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once:
@@ -189,26 +185,26 @@ class RequestGuard:
         body = await body_within(receive, send, most, visitors.limits.request_seconds, too_large)
         if body is None:
             return
+        slot = None
         try:
             payload, event = self.check_call(path, body)
+            raw = path.startswith("/gradio_api/call/")
+            if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
+                return await contained(self.app, scope, replay(body, receive), send)
+            session, counted = payload.get("session_hash"), event["id"] in visitors.counted
+            if raw and (slot := visitors.unread_slot(address)) is None:
+                unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
+                raise Refused(429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
+            visitors.paced(event, address)
+            try:
+                visitors.admit_session(session, address, counted)
+            except Refused:
+                if not session or visitors.session_of(session) or not await self.page_opens(session):
+                    raise
+                visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
         except Refused as refusal:
-            return await refuse(send, *refusal.args)
-        raw = path.startswith("/gradio_api/call/")
-        if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
-            return await contained(self.app, scope, replay(body, receive), send)
-        session, counted = payload.get("session_hash"), event["id"] in visitors.counted
-        slot = visitors.unread_slot(address) if raw else None
-        if raw and slot is None:
-            unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
-            return await refuse(send, 429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
-        refused = visitors.paced(event, address)
-        if not refused:
-            refused = visitors.admit_session(session, address, counted)
-            if refused and session and not visitors.session_of(session) and await self.page_opens(session):
-                refused = visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
-        if refused:
             visitors.posted(slot, None, None)
-            return await refuse(send, 429, refused)
+            return await refuse(send, *refusal.args)
         # Gradio's answer is held until noted here: a raw call's stream, read by its event id, counts as read from
         # its first byte.
         answered = RecordedAnswer()

@@ -610,21 +610,21 @@ def test_deadline_keeps_what_was_translated(ours):
 
 
 def test_the_time_limit_counts_from_when_the_call_entered_the_queue(ours, tmp_path):
-    # A call waits in Gradio's queue until a callback is free; the front knows when it came (`Visitors.serving`), and
+    # A call waits in Gradio's queue until a callback is free; the front knows when it came (`Serving.admitted`), and
     # its time limit counts from then: one that waited longer than its limit translates nothing and says so.
-    from transformer_en_de.app.serving.guard import Visitors
+    from transformer_en_de.app.serving import Serving
 
-    gate = Visitors()
+    gate = Serving()
     assert refusal(gate.admit_session, "waiting", "198.51.100.1") == ""
     assert refusal(gate.admit_session, "counted-not", "198.51.100.1", counted=False) == ""
     came = time.monotonic()
-    with gate.serving("counted-not") as unknown:
+    with gate.admitted(SimpleNamespace(session_hash="counted-not")) as unknown:
         assert unknown is None  # not counted at the front: the limit counts from the callback
     sentences = "A dog runs. The cat sleeps."
     # A limit of 3 s: two short sentences finish well within it on a loaded machine (1 s was missed under load).
     short = limits.Limits(text=limits.Budget(cpu_seconds=100, seconds=3.0))
     time.sleep(3.1)  # the wait in Gradio's queue, past the limit
-    with gate.serving("waiting") as arrived:
+    with gate.admitted(SimpleNamespace(session_hash="waiting")) as arrived:
         assert arrived is not None and arrived <= came
         late = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=arrived)
     on_time = text(sentences, "greedy", 1, 5, ours=ours, comparisons=[], limits=short, arrived=time.monotonic())
@@ -659,9 +659,9 @@ def test_a_wait_before_the_callback_counts_towards_the_time_limit():
 
 
 def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_for_everyone():
-    from transformer_en_de.app.serving.guard import Visitors
+    from transformer_en_de.app.serving import Serving
 
-    gate = Visitors(limits.Limits(new_sessions_per_address_burst=30, new_sessions_per_address_per_second=0.1))
+    gate = Serving(limits.Limits(new_sessions_per_address_burst=30, new_sessions_per_address_per_second=0.1))
     flood = [refusal(gate.admit_session, f"fresh-{n}", "127.0.0.1", counted=False) for n in range(100)]
     assert flood[:30] == [""] * 30 and all("Too many new sessions from this address" in line for line in flood[30:])
     # Another address is untouched, and a session the flooding address already has goes on.
@@ -674,9 +674,10 @@ def test_new_sessions_are_admitted_per_address_so_one_client_cannot_drain_them_f
 
 
 def test_raw_calls_count_as_unread_until_their_stream_is_opened_or_the_scheduler_dropped_them():
-    from transformer_en_de.app.serving.guard import UNREAD_CALLS, Visitors
+    from transformer_en_de.app.serving import Serving
+    from transformer_en_de.app.serving.guard import UNREAD_CALLS
 
-    gate = Visitors(limits.Limits(stream_wait_seconds=0.5))
+    gate = Serving(limits.Limits(stream_wait_seconds=0.5))
     slots = [gate.unread_slot("127.0.0.1") for _ in range(UNREAD_CALLS)]
     assert None not in slots and gate.unread_slot("127.0.0.1") is None and gate.unread_slot("127.0.0.2") is not None
     gate.posted(slots[0], "event-0", "event-0")  # queued by Gradio: still unread

@@ -65,14 +65,14 @@ def test_a_rate_limit_refusal_takes_nothing_a_drained_key_refills_within_its_int
 
 def test_an_admitted_callback_frees_its_sessions_call_when_it_ends():
     serving = Serving()
-    assert refusal(serving.visitors.admit_session, "visitor", "192.0.2.1") == ""
+    assert refusal(serving.admit_session, "visitor", "192.0.2.1") == ""
     # One call per session at a time.
-    assert "still running" in refusal(serving.visitors.admit_session, "visitor", "192.0.2.1")
+    assert "still running" in refusal(serving.admit_session, "visitor", "192.0.2.1")
 
     with serving.admitted(visitor()) as arrived:
         assert arrived is not None and serving.arrival(visitor()) == arrived  # the time limit counts from the queue
 
-    assert refusal(serving.visitors.admit_session, "visitor", "192.0.2.1") == ""
+    assert refusal(serving.admit_session, "visitor", "192.0.2.1") == ""
 
 
 def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_runs():
@@ -80,7 +80,7 @@ def test_side_work_nobody_reads_is_dropped_before_it_runs_and_read_side_work_run
     work = lambda: ran.append("work") or ("done",)  # noqa: E731
 
     assert serving.run_side_work(visitor(), work, ("dropped",)) == ("dropped",) and ran == []
-    with serving.visitors.readers.open("visitor"):  # the page's stream is open
+    with serving.readers.open("visitor"):  # the page's stream is open
         assert serving.run_side_work(visitor(), work, ("dropped",)) == ("done",) and ran == ["work"]
 
 
@@ -137,7 +137,7 @@ def test_an_event_of_work_takes_its_inputs_as_sent_runs_in_its_group_and_is_coun
             page.close()
 
     assert in_parallel(4, page_holds) == Counter({'["got 99"]': 4}) and running["most"] == 2
-    assert serving.visitors.counted == {work["id"]} and other["id"] not in serving.visitors.counted
+    assert serving.counted == {work["id"]} and other["id"] not in serving.counted
 
 
 def test_side_work_fills_its_own_slots_and_every_translations_call_is_in_its_callback_at_once(serve):
@@ -191,17 +191,17 @@ def test_an_address_that_leaves_its_streams_unread_gets_no_side_work_until_it_re
     stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4_096)  # before connecting: the window it offers
     stream.connect(("127.0.0.1", port))
     stream.sendall(f"GET /gradio_api/queue/data?session_hash={session} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    waited_for(lambda: serving.visitors.stalled("127.0.0.1"), 20)
-    assert serving.visitors.stalled("127.0.0.1") == 1
+    waited_for(lambda: serving.stalled("127.0.0.1"), 20)
+    assert serving.stalled("127.0.0.1") == 1
 
     work = lambda: ran.append("work") or ("done",)  # noqa: E731
     for other, address in (("same address", "127.0.0.1"), ("elsewhere", "192.0.2.1")):
-        assert refusal(serving.visitors.admit_session, other, address, counted=False) == ""
-    with serving.visitors.readers.open("same address"), serving.visitors.readers.open("elsewhere"):
+        assert refusal(serving.admit_session, other, address, counted=False) == ""
+    with serving.readers.open("same address"), serving.readers.open("elsewhere"):
         assert serving.run_side_work(visitor("same address"), work, ("dropped",)) == ("dropped",) and ran == []
         assert serving.run_side_work(visitor("elsewhere"), work, ("dropped",)) == ("done",)
         stream.close()  # the stream goes: nothing of the address is stalled any more
-        waited_for(lambda: not serving.visitors.stalled("127.0.0.1"), 10)
+        waited_for(lambda: not serving.stalled("127.0.0.1"), 10)
         assert serving.run_side_work(visitor("same address"), work, ("dropped",)) == ("done",)
 
 

@@ -17,18 +17,13 @@ client's calls crowd out another visitor's (attacks of benchmarks/hostile_client
 import asyncio
 import functools
 import json
-import math
 import re
-import threading
 import time
-from collections import OrderedDict
-from contextlib import contextmanager
 from urllib.parse import unquote, urlsplit
 
 from starlette.datastructures import QueryParams
 
-from .limits import Limits, RateLimit, keep_latest
-from .uploads import OpenResponses, RecordedAnswer, answer, body_within, contained, refuse, replay, stored_upload
+from .uploads import RecordedAnswer, answer, body_within, contained, refuse, replay, stored_upload
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[^/]+)/?")
@@ -49,114 +44,12 @@ class Refused(Exception):
     """(status, one line): a request the front answers itself."""
 
 
-class Visitors:
-    """What the front knows of its visitors and shares with the callbacks."""
-
-    def __init__(self, limits: Limits = Limits()):
-        self.limits = limits
-        self.readers = OpenResponses()  # the event streams being read and pages open, by session
-        self.streams = OpenResponses()  # the responses open that stay open, by address
-        # Sends to event streams in progress, by address: uvicorn's `send` waits for the client to take the bytes, so
-        # an unread stream (~200 kB of a view held in memory) is known only there.
-        self.sends = OpenResponses()
-        burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
-        self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
-        # Sessions admitted lately → the address of their latest call; raw calls, ("call", event id) → their session.
-        self._known: OrderedDict[str | tuple, str] = OrderedDict()
-        self._calls: OrderedDict[str, float] = OrderedDict()  # session → when its call queued or running came
-        self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
-        self._lock = threading.Lock()
-        self.counted: set[int] = set()  # the fn_index of each event whose calls count
-        self.paces: dict[int, RateLimit] = {}  # fn_index → its calls' pace, by address
-
-    def admit_session(self, session: str | None, address: str, counted: bool = True) -> None:
-        """Refused if a call of `session` from `address` may not enter Gradio's queue; a `counted` call holds its
-        session's one place until its callback ends (`serving`)."""
-        now = time.monotonic()
-        with self._lock:
-            if session is None or session not in self._known:
-                kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
-                if self.new_sessions.take((address, kind)):
-                    raise Refused(429, f"Too many new sessions from this address at once; {NOT_STARTED}")
-            if session is None:
-                return
-            keep_latest(self._known, session, address, REMEMBERED)
-            # A call older than any time limit was dropped unstarted by Gradio.
-            if counted and now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
-                running = "This session's previous request is still running; this one was not started"
-                raise Refused(429, f"{running} (or reload the page).")
-            if counted:
-                keep_latest(self._calls, session, now, REMEMBERED)
-
-    def paced(self, event: dict, address: str) -> None:
-        """Refused if a call of `event` (its config) from `address` is past its pace."""
-        pace = self.paces.get(event["id"])
-        if pace is not None and pace.take(address):
-            rate = f"more often than {1 / pace.interval:g} a second lately"
-            raise Refused(429, f"/{event.get('api_name')} was called from this address {rate}; {NOT_STARTED}")
-
-    def unread_slot(self, address: str) -> object | None:
-        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once:
-        calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
-        now = time.monotonic()
-        with self._lock:
-            while self._unread and now - next(iter(self._unread.values()))[1] > self.limits.stream_wait_seconds:
-                self._unread.popitem(last=False)
-            if sum(poster == address for poster, _ in self._unread.values()) >= UNREAD_CALLS:
-                return None
-            self._unread[slot := object()] = (address, now)
-            return slot
-
-    def posted(self, slot: object, event: str | None, session: str | None) -> None:
-        """A raw call Gradio queued as `event`, whose stream reads `session`; or (no `event`) not queued: slot freed."""
-        with self._lock:
-            place = self._unread.pop(slot, None)
-            if event is not None:
-                keep_latest(self._known, ("call", event), session, REMEMBERED)
-                if place:
-                    self._unread[event] = place
-
-    def stalled(self, address: str) -> int:
-        """How many sends to the streams of `address` have waited `stalled_send_seconds` or more."""
-        return self.sends.count(address, self.limits.stalled_send_seconds)
-
-    def side_welcome(self, session: str | None) -> bool:
-        """Whether side work of `session` may run: its address has under `stalled_streams_per_address` stalled sends."""
-        with self._lock:
-            address = self._known.get(session)
-        return address is None or self.stalled(address) < self.limits.stalled_streams_per_address
-
-    def session_of(self, key: str | tuple) -> str | None:
-        """The session a stream reads (by its session, or ("call", event id): read from now on), if it was admitted."""
-        with self._lock:
-            if isinstance(key, str):
-                return key if key in self._known else None
-            self._unread.pop(key[1], None)
-            return self._known.get(key)
-
-    @contextmanager
-    def serving(self, session: str | None):
-        """A callback of `session` runs inside; yields when its call entered the queue (None if not counted)."""
-        try:
-            yield self.arrival(session)
-        finally:
-            self.served(session)
-
-    def arrival(self, session: str | None) -> float | None:
-        with self._lock:
-            return self._calls.get(session)
-
-    def served(self, session: str | None) -> None:
-        with self._lock:
-            self._calls.pop(session, None)
-
-
 class RequestGuard:
     """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
     the event streams being read counted."""
 
-    def __init__(self, app, *, demo, visitors: Visitors, uploads, page_closed):
-        self.app, self.demo, self.visitors, self.uploads, self.page_closed = app, demo, visitors, uploads, page_closed
+    def __init__(self, app, *, demo, serving):
+        self.app, self.demo, self.serving = app, demo, serving
 
     @staticmethod
     def address(scope) -> str:
@@ -166,11 +59,11 @@ class RequestGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method, visitors, address = scope["path"], scope["method"], self.visitors, self.address(scope)
+        path, method, serving, address = scope["path"], scope["method"], self.serving, self.address(scope)
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
         if method == "GET" and _STREAM.fullmatch(path):
-            with visitors.streams.open(address, STREAMS_PER_ADDRESS) as admitted:
+            with serving.streams.open(address, STREAMS_PER_ADDRESS) as admitted:
                 if admitted:
                     return await self.read(scope, receive, send)
             open_now = f"This address has {STREAMS_PER_ADDRESS} responses open (streams, downloads)"
@@ -178,11 +71,11 @@ class RequestGuard:
         if method in ("GET", "HEAD", "OPTIONS"):
             return await contained(self.app, scope, receive, send)
         if path.startswith(_UPLOAD):
-            return await self.uploads(self.app, scope, receive, send, address)
+            return await serving.uploads(self.app, scope, receive, send, address)
         # Read here (bounded) so that the call can be checked, then replayed to Gradio.
-        most = visitors.limits.max_body_bytes
+        most = serving.limits.max_body_bytes
         too_large = f"The request body is too large; the limit here is {most:,} bytes (send files through the upload)."
-        body = await body_within(receive, send, most, visitors.limits.request_seconds, too_large)
+        body = await body_within(receive, send, most, serving.limits.request_seconds, too_large)
         if body is None:
             return
         slot = None
@@ -191,19 +84,19 @@ class RequestGuard:
             raw = path.startswith("/gradio_api/call/")
             if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
                 return await contained(self.app, scope, replay(body, receive), send)
-            session, counted = payload.get("session_hash"), event["id"] in visitors.counted
-            if raw and (slot := visitors.unread_slot(address)) is None:
+            session, counted = payload.get("session_hash"), event["id"] in serving.counted
+            if raw and (slot := serving.unread_slot(address)) is None:
                 unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
                 raise Refused(429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
-            visitors.paced(event, address)
+            serving.check_pace(event, address)
             try:
-                visitors.admit_session(session, address, counted)
+                serving.admit_session(session, address, counted)
             except Refused:
-                if not session or visitors.session_of(session) or not await self.page_opens(session):
+                if not session or serving.session_of(session) or not await self.page_opens(session):
                     raise
-                visitors.admit_session(session, address, counted)  # a page's: from the pages' bucket
+                serving.admit_session(session, address, counted)  # a page's: from the pages' bucket
         except Refused as refusal:
-            visitors.posted(slot, None, None)
+            serving.posted(slot, None, None)
             return await refuse(send, *refusal.args)
         # Gradio's answer is held until noted here: a raw call's stream, read by its event id, counts as read from
         # its first byte.
@@ -212,31 +105,31 @@ class RequestGuard:
         value = answered.value()
         queued = value.get("event_id") if answered.status == 200 and isinstance(value, dict) else None
         if raw:  # Gradio names the session of a call without one after its event id
-            visitors.posted(slot, queued, session or queued)
+            serving.posted(slot, queued, session or queued)
         if queued is None and counted:
-            visitors.served(session)  # refused by Gradio (its queue full): it never runs
+            serving.served(session)  # refused by Gradio (its queue full): it never runs
         return await answer(send, answered.status, value)
 
     async def page_opens(self, session: str) -> bool:
         """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (a page opens it beside its first
         call, on another connection)."""
         deadline = time.monotonic() + PAGE_OPENS_SECONDS
-        while not self.visitors.readers.is_read(session) and time.monotonic() < deadline:
+        while not self.serving.readers.is_read(session) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        return self.visitors.readers.is_read(session)
+        return self.serving.readers.is_read(session)
 
     async def read(self, scope, receive, send):
         """A GET that stays open; an event stream (a page's by session, a raw call's by event id) counts as read."""
-        path, visitors = scope["path"], self.visitors
+        path, serving = scope["path"], self.serving
         if path.startswith("/gradio_api/file") and b"," in dict(scope["headers"]).get(b"range", b""):
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
         if heartbeat := _HEARTBEAT.fullmatch(path):
             # A page is open while its heartbeat is, however late its event stream opens on a slow link.
-            with visitors.readers.open(heartbeat["session"]):
+            with serving.readers.open(heartbeat["session"]):
                 await contained(self.app, scope, receive, send)
-            if visitors.session_of(heartbeat["session"]):  # admitted: it may have requests to stop
-                self.page_closed(heartbeat["session"])
+            if serving.session_of(heartbeat["session"]):  # admitted: it may have requests to stop
+                serving.page_closed(heartbeat["session"])
             return
         call, key = _CALL_STREAM.fullmatch(path), None
         if call:
@@ -245,15 +138,15 @@ class RequestGuard:
             key = QueryParams(scope.get("query_string", b"")).get("session_hash") or None
         if key is None:  # not an event stream
             return await contained(self.app, scope, receive, send)
-        if (session := visitors.session_of(key)) is None:
+        if (session := serving.session_of(key)) is None:
             asked = key[1] if call else key
             return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
 
         async def watched_send(message):
-            with visitors.sends.open(self.address(scope)):
+            with serving.sends.open(self.address(scope)):
                 await send(message)
 
-        with visitors.readers.open(session):
+        with serving.readers.open(session):
             return await contained(self.app, scope, receive, watched_send)
 
     @functools.cached_property
@@ -281,7 +174,7 @@ class RequestGuard:
             return {}, None  # Gradio answers 422
         if too_deep:
             raise Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
-        check_file_values(payload, self.visitors.limits.max_file_bytes)
+        check_file_values(payload, self.serving.limits.max_file_bytes)
         if path.startswith("/gradio_api/mcp") and any(
             isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]
             for item, _ in nested(payload)

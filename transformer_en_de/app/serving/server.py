@@ -4,10 +4,12 @@ X-Forwarded-For (on a Space, one of `SPACE_PROXY_NETWORKS`)."""
 
 import asyncio
 import contextlib
+import math
 import os
 import resource
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import gradio as gr
@@ -16,25 +18,39 @@ from fastapi import FastAPI
 
 from transformer_en_de import heap
 
-from .guard import REMEMBERED, RequestGuard, Visitors
-from .limits import Limits, RateLimit
+from .guard import NOT_STARTED, REMEMBERED, UNREAD_CALLS, Refused, RequestGuard
+from .limits import Limits, RateLimit, keep_latest
 from .scheduler import Cancelled, FairScheduler
-from .uploads import UploadQuota
+from .uploads import OpenResponses, UploadQuota
 
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for the events that spend CPU
 
 
 class Serving:
-    """The defences of one page: the front's `visitors`, the `uploads` quota and the `scheduler`, within `limits`."""
+    """The defences of one page within `limits`: what the front (guard.py) knows of its visitors and shares with the
+    callbacks, the `uploads` quota and the `scheduler`."""
 
     def __init__(self, limits: Limits = Limits()):
-        self.limits = limits
-        self.visitors, self.uploads = Visitors(limits), UploadQuota(limits)
+        self.limits, self.uploads = limits, UploadQuota(limits)
+        self.readers = OpenResponses()  # the event streams being read and pages open, by session
+        self.streams = OpenResponses()  # the responses open that stay open, by address
+        # Sends to event streams in progress, by address: uvicorn's `send` waits for the client to take the bytes, so
+        # an unread stream (~200 kB of a view held in memory) is known only there.
+        self.sends = OpenResponses()
+        burst, per_second = limits.new_sessions_per_address_burst, limits.new_sessions_per_address_per_second
+        self.new_sessions = RateLimit(1 / per_second, burst, REMEMBERED)  # by (address, kind of session)
+        # Sessions admitted lately → the address of their latest call; raw calls, ("call", event id) → their session.
+        self._known: OrderedDict[str | tuple, str] = OrderedDict()
+        self._calls: OrderedDict[str, float] = OrderedDict()  # session → when its call queued or running came
+        self._unread: OrderedDict[object, tuple[str, float]] = OrderedDict()  # raw call → (address, when), unread
+        self._lock = threading.Lock()
+        self.counted: set[int] = set()  # the fn_index of each event whose calls count
+        self.paces: dict[int, RateLimit] = {}  # fn_index → its calls' pace, by address
         self.scheduler = FairScheduler(
             heavy_jobs=limits.heavy_jobs,
-            is_read=self.visitors.readers.is_read,
-            side_welcome=self.visitors.side_welcome,
+            is_read=self.readers.is_read,
+            side_welcome=self.side_welcome,
             stream_wait_seconds=limits.stream_wait_seconds,
         )
 
@@ -46,20 +62,94 @@ class Serving:
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
         )
-        self.visitors.counted.add(event["id"])
+        self.counted.add(event["id"])
         return event
 
     def paced(self, event, burst: int, per_second: float):
         """`event` paced per address at the front: `burst` calls, then `per_second`."""
-        self.visitors.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
+        self.paces[event["id"]] = RateLimit(1 / per_second, burst, REMEMBERED)
         return event
 
+    @contextlib.contextmanager
     def admitted(self, request):
-        """A work callback runs inside; yields when its call entered Gradio's queue (None if unknown)."""
-        return self.visitors.serving(request.session_hash)
+        """A work callback runs inside; yields when its call entered Gradio's queue (None if not counted)."""
+        try:
+            yield self.arrival(request)
+        finally:
+            self.served(request.session_hash)
 
     def arrival(self, request) -> float | None:
-        return self.visitors.arrival(request.session_hash)
+        with self._lock:
+            return self._calls.get(request.session_hash)
+
+    def admit_session(self, session: str | None, address: str, counted: bool = True) -> None:
+        """Refused if a call of `session` from `address` may not enter Gradio's queue; a `counted` call holds its
+        session's one place until its callback ends (`admitted`)."""
+        now = time.monotonic()
+        with self._lock:
+            if session is None or session not in self._known:
+                kind = "no session" if session is None else "page" if self.readers.is_read(session) else "other"
+                if self.new_sessions.take((address, kind)):
+                    raise Refused(429, f"Too many new sessions from this address at once; {NOT_STARTED}")
+            if session is None:
+                return
+            keep_latest(self._known, session, address, REMEMBERED)
+            # A call older than any time limit was dropped unstarted by Gradio.
+            if counted and now - self._calls.get(session, -math.inf) < self.limits.file.seconds * 2:
+                running = "This session's previous request is still running; this one was not started"
+                raise Refused(429, f"{running} (or reload the page).")
+            if counted:
+                keep_latest(self._calls, session, now, REMEMBERED)
+
+    def check_pace(self, event: dict, address: str) -> None:
+        """Refused if a call of `event` (its config) from `address` is past its pace."""
+        pace = self.paces.get(event["id"])
+        if pace is not None and pace.take(address):
+            rate = f"more often than {1 / pace.interval:g} a second lately"
+            raise Refused(429, f"/{event.get('api_name')} was called from this address {rate}; {NOT_STARTED}")
+
+    def unread_slot(self, address: str) -> object | None:
+        """A place among the raw calls `address` posted within `stream_wait_seconds` and has not read (taken at once:
+        calls posted side by side cannot all pass); None if it has `UNREAD_CALLS`."""
+        now = time.monotonic()
+        with self._lock:
+            while self._unread and now - next(iter(self._unread.values()))[1] > self.limits.stream_wait_seconds:
+                self._unread.popitem(last=False)
+            if sum(poster == address for poster, _ in self._unread.values()) >= UNREAD_CALLS:
+                return None
+            self._unread[slot := object()] = (address, now)
+            return slot
+
+    def posted(self, slot: object, event: str | None, session: str | None) -> None:
+        """A raw call Gradio queued as `event`, whose stream reads `session`; or (no `event`) not queued: slot freed."""
+        with self._lock:
+            place = self._unread.pop(slot, None)
+            if event is not None:
+                keep_latest(self._known, ("call", event), session, REMEMBERED)
+                if place:
+                    self._unread[event] = place
+
+    def stalled(self, address: str) -> int:
+        """How many sends to the streams of `address` have waited `stalled_send_seconds` or more."""
+        return self.sends.count(address, self.limits.stalled_send_seconds)
+
+    def side_welcome(self, session: str | None) -> bool:
+        """Whether side work of `session` may run: its address has under `stalled_streams_per_address` stalled sends."""
+        with self._lock:
+            address = self._known.get(session)
+        return address is None or self.stalled(address) < self.limits.stalled_streams_per_address
+
+    def session_of(self, key: str | tuple) -> str | None:
+        """The session a stream reads (by its session, or ("call", event id): read from now on), if it was admitted."""
+        with self._lock:
+            if isinstance(key, str):
+                return key if key in self._known else None
+            self._unread.pop(key[1], None)
+            return self._known.get(key)
+
+    def served(self, session: str | None) -> None:
+        with self._lock:
+            self._calls.pop(session, None)
 
     def run_side_work(self, request, work: Callable[[], tuple], dropped: tuple) -> tuple:
         """`work()` admitted in the scheduler's side lane; a call nobody reads answers `dropped`."""
@@ -86,9 +176,7 @@ class Serving:
         """The server for `demo`; host and port default to GRADIO_SERVER_NAME / _PORT (as a Space sets)."""
         limits, descriptors = self.limits, raise_descriptor_limit()
         app = FastAPI(lifespan=self.giving_back_memory)
-        app.add_middleware(
-            RequestGuard, demo=demo, visitors=self.visitors, uploads=self.uploads, page_closed=self.page_closed
-        )
+        app.add_middleware(RequestGuard, demo=demo, serving=self)
         app = gr.mount_gradio_app(app, demo, path="", max_file_size=limits.max_file_bytes, css=css, mcp_server=True)
         config = uvicorn.Config(
             app,

@@ -33,8 +33,9 @@ TIME_LIMIT = (
 )
 
 
-def why_stopped(error: Busy | Cancelled | BackendError) -> str:
-    """The visitor's line for a request refused before any work (Busy), cancelled, or whose decoder failed for good."""
+def why_stopped(error: InputError | Busy | Cancelled | BackendError) -> str:
+    """The visitor's line for a request refused before any work (InputError, Busy), cancelled, or whose decoder failed
+    for good."""
     if isinstance(error, Cancelled):
         return CANCELLED
     return f"{error} Try again." if isinstance(error, BackendError) else str(error)
@@ -179,17 +180,13 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
     return OUT_OF_DEPTH.format(where=where, reason=first.reason, advice=ADVICE[models_beside(compared)])
 
 
-def refused(context: RequestContext, message: str) -> TextResult:
-    """An empty panel per system and `message` saying why."""
-    return TextResult([], [SystemOutput(name=system.name) for system in context.systems], message=message)
-
-
 def translate_text(
     text, decoding, num_beams=None, max_new_tokens=None, reference: str | None = "", *, context: RequestContext
 ) -> TextResult:
     """Translate `text` with every system: `decoding` with `num_beams` and `max_new_tokens` are the page's controls,
     or `decoding` is checked settings (the arena's); every field bounded before any work (the text cut, a reference
-    past its limits not scored), sentence scores against `reference`."""
+    past its limits not scored), sentence scores against `reference`. A request refused or stopped has an empty panel
+    per system and a message saying why."""
     limits = context.limits
     try:
         settings = decoding
@@ -197,17 +194,16 @@ def translate_text(
             settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         text, clipped = read_text(text, limits.max_input_chars)
         reference, too_long = check_reference(reference, limits)
-    except InputError as error:
-        return refused(context, str(error))
-    if not text:
-        return refused(context, "Type an English sentence (or several) to translate.")
-    sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
-    try:
+        if not text:
+            raise InputError("Type an English sentence (or several) to translate.")
+        sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
         request = RequestPlan(context, settings, limits.text).admit(len(sentences))
         plan, _ = request.fit(sentences)
         outputs = run_systems(request, len(reference))
-    except (Busy, Cancelled, BackendError) as error:  # Busy: refused before any work; BackendError: a worker died again
-        return refused(context, why_stopped(error))
+    except (InputError, Busy, Cancelled, BackendError) as error:  # BackendError: a worker died again
+        return TextResult(
+            [], [SystemOutput(name=system.name) for system in context.systems], message=why_stopped(error)
+        )
     result = TextResult(sentences, outputs, [line for line in (clipped, too_long, in_parts, *plan.notices) if line])
     for output in result.outputs:
         if output.run is None:

@@ -187,13 +187,17 @@ class RequestGuard:
         if not isinstance(payload.get("session_hash"), str | None) or not (v2 or isinstance(payload.get("data"), list)):
             return {}, None
         events = self.page[0]
-        if call is not None and (path.startswith("/gradio_api/call/") or fn_index is None):
+        by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
+        if by_path:
             asked, event = f"/{call['api']}", next((e for e in events.values() if e["api_name"] == call["api"]), None)
         else:
             asked, event = f"fn_index {fn_index!s:.20}", events.get(fn_index) if isinstance(fn_index, int) else None
         if event is None:
             names = ", ".join(sorted(self.endpoints))
             raise Refused(404, f"This app has no event {asked[:60]}; its API endpoints are {names}.")
+        # Gradio runs the path's event and reads no fn_index there: a call naming two events is refused, not guessed.
+        if by_path and fn_index is not None and events.get(fn_index) is not event:
+            raise Refused(422, f"This call names /{call['api']} in its path and another event: omit fn_index.")
         if v2:  # the endpoint's parameters by name, at the top level of the body
             check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
         else:

@@ -23,7 +23,8 @@ from urllib.parse import unquote, urlsplit
 
 from starlette.datastructures import QueryParams
 
-from .uploads import RecordedAnswer, answer, body_within, contained, refuse, replay, stored_upload
+from .http_answers import RecordedAnswer, answer, body_within, contained, refuse, replay
+from .uploads import stored_upload
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
 _CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[^/]+)/?")

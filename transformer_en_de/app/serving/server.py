@@ -19,9 +19,10 @@ from fastapi import FastAPI
 from transformer_en_de import heap
 
 from .guard import NOT_STARTED, REMEMBERED, UNREAD_CALLS, Refused, RequestGuard
+from .http_answers import OpenResponses
 from .limits import Limits, RateLimit, keep_latest
 from .scheduler import Cancelled, FairScheduler
-from .uploads import OpenResponses, UploadQuota
+from .uploads import UploadQuota
 
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
 WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for the events that spend CPU

@@ -40,7 +40,7 @@ def scenario(sentences: list[str], backend: str, args) -> list:
     with load.shipped_app(backend, threads=args.threads) as (server, url):
         visitor, tabs = load.Visitor(url), [load.client(url) for _ in range(2)]
         visitor.visit(sentences[:1], 0.0)  # warm-up
-        started, cpu = time.monotonic(), load.cpu_ticks(server.pid)
+        started, cpu = time.monotonic(), load.cpu_seconds(server.pid)
         heavy = []  # (seconds, translation, notice)
 
         def heavy_call(tab) -> str:
@@ -61,7 +61,7 @@ def scenario(sentences: list[str], backend: str, args) -> list:
 
         latencies, failures = visitor.visit([], PAUSE, running, more=sentences[1:])
         stop_heavy()
-        wall, cpu = time.monotonic() - started, (load.cpu_ticks(server.pid) - cpu) / os.sysconf("SC_CLK_TCK")
+        wall, cpu = time.monotonic() - started, load.cpu_seconds(server.pid) - cpu
         told = [flood_answer(job, max(started + LONGEST - time.monotonic(), 1)) for job in flood]
         visitor.close()
     for spinner in spinners:

@@ -17,11 +17,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from contextlib import closing
+from contextlib import closing, suppress
 from functools import partial
 from pathlib import Path
 
 import httpx
+import psutil
 
 from benchmarks import harness, load
 from benchmarks.load import BEAMS, PAGE_TOKENS, SENTENCE, Page, attackers, counted, in_background, outcome
@@ -134,49 +135,34 @@ def session_eviction(target: Target):
     return f"{flooded}; {kept}"
 
 
+def redraw_told(message: dict) -> str:
+    if "refused" in message:
+        return f"stream HTTP {message['refused']}"
+    error = str((message.get("output") or {}).get("error") or message.get("title") or "no message")
+    return "redrawn" if message.get("success") else f"redraw refused: {error.splitlines()[0][:80]}"
+
+
 def redraw_session(target: Target, stopped: threading.Event, in_flight: int = 3) -> Counter:
-    """A page looks inside, then keeps `in_flight` redraws of its pictures queued until `stopped`: what it was told."""
-    told, redraws, pending, page = Counter(), itertools.cycle(target.redraws), 0, None
-
-    def redraw() -> bool:
-        posted = page.join(next(redraws)[0], [None, "cross", 1, 0])
-        if posted.status_code != 200:
-            told[f"redraw join HTTP {posted.status_code}"] += 1
-            stopped.wait(0.2)
-        return posted.status_code == 200
-
+    """A page looks inside, then redraws its pictures, `in_flight` at a time, until `stopped`: what it was told."""
+    told, redraws = Counter(), itertools.cycle(target.redraws)
     try:
-        page = Page(target.url)
-        view = page.ask(target.named["inside"], inside("A man in a blue jacket is repairing a bicycle."))
-        shown = outcome(view) == "answered" and "message" not in view["output"]["data"][0]
-        told[f"/inside {'answered' if shown else 'refused'}"] += 1
+        with closing(Page(target.url)) as page:
+            view = page.ask(target.named["inside"], inside("A man in a blue jacket is repairing a bicycle."))
+            shown = outcome(view) == "answered" and "message" not in view["output"]["data"][0]
+            told[f"/inside {'answered' if shown else 'refused'}"] += 1
+            while not stopped.is_set():
+                heard = []
+                try:  # the server closes the stream when nothing is pending: opened again each round
+                    joined = [page.join(next(redraws)[0], [None, "cross", 1, 0]).status_code for _ in range(in_flight)]
+                    heard += [f"redraw join HTTP {status}" for status in joined if status != 200]
+                    heard += map(redraw_told, page.read(joined.count(200)))
+                except Exception as error:  # closed by the server: the page goes on
+                    heard.append(f"stream {type(error).__name__}")
+                told.update(heard)
+                if set(heard) - {"redrawn"}:  # refused: a pause before the next round
+                    stopped.wait(0.5)
     except Exception as error:
         told[f"/inside failed ({type(error).__name__})"] += 1
-        if page is not None:
-            page.close()
-        return told
-    while not stopped.is_set():
-        try:
-            while pending < in_flight and not stopped.is_set():
-                pending += redraw()
-            for message in page.messages():  # the server closes the stream when nothing is pending: opened again
-                if "refused" in message:
-                    told[f"stream HTTP {message['refused']}"] += 1
-                    stopped.wait(0.5)
-                elif message.get("msg") == "process_completed":
-                    error = str((message.get("output") or {}).get("error") or message.get("title") or "no message")
-                    told["redrawn" if message.get("success") else f"redraw refused: {error.splitlines()[0][:80]}"] += 1
-                    pending -= 1
-                    pending += not stopped.is_set() and redraw()
-                elif message.get("msg") in ("close_stream", "unexpected_error"):
-                    pending = 0
-                if stopped.is_set() or "refused" in message or pending == 0:
-                    break
-        except Exception as error:  # closed by the server: the page goes on
-            told[f"stream {type(error).__name__}"] += 1
-            pending = 0
-            stopped.wait(0.5)
-    page.close()
     return told
 
 
@@ -192,16 +178,12 @@ def inside_redraws(target: Target, sessions: int = 15):
 
 def largest_inside_views(target: Target, times: int = 10) -> str:
     """/inside on 29 made-up words of rare letters, read in full, `times` in a row, one session."""
-    client, sizes, messages, failures = load.client(target.url), [], Counter(), Counter()
-    for _ in range(times):
-        try:
-            answer = client.predict(*inside(RARE_WORDS), api_name="/inside")
-        except Exception as error:
-            failures[type(error).__name__] += 1
-            continue
-        sizes.append(len(json.dumps(answer)))
-        if isinstance(answer, dict) and answer.get("message"):
-            messages[answer["message"]] += 1
+    with closing(Page(target.url)) as page:
+        answers = [page.ask(target.named["inside"], inside(RARE_WORDS)) for _ in range(times)]
+    views = [answer["output"]["data"][0] for answer in answers if outcome(answer) == "answered"]
+    failures = Counter(outcome(answer) for answer in answers if outcome(answer) != "answered")
+    sizes = [len(json.dumps(view)) for view in views]
+    messages = Counter(view["message"] for view in views if isinstance(view, dict) and view.get("message"))
     size = f"{min(sizes):,} to {max(sizes):,} bytes of JSON" if sizes else "no answers"
     refused = "; ".join(
         f"{count} with {'a NOT one-line' if chr(10) in text else 'a one-line'} message: '{text[:160]}'"
@@ -388,16 +370,11 @@ def bad_redraws(target: Target, count: int = 20) -> str:
 
 def ctranslate2_workers(server_pid: int) -> tuple[list[int], list[int]]:
     """(the server's child processes, those running the CTranslate2 worker; a killed one has no command line)."""
-
-    def read(path: str) -> bytes:  # a thread or a child may end while it is read
-        try:
-            return Path(path).read_bytes()
-        except OSError:
-            return b""
-
-    tasks = Path(f"/proc/{server_pid}/task").glob("*/children")
-    children = sorted({int(child) for path in tasks for child in read(path).split()})
-    return children, [child for child in children if b"ctranslate2_worker" in read(f"/proc/{child}/cmdline")]
+    children, workers = psutil.Process(server_pid).children(), []
+    for child in children:
+        with suppress(psutil.Error):  # a child may end while it is read
+            workers += [child.pid] if "ctranslate2_worker" in str(child.cmdline()) else []
+    return [child.pid for child in children], workers
 
 
 def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then: float = 3.0):
@@ -417,11 +394,11 @@ def killed_worker(target: Target, after: float = 1.0, latest: float = 4.0, then:
     victim, killed, began = workers[0], {}, time.monotonic()
 
     def kill():
-        last = load.cpu_ticks(victim)
+        last = load.cpu_seconds(victim)
         while not killed:
             time.sleep(0.005)
-            elapsed, ticks = time.monotonic() - began, load.cpu_ticks(victim)
-            busy, last = ticks > last, ticks
+            elapsed, used = time.monotonic() - began, load.cpu_seconds(victim)
+            busy, last = used > last, used
             if (elapsed >= after and busy) or elapsed >= latest:
                 os.kill(victim, signal.SIGKILL)
                 killed.update(at=elapsed, busy=busy, when=time.monotonic())

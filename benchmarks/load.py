@@ -21,6 +21,7 @@ from pathlib import Path
 from subprocess import PIPE, Popen
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCE = "A dog runs in the park."
@@ -76,14 +77,11 @@ def server_log(log: str) -> str:
 
 
 def rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
-def cpu_ticks(pid: int) -> int:
-    """User + system CPU time of a process so far, in clock ticks."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+def cpu_seconds(pid: int) -> float:
+    return sum(psutil.Process(pid).cpu_times()[:2])  # user + system
 
 
 def folder_mb(folder: Path) -> float:
@@ -161,12 +159,17 @@ class Page:
                 if line.startswith("data:"):
                     yield json.loads(line[5:])
 
-    def read(self) -> list[dict]:
-        """The `process_completed` message of the session's next call (none if the stream ends first)."""
-        for message in self.messages():
-            if message.get("msg") == "process_completed" or "refused" in message:
+    def read(self, calls: int = 1) -> list[dict]:
+        """The `process_completed` messages of the session's next `calls` calls (fewer if the stream ends first), or
+        [{"refused": status}]."""
+        done = []
+        for message in self.messages() if calls else ():
+            if "refused" in message:
                 return [message]
-        return []
+            done += [message] if message.get("msg") == "process_completed" else []
+            if len(done) == calls:
+                break
+        return done
 
     def ask(self, fn_index: int, data: list) -> dict:
         """One call, read: its completed message, or {"refused": status}."""

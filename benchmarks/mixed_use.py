@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import psutil
 
 from benchmarks import harness
 from benchmarks.arena_attacks import CAPTIONS, better, serve
@@ -115,12 +116,10 @@ def options(parser):
 
 
 class Site:
-    """The running app as its visitors see it, and the tally of their calls (since the last minute's line, and over
-    the run)."""
+    """The running app as its visitors see it, and their calls in order: (kind, outcome, seconds if queued)."""
 
     def __init__(self, url: str, sentences: list[str]):
-        self.url, self.sentences, self.stopped, self.lock = url, sentences, threading.Event(), threading.Lock()
-        self.calls, self.latencies, self.failures, self.seconds = Counter(), [], Counter(), {kind: [] for kind in KINDS}
+        self.url, self.sentences, self.stopped, self.calls = url, sentences, threading.Event(), []
         self.named, redraws = events(url)
         dependencies = httpx.get(f"{url}config", timeout=30).json()["dependencies"]
         found = [(d.get("id", n), d) for n, d in enumerate(dependencies)]
@@ -133,17 +132,7 @@ class Site:
         self.tick = timer[0] if timer else None
 
     def count(self, kind: str, label: str, seconds: float | None = None) -> None:
-        with self.lock:
-            self.calls[kind, label == "answered"] += 1
-            self.failures[kind, label] += label != "answered"
-            if seconds is not None:
-                self.seconds[kind].append(seconds)
-                self.latencies += [seconds] if kind == "translate" else []
-
-    def take(self) -> tuple[Counter, list]:
-        with self.lock:
-            calls, latencies, self.calls, self.latencies = self.calls, self.latencies, Counter(), []
-        return calls, latencies
+        self.calls.append((kind, label, seconds))  # one append: safe from the visitors' threads
 
     def open(self, address: str) -> Page:
         """A page opened as a browser opens it: the page, its config, the events that run when it loads."""
@@ -168,6 +157,11 @@ class Site:
     def pause(self, low: float, high: float) -> bool:
         """Waits a visitor's while; True once the run is over."""
         return self.stopped.wait(random.uniform(low, high))
+
+
+def seconds(calls: list, kind: str) -> list[float]:
+    """The seconds of the queued calls of `kind`."""
+    return [took for asked, _, took in calls if asked == kind and took is not None]
 
 
 def visits(site: Site, kind: str, address: str, step, stay: tuple[float, float], gap: tuple[float, float]) -> None:
@@ -243,6 +237,7 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
         flush=True,
     )
     memory, reports, started = [(0, rss_mib(server.pid))], sorted({args.warm_up, args.minutes}), time.monotonic()
+    seen = 0  # the calls told in the minutes' lines
     visitors = attackers(*[partial(visits, site, *kind) for kind in kinds + jobs], repeat=False)
     try:
         for minute in range(1, args.minutes + 1):
@@ -250,9 +245,11 @@ def crowd(server, url: str, sentences: list[str], args, trace: Path) -> tuple[Si
             if server.poll() is not None:
                 raise SystemExit(f"the server exited with code {server.returncode}: see its app.log")
             memory.append((minute, rss_mib(server.pid)))
-            status = Path(f"/proc/{server.pid}/status").read_text()
-            threads_now = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Threads:"))
-            calls, latencies = site.take()
+            threads_now = psutil.Process(server.pid).num_threads()
+            taken = site.calls[seen:]  # a copy: the visitors go on appending
+            seen += len(taken)
+            calls = Counter((kind, label == "answered") for kind, label, _ in taken)
+            latencies = seconds(taken, "translate")
             counts = "  ".join(f"{calls[kind, True]:>3}/{calls[kind, False]:<2}" for kind in KINDS)
             waited = f"{statistics.median(latencies):5.2f} {max(latencies):5.2f}" if latencies else "    -     -"
             print(f"{minute:>4} {memory[-1][1]:>8,.0f} {threads_now:>7}  {counts}  {waited}", flush=True)
@@ -292,9 +289,10 @@ def main():
         f"RSS at minute {args.warm_up}: {warm:,.0f} MiB; at the end (minute {last}): {end:,.0f} MiB "
         f"({end - warm:+,.0f}); slope over the second half {slope:+.2f} MiB/minute"
     )
-    told = ", ".join(f"{kind}: {count:,} {label}" for (kind, label), count in site.failures.most_common() if count)
+    failures = Counter((kind, label) for kind, label, _ in site.calls if label != "answered")
+    told = ", ".join(f"{kind}: {count:,} {label}" for (kind, label), count in failures.most_common())
     print(f"failed calls: {told or 'none'}")
-    timed = [f"{kind} {statistics.median(s):.2f} / {max(s):.2f}" for kind, s in site.seconds.items() if s]
+    timed = [f"{kind} {statistics.median(s):.2f} / {max(s):.2f}" for kind in KINDS if (s := seconds(site.calls, kind))]
     print(f"queued calls' seconds over the run, median / max: {', '.join(timed)}")
     print(f"{server_log(log)}; upload folder {uploads:,.1f} MB")
 

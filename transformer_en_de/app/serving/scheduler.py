@@ -22,6 +22,7 @@ HEAVY_AGING = 10
 AGED, ORDINARY, SIDE, HEAVY = -1, 0, 1, 2  # the lanes, first first
 USAGE_HALF_LIFE = 10.0  # seconds
 SESSIONS_REMEMBERED = 4_096
+UNREAD_GRACE_SECONDS = 5.0  # how long a running request's results may go unread before it stops
 
 
 class Busy(RuntimeError):
@@ -38,14 +39,12 @@ class Job:
     deadline: float  # start no new engine batch after it (80% of its time)
     hard_deadline: float  # end the batch in progress
     lane: int = ORDINARY
-    served: float = 0.0  # CPU seconds of its turns
-    charged: float = 0.0  # of `served`, what its session's usage already counts
-    cancelled: bool = False
     watched: bool = False  # whether its session's stream is watched (`FairScheduler.is_read`)
+    cancelled: bool = False
+    served: float = 0.0  # CPU seconds of its turns before the present one
+    turn_began: float | None = None  # None: not its turn
+    waiting_since: float | None = None  # None: not waiting for a turn
     unread_since: float | None = None
-    turn_started: float | None = None  # up to when its turn now is counted in `served` (None: not its turn)
-    turn_began: float = 0.0
-    waiting_since: float | None = None
 
 
 class FairScheduler:
@@ -58,17 +57,15 @@ class FairScheduler:
         is_read=None,
         side_welcome=None,
         stream_wait_seconds: float = 0.5,
-        unread_grace_seconds: float = 5.0,
     ):
         self.aging_seconds, self.heavy_jobs, self.ordinary_seconds = aging_seconds, heavy_jobs, ordinary_seconds
         self.is_read = is_read  # session -> whether its results are read; None: every call is (scripts)
         self.side_welcome = side_welcome  # session -> whether its side work may run; None: always
-        self.stream_wait_seconds, self.unread_grace_seconds = stream_wait_seconds, unread_grace_seconds
+        self.stream_wait_seconds = stream_wait_seconds
         self._usage: OrderedDict[str, tuple[float, float]] = OrderedDict()  # session -> (CPU seconds, as of when)
         self._condition = threading.Condition()
         self._holder: Job | None = None
         self._aged_last = False  # whether the present (or last) turn was an aged job's
-        self._waiting: list[Job] = []
         self._jobs: list[Job] = []  # every admitted request, running or waiting
         self._local = threading.local()  # the job of the request this thread is serving
 
@@ -87,26 +84,23 @@ class FairScheduler:
             if time.monotonic() >= start + self.stream_wait_seconds:
                 raise Cancelled(f"nobody reads the results of session {session}")
             time.sleep(0.02)
-        session = session or f"anonymous-{threading.get_ident()}"
         lane = SIDE if side else HEAVY if work > self.ordinary_seconds else ORDINARY
-        deadline, hard_deadline = start + 0.8 * seconds, start + seconds
-        job = Job(session, deadline, hard_deadline, lane, watched=watched)
+        session = session or f"anonymous-{threading.get_ident()}"
+        job = Job(session, start + 0.8 * seconds, start + seconds, lane, watched)
         with self._condition:
             if lane == HEAVY:
                 self.check_room(work)
             self._jobs.append(job)
         self._local.job = job
         try:
-            self._take_turn(job)
+            with self._condition:
+                self._take_turn(job)
             yield job
         finally:
             self._local.job = None
             with self._condition:
                 self._end_turn(job)
-                if job in self._waiting:
-                    self._waiting.remove(job)
                 self._jobs.remove(job)
-                self._hand_over()
 
     def check_room(self, work: float) -> None:
         """Busy if a request of `work` CPU seconds is heavy and `heavy_jobs` are in flight (a caller may ask first)."""
@@ -126,49 +120,18 @@ class FairScheduler:
         if self._gone(job):
             raise Cancelled(f"the visitor of session {job.session} left")
         with self._condition:
-            now = time.monotonic()
-            job.served += now - job.turn_started
-            job.turn_started = now
-            if now - job.turn_began < SLICE_SECONDS:
+            if time.monotonic() - job.turn_began < SLICE_SECONDS:
                 return  # a turn lasts at least a slice
-            if not any(self._comes_first(other, job) for other in self._waiting):
-                return
-            self._end_turn(job)
-            self._waiting.append(job)
-            self._hand_over()
-        self._take_turn(job)
-
-    def _comes_first(self, other: Job, running: Job) -> bool:
-        (other_lane, other_used), (lane, used) = self._priority(other), self._priority(running)
-        return other_lane < lane or (other_lane == lane and other_used + SLICE_SECONDS < used)
-
-    def _priority(self, job: Job) -> tuple[int, float]:
-        """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""
-        waited = 0.0 if job.waiting_since is None else time.monotonic() - job.waiting_since
-        if job.lane > ORDINARY and not self._aged_last and waited >= HEAVY_AGING * self.aging_seconds:
-            return (AGED, job.served)
-        if job.session in self._usage:
-            return (job.lane, self._recent_usage(job.session) + job.served)
-        # A session new here starts level with the least-served one in the scheduler, never ahead of every visitor
-        # already waiting (a client making fresh sessions in a loop gains nothing by it).
-        known = [self._recent_usage(other.session) for other in self._jobs if other.session in self._usage]
-        return (job.lane, min(known, default=0.0) + job.served)
-
-    def _recent_usage(self, session: str, now: float | None = None) -> float:
-        seconds, when = self._usage.get(session, (0.0, 0.0))
-        now = time.monotonic() if now is None else now
-        return seconds * 0.5 ** ((now - when) / USAGE_HALF_LIFE)
-
-    def _charge(self, session: str, seconds: float) -> None:
-        now = time.monotonic()
-        keep_latest(self._usage, session, (self._recent_usage(session, now) + seconds, now), SESSIONS_REMEMBERED)
+            first = self._first_waiting()
+            if first is not None and self._comes_first(first, job):
+                self._end_turn(job)
+                self._take_turn(job)
 
     def should_stop(self) -> bool:
+        """Between engine batches: whether to stop cleanly, keeping what is translated (gone, or past its deadline)."""
         job = getattr(self._local, "job", None)
-        if job is None:
-            return False  # not a request's computation (a test, a script)
-        if self._gone(job) or time.monotonic() > job.deadline:
-            return True  # between batches: stop cleanly, keeping what is translated
+        if job is not None and (self._gone(job) or time.monotonic() > job.deadline):
+            return True
         self.checkpoint()
         return False
 
@@ -181,52 +144,71 @@ class FairScheduler:
             self._condition.notify_all()
         return bool(jobs)
 
+    def describe(self) -> str:
+        with self._condition:
+            running, heavy = len(self._jobs), sum(job.lane == HEAVY for job in self._jobs)
+            plural, waiting = "s" if running != 1 else "", sum(job.waiting_since is not None for job in self._jobs)
+        return f"{running} request{plural} in progress ({heavy} long), {waiting} waiting for the CPU."
+
     def _gone(self, job: Job) -> bool:
-        """Cancelled, or nobody has read its results for `unread_grace_seconds` (said once in the log)."""
+        """Cancelled, or nobody has read its results for `UNREAD_GRACE_SECONDS` (said once in the log)."""
         if job.cancelled or not job.watched or self.is_read(job.session):
             job.unread_since = None
             return job.cancelled
         now = time.monotonic()
         job.unread_since = job.unread_since or now
-        if now - job.unread_since >= self.unread_grace_seconds:
+        if now - job.unread_since >= UNREAD_GRACE_SECONDS:
             job.cancelled = True
             print("app.py: nobody reads a request's results any more; it was cancelled.", flush=True)
         return job.cancelled
 
-    def describe(self) -> str:
-        with self._condition:
-            running, heavy = len(self._jobs), sum(job.lane == HEAVY for job in self._jobs)
-            plural, waiting = "s" if running != 1 else "", len(self._waiting)
-        return f"{running} request{plural} in progress ({heavy} long), {waiting} waiting for the CPU."
-
     def _take_turn(self, job: Job) -> None:
-        with self._condition:
-            if job not in self._waiting and self._holder is not job:
-                self._waiting.append(job)
-            job.waiting_since = time.monotonic()
-            self._hand_over()
-            while self._holder is not job and not self._gone(job):
-                # Woken to look again when this job ages: the running job hands over at its next checkpoint.
-                self._condition.wait(timeout=self.aging_seconds)
-                self._hand_over()
-            job.waiting_since = None
-            if self._holder is not job:
-                self._waiting.remove(job)
+        """Waits, holding the condition, until the CPU is handed to `job`."""
+        job.waiting_since = time.monotonic()
+        self._hand_over()
+        while self._holder is not job:
+            if self._gone(job):
+                job.waiting_since = None
                 raise Cancelled(f"the visitor of session {job.session} left")
-            job.turn_started = job.turn_began = time.monotonic()
+            # Woken at each hand-over, and to look again as its reader may have left.
+            self._condition.wait(timeout=self.aging_seconds)
+        job.turn_began = time.monotonic()
 
     def _end_turn(self, job: Job) -> None:
-        if job.turn_started is not None:
-            job.served += time.monotonic() - job.turn_started
-            job.turn_started = None
-        self._charge(job.session, job.served - job.charged)
-        job.charged = job.served
         if self._holder is job:
-            self._holder = None
+            now = time.monotonic()
+            turn, job.served = now - job.turn_began, job.served + now - job.turn_began
+            keep_latest(self._usage, job.session, (self._recent_usage(job.session) + turn, now), SESSIONS_REMEMBERED)
+            self._holder = job.turn_began = None
+            self._hand_over()
 
     def _hand_over(self) -> None:
-        if self._holder is None and self._waiting:
-            self._holder = min(self._waiting, key=self._priority)
-            self._aged_last = self._priority(self._holder)[0] == AGED
-            self._waiting.remove(self._holder)
+        if self._holder is None and (first := self._first_waiting()) is not None:
+            self._aged_last = self._priority(first)[0] == AGED
+            self._holder, first.waiting_since = first, None
             self._condition.notify_all()
+
+    def _first_waiting(self) -> Job | None:
+        return min((job for job in self._jobs if job.waiting_since is not None), key=self._priority, default=None)
+
+    def _comes_first(self, other: Job, running: Job) -> bool:
+        (other_lane, other_used), (lane, used) = self._priority(other), self._priority(running)
+        return other_lane < lane or (other_lane == lane and other_used + SLICE_SECONDS < used)
+
+    def _priority(self, job: Job) -> tuple[int, float]:
+        """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""
+        now = time.monotonic()
+        waited = 0.0 if job.waiting_since is None else now - job.waiting_since
+        if job.lane > ORDINARY and not self._aged_last and waited >= HEAVY_AGING * self.aging_seconds:
+            return (AGED, job.served)
+        used = job.served + (0.0 if job.turn_began is None else now - job.turn_began)
+        if job.session in self._usage:
+            return (job.lane, self._recent_usage(job.session) + used)
+        # A session new here starts level with the least-served one in the scheduler, never ahead of every visitor
+        # already waiting (a client making fresh sessions in a loop gains nothing by it).
+        known = [self._recent_usage(other.session) for other in self._jobs if other.session in self._usage]
+        return (job.lane, min(known, default=0.0) + used)
+
+    def _recent_usage(self, session: str) -> float:
+        seconds, when = self._usage.get(session, (0.0, 0.0))
+        return seconds * 0.5 ** ((time.monotonic() - when) / USAGE_HALF_LIFE)

@@ -3,19 +3,18 @@ bounded memory, one vote per few seconds per session (a class behind one address
 
 import pytest
 
+from transformer_en_de.app.arena.arena import Arena
 from transformer_en_de.app.arena.battles import (
     OTHER_VISITOR,
     OVER_ALLOWANCE,
     SYSTEM_FAILED,
     UNKNOWN_BATTLE,
-    Ballot,
     BattleBook,
     BattleRate,
     BattleRefused,
     DailyAllowance,
     VotePace,
     VoteTooSoon,
-    cast_vote,
 )
 from transformer_en_de.app.arena.votes import VoteNotStored, VoteStore
 
@@ -147,17 +146,18 @@ def test_paced_visitors_are_forgotten_and_bounded(clock):
 
 def test_cast_vote_stores_the_battle_and_a_vote_too_soon_keeps_it_open(clock, tmp_path):
     book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    arena = Arena(store, book=book, pace=pace)
     first, second = issue(book), issue(book)
     clock.advance(7.5)
 
-    battle = cast_vote(Ballot(first, "visitor-1", "tie", "net-1"), book=book, pace=pace, store=store)
+    battle = arena.cast_vote(first, "visitor-1", "tie", "net-1")
     assert battle.system_a == "ours"
     with pytest.raises(VoteTooSoon):
-        cast_vote(Ballot(second, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store)
+        arena.cast_vote(second, "visitor-1", "A", "net-1")
     clock.advance(3)
-    cast_vote(Ballot(second, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store)
+    arena.cast_vote(second, "visitor-1", "A", "net-1")
     with pytest.raises(ValueError, match="one of"):
-        cast_vote(Ballot(issue(book), "visitor-1", "C"), book=book, pace=pace, store=store)
+        arena.cast_vote(issue(book), "visitor-1", "C")
 
     stored = [
         (vote.battle_id, vote.choice, vote.visitor, vote.source, vote.seconds_to_vote) for vote in store.all_votes()
@@ -169,25 +169,20 @@ def test_cast_vote_stores_the_battle_and_a_vote_too_soon_keeps_it_open(clock, tm
 def test_a_vote_the_database_refuses_reopens_its_battle_and_counts_nothing(clock, tmp_path):
     book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
     allowance = DailyAllowance(per_day=1, clock=clock)
+    arena = Arena(store, book=book, pace=pace, allowance=allowance)
     long_text = issue(book, source_text="A dog runs. " * 2000)  # a row that needs pages of its own
     pages = store._connection.execute("PRAGMA page_count").fetchone()[0]
     store._connection.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: as a full disk
-    ballot = Ballot(long_text, "visitor-1", "B", "account-1", signed_in=True)
+    ballot = (long_text, "visitor-1", "B", "account-1", True)
     with pytest.raises(VoteNotStored, match="full"):
-        cast_vote(ballot, book=book, pace=pace, store=store, allowance=allowance)
+        arena.cast_vote(*ballot)
 
     store._connection.execute("PRAGMA max_page_count = 1073741823")
     # At once (the pace took nothing back), the same battle (reopened), within the day's one vote (given back):
-    cast_vote(ballot, book=book, pace=pace, store=store, allowance=allowance)
+    arena.cast_vote(*ballot)
     clock.advance(3)
     with pytest.raises(BattleRefused, match="votes for today"):
-        cast_vote(
-            Ballot(issue(book), "visitor-1", "A", "account-1", True),
-            book=book,
-            pace=pace,
-            store=store,
-            allowance=allowance,
-        )
+        arena.cast_vote(issue(book), "visitor-1", "A", "account-1", True)
     assert [vote.battle_id for vote in store.all_votes()] == [long_text]
     store.close()
 
@@ -195,30 +190,21 @@ def test_a_vote_the_database_refuses_reopens_its_battle_and_counts_nothing(clock
 def test_a_signed_in_account_is_paced_across_its_sessions_and_allowed_so_many_votes_a_day(clock, tmp_path):
     book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
     allowance = DailyAllowance(per_day=2, clock=clock)
+    arena = Arena(store, book=book, pace=pace, allowance=allowance)
     first, second = issue(book, visitor="session-1"), issue(book, visitor="session-2")
-    cast_vote(
-        Ballot(first, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
-    )
+    arena.cast_vote(first, "session-1", "A", "account-1", True)
     with pytest.raises(VoteTooSoon):  # another session of the same account
-        cast_vote(
-            Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
-        )
+        arena.cast_vote(second, "session-2", "A", "account-1", True)
     clock.advance(3)
-    cast_vote(
-        Ballot(second, "session-2", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
-    )
+    arena.cast_vote(second, "session-2", "A", "account-1", True)
     clock.advance(3)
     third = issue(book, visitor="session-1")
     with pytest.raises(BattleRefused) as refused:
-        cast_vote(
-            Ballot(third, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
-        )
+        arena.cast_vote(third, "session-1", "A", "account-1", True)
     assert str(refused.value) == OVER_ALLOWANCE
     clock.advance(86_400)  # the next UTC day (the refused vote's battle has expired meanwhile)
     fourth = issue(book, visitor="session-1")
-    cast_vote(
-        Ballot(fourth, "session-1", "A", "account-1", True), book=book, pace=pace, store=store, allowance=allowance
-    )
+    arena.cast_vote(fourth, "session-1", "A", "account-1", True)
     assert len(store.all_votes()) == 3
     store.close()
 
@@ -238,11 +224,12 @@ def test_battle_rate_is_per_source_with_a_burst_for_a_class(clock):
 
 def test_a_vote_is_timed_from_the_battle_shown_to_the_vote_sent_not_to_its_turn(clock, tmp_path):
     book, pace, store = BattleBook(clock=clock), VotePace(clock=clock), VoteStore(tmp_path / "votes.db")
+    arena = Arena(store, book=book, pace=pace)
     battle_id = issue(book)
     clock.advance(1.0)
     sent = clock()  # the visitor voted one second after the translations appeared
     clock.advance(9.0)  # and the call waited in the queue for its turn
-    cast_vote(Ballot(battle_id, "visitor-1", "A", "net-1"), book=book, pace=pace, store=store, cast_at=sent)
+    arena.cast_vote(battle_id, "visitor-1", "A", "net-1", cast_at=sent)
     assert [vote.seconds_to_vote for vote in store.all_votes()] == [1.0]
     store.close()
 

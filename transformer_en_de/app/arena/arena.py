@@ -9,6 +9,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from ..translation import RequestContext, translate_text
 from . import battles
 from .ratings import ACCOUNT_WEIGHT, INTERVAL_SOURCES, NETWORK_WEIGHT, OUTCOMES, Tally, order_agreement
 from .ratings import leaderboard_plot as leaderboard_plot  # for the page
-from .votes import Refused, VoteNotStored, VoteStore
+from .votes import Refused, VoteNotStored, VoteStore, check_choice
 
 SENTENCES = Path(__file__).with_name("sentences.txt")
 CONSENT = (
@@ -153,17 +154,31 @@ class Arena:
         if not isinstance(battle_id, str) or not battle_id:
             return "", "", "Start a battle first: there is nothing to vote on."
         visitor, signed_in = self.store.visitor_hash(voter.session), self.account_of(voter) is not None
-        ballot = battles.Ballot(battle_id[:100], visitor, choice, self.source_of(voter), signed_in=signed_in)
         try:
-            battle = battles.cast_vote(
-                ballot, book=self.book, pace=self.pace, store=self.store, allowance=self.allowance, cast_at=cast_at
-            )
+            battle = self.cast_vote(battle_id[:100], visitor, choice, self.source_of(voter), signed_in, cast_at)
         except Refused as error:
             if isinstance(error, VoteNotStored):
                 print(f"arena: a vote was not stored, its battle stays open ({error.__cause__ or error})", flush=True)
             return "", "", page_line(str(error))
         revealed = f"Thank you: your vote ({choice}) is stored. A was {battle.system_a}, B was {battle.system_b}."
         return battle.system_a, battle.system_b, page_line(revealed)
+
+    def cast_vote(self, battle_id, visitor, choice, source="", signed_in=False, cast_at=None) -> battles.Battle:
+        """Check a vote against every rule and store it; the battle, to reveal its systems. A signed-in `source` is
+        paced and bounded as its account; `cast_at` (the book's clock): when the vote was sent, if it waited in a queue.
+        A vote the database refused puts everything back, to be cast again at once."""
+        check_choice(choice)
+        limits = [(self.pace, source if signed_in else visitor)] + [(self.allowance, source)] * signed_in
+        with ExitStack() as undo:
+            for limit, key in limits:
+                limit.admit(key)
+                undo.callback(limit.give_back, key)
+            battle = self.book.claim(battle_id, visitor)
+            undo.callback(self.book.reopen, battle)
+            seconds = (self.book.clock() if cast_at is None else cast_at) - battle.issued_at
+            self.store.add(battle.vote(choice, source, signed_in, seconds))
+            undo.pop_all()
+        return battle
 
     def boards(self, bleu: dict[str, float]) -> list[Board]:
         """With accounts, the signed-in votes' board (the leaderboard) then the anonymous ones'; without, one."""

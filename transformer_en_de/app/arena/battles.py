@@ -1,7 +1,7 @@
-"""Battles the server issued and the rules a vote on one must pass: single use, in time, from its visitor, at a
-person's pace, within a signed-in account's daily allowance; and how fast one source may start battles. A vote carries
-only a battle's id and a choice (never which systems were seen); the books are in memory, bounded (a restart only asks
-open battles' visitors to start again), and a vote the database refused puts everything back, to be cast again."""
+"""The rules a vote must pass (`Arena.cast_vote` applies them): its battle issued here, single use, in time, from its
+visitor; a person's pace; a signed-in account's daily allowance; and how fast one source may start battles. A vote
+carries only a battle's id and a choice (never which systems were seen); the books are in memory, bounded (a restart
+only asks open battles' visitors to start again)."""
 
 import math
 import secrets
@@ -9,11 +9,10 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, fields
 
 from ..serving.limits import RateLimit
-from .votes import Refused, Shown, Vote, VoteStore, check_choice
+from .votes import Refused, Shown, Vote
 
 UNKNOWN_BATTLE = "This battle is unknown or has expired: start a new one."
 OTHER_VISITOR = "This battle was shown to another session: start a new one."
@@ -105,7 +104,7 @@ class Paced:
 
 
 class VotePace(Paced, RateLimit):
-    """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account: `cast_vote`), so the
+    """One vote per `min_seconds` from each visitor (a hashed session, or a signed-in account), so the
     visitors behind one school's address are paced one by one."""
 
     refusal, message = VoteTooSoon, TOO_SOON
@@ -148,40 +147,3 @@ class DailyAllowance(Paced):
     def give_back(self, account: str) -> None:
         with self._lock:
             self._used[account] = max(0, self._used[account] - 1)
-
-
-@dataclass(frozen=True)
-class Ballot:
-    """A vote as cast; a signed-in `source` (`VoteStore.source_hash`) is paced and bounded as the account."""
-
-    battle_id: str
-    visitor: str
-    choice: str
-    source: str = ""
-    signed_in: bool = False
-
-
-def cast_vote(
-    ballot: Ballot,
-    *,
-    book: BattleBook,
-    pace: VotePace,
-    store: VoteStore,
-    allowance: DailyAllowance | None = None,
-    cast_at: float | None = None,
-) -> Battle:
-    """Check a vote against every rule and store it; the battle, to reveal its systems. `cast_at` (the book's clock):
-    when the vote was sent, if it waited in a queue."""
-    check_choice(ballot.choice)
-    limits = [(pace, ballot.source if ballot.signed_in else ballot.visitor)]
-    limits += [(allowance, ballot.source)] if ballot.signed_in and allowance is not None else []
-    with ExitStack() as undo:  # what was taken is given back if the vote is not stored: it may be cast again at once
-        for limit, key in limits:
-            limit.admit(key)
-            undo.callback(limit.give_back, key)
-        battle = book.claim(ballot.battle_id, ballot.visitor)
-        undo.callback(book.reopen, battle)
-        seconds = (book.clock() if cast_at is None else cast_at) - battle.issued_at
-        store.add(battle.vote(ballot.choice, ballot.source, ballot.signed_in, seconds))
-        undo.pop_all()
-    return battle

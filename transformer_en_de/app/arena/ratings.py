@@ -29,16 +29,13 @@ def fit_ratings(wins: np.ndarray) -> np.ndarray:
     """Bradley–Terry ratings from `wins[..., i, j]` (i's wins over j, ties as halves): (..., k) on the Elo scale."""
     wins = wins + PRIOR_GAMES / 2 * (1 - np.eye(wins.shape[-1]))
     games = wins + np.swapaxes(wins, -1, -2)  # (..., k, k), zero on the diagonal
-    total_wins = wins.sum(-1)  # (..., k)
     log_strength = np.zeros(wins.shape[:-1])
     for _ in range(10_000):
-        strength = np.exp(log_strength)
-        denominator = (games / (strength[..., :, None] + strength[..., None, :])).sum(-1)
-        updated = np.log(total_wins / denominator)
+        strength = np.exp(log_strength)[..., None]  # (..., k, 1)
+        updated = np.log(wins.sum(-1) / (games / (strength + np.swapaxes(strength, -1, -2))).sum(-1))
         updated -= updated.mean(-1, keepdims=True)  # strengths are defined up to a factor: fix their geometric mean
-        converged = np.abs(updated - log_strength).max() < 1e-10
-        log_strength = updated
-        if converged:
+        log_strength, change = updated, np.abs(updated - log_strength).max()
+        if change < 1e-10:
             break
     return BASE_RATING + SCALE * log_strength / np.log(10)
 
@@ -126,8 +123,7 @@ def leaderboard_rows(votes: Iterable[Vote] | Tally, bleu: Mapping | None = None)
         for (winner, loser), count in source.wins.items():
             wins[number, index[winner], index[loser]] = count
     weights = np.array([source.weight for source in ordered])
-    weighted = np.tensordot(weights, wins, axes=1) if len(weights) else np.zeros((k, k))
-    ratings = fit_ratings(weighted) if k > 1 else np.full(k, BASE_RATING)
+    ratings = fit_ratings(np.tensordot(weights, wins, axes=1)) if k > 1 else np.full(k, BASE_RATING)
     lower, upper = ratings, ratings
     if k > 1 and len(weights):
         rng = np.random.default_rng(0)  # the same votes, the same intervals

@@ -15,6 +15,7 @@ os.environ.setdefault("VOTES_DB", os.path.join(tempfile.mkdtemp(prefix="votes-")
 
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,18 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def start_in_thread(server, timeout: float = 60.0) -> threading.Thread:
+    """Run a uvicorn `server` in a daemon thread; returns once it accepts connections."""
+    thread = threading.Thread(target=server.run, name="app server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the app server did not start")
+        time.sleep(0.05)
+    return thread
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ engine, budgets, turns on the CPU, bad input, files, each model's inside view, c
 table."""
 
 import csv
-import functools
+import dataclasses
 import io
 import itertools
 import json
@@ -763,9 +763,14 @@ def test_file_translations_and_corpus_scores(ours, marian, t5, tmp_path):
     assert steps[-1] == (3 * 3, 3 * 3)
 
 
+@pytest.fixture
+def ours_at_a_set_cost(ours):
+    """Ours at `StepCost`'s set cost: one measured on a loaded machine can read 0 per row, 3 beams then costing as 4."""
+    return dataclasses.replace(ours, step_cost=budget.StepCost())
+
+
 def room_for_three_beams(ours, lines: list[str]) -> float:
-    """CPU seconds in which the lines fit at 3 beams but not at 4 (16 new tokens at most), at the cost of a step
-    measured for our model when it was loaded."""
+    """CPU seconds in which the lines fit at 3 beams but not at 4 (16 new tokens at most), at `ours.step_cost`."""
     settings = DecodingSettings(num_beams=8, max_new_tokens=16)
     steps = list(engine.plan_decoding(ours.model, ours.tokenizer, lines, settings).limits)
 
@@ -775,7 +780,8 @@ def room_for_three_beams(ours, lines: list[str]) -> float:
     return (seconds(3) + seconds(4)) / 2
 
 
-def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
+def test_big_file_gets_fewer_beams_and_says_so(ours_at_a_set_cost, tmp_path):
+    ours = ours_at_a_set_cost
     line = "A man in a blue jacket is repairing a bicycle on the street."
     source = write(tmp_path / "big.txt", f"{line}\n" * 20)
     room = room_for_three_beams(ours, [line] * 20)
@@ -790,7 +796,8 @@ def test_big_file_gets_fewer_beams_and_says_so(ours, tmp_path):
     assert result.path is not None
 
 
-def test_a_file_whose_beams_were_lowered_is_scored_against_its_reference(ours, tmp_path):
+def test_a_file_whose_beams_were_lowered_is_scored_against_its_reference(ours_at_a_set_cost, tmp_path):
+    ours = ours_at_a_set_cost
     line = "A man in a blue jacket is repairing a bicycle on the street.\n"
     source = write(tmp_path / "big.txt", line * 20)
     reference = write(tmp_path / "big.de", "Ein Mann in einer blauen Jacke repariert ein Fahrrad.\n" * 20)
@@ -1127,7 +1134,7 @@ def test_every_panel_shows_confidence_and_ours_says_when_out_of_its_depth(ours, 
     assert "descriptions of photos" not in translation.format_details(result.outputs[1])
     alone = translation.format_details(text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[]).outputs[0])
     assert translation.NO_PRETRAINED in alone and translation.TRUST_PRETRAINED not in alone
-    monkeypatch.setattr(translation, "check_depth", functools.partial(out_of_depth.check_depth, low_score=0.0))
+    monkeypatch.setattr(out_of_depth, "LOW_SCORE", 0.0)
     calm = text("A dog runs.", "greedy", 1, 8, ours=ours, comparisons=[])
     assert "descriptions of photos" not in translation.format_details(calm.outputs[0])
     assert "**Confidence** " in translation.format_details(calm.outputs[0])
@@ -1190,8 +1197,9 @@ def served_app(app_model_dir, tmp_path_factory):
     the MarianMT's name on the page)."""
     import socket
 
+    from conftest import start_in_thread
+
     import app
-    from transformer_en_de.app.serving.server import start_in_thread
 
     marian = build_tiny_marian(tmp_path_factory.mktemp("api-marian"))
     votes = tmp_path_factory.mktemp("api-votes") / "votes.sqlite3"

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def served(app_model_dir):
     """The app's server in this process, our model alone, the limits as shipped; yields (url, the app)."""
+    from conftest import start_in_thread
+
     import app
-    from transformer_en_de.app.serving.server import start_in_thread
 
     translation_app = app.build_app(str(app_model_dir), [], limits=Limits(), backend="torch")
     port = free_port()

@@ -686,8 +686,9 @@ def test_an_upload_that_is_no_file_is_refused_in_one_line(server, part, expected
 def small_server(model_dirs):
     """The app's server in this process (our model alone) with small limits, so that each attack shows at a small
     scale; yields (url, the app)."""
+    from conftest import start_in_thread
+
     import app
-    from transformer_en_de.app.serving.server import start_in_thread
 
     small = Limits(
         new_sessions_per_address_per_second=0.5,
@@ -795,8 +796,9 @@ def test_new_sessions_beyond_their_rate_are_refused_in_one_line_and_a_running_vi
 def test_a_call_that_waited_for_a_free_callback_keeps_to_its_time_limit(model_dirs, tmp_path):
     # One callback at a time: a visitor's text waits in Gradio's queue while a long file job runs. Its time limit
     # (1 s here) counts from when it came, not from when its callback began: it answers at once, and says so.
+    from conftest import start_in_thread
+
     import app
-    from transformer_en_de.app.serving.server import start_in_thread
 
     one_at_a_time = Limits(
         concurrent_jobs=1, text=Budget(cpu_seconds=8.0, seconds=1.0), file=Budget(cpu_seconds=10_000, seconds=120)

@@ -27,8 +27,9 @@ pytestmark = pytest.mark.slow
 
 
 def serve(app_model_dir, comparisons, votes_db):
+    from conftest import start_in_thread
+
     import app
-    from transformer_en_de.app.serving.server import start_in_thread
 
     translation_app = app.build_app(str(app_model_dir), comparisons, backend="torch", votes_db=votes_db)
     port = free_port()

@@ -3,13 +3,12 @@
 import socket
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, start_in_thread
 from tiny_marian import build_tiny_marian
 from tiny_models import build_tiny_t5
 
 import app
 from transformer_en_de.app.page.translate import EVERYDAY_EXAMPLE
-from transformer_en_de.app.serving.server import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

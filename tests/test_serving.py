@@ -13,10 +13,11 @@ from types import SimpleNamespace
 import gradio as gr
 import httpx
 import pytest
+from conftest import start_in_thread
 from test_app_server import free_port
 
 from benchmarks.load import Page, in_parallel
-from transformer_en_de.app.serving import Budget, Limits, Serving, start_in_thread
+from transformer_en_de.app.serving import Budget, Limits, Serving
 from transformer_en_de.app.serving.guard import Refused
 from transformer_en_de.app.serving.limits import RateLimit
 

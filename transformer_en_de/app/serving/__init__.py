@@ -18,7 +18,7 @@ What Gradio and uvicorn offer no public way to do, and what it costs:
 
 from .limits import Budget, Limits
 from .scheduler import Busy, Cancelled, FairScheduler
-from .server import SPACE_PROXY_NETWORKS, Serving, forwarded_allow_ips_by_default, start_in_thread
+from .server import SPACE_PROXY_NETWORKS, Serving, forwarded_allow_ips_by_default
 from .uploads import upload_folder, uploaded_path
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "Limits",
     "Serving",
     "forwarded_allow_ips_by_default",
-    "start_in_thread",
     "uploaded_path",
     "upload_folder",
 ]

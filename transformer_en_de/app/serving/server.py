@@ -25,7 +25,6 @@ from .scheduler import Cancelled, FairScheduler
 from .uploads import UploadQuota
 
 SPACE_PROXY_NETWORKS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"
-WORK, SIDE = "work", "side work"  # the concurrency groups of Gradio's queue for the events that spend CPU
 
 
 class Serving:
@@ -56,10 +55,10 @@ class Serving:
         )
 
     def work(self, listener: Callable, fn: Callable, inputs, outputs, *, side: bool = False, **options):
-        """`listener(fn, inputs, outputs, **options)`, its calls counted by the front, in the WORK group or in SIDE's
-        own slots (a class's looks inside never hold a translation's: hostile_clients, views at once); inputs as sent
-        (the page answers a bad one in one line, where Gradio would log a traceback)."""
-        group, limit = (SIDE, self.limits.side_jobs) if side else (WORK, self.limits.concurrent_jobs)
+        """`listener(fn, inputs, outputs, **options)`, its calls counted by the front, in the queue's "work" group or
+        in side work's own slots (a class's looks inside never hold a translation's: hostile_clients, views at once);
+        inputs as sent (the page answers a bad one in one line, where Gradio would log a traceback)."""
+        group, limit = ("side work", self.limits.side_jobs) if side else ("work", self.limits.concurrent_jobs)
         event = listener(
             fn, inputs, outputs, concurrency_id=group, concurrency_limit=limit, preprocess=False, **options
         )
@@ -183,7 +182,6 @@ class Serving:
             app,
             host=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
             port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-            log_level="info",  # says where the page is ("Uvicorn running on ...")
             access_log=False,  # a flood of requests would flood the log
             http="h11",  # bounds a request's headers (16 kB by default); idle connections close after 5 s
             # Counts every connection, even one still sending headers: kept below the descriptors, with room for the
@@ -224,15 +222,3 @@ def forwarded_allow_ips_by_default(environ) -> str:
     if "FORWARDED_ALLOW_IPS" in environ:
         return environ["FORWARDED_ALLOW_IPS"]
     return SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else ""
-
-
-def start_in_thread(server: uvicorn.Server, timeout: float = 60.0) -> threading.Thread:
-    """Run `server` in a daemon thread; returns once it accepts connections."""
-    thread = threading.Thread(target=server.run, name="app server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the app server did not start")
-        time.sleep(0.05)
-    return thread

@@ -219,6 +219,4 @@ def raise_descriptor_limit() -> int:
 
 def forwarded_allow_ips_by_default(environ) -> str:
     """FORWARDED_ALLOW_IPS; else on a Space (SPACE_ID set) its proxy's networks; else nothing trusted."""
-    if "FORWARDED_ALLOW_IPS" in environ:
-        return environ["FORWARDED_ALLOW_IPS"]
-    return SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else ""
+    return environ.get("FORWARDED_ALLOW_IPS", SPACE_PROXY_NETWORKS if environ.get("SPACE_ID") else "")

@@ -34,7 +34,7 @@ from transformer_en_de.app.serving import (
 from transformer_en_de.app.sign_in import SignIn, SignInUnavailable, asked_for, sign_in_mode
 from transformer_en_de.app.text_checks import default_settings
 from transformer_en_de.app.translation import RequestContext, format_details, translate_text
-from transformer_en_de.app.translators import ModelUnavailableError, display_id, load_our_translator, start_comparisons
+from transformer_en_de.app.translators import ModelUnavailableError, load_our_translator, start_comparisons
 from transformer_en_de.decoding.flags import add_backend_flags
 
 APP_DIR = Path(__file__).resolve().parent
@@ -202,12 +202,8 @@ class TranslationApp:
         return self.rendered_side_work(request, self.corpus_markdown, gr.skip())
 
     def corpus_markdown(self) -> tuple[str, str]:
-        notes, rows = self.corpus()
+        notes, rows = corpus_table(self.ours.model_id, COMPARISON_PATH)
         return notes, corpus_markdown(rows)
-
-    def corpus(self) -> tuple[str, list[list[str]]]:
-        folder = self.ours.model_id if Path(self.ours.model_id).is_dir() else None
-        return corpus_table(folder, COMPARISON_PATH, display_id(self.ours.model_id))
 
     def status(self):
         """Each comparison model's loading state, what decodes ours, and the requests in progress (Markdown)."""
@@ -274,7 +270,8 @@ class TranslationApp:
 
     def leaderboard_table(self) -> tuple[list, str]:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""
-        scored = bleu_by_model(self.corpus()[1])  # the Corpus tab's own rows: the two never disagree
+        # The Corpus tab's own rows: the two never disagree
+        scored = bleu_by_model(corpus_table(self.ours.model_id, COMPARISON_PATH)[1])
         bleu = {model: score for model, (score, _) in scored.items()}
         how = "; ".join(f"{model}: {decoding}" for model, (_, decoding) in scored.items())
         bleu_line = f"BLEU: cased sacreBLEU on test 2016 flickr, decoded as scored ({how})." if scored else ""

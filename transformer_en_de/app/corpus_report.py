@@ -114,14 +114,15 @@ def read_json(path: Path) -> tuple[dict | None, str]:
 
 
 def corpus_table(
-    model_folder: str | Path | None, comparison_path: Path, ours: str | None = None
+    model: str | Path | None, comparison_path: Path, ours: str | None = None
 ) -> tuple[str, list[list[str]]]:
-    """Notes (Markdown) and the table's rows; `ours`: our model's name in compare.py's JSON."""
+    """Notes (Markdown) and the table's rows for our `model`, a folder (its record read) or a Hub id; `ours`: its name
+    in compare.py's JSON (`display_id(model)` if not given)."""
     rows, notes = Rows(), [EXPLAINED]
-    folder = Path(model_folder) if model_folder else None
-    ours = ours or (display_id(str(folder)) if folder is not None else None)
+    folder = Path(model) if model and Path(model).is_dir() else None
+    ours = ours or (display_id(str(model)) if model else None)
     try:
-        results = read_eval_results(folder) if folder is not None and folder.is_dir() else None
+        results = read_eval_results(folder) if folder is not None else None
     except EvalResultsError as error:
         results = None
         notes.append(

@@ -145,11 +145,9 @@ def reason(source: str, familiar: float) -> str:
     return f"Unlike the photo descriptions the model learned from (words it never saw: {shown})."
 
 
-def check_depth(
-    sources: list[str], confidences: list[float | None], translations: list[str] | None = None, *, low_score=LOW_SCORE
-) -> list[DepthCheck]:
-    """One check per source sentence, from its translation's confidence (None: not translated, not flagged) and the
-    translation (when given, checked for loops)."""
+def check_depth(sources: list[str], confidences: list[float | None], translations: list[str] | None = None):
+    """One `DepthCheck` per source sentence, from its translation's confidence (None: not translated, not flagged) and
+    the translation (when given, checked for loops)."""
     translations = [""] * len(sources) if translations is None else translations
     if not len(sources) == len(confidences) == len(translations):
         raise ValueError(
@@ -166,7 +164,7 @@ def check_depth(
         if translation and repeats_itself(source, translation):
             checks.append(DepthCheck(True, score, LOOP_REASON))
         else:
-            checks.append(DepthCheck(score < low_score, score, reason(source, familiar) if score < low_score else ""))
+            checks.append(DepthCheck(score < LOW_SCORE, score, reason(source, familiar) if score < LOW_SCORE else ""))
     return checks
 
 

@@ -34,8 +34,7 @@ TIME_LIMIT = (
 
 
 def why_stopped(error: InputError | Busy | Cancelled | BackendError) -> str:
-    """The visitor's line for a request refused before any work (InputError, Busy), cancelled, or whose decoder failed
-    for good."""
+    """The visitor's line for a request refused, cancelled, or whose decoder failed for good."""
     if isinstance(error, Cancelled):
         return CANCELLED
     return f"{error} Try again." if isinstance(error, BackendError) else str(error)
@@ -183,10 +182,9 @@ def depth_notice(output: SystemOutput, outputs: list[SystemOutput]) -> str:
 def translate_text(
     text, decoding, num_beams=None, max_new_tokens=None, reference: str | None = "", *, context: RequestContext
 ) -> TextResult:
-    """Translate `text` with every system: `decoding` with `num_beams` and `max_new_tokens` are the page's controls,
-    or `decoding` is checked settings (the arena's); every field bounded before any work (the text cut, a reference
-    past its limits not scored), sentence scores against `reference`. A request refused or stopped has an empty panel
-    per system and a message saying why."""
+    """Translate `text` with every system, scored against `reference`: `decoding`, `num_beams`, `max_new_tokens` are
+    the page's controls, or `decoding` is checked settings (the arena's). Every field is bounded before any work; a
+    request refused or stopped has an empty panel per system and a message saying why."""
     limits = context.limits
     try:
         settings = decoding

@@ -123,7 +123,10 @@ class FairScheduler:
             if time.monotonic() - job.turn_began < SLICE_SECONDS:
                 return  # a turn lasts at least a slice
             first = self._first_waiting()
-            if first is not None and self._comes_first(first, job):
+            if first is None:
+                return
+            (first_lane, first_used), (lane, used) = self._priority(first), self._priority(job)
+            if first_lane < lane or (first_lane == lane and first_used + SLICE_SECONDS < used):
                 self._end_turn(job)
                 self._take_turn(job)
 
@@ -190,10 +193,6 @@ class FairScheduler:
 
     def _first_waiting(self) -> Job | None:
         return min((job for job in self._jobs if job.waiting_since is not None), key=self._priority, default=None)
-
-    def _comes_first(self, other: Job, running: Job) -> bool:
-        (other_lane, other_used), (lane, used) = self._priority(other), self._priority(running)
-        return other_lane < lane or (other_lane == lane and other_used + SLICE_SECONDS < used)
 
     def _priority(self, job: Job) -> tuple[int, float]:
         """Lower comes first: the lane (an aged job's first, then the better lanes'), then recent CPU use."""

@@ -2,7 +2,8 @@
 
 `--parts`: in-turns (systems in turns at batch 1 and 32 in this process, CTranslate2 once it writes our greedy
 tokens), precision (bf16 / int8 weights against float32, passing within 0.3 BLEU),
-backends (the engine with each, a process each), one-process (PyTorch beside CTranslate2 loaded in various ways).
+backends (the engine with each, a process each), one-process (PyTorch beside CTranslate2 loaded in various ways),
+device (`generate()` on the GPU where there is one, float32 and bf16 weights, and whether CTranslate2 could run there).
 
     python -m benchmarks.engine_backends [--quick] [--threads 1] [--rounds 2] [--parts PART ...]
 """
@@ -12,6 +13,7 @@ import copy
 import json
 import os
 import statistics
+from functools import partial
 
 import torch
 
@@ -46,7 +48,7 @@ def options(parser):
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every system (in-turns: passes at batch 32)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
     parser.add_argument("--batch1-sentences", type=int, default=None, help="in-turns: batch 1 on the first N only")
-    parser.add_argument("--parts", nargs="+", choices=["in-turns", "precision", "backends", "one-process"])
+    parser.add_argument("--parts", nargs="+", choices=["in-turns", "precision", "backends", "one-process", "device"])
     parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
     parser.set_defaults(threads=1, parts=["backends", "one-process"])
 
@@ -127,6 +129,32 @@ def precision_part(args) -> None:
     harness.print_table(header + ["passes"], rows)
 
 
+def device_part(args) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer = load_model(str(harness.SHIPPED_DIR), device)
+    model.set_attn_implementation("sdpa")  # transformers' default where torch has it, named for the figures
+    variants = {"float32": model, "bf16 weights": copy.deepcopy(model).to(torch.bfloat16)}
+    sources = harness.read_split(SPLIT, "en")
+    rows = []
+    for batch_size, count in ((32, 32 if args.quick else 256), (1, 4 if args.quick else 32)):
+        runs = {name: partial(hub_user(v, tokenizer, batch_size), sources[:count]) for name, v in variants.items()}
+        for name, t in harness.alternate(runs, args.rounds).items():  # the decoded text waits for the GPU
+            rows.append([batch_size, count, name, harness.spread(t.wall), f"{count / t.seconds:.1f}"])
+    print(
+        f"\n# {HUB} on {device} with the saved defaults (sdpa attention): beam {model.generation_config.num_beams}, "
+        f"first sentences of {SPLIT}, {args.rounds} round(s) after a warm-up"
+    )
+    harness.print_table(["batch", "sentences", "weights", "s/pass: median", "sentences/s"], rows)
+    try:
+        import ctranslate2  # only whether it would run here
+
+        gpus = ctranslate2.get_cuda_device_count()
+        types = f", compute types {sorted(ctranslate2.get_supported_compute_types('cuda'))}" if gpus else ""
+        print(f"CTranslate2 {ctranslate2.__version__}: {gpus} CUDA device(s){types}")
+    except Exception as error:  # ImportError when missing; a broken CUDA runtime raises others
+        print(f"CTranslate2: not usable ({type(error).__name__}: {error})")
+
+
 def child(name: str, count: int | None, threads: int, repeats: int) -> None:
     """The engine with each of `name`'s backends, loaded together in this process, timed in turns: one JSON line."""
     model, tokenizer = load_model(str(harness.SHIPPED_DIR))
@@ -155,7 +183,8 @@ def child(name: str, count: int | None, threads: int, repeats: int) -> None:
 def in_children(args, names: dict, base: str, count: int | None) -> tuple[dict, list[list]]:
     """Each of `names`' children once a round, back to back: their runs, and a row each of the first system's
     sentences/s and its speed per round against `base`'s."""
-    flags = ["--threads", str(args.threads), *(["--limit", str(count)] if count else []), *(["--quick"] * args.quick)]
+    flags = ["--threads", str(args.threads), "--data", str(harness.DATA_DIR), *(["--quick"] * args.quick)]
+    flags += ["--limit", str(count)] if count else []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     envs = {name: env | ({"OMP_WAIT_POLICY": "PASSIVE"} if name == PASSIVE else {}) for name in names}
     runs = harness.rounds_in_children(MODULE, {name: ["--child", name, *flags] for name in names}, args.rounds, envs)
@@ -204,7 +233,7 @@ def main() -> None:
         args.limit, args.rounds = args.limit or 96, 1
     print(f"# Engine backends: {harness.describe_machine(args.threads)}")
     parts = {"in-turns": in_turns_part, "precision": precision_part, "backends": backends_part}
-    parts["one-process"] = one_process_part
+    parts |= {"one-process": one_process_part, "device": device_part}
     for part in args.parts:
         parts[part](args)
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from tokenizer import load_tokenizer
 from transformer_en_de import data
 from transformer_en_de.markdown import markdown_table
 from transformer_en_de.training import precision
@@ -27,12 +26,15 @@ SHIPPED_DIR = ROOT / "models" / "transformer-en-de"
 
 
 def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    global DATA_DIR
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a short run (a smoke test; figures are noisier)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default %(default)s)")
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="the Multi30k folder (default %(default)s)")
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
+    DATA_DIR = args.data
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     return args
@@ -59,23 +61,6 @@ def shipped_config(**overrides):
     return TransformerMTConfig.from_pretrained(SHIPPED_DIR, **overrides)
 
 
-def model_folder_to_serve(model: Path, scratch: Path) -> tuple[Path, str]:
-    """(folder, description): `model` if it is a saved model folder, else a random-weight model of the shipped size
-    saved into `scratch` (speed does not depend on the weights)."""
-    from modeling import TransformerMTForConditionalGeneration
-    from modeling.modeling_transformer_mt import set_translation_defaults
-
-    if (model / "config.json").is_file():
-        return model, str(model)
-    folder = scratch / "model"
-    torch.manual_seed(0)
-    random_model = TransformerMTForConditionalGeneration(shipped_config())
-    set_translation_defaults(random_model.generation_config, random_model.config)
-    random_model.save_pretrained(folder)
-    load_tokenizer(SHIPPED_DIR).save_pretrained(folder)
-    return folder, "random weights, shipped size"
-
-
 def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> list[str]:
     """`generate()` with the saved defaults over batches of sentences of similar length, returned in input order."""
     order = sorted(range(len(sources)), key=lambda index: len(sources[index]))
@@ -89,76 +74,6 @@ def generate_all(model, tokenizer, sources: list[str], batch_size: int = 32) -> 
         for index, text in zip(chosen, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
             outputs[index] = text
     return outputs
-
-
-# ---------------------------------------------------------------------------------------------------------- training
-
-
-def training_batches(tokenizer, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
-    """`count` batches as the Trainer's group_by_length sampler cuts a megabatch of 50 sorted by length, longest to
-    shortest, pads -100 in the labels."""
-    per_megabatch = 50
-    english, german = sample_sentences("train", batch_size * per_megabatch)
-    lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
-    order = sorted(range(len(english)), key=lambda index: -lengths[index])
-    batches = []
-    for k in range(count):
-        pick = round(k * (per_megabatch - 1) / max(count - 1, 1))
-        chosen = order[pick * batch_size : (pick + 1) * batch_size]
-        source = tokenizer([english[i] for i in chosen], padding=True, return_tensors="pt")
-        target = tokenizer(text_target=[german[i] for i in chosen], padding=True, return_tensors="pt")
-        labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
-        batches.append({"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels})
-    return batches
-
-
-def adamw(model):
-    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
-
-
-def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1) -> Callable[[], None]:
-    device = next(model.parameters()).device
-
-    def step():
-        for index, batch in enumerate(batches, start=1):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_of(model, batch)
-            (loss / accumulate).backward()
-            if index % accumulate == 0:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-        synchronize(device)
-
-    return step
-
-
-def training_matmul_flops(config, batch_size: int, source_length: int, target_length: int):
-    """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch, causal attention counted in full;
-    softmax, norms, the loss and AdamW not counted: a floor on the work done."""
-    d, d_ff, encoder, decoder = config.d_model, config.d_ff, config.encoder_layers, config.decoder_layers
-    source_tokens, target_tokens = batch_size * source_length, batch_size * target_length
-    projections = source_tokens * (encoder * (4 * d * d + 2 * d * d_ff) + decoder * 2 * d * d)  # cross-attn K, V
-    projections += target_tokens * (decoder * (6 * d * d + 2 * d * d_ff) + d * config.vocab_size)
-    attention = encoder * source_length**2 + decoder * (target_length + source_length) * target_length
-    return 3 * (2 * projections + 4 * d * batch_size * attention)
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype) -> float:
-    """The dense peak in FLOP/s: the best of 12 timings of large square matmuls."""
-    size, per_timing = (8192, 10) if device.type == "cuda" else (2048, 1)
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-
-    def matmuls():
-        for _ in range(per_timing):
-            a @ b
-        synchronize(device)
-
-    return 2 * size**3 * per_timing / min(alternate({"matmul": matmuls}, rounds=12)["matmul"].wall)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # ------------------------------------------------------------------------------------------------------------ timing
@@ -246,9 +161,9 @@ def print_table(header: list[str], rows: list[list[object]]) -> None:
     print(markdown_table(header, rows))
 
 
-def describe_machine(threads: int) -> str:
+def describe_machine(threads: int, device: torch.device = torch.device("cpu")) -> str:
     cpus = f"{threads} thread(s), {os.cpu_count()} CPU(s) visible"
-    return f"torch {torch.__version__}, {cpus}, {precision.describe(use_cpu=True)}"
+    return f"torch {torch.__version__}, {cpus}, {precision.describe(use_cpu=device.type == 'cpu')}"
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:

@@ -1,11 +1,13 @@
 """Training throughput (target tokens/s) of our model against torch.nn.Transformer wired the same way (checked to
-compute our loss with our weights), and the matmul FLOP/s of each as a share of this device's measured peak.
-`--distillation`: round 7's 6+1 student with and without a teacher. `--memory`: the peak RSS of a `train.py` start
-that prepares the mix (reads, mixes, tokenizes) against a second start that reads the mix the first one kept, each a
-process of its own, one step, one thread; the default mix is task 1 twice, teacher-big and the tagged back-translation
-(528,000 pairs an epoch).
+compute our loss with our weights), and the matmul FLOP/s of each as a share of this device's measured peak, on the
+GPU where there is one. `--distillation`: round 7's 6+1 student with and without a teacher. `--base-recipe`: one
+optimizer step of the paper's WMT14 base model at about 25,000 target tokens. `--memory`: the peak RSS of a `train.py`
+start that prepares the mix (reads, mixes, tokenizes) against a second start that reads the mix the first one kept,
+each a process of its own, one step, one thread; the default mix is task 1 twice, teacher-big and the tagged
+back-translation (528,000 pairs an epoch).
 
-    python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128] [--distillation]
+    python -m benchmarks.train_throughput [--quick] [--threads 1] [--batch-size 128 ...] [--distillation]
+    python -m benchmarks.train_throughput --base-recipe [--quick]
     python -m benchmarks.train_throughput --memory [--mix CORPUS ...]
 """
 
@@ -31,6 +33,8 @@ from tokenizer import load_tokenizer
 from transformer_en_de.training import precision
 from transformer_en_de.training.distillation import Teacher
 from transformer_en_de.training.loop import scored_loss
+
+STEPS = 100_000  # the paper's base run (docs/training.md)
 
 
 class TorchTransformerMT(nn.Module):
@@ -132,69 +136,187 @@ def check_same_function(ours, reference, batch) -> None:
         raise AssertionError(f"the reference is not wired like our model: loss {theirs.item()} vs {mine.item()}")
 
 
-def step_table(sides: dict, batches: list, device, bf16: bool, rounds: int, reference: str, peak: float, config=None):
-    """Rows and ratio-to-`reference` lines of each side's step (name -> (model, loss function)); with `config`, its
-    matmul FLOP/s as a share of `peak`."""
-    device_batches = [{key: tensor.to(device) for key, tensor in batch.items()} for batch in batches]
-    steps = {}
-    for name, (model, loss_of) in sides.items():
-        model.to(device)
-        steps[name] = harness.training_step(model, loss_of, harness.adamw(model), device_batches, bf16)
-    timings = harness.alternate(steps, rounds=rounds, warmup=1)
-    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
-    size = batches[0]["input_ids"].shape[0]
-    shapes = [(batch["input_ids"].shape[1], batch["labels"].shape[1]) for batch in batches]
-    flops = sum(harness.training_matmul_flops(config, size, *shape) for shape in shapes) if config else 0
-    rows, lines, base = [], [], timings[reference]
-    for name, t in timings.items():
-        rows.append([f"{len(batches)} x {size}", name, f"{sum(p.numel() for p in sides[name][0].parameters()):,}"])
-        rows[-1] += [harness.spread(t.wall), f"{t.cpu_seconds:.3g}", f"{tokens / t.seconds:,.0f}"]
-        rows[-1] += [f"{flops / t.seconds / 1e9:,.0f}", f"{flops / t.seconds / peak:.1%}"] if config else ["", ""]
-        if name != reference:
-            lines.append(f"{name} / {reference}, batch {size}: throughput {base.seconds / t.seconds:.2f}x wall, ")
-            lines[-1] += (
-                f"{base.cpu_seconds / t.cpu_seconds:.2f}x CPU time; time a step {t.seconds / base.seconds:.2f}x"
-            )
-    return rows, lines
+def training_batches(tokenizer, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
+    """`count` batches as the Trainer's group_by_length sampler cuts a megabatch of 50 sorted by length, longest to
+    shortest, pads -100 in the labels."""
+    per_megabatch = 50
+    english, german = harness.sample_sentences("train", batch_size * per_megabatch)
+    lengths = [len(ids) for ids in tokenizer(english)["input_ids"]]
+    order = sorted(range(len(english)), key=lambda index: -lengths[index])
+    batches = []
+    for k in range(count):
+        pick = round(k * (per_megabatch - 1) / max(count - 1, 1))
+        chosen = order[pick * batch_size : (pick + 1) * batch_size]
+        source = tokenizer([english[i] for i in chosen], padding=True, return_tensors="pt")
+        target = tokenizer(text_target=[german[i] for i in chosen], padding=True, return_tensors="pt")
+        labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
+        batches.append({"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels})
+    return batches
 
 
-def compare_steps(config, batches_of: dict, device: torch.device, bf16: bool, rounds: int) -> None:
-    """Ours (both losses) against torch.nn.Transformer on the batches of each size (size -> batches)."""
-    peak = harness.matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
-    print(f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds")
+def adamw(model):
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def training_step(model, loss_of, optimizer, batches, bf16: bool, accumulate: int = 1):
+    device = next(model.parameters()).device
+
+    def step():
+        for index, batch in enumerate(batches, start=1):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_of(model, batch)
+            (loss / accumulate).backward()
+            if index % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        synchronize(device)
+
+    return step
+
+
+def training_matmul_flops(config, batch_size: int, source_length: int, target_length: int):
+    """Matmul FLOPs of a forward + backward (3x the forward) over a padded batch, causal attention counted in full;
+    softmax, norms, the loss and AdamW not counted: a floor on the work done."""
+    d, d_ff, encoder, decoder = config.d_model, config.d_ff, config.encoder_layers, config.decoder_layers
+    source_tokens, target_tokens = batch_size * source_length, batch_size * target_length
+    projections = source_tokens * (encoder * (4 * d * d + 2 * d * d_ff) + decoder * 2 * d * d)  # cross-attn K, V
+    projections += target_tokens * (decoder * (6 * d * d + 2 * d * d_ff) + d * config.vocab_size)
+    attention = encoder * source_length**2 + decoder * (target_length + source_length) * target_length
+    return 3 * (2 * projections + 4 * d * batch_size * attention)
+
+
+def matmul_peak(device: torch.device, bf16: bool) -> float:
+    """The dense peak in FLOP/s: the best of 12 timings of large square matmuls."""
+    size, per_timing = (8192, 10) if device.type == "cuda" else (2048, 1)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+
+    def matmuls():
+        for _ in range(per_timing):
+            a @ b
+        synchronize(device)
+
+    return 2 * size**3 * per_timing / min(harness.alternate({"matmul": matmuls}, rounds=12)["matmul"].wall)
+
+
+def compare_steps(sides_of, reference: str, batches_of: dict, device, bf16: bool, rounds: int, config=None) -> None:
+    """Each side's step (`sides_of(batches)`: name -> (model, loss function)) against `reference`'s, on the batches of
+    each size (size -> batches); with `config`, its matmul FLOP/s as a share of this device's measured peak."""
+    peak = matmul_peak(device, bf16) if config else 0
+    if config:
+        print(
+            f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds"
+        )
     rows, lines = [], []
-    for batches in batches_of.values():
-        models = {}
-        for name in ("torch.nn.Transformer", "ours", "ours, every position projected"):
-            torch.manual_seed(0)
-            models[name] = (TorchTransformerMT if name.startswith("torch") else Ours)(config).train()
-        check_same_function(models["ours"], models["torch.nn.Transformer"], batches[0])  # on the CPU, before moving
-        losses = {"ours": scored_loss, "ours, every position projected": full_projection_loss}
-        sides = {name: (model, losses.get(name, lambda m, batch: m(**batch))) for name, model in models.items()}
-        table = step_table(sides, batches, device, bf16, rounds, "torch.nn.Transformer", peak, config)
-        rows, lines = rows + table[0], lines + table[1]
-        del models, sides
+    for size, batches in batches_of.items():
+        sides = sides_of(batches)
+        device_batches = [{key: tensor.to(device) for key, tensor in batch.items()} for batch in batches]
+        steps = {
+            name: training_step(model.to(device), loss_of, adamw(model), device_batches, bf16)
+            for name, (model, loss_of) in sides.items()
+        }
+        timings = harness.alternate(steps, rounds=rounds, warmup=1)
+        tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+        shapes = [(batch["input_ids"].shape[1], batch["labels"].shape[1]) for batch in batches]
+        flops = sum(training_matmul_flops(config, size, *shape) for shape in shapes) if config else 0
+        base = timings[reference]
+        for name, t in timings.items():
+            rows.append([f"{len(batches)} x {size}", name, f"{sum(p.numel() for p in sides[name][0].parameters()):,}"])
+            rows[-1] += [harness.spread(t.wall), f"{t.cpu_seconds:.3g}", f"{tokens / t.seconds:,.0f}"]
+            rows[-1] += [f"{flops / t.seconds / 1e9:,.0f}", f"{flops / t.seconds / peak:.1%}"] if config else ["", ""]
+            if name != reference:
+                lines.append(f"{name} / {reference}, batch {size}: throughput {base.seconds / t.seconds:.2f}x wall, ")
+                lines[-1] += (
+                    f"{base.cpu_seconds / t.cpu_seconds:.2f}x CPU time; time a step {t.seconds / base.seconds:.2f}x"
+                )
+        del sides, steps
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print_steps(rows, lines)
-
-
-def print_steps(rows, lines):
     header = ["batches", "model", "parameters", "wall s/round: median [IQR]", "CPU s/round", "target tokens/s"]
     harness.print_table(header + ["matmul GFLOP/s", "share of peak"], rows)
     print("\n".join(lines))
 
 
-def distillation(bf16: bool, batches, rounds) -> None:
-    teacher = Teacher(Ours.from_pretrained(harness.SHIPPED_DIR).eval().requires_grad_(False), 0.5, "shipped")
+def against_torch(config, batches) -> dict:
+    """Ours (both losses) and torch.nn.Transformer, checked to compute the same loss."""
+    models = {}
+    for name in ("torch.nn.Transformer", "ours", "ours, every position projected"):
+        torch.manual_seed(0)
+        models[name] = (TorchTransformerMT if name.startswith("torch") else Ours)(config).train()
+    check_same_function(models["ours"], models["torch.nn.Transformer"], batches[0])  # on the CPU, before moving
+    losses = {"ours": scored_loss, "ours, every position projected": full_projection_loss}
+    return {name: (model, losses.get(name, lambda m, batch: m(**batch))) for name, model in models.items()}
+
+
+def with_teacher(teacher: Teacher, batches) -> dict:
+    """Round 7's 6+1 student alone and learning from `teacher`'s distributions as well."""
     config = harness.shipped_config(encoder_layers=6, decoder_layers=1, dropout=0.1)
-    losses = {"student alone": scored_loss, "student + teacher": partial(scored_loss, teacher=teacher)}
     sides = {}
-    for name, loss_of in losses.items():
+    for name, loss_of in {
+        "student alone": scored_loss,
+        "student + teacher": partial(scored_loss, teacher=teacher),
+    }.items():
         torch.manual_seed(0)
         sides[name] = (Ours(config).train(), loss_of)
-    print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(bf16)}, AdamW")
-    print_steps(*step_table(sides, batches, torch.device("cpu"), bf16, rounds, "student alone", 1.0))
+    return sides
+
+
+def base_recipe(device: torch.device, bf16: bool, quick: bool) -> None:
+    """One optimizer step of the paper's base model; where the batch does not fit, halves of it accumulated."""
+    config = TransformerMTConfig(vocab_size=37_000)  # the config's defaults are the paper's base model
+    length = 27  # tokens a side: about 25 BPE tokens a sentence plus </s>, the documented average
+    shrunk = quick or device.type != "cuda"
+    sentences = 8 if shrunk else round(25_000 / length)
+    rounds, warmup = (2, 1) if shrunk else (10, 2)
+    peak = matmul_peak(device, bf16)
+    generator = torch.Generator().manual_seed(0)
+
+    def random_batch(size: int) -> dict:
+        # Random ids past pad/bos/eos (0-2), no padding: a step's speed does not depend on which words it sees.
+        source, target = (torch.randint(3, config.vocab_size, (size, length), generator=generator) for _ in range(2))
+        batch = {"input_ids": source, "attention_mask": torch.ones_like(source), "labels": target}
+        return {name: tensor.to(device) for name, tensor in batch.items()}
+
+    torch.manual_seed(0)
+    model = Ours(config).to(device).train()
+    optimizer = adamw(model)
+    accumulate = 1
+    while True:
+        micro = math.ceil(sentences / accumulate)
+        micro_batches = [random_batch(micro) for _ in range(accumulate)]
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            step = training_step(model, scored_loss, optimizer, micro_batches, bf16, accumulate)
+            timing = harness.alternate({"base": step}, rounds=rounds, warmup=warmup)["base"]
+            break
+        except torch.cuda.OutOfMemoryError:
+            if micro == 1:
+                raise
+        # Free the failed attempt outside the except block, whose traceback holds its tensors.
+        micro_batches = step = None
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        accumulate *= 2
+        print(f"out of memory: retrying with {accumulate} accumulated micro-batches")
+    tokens = micro * accumulate * length
+    flops = accumulate * training_matmul_flops(config, micro, length, length)
+    memory = f", peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB" if device.type == "cuda" else ""
+    print(
+        f"# base model: {sum(p.numel() for p in model.parameters()):,} parameters, dropout 0.1; {precision.name(bf16)},"
+        f" AdamW, scored_loss; {tokens:,} source + {tokens:,} target tokens per step ({accumulate} x {micro} "
+        f"sentences of {length} tokens a side){memory}; {rounds} rounds after {warmup} warm-up"
+    )
+    row = [harness.spread(timing.wall), f"{tokens / timing.seconds:,.0f}", f"{flops / timing.seconds / 1e12:.3g}"]
+    row += [f"{flops / timing.seconds / peak:.1%}", f"{timing.seconds * STEPS / 3600:.1f}"]
+    header = ["s/step: median [IQR]", "target tokens/s", "matmul TFLOP/s", "share of peak", f"{STEPS:,} steps, hours"]
+    harness.print_table(header, [row])
+    print("(the paper: 100,000 steps in about 12 hours on 8 P100 GPUs)")
 
 
 DISTILL = harness.DATA_DIR.parent / "multi30k-distill"
@@ -237,8 +359,9 @@ def start_memory(mix: list[str]) -> None:
 
 
 def options(parser):
-    parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (training uses 128)")
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[128], help="sentences per batch (training: 128)")
     parser.add_argument("--distillation", action="store_true", help="a student with and without a teacher instead")
+    parser.add_argument("--base-recipe", action="store_true", help="the paper's base model's step instead")
     parser.add_argument("--memory", action="store_true", help="the peak memory of two train.py starts instead")
     parser.add_argument("--mix", nargs="+", help="--memory: the --extra_train corpora (PREFIX[:tagged])")
     parser.set_defaults(mix=[str(DISTILL / "teacher-big"), f"{DISTILL / 'bt-beam'}:tagged"])
@@ -247,21 +370,27 @@ def options(parser):
 def main():
     args = harness.parse_args(__doc__.splitlines()[0], options)
     if args.memory:
-        start_memory(args.mix)
-        return
-    bf16 = precision.native_bf16(use_cpu=True)  # what train.py picks here: bf16 autocast only where it is native
+        return start_memory(args.mix)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16 = precision.native_bf16(use_cpu=device.type == "cpu")  # what train.py picks: bf16 autocast where native
+    print(f"# Training throughput ({harness.describe_machine(args.threads, device)})")
+    if args.base_recipe:
+        return base_recipe(device, bf16, args.quick)
     rounds, count = (3, 2) if args.quick else (8, 4)
-    batches = harness.training_batches(load_tokenizer(harness.SHIPPED_DIR), args.batch_size, count)
+    tokenizer = load_tokenizer(harness.SHIPPED_DIR)
+    batches = {size: training_batches(tokenizer, size, count) for size in args.batch_size}
     config = harness.shipped_config()
-    print(f"# Training throughput ({harness.describe_machine(args.threads)})")
     print(
         f"# d_model {config.d_model}, {config.encoder_layers}+{config.decoder_layers} layers, "
         f"{config.num_attention_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}, dropout {config.dropout}"
     )
     if args.distillation:
-        distillation(bf16, batches, rounds)
+        teacher = Ours.from_pretrained(harness.SHIPPED_DIR).to(device).eval().requires_grad_(False)
+        print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(bf16)}, AdamW")
+        sides_of = partial(with_teacher, Teacher(teacher, 0.5, "shipped"))
+        compare_steps(sides_of, "student alone", batches, device, bf16, rounds)
     else:
-        compare_steps(config, {args.batch_size: batches}, torch.device("cpu"), bf16, rounds)
+        compare_steps(partial(against_torch, config), "torch.nn.Transformer", batches, device, bf16, rounds, config)
 
 
 if __name__ == "__main__":

@@ -207,11 +207,10 @@ def matmul_peak(device: torch.device, bf16: bool) -> float:
 def compare_steps(sides_of, reference: str, batches_of: dict, device, bf16: bool, rounds: int, config=None) -> None:
     """Each side's step (`sides_of(batches)`: name -> (model, loss function)) against `reference`'s, on the batches of
     each size (size -> batches); with `config`, its matmul FLOP/s as a share of this device's measured peak."""
-    peak = matmul_peak(device, bf16) if config else 0
     if config:
-        print(
-            f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s; {precision.name(bf16)}, AdamW, {rounds} rounds"
-        )
+        peak = matmul_peak(device, bf16)
+        print(f"# measured dense matmul peak: {peak / 1e9:,.0f} GFLOP/s")
+    print(f"# {precision.name(bf16)}, AdamW, {rounds} rounds")
     rows, lines = [], []
     for size, batches in batches_of.items():
         sides = sides_of(batches)
@@ -256,11 +255,9 @@ def against_torch(config, batches) -> dict:
 def with_teacher(teacher: Teacher, batches) -> dict:
     """Round 7's 6+1 student alone and learning from `teacher`'s distributions as well."""
     config = harness.shipped_config(encoder_layers=6, decoder_layers=1, dropout=0.1)
+    losses = {"student alone": scored_loss, "student + teacher": partial(scored_loss, teacher=teacher)}
     sides = {}
-    for name, loss_of in {
-        "student alone": scored_loss,
-        "student + teacher": partial(scored_loss, teacher=teacher),
-    }.items():
+    for name, loss_of in losses.items():
         torch.manual_seed(0)
         sides[name] = (Ours(config).train(), loss_of)
     return sides
@@ -386,7 +383,7 @@ def main():
     )
     if args.distillation:
         teacher = Ours.from_pretrained(harness.SHIPPED_DIR).to(device).eval().requires_grad_(False)
-        print(f"# word-level distillation: student 6+1, teacher the shipped model; {precision.name(bf16)}, AdamW")
+        print("# word-level distillation: student 6+1, teacher the shipped model")
         sides_of = partial(with_teacher, Teacher(teacher, 0.5, "shipped"))
         compare_steps(sides_of, "student alone", batches, device, bf16, rounds)
     else:

@@ -57,12 +57,11 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
         sentence, notices = one_sentence(text, limits)
         request = RequestPlan(context, settings, limits.text).admit(1)
         plan, seconds = request.fit([sentence])
-        systems = []  # (name, translator or None, why not, its plan: the pieces it reads), before any model runs
-        for system in context.systems:
-            translator, why_not = system.translator, system.status()
-            own_plan = None if translator is None else request.for_system(translator)
-            systems.append((system.name, translator, why_not, own_plan))
-        problems = [too_many_pieces(own, MAX_PIECES, translator.name) for _, translator, _, own in systems if own]
+        systems = [(system.name, system.translator, system.status()) for system in context.systems]
+        own_plans = [translator and request.for_system(translator) for _, translator, _ in systems]  # before any run
+        problems = [
+            too_many_pieces(own, MAX_PIECES, name) for (name, *_), own in zip(systems, own_plans, strict=True) if own
+        ]
         if any(problems):
             raise InputError(next(filter(None, problems)))
         with request.job(WORK_FACTOR * seconds, side=True) as job:
@@ -71,7 +70,7 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
                 inside_view(translator.model, translator.tokenizer, sentence, name=translator.name, plan=own, **bounds)
                 if translator is not None
                 else {"model": name, "message": why_not}
-                for name, translator, why_not, own in systems
+                for (name, translator, why_not), own in zip(systems, own_plans, strict=True)
             ]
     except (InputError, Busy) as error:
         return {"message": str(error), "notices": []}
@@ -108,24 +107,21 @@ def within_bytes(envelope: dict, views: list[dict]) -> dict:
 
 
 class ViewStore:
-    """Views under random ids that sessions hold, one a session (view after view never pushes out another's)."""
+    """Views on the server, each under its session's id (a random one without a session), so that view after view of
+    one session replaces its own and never pushes out another's."""
 
     def __init__(self, max_views=VIEWS_KEPT, max_bytes=VIEW_STORE_BYTES, seconds=VIEW_SECONDS, clock=time.monotonic):
         self.max_views, self.max_bytes, self.seconds, self.clock = max_views, max_bytes, seconds, clock
         self.views: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # id -> (compressed JSON, last use)
-        self.latest: dict[str, str] = {}  # session -> the id of its view
         self.bytes = 0
         self.lock = threading.Lock()
 
     def put(self, view: dict, session: str | None = None) -> str:
         """Keep `view` in place of the session's earlier one; its id."""
-        data, view_id = zlib.compress(json.dumps(view).encode(), 1), secrets.token_urlsafe(16)
+        data, view_id = zlib.compress(json.dumps(view).encode(), 1), session or secrets.token_urlsafe(16)
         with self.lock:
-            self.bytes -= len(self.views.pop(self.latest.pop(session, None), (b"", 0))[0])
-            if session is not None:
-                self.latest[session] = view_id
+            self.bytes += len(data) - len(self.views.pop(view_id, (b"", 0))[0])
             self.views[view_id] = (data, self.clock())
-            self.bytes += len(data)
             self.drop_old()
         return view_id
 
@@ -149,5 +145,3 @@ class ViewStore:
             or now - next(iter(self.views.values()))[1] > self.seconds
         ):
             self.bytes -= len(self.views.popitem(last=False)[1][0])
-        if len(self.latest) > self.max_views:  # sessions whose views are gone, forgotten
-            self.latest = {session: kept for session, kept in self.latest.items() if kept in self.views}

@@ -7,7 +7,6 @@ count a visitor as an account (`SignIn.accounts`); `--sign_in stand-in` tries th
 
 import importlib.util
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from huggingface_hub import constants, get_token, whoami
@@ -41,21 +40,20 @@ class SignIn:
     accounts: bool  # whether a signed-in visitor counts as an account
 
 
-def asked_for(value: str | bool | None) -> str:
-    """What `--sign_in` or ARENA_SIGN_IN asks for: "" (nothing), ACCOUNTS or STAND_IN."""
-    if value in (None, False, "", "0"):
+def asked_for(value: str | None) -> str:
+    """What ARENA_SIGN_IN asks for (`--sign_in`'s default): "" (nothing), ACCOUNTS or STAND_IN."""
+    if value in (None, "", "0"):
         return ""
     return STAND_IN if str(value).strip().lower() in (STAND_IN, "standin", "stand_in") else ACCOUNTS
 
 
-def sign_in_mode(asked: str | bool | None, environ: Mapping[str, str] = os.environ) -> SignIn | None:
-    """None when votes are anonymous (no sign-in asked for, nor set up by a Space's `hf_oauth: true`); else how
+def sign_in_mode(asked: str | None) -> SignIn | None:
+    """None when votes are anonymous (no sign-in `asked` for, nor set up by a Space's `hf_oauth: true`); else how
     visitors sign in. Raises SignInUnavailable where it cannot work, or where accounts would be a stand-in's."""
-    asked = asked_for(asked)
-    space = environ.get("SYSTEM") == "spaces" and environ.get("SPACE_ID") is not None  # as Gradio tells a Space
-    if not (asked or (space and environ.get("OAUTH_CLIENT_ID"))):
+    space = os.environ.get("SYSTEM") == "spaces" and os.environ.get("SPACE_ID") is not None  # as Gradio tells a Space
+    if not (asked or (space and os.environ.get("OAUTH_CLIENT_ID"))):
         return None
-    unset = [name for name in SPACE_OAUTH_VARIABLES if not environ.get(name)]
+    unset = [name for name in SPACE_OAUTH_VARIABLES if not os.environ.get(name)]
     if space:  # Gradio's real routes (authlib), whose session cookie itsdangerous signs
         need_packages("authlib", "itsdangerous")
         if unset:

@@ -13,6 +13,7 @@ import argparse
 import json
 import resource
 import statistics
+import tempfile
 from pathlib import Path
 
 import torch
@@ -42,6 +43,7 @@ def options(parser):
     parser.add_argument("--cache", action="store_true", help="time generation with and without the cache instead")
     parser.add_argument("--marian", action="store_true", help="our model against MarianMT's size instead")
     parser.add_argument("--memory-of", choices=[OURS, MARIAN], help=argparse.SUPPRESS)
+    parser.add_argument("--memory-folder", type=Path, help=argparse.SUPPRESS)
 
 
 def operator_table(model, tokenizer, sources: list[str], batch_size: int) -> tuple[list[list], float]:
@@ -130,12 +132,9 @@ def forced_length(model, inputs, args) -> torch.Tensor:
 
 
 def marian_memory_child(args) -> None:
-    """The peak RSS of loading `--memory-of` and translating the batch, over the RSS before (imports, the batch)."""
-    english, _ = harness.sample_sentences("test_2016_flickr", args.batch_size)
-    batch = load_tokenizer(harness.SHIPPED_DIR)(english, padding=True, return_tensors="pt")
     baseline = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
     model = load(args.memory_of)
-    forced_length(model, inputs_for(model, batch), args)
+    forced_length(model, inputs_for(model, torch.load(args.memory_folder / "inputs.pt")), args)
     print(json.dumps({"peak": harness.peak_rss_bytes() - baseline}))
 
 
@@ -157,9 +156,11 @@ def against_marian(args, tokenizer) -> None:
     latency = harness.alternate({name: one_by_one(model) for name, model in models.items()}, rounds=rounds)
     throughput = harness.alternate({name: batched(m) for name, m in models.items()}, rounds, warmup=int(not args.quick))
     memory = {}
-    for name in models:
-        flags = ["--threads", str(args.threads), "--marian", "--batch-size", str(args.batch_size), "--memory-of", name]
-        memory[name] = harness.json_from_child("benchmarks.decode_profile", *flags)["peak"]
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(dict(batch), Path(folder) / "inputs.pt")
+        for name in models:
+            flags = ["--threads", str(args.threads), "--marian", "--memory-of", name, "--memory-folder", folder]
+            memory[name] = harness.json_from_child("benchmarks.decode_profile", *flags)["peak"]
     parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
     print(
         f"# Ours (shipped) vs MarianMT: float32, beam {MARIAN_BEAMS}, {args.new_tokens} new tokens a sentence "

@@ -76,7 +76,8 @@ def main() -> None:
     ratios["the engine's estimate the request is admitted with (RequestPlan's estimate)"] = []
     for sentence in english:
         asked = DecodingSettings(beams, max_new_tokens=limits.max_new_tokens, batch_size=limits.batch_size)
-        plan, estimate = RequestPlan(RequestContext(ours, limits=limits), asked, limits.text).admit(1).fit([sentence])
+        fitted = RequestPlan(RequestContext(ours, limits=limits), asked, limits.text).admit(1).fit([sentence])
+        plan, estimate = fitted.plan, fitted.seconds
         engine, seen = harness.Timings(), harness.Timings()
         engine.time(lambda plan=plan: run_plan(ours.model, ours.tokenizer, plan))
         seen.time(lambda sentence=sentence: request(sentence))

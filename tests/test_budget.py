@@ -64,9 +64,9 @@ def test_a_requests_fewer_beams_follow_the_measured_cost(loaded):
 
     # The small model's request fits as asked; the same request to the large one, at its own cost, does not: it gets
     # fewer beams (or sentences), and the notice gives the large model's estimate.
-    plan, seconds = plans["small"]
+    plan, seconds = plans["small"].plan, plans["small"].seconds
     assert (plan.num_beams, len(plan), plan.notices, seconds) == (4, 3, (), needs["small"])
-    plan, seconds = plans["large"]
+    plan, seconds = plans["large"].plan, plans["large"].seconds
     assert plan.num_beams < 4 and len(plan) <= 3
     assert seconds == decoding_seconds(list(limits[: len(plan)]), plan.num_beams, 8, loaded["large"].step_cost)
     asked = f"This request needs about {needs['large']:.1f} s of CPU time (3 sentences x 4 beams); each request here"

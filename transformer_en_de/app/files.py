@@ -161,7 +161,7 @@ def translate_lines(lines, references, request: RequestPlan, notices: list, prog
         if progress is not None:
             progress((number * total + done, len(systems) * total), desc=f"Translating with {systems[number].name}")
 
-    plan, _ = request.fit(sentences)
+    plan = request.fit(sentences).plan
     notices += list(plan.notices)
     outputs = run_systems(request, sum(map(len, references or [])), on_batch)
     columns, confidence = {}, {}

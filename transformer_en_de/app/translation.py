@@ -127,11 +127,11 @@ class RequestPlan:
         self.context.scheduler.check_room(least_seconds(ours.model, count, self.settings, ours.step_cost))
         return self
 
-    def fit(self, sentences: list[str]) -> tuple[DecodingPlan, float]:
+    def fit(self, sentences: list[str]) -> "RequestPlan":
         ours = self.context.ours
         plan = plan_decoding(ours.model, ours.tokenizer, sentences, self.settings, backend=ours.backend)
         self.plan, self.seconds = fit_budget(plan, self.budget.cpu_seconds, ours.step_cost, self.unit)
-        return self.plan, self.seconds
+        return self
 
     def for_system(self, translator: Translator) -> DecodingPlan:
         if translator is self.context.ours:
@@ -195,13 +195,13 @@ def translate_text(
         if not text:
             raise InputError("Type an English sentence (or several) to translate.")
         sentences, separators, in_parts = split_text(text, limits.max_sentence_words)
-        request = RequestPlan(context, settings, limits.text).admit(len(sentences))
-        plan, _ = request.fit(sentences)
+        request = RequestPlan(context, settings, limits.text).admit(len(sentences)).fit(sentences)
         outputs = run_systems(request, len(reference))
     except (InputError, Busy, Cancelled, BackendError) as error:  # BackendError: a worker died again
         return TextResult(
             [], [SystemOutput(name=system.name) for system in context.systems], message=why_stopped(error)
         )
+    plan = request.plan
     result = TextResult(sentences, outputs, [line for line in (clipped, too_long, in_parts, *plan.notices) if line])
     for output in result.outputs:
         if output.run is None:

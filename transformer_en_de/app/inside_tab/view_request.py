@@ -55,8 +55,7 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
     try:
         settings = check_decoding(decoding, num_beams, max_new_tokens, limits)
         sentence, notices = one_sentence(text, limits)
-        request = RequestPlan(context, settings, limits.text).admit(1)
-        plan, seconds = request.fit([sentence])
+        request = RequestPlan(context, settings, limits.text).admit(1).fit([sentence])
         systems = [(system.name, system.translator, system.status()) for system in context.systems]
         own_plans = [translator and request.for_system(translator) for _, translator, _ in systems]  # before any run
         problems = [
@@ -64,7 +63,7 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
         ]
         if any(problems):
             raise InputError(next(filter(None, problems)))
-        with request.job(WORK_FACTOR * seconds, side=True) as job:
+        with request.job(WORK_FACTOR * request.seconds, side=True) as job:
             bounds = dict(deadline=job.hard_deadline, at_each_step=context.scheduler.checkpoint, max_pieces=MAX_PIECES)
             views = [
                 inside_view(translator.model, translator.tokenizer, sentence, name=translator.name, plan=own, **bounds)
@@ -76,7 +75,7 @@ def inside_request(text, decoding, num_beams, max_new_tokens, *, context: Reques
         return {"message": str(error), "notices": []}
     except Cancelled:
         return {"message": "Cancelled: the page that asked for this view was closed.", "notices": []}
-    notices += plan.notices
+    notices += request.plan.notices
     if any(view.get("cut") for view in views):
         notices.append("The request reached its time limit: the search shown ended there.")
     if any(view.get("reached_bound") for view in views):

@@ -301,14 +301,13 @@ def slow_links(target: Target, pages: int = 20, late: float = 4.0) -> str:
 def churn_then_learners(target: Target, rate: int = 20, learners: int = 60) -> str:
     """`rate` new sessions a second from the address until they are refused; then a class of `learners` pages opens
     from it, twice: every learner must be answered."""
-    script = Counter()
 
     def churn():
         time.sleep(1.0)
-        script[target.join(target.named["comparison"], [])] += 1
+        return target.join(target.named["comparison"], [])
 
     stop_churn = attackers(*[churn] * rate)
-    deadline = time.monotonic() + 120
+    script, deadline = stop_churn.outcomes, time.monotonic() + 120
     while not script["HTTP 429"] and time.monotonic() < deadline:  # the address's new sessions are spent
         time.sleep(0.2)
     learner = partial(load.page_call, target.url, target.named["comparison"], [], settle=False)

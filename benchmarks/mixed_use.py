@@ -42,6 +42,7 @@ FILE_LINES = 200  # of each file job
 IN_THE_SERVER = r'''
 """benchmarks.mixed_use --trace: a report into $MIXED_USE_TRACE.<n> at each SIGUSR1."""
 import ctypes, gc, os, signal, sys, threading
+import psutil
 from collections import Counter
 from collections.abc import Sized
 
@@ -82,18 +83,14 @@ def report(number):
         grown = (types - first["types"]).most_common(20)
         lines.append("objects grown by type: " + ", ".join(f"{name} +{count:,}" for name, count in grown))
     if number:  # the last: how much of the resident memory is glibc's free memory, which it gives back if asked
-        before = resident()
+        before = psutil.Process().memory_info().rss / 2**20
         LIBC.malloc_trim(0)
-        lines.append(f"malloc_trim(0): resident {before:,.0f} -> {resident():,.0f} MiB; " + heap())
+        after = psutil.Process().memory_info().rss / 2**20
+        lines.append(f"malloc_trim(0): resident {before:,.0f} -> {after:,.0f} MiB; " + heap())
     path = f"{os.environ['MIXED_USE_TRACE']}.{number}"
     with open(path + ".part", "w") as out:
         out.write("\n".join(lines) + "\n")
     os.replace(path + ".part", path)
-
-
-def resident():
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
 
 
 def reporter():

@@ -51,6 +51,10 @@ def test_each_limit_is_a_flag_whose_default_the_environment_sets(monkeypatch, ca
     with pytest.raises(SystemExit):  # a usage error naming the flag, not a traceback
         parser.parse_args([])
     assert "argument --max_beams: invalid int value: 'eight'" in capsys.readouterr().err
+    monkeypatch.delenv("LIMIT_MAX_BEAMS")
+    monkeypatch.setenv("LIMIT_QUEUE_SIZE", "64")  # no longer a limit one may set
+    Limits.add_flags(argparse.ArgumentParser())
+    assert "LIMIT_QUEUE_SIZE names no limit of this server" in capsys.readouterr().err
 
 
 def test_a_rate_limit_refusal_takes_nothing_a_drained_key_refills_within_its_interval_and_keys_are_bounded():

@@ -3,6 +3,7 @@ value here (measured on the shipped model, one core); and `RateLimit`, the token
 
 import argparse
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -110,6 +111,12 @@ class Limits:
             value = os.environ.get(f"LIMIT_{name.upper()}", default)
             help = help.replace("%", "%%") + " (default %(default)s)"
             group.add_argument(f"--{name}", type=type(default), default=value, help=help)
+        # A limit that became a constant, or a misspelt one, would otherwise be ignored without a word.
+        known = {f"LIMIT_{name.upper()}" for name, _, _ in flags(cls())}
+        for unknown in sorted(name for name in os.environ if name.startswith("LIMIT_") and name not in known):
+            print(
+                f"app.py: {unknown} names no limit of this server (--help lists them); it is ignored.", file=sys.stderr
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Limits":

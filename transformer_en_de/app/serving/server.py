@@ -209,12 +209,15 @@ class Serving:
         task.cancel()
 
 
-def raise_descriptor_limit() -> int:
-    """The soft descriptor limit raised to the hard one (a connection that never ends its headers holds one)."""
+def raise_descriptor_limit(unlimited: int = 65_536) -> int:
+    """The soft descriptor limit raised to the hard one, or to `unlimited` where the hard one is (a connection that
+    never ends its headers holds one): the descriptors the process may hold."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    wanted = unlimited if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return unlimited if soft == resource.RLIM_INFINITY else soft
 
 
 def forwarded_allow_ips_by_default(environ) -> str:

@@ -15,6 +15,8 @@ import sys
 import time
 from functools import partial
 
+import httpx
+
 from benchmarks import harness, load
 from benchmarks.hostile_clients import HEAVY
 
@@ -27,9 +29,13 @@ def options(parser):
 
 
 def flood_answer(job, timeout: float) -> str:
+    """Whether a call of a tab whose request is running ran, was refused for it (by the front, before the queue), or
+    failed otherwise."""
     try:
         return "refused" if "still running" in job.result(timeout=timeout)[-1] else "run"
-    except Exception:  # a refusal of the queue is a figure
+    except httpx.HTTPStatusError as error:
+        return "refused" if "still running" in error.response.text else "failed"
+    except Exception:  # a timeout or the queue's refusal is a figure
         return "failed"
 
 

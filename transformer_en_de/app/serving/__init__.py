@@ -9,27 +9,20 @@ What Gradio and uvicorn offer no public way to do, and what it costs:
   after its last change (gradio-app/gradio#7829), nothing public forgets it sooner (gradio-app/gradio#3852, open):
   memory grows with every visitor until 10,000 have come (mixed_use.py).
 - A mounted page does not check that a file value sent to a callback is an upload (only `launch()` does): the front
-  does (`guard.check_file_values`; hostile_clients: server files).
+  does (`guard.check_file_value`; hostile_clients: server files).
 - Gradio publishes no table of its client routes (its curl guide documents them): `guard.py` recognizes them, and
   answers bad calls in one line where Gradio answers a traceback or its own `detail` shape.
 - uvicorn has no deadline on a request's headers (Kludex/uvicorn#157): a client that never ends them holds a
   descriptor; the process raises its descriptor limit to the hard one (hostile_clients: slow connections).
 """
 
-from .limits import Budget, Limits
-from .scheduler import Busy, Cancelled, FairScheduler
-from .server import SPACE_PROXY_NETWORKS, Serving, forwarded_allow_ips_by_default
-from .uploads import upload_folder, uploaded_path
-
-__all__ = [
-    "SPACE_PROXY_NETWORKS",
-    "Budget",
-    "Busy",
-    "Cancelled",
-    "FairScheduler",
-    "Limits",
-    "Serving",
-    "forwarded_allow_ips_by_default",
-    "uploaded_path",
-    "upload_folder",
-]
+from .limits import Budget as Budget
+from .limits import Limits as Limits
+from .scheduler import Busy as Busy
+from .scheduler import Cancelled as Cancelled
+from .scheduler import FairScheduler as FairScheduler
+from .server import SPACE_PROXY_NETWORKS as SPACE_PROXY_NETWORKS
+from .server import Serving as Serving
+from .server import forwarded_allow_ips_by_default as forwarded_allow_ips_by_default
+from .uploads import upload_folder as upload_folder
+from .uploads import uploaded_path as uploaded_path

@@ -1,17 +1,15 @@
 """The HTTP front, an ASGI middleware: what a raw client sends is bounded and checked before Gradio sees it, and no
-client's calls crowd out another visitor's (attacks of benchmarks/hostile_clients.py unless named).
-
-- Bad calls, heavy, server files, slow bodies: a body too large or too slow, JSON too deep, an event the page lacks,
-  values that do not fit it, a file value that is no upload: one line each where Gradio would fail (a 500 or a
-  traceback); a body that is no call at all Gradio refuses itself (422).
-- Session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
-  other sessions, calls without one); a session has one call at once, as a page; a paced event (arena_attacks:
-  readers) has a bucket per address.
-- Queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read.
-- Held heartbeats: at most `STREAMS_PER_ADDRESS` open responses; a heartbeat's end cancels its session's requests.
-- Slow links, unread views: `readers` counts the streams read and pages open, so that the scheduler drops work nobody
-  reads; an address whose sends to its streams stall gets no side work.
-- Deep links are refused: the app offers none, and one would save what a visitor typed.
+client's calls crowd out another visitor's. Each defence after its attack (benchmarks/hostile_clients.py unless named):
+- bad calls, heavy, server files, slow bodies: a body too large or too slow, JSON too deep, an event the page lacks,
+  values that do not fit it, a file value that is no upload: one line each where Gradio would fail;
+- session churn, churn then learners: new sessions per address in three buckets (pages with their heartbeat open,
+  other sessions, calls without one); a session has one call at once; a paced event (arena_attacks: readers) has a
+  bucket per address;
+- queue flood: an address has at most `UNREAD_CALLS` raw calls posted and not yet read;
+- held heartbeats: at most `STREAMS_PER_ADDRESS` open responses; a heartbeat's end cancels its session's requests;
+- slow links, unread views: streams read and pages open are counted (the scheduler drops work nobody reads), and so
+  are stalled sends (their address gets no side work);
+- deep links are refused: the app offers none, and one would save what a visitor typed.
 """
 
 import asyncio
@@ -23,16 +21,17 @@ from urllib.parse import unquote, urlsplit
 
 from starlette.datastructures import QueryParams
 
-from .http_answers import RecordedAnswer, answer, body_within, contained, refuse, replay
-from .uploads import stored_upload
+from .http_answers import body_within, contained, refuse
+from .uploads import uploaded_path
 
 # Gradio's client routes (its guide "Querying Gradio Apps with Curl"): no public table of them exists (`__init__.py`).
-_CALL_STREAM = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/(?P<event>[^/]+)/?")
 _CALL = re.compile(r"/gradio_api/(?:call|run|api)/(?P<v2>v2/)?(?P<api>[^/]+)/?")
-_HEARTBEAT = re.compile(r"/gradio_api/heartbeat/(?P<session>[^/]+)/?")
-_JOIN, _UPLOAD, _DEEP_LINK = "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/deep_link"
 # Responses that stay open as long as their client likes: event streams, heartbeats, file downloads, MCP streams.
-_STREAM = re.compile(r"/gradio_api/(?:queue/data|heartbeat/[^/]+|call/(?:v2/)?[^/]+/[^/]+|file[=/].*|mcp/.*)/?")
+_STREAM = re.compile(
+    r"/gradio_api/(?:(?P<queue>queue/data)|heartbeat/(?P<page>[^/]+)|call/(?:v2/)?[^/]+/(?P<event>[^/]+)"
+    r"|file[=/].*|mcp/.*)/?"
+)
+_JOIN, _UPLOAD, _DEEP_LINK = "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/deep_link"
 MAX_DEPTH = 32  # JSON nesting: a call's values are a few levels deep
 UNREAD_CALLS = 8  # raw calls an address may have posted and not begun to read: a few of the callbacks
 REMEMBERED = 10_000  # sessions and raw calls remembered (the least recent forgotten first), as many as Gradio keeps
@@ -46,27 +45,26 @@ class Refused(Exception):
 
 
 class RequestGuard:
-    """ASGI middleware, first in line: bounded bodies, checked calls, admitted sessions, uploads within their quota,
-    the event streams being read counted."""
+    """ASGI middleware, first in line."""
 
     def __init__(self, app, *, demo, serving):
-        self.app, self.demo, self.serving = app, demo, serving
-
-    @staticmethod
-    def address(scope) -> str:
-        """The connection's address, or the visitor's as uvicorn's proxy rule rewrote it (server.py)."""
-        return (scope.get("client") or ("unknown",))[0]
+        self.app, self.serving = app, serving
+        config = demo.config  # as the page's /config serves it
+        self.events = {event["id"]: event for event in config["dependencies"]}  # by fn_index
+        self.components = {component["id"]: component for component in config["components"]}
+        self.endpoints = demo.get_api_info()["named_endpoints"]  # as /gradio_api/info documents them, by name
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path, method, serving, address = scope["path"], scope["method"], self.serving, self.address(scope)
+        path, method, serving = scope["path"], scope["method"], self.serving
+        address = (scope.get("client") or ("unknown",))[0]  # as uvicorn's proxy rule rewrote it (server.py)
         if path.rstrip("/") == _DEEP_LINK:
             return await refuse(send, 404, "This app offers no deep links.")
-        if method == "GET" and _STREAM.fullmatch(path):
+        if method == "GET" and (stream := _STREAM.fullmatch(path)):
             with serving.streams.open(address, STREAMS_PER_ADDRESS) as admitted:
                 if admitted:
-                    return await self.read(scope, receive, send)
+                    return await self.read(scope, receive, send, stream, address)
             open_now = f"This address has {STREAMS_PER_ADDRESS} responses open (streams, downloads)"
             return await refuse(send, 429, f"{open_now}; close one.")
         if method in ("GET", "HEAD", "OPTIONS"):
@@ -79,115 +77,89 @@ class RequestGuard:
         body = await body_within(receive, send, most, serving.limits.request_seconds, too_large)
         if body is None:
             return
-        slot = None
+        slot = noted = None
         try:
             payload, event = self.check_call(path, body)
             raw = path.startswith("/gradio_api/call/")
-            if event is None or not (raw or path.rstrip("/") == _JOIN):  # not a call that enters Gradio's queue
-                return await contained(self.app, scope, replay(body, receive), send)
-            session, counted = payload.get("session_hash"), event["id"] in serving.counted
-            if raw and (slot := serving.unread_slot(address)) is None:
-                unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
-                raise Refused(429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
-            serving.check_pace(event, address)
-            try:
-                serving.admit_session(session, address, counted)
-            except Refused:
-                if not session or serving.session_of(session) or not await self.page_opens(session):
-                    raise
-                serving.admit_session(session, address, counted)  # a page's: from the pages' bucket
+            if event is not None and (raw or path.rstrip("/") == _JOIN):  # a call that enters Gradio's queue
+                session, counted = payload.get("session_hash"), event["id"] in serving.counted
+                if raw and (slot := serving.unread_slot(address)) is None:
+                    unread = f"This address has posted {UNREAD_CALLS} calls whose results it has not read yet"
+                    raise Refused(429, f"{unread}; read them (GET /gradio_api/call/<api>/<event_id>) first.")
+                serving.check_pace(event, address)
+                try:
+                    serving.admit_session(session, address, counted)
+                except Refused:
+                    if not session or serving.session_of(session) or not await self.page_opens(session):
+                        raise
+                    serving.admit_session(session, address, counted)  # a page's: from the pages' bucket
+                noted = functools.partial(self.noted, slot, session, counted)
         except Refused as refusal:
             serving.posted(slot, None, None)
             return await refuse(send, *refusal.args)
-        # Gradio's answer is held until noted here: a raw call's stream, read by its event id, counts as read from
-        # its first byte.
-        answered = RecordedAnswer()
-        await contained(self.app, scope, replay(body, receive), answered)
-        value = answered.value()
-        queued = value.get("event_id") if answered.status == 200 and isinstance(value, dict) else None
-        if raw:  # Gradio names the session of a call without one after its event id
-            serving.posted(slot, queued, session or queued)
+        await contained(self.app, scope, receive, send, body, noted=noted)
+
+    def noted(self, slot, session: str | None, counted: bool, status: int, answer) -> None:
+        """Gradio's answer to a call noted before its client has it (a raw call's stream counts from its first byte)."""
+        queued = answer.get("event_id") if status == 200 and isinstance(answer, dict) else None
+        if slot is not None:  # a raw call: Gradio names the session of a call without one after its event id
+            self.serving.posted(slot, queued, session or queued)
         if queued is None and counted:
-            serving.served(session)  # refused by Gradio (its queue full): it never runs
-        return await answer(send, answered.status, value)
+            self.serving.served(session)  # refused by Gradio (its queue full): it never runs
 
     async def page_opens(self, session: str) -> bool:
-        """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (a page opens it beside its first
-        call, on another connection)."""
+        """Whether the heartbeat of `session` opens within `PAGE_OPENS_SECONDS` (beside its first call, as a page's)."""
         deadline = time.monotonic() + PAGE_OPENS_SECONDS
         while not self.serving.readers.is_read(session) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self.serving.readers.is_read(session)
 
-    async def read(self, scope, receive, send):
-        """A GET that stays open; an event stream (a page's by session, a raw call's by event id) counts as read."""
-        path, serving = scope["path"], self.serving
-        if path.startswith("/gradio_api/file") and b"," in dict(scope["headers"]).get(b"range", b""):
+    async def read(self, scope, receive, send, stream: re.Match, address: str):
+        """A GET that stays open: a page is open while its heartbeat is (however late its event stream opens on a slow
+        link); an event stream (a page's by session, a raw call's by event id) counts as read."""
+        serving, page, event = self.serving, stream["page"], stream["event"]
+        if b"," in dict(scope["headers"]).get(b"range", b""):
             # Several ranges at once: served whole (a server may ignore Range), not a failure in the file route.
             scope = dict(scope, headers=[(key, value) for key, value in scope["headers"] if key != b"range"])
-        if heartbeat := _HEARTBEAT.fullmatch(path):
-            # A page is open while its heartbeat is, however late its event stream opens on a slow link.
-            with serving.readers.open(heartbeat["session"]):
-                await contained(self.app, scope, receive, send)
-            if serving.session_of(heartbeat["session"]):  # admitted: it may have requests to stop
-                serving.page_closed(heartbeat["session"])
-            return
-        call, key = _CALL_STREAM.fullmatch(path), None
-        if call:
-            key = ("call", call["event"])
-        elif path.rstrip("/") == "/gradio_api/queue/data":
-            key = QueryParams(scope.get("query_string", b"")).get("session_hash") or None
-        if key is None:  # not an event stream
+        if not (page or event or stream["queue"]):  # a download or an MCP stream
             return await contained(self.app, scope, receive, send)
-        if (session := serving.session_of(key)) is None:
-            asked = key[1] if call else key
-            return await refuse(send, 404, f"No call of {asked[:40]!r} came here lately: nothing to stream.")
+        key = ("call", event) if event else QueryParams(scope["query_string"]).get("session_hash", "")
+        if (session := page or serving.session_of(key)) is None:
+            return await refuse(send, 404, f"No call of {(event or key)[:40]!r} came here lately: nothing to stream.")
 
         async def watched_send(message):
-            with serving.sends.open(self.address(scope)):
+            with serving.sends.open(address):
                 await send(message)
 
         with serving.readers.open(session):
-            return await contained(self.app, scope, receive, watched_send)
-
-    @functools.cached_property
-    def endpoints(self) -> dict:
-        """The page's API endpoints as `/gradio_api/info` documents them ("/translate" → its parameters, ...)."""
-        return self.demo.get_api_info()["named_endpoints"]
-
-    @functools.cached_property
-    def page(self) -> tuple[dict, dict]:
-        """The page's events by fn_index and its components by id, from the config its /config serves."""
-        config = self.demo.config
-        events = {event["id"]: event for event in config["dependencies"]}
-        return events, {component["id"]: component for component in config["components"]}
+            await contained(self.app, scope, receive, send if page else watched_send)
+        if page and serving.session_of(page):  # an admitted page closed: its requests stop
+            serving.page_closed(page)
 
     def check_call(self, path: str, body: bytes) -> tuple[dict, dict | None]:
-        """(payload, the event Gradio will run: None if it runs none), or Refused: the values checked against the event
-        (on /call/ the path's, elsewhere the body's fn_index, else the path's), file values wherever they are."""
+        """(payload, the event Gradio will run: None if it runs none), or Refused: every value within `MAX_DEPTH` and
+        no file value but an upload's, then the values checked against the event (on /call/ the path's, elsewhere the
+        body's fn_index, else the path's)."""
         call, joins = _CALL.fullmatch(path), path.rstrip("/") == _JOIN
+        too_deep = Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
         try:
             payload = json.loads(body) if body else None
-            too_deep = any(at > MAX_DEPTH and isinstance(item, list | dict) for item, at in nested(payload))
         except RecursionError:  # deeper than the parser goes
-            too_deep = True
-        except (ValueError, UnicodeDecodeError):
+            raise too_deep from None
+        except ValueError:
             return {}, None  # Gradio answers 422
-        if too_deep:
-            raise Refused(422, f"The request body is JSON nested too deeply (more than {MAX_DEPTH} levels).")
-        check_file_values(payload, self.serving.limits.max_file_bytes)
-        if path.startswith("/gradio_api/mcp") and any(
-            isinstance(item, str) and item.startswith("data:") and ";base64," in item[:200]
-            for item, _ in nested(payload)
-        ):  # Gradio's MCP server would store an inline file outside the upload quota.
-            raise Refused(422, "An MCP call here takes no file inline (a data: URL); upload it to /gradio_api/upload.")
+        mcp = path.startswith("/gradio_api/mcp")
+        for value, at in nested(payload):
+            if at > MAX_DEPTH and isinstance(value, list | dict):
+                raise too_deep
+            check_file_value(value, self.serving.limits.max_file_bytes, mcp)
         v2 = call is not None and call["v2"]
         fn_index = payload.get("fn_index") if isinstance(payload, dict) else None
         if not (call or joins) or not isinstance(payload, dict) or (joins and fn_index is None):
             return {}, None  # no call; or Gradio answers it itself (422, or 400 naming what is missing)
         if not isinstance(payload.get("session_hash"), str | None) or not (v2 or isinstance(payload.get("data"), list)):
             return {}, None
-        events = self.page[0]
+        events = self.events
         by_path = call is not None and (path.startswith("/gradio_api/call/") or fn_index is None)
         if by_path:
             asked, event = f"/{call['api']}", next((e for e in events.values() if e["api_name"] == call["api"]), None)
@@ -200,22 +172,20 @@ class RequestGuard:
         if by_path and fn_index is not None and events.get(fn_index) is not event:
             raise Refused(422, f"This call names /{call['api']} in its path and another event: omit fn_index.")
         if v2:  # the endpoint's parameters by name, at the top level of the body
-            check_named_values(self.endpoints.get(f"/{call['api']}", {}), call["api"], payload)
+            check_named_values(self.endpoints.get(f"/{call['api']}", {}).get("parameters", []), call["api"], payload)
         else:
-            check_values(event, self.page[1], payload["data"])
+            check_values(event, self.components, payload["data"])
         return payload, event
 
 
-def check_named_values(endpoint: dict, api_name: str, payload: dict) -> None:
+def check_named_values(parameters: list, api_name: str, payload: dict) -> None:
     """Refused if a v2 call's body names a parameter the endpoint lacks or leaves out one without a default."""
-    parameters = endpoint.get("parameters", [])
-    names = [parameter["parameter_name"] for parameter in parameters]
-    unknown = [name for name in payload if name not in names and name not in ("session_hash", "oauth_token")]
-    needed = [parameter["parameter_name"] for parameter in parameters if not parameter.get("parameter_has_default")]
-    missing = [name for name in needed if name not in payload]
+    has_default = {parameter["parameter_name"]: parameter.get("parameter_has_default") for parameter in parameters}
+    unknown = [name for name in payload if name not in has_default and name not in ("session_hash", "oauth_token")]
+    missing = [name for name, default in has_default.items() if not default and name not in payload]
     if unknown or missing:
         wrong = f"has no parameter {unknown[0][:40]!r}" if unknown else f"needs {missing[0]!r}"
-        raise Refused(422, f"/call/v2/{api_name} {wrong}; send its parameters by name: {', '.join(names)}.")
+        raise Refused(422, f"/call/v2/{api_name} {wrong}; send its parameters by name: {', '.join(has_default)}.")
 
 
 def check_values(event: dict, components: dict, values: list) -> None:
@@ -228,36 +198,33 @@ def check_values(event: dict, components: dict, values: list) -> None:
         plural = "s" if len(shown) != 1 else ""
         raise Refused(422, f"{name} takes {len(shown)} value{plural} ({labels}); this call sent {len(values)}.")
     for component, value in zip(inputs if len(values) == len(inputs) else shown, values, strict=True):
+        is_upload = isinstance(value, dict) and isinstance(value.get("path"), str)
         if component["type"] == "dataset" and value is not None:
             last = len(component["props"]["samples"]) - 1
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= last:
                 raise Refused(422, f"{name} takes an example number from 0 to {last}; this call sent {value!r:.40}.")
-        elif component["type"] in ("file", "uploadbutton") and value is not None:
-            if not (isinstance(value, dict) and isinstance(value.get("path"), str)):  # Gradio: a traceback
-                label = component["props"].get("label") or "file"
-                upload = '{"path": ..., "meta": {"_type": "gradio.FileData"}}'
-                raise Refused(
-                    422, f"The value for {label} must be null or the object /gradio_api/upload describes: {upload}."
-                )
+        elif component["type"] in ("file", "uploadbutton") and not (value is None or is_upload):  # Gradio: a traceback
+            label = component["props"].get("label") or "A file"
+            upload = 'the object /gradio_api/upload describes: {"path": ..., "meta": {"_type": "gradio.FileData"}}'
+            raise Refused(422, f"{label} must be null or {upload}.")
 
 
-def check_file_values(payload, max_bytes: int) -> None:
-    """Refused if a file value in a call (a FileData, or a bare {"path": ...}, anywhere) is no upload stored here:
-    Gradio copies every file value into its cache before the callback runs (reading a path, fetching a URL)."""
-    for value, _ in nested(payload):
-        if not isinstance(value, dict):
-            continue
-        meta, path, url = value.get("meta"), value.get("path"), value.get("url")
-        if not ("path" in value or "url" in value or isinstance(meta, dict) and meta.get("_type") == "gradio.FileData"):
-            continue
-        if stored_upload(path, max_bytes) is None:
-            raise Refused(422, "A file value must be a file uploaded to this server (through /gradio_api/upload).")
-        # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is accepted.
-        if url is not None and not (isinstance(url, str) and unquote(urlsplit(url).path).endswith(f"/file={path}")):
-            raise Refused(
-                422,
-                "A file value's url must be the one this server gave its upload (or null): no other URL is fetched.",
-            )
+def check_file_value(value, max_bytes: int, mcp: bool) -> None:
+    """Refused if `value` is a file value (a FileData, or a bare {"path": ...}) that is no upload stored here: Gradio
+    copies every file value into its cache before the callback runs (reading a path, fetching a URL); or on MCP a file
+    inline (a data: URL), which Gradio's MCP server would store outside the upload quota."""
+    if mcp and isinstance(value, str) and value.startswith("data:") and ";base64," in value[:200]:
+        raise Refused(422, "An MCP call here takes no file inline (a data: URL); upload it to /gradio_api/upload.")
+    if not isinstance(value, dict):
+        return
+    meta, url = value.get("meta"), value.get("url")
+    if not ("path" in value or "url" in value or isinstance(meta, dict) and meta.get("_type") == "gradio.FileData"):
+        return
+    if uploaded_path(value, max_bytes) is None:
+        raise Refused(422, "A file value must be a file uploaded to this server (through /gradio_api/upload).")
+    # The page sends the URL this server gave the upload (.../gradio_api/file=PATH); no other URL is fetched.
+    if url is not None and not unquote(urlsplit(str(url)).path).endswith(f"/file={value['path']}"):
+        raise Refused(422, "A file value's url must be null or the one this server gave its upload.")
 
 
 def nested(value):

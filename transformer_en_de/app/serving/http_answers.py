@@ -6,110 +6,77 @@ import threading
 import time
 from contextlib import contextmanager
 
+from starlette.responses import Response
 
-def replay(body: bytes, receive):
-    """An ASGI `receive` that gives `body` (already read) once, then waits for the client's disconnect."""
-    unsent = [{"type": "http.request", "body": body, "more_body": False}]
 
-    async def receive_again():
+async def contained(app, scope, receive, send, body: bytes | None = None, malformed: str = "", noted=None) -> None:
+    """The wrapped app run, given `body` if it was read already; its failure is one log line and, if nothing was sent
+    yet, one line to the client (400 `malformed` if given and not an OSError, else 500). A 5xx answer is held until the
+    app returns, so that Starlette's plain answer to a failure is replaced by the line; with `noted`, the whole answer
+    is held until `noted(status, its JSON value or None)` returned."""
+    started, held, unsent = False, [], [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed():  # then waits for the client's disconnect
         return unsent.pop() if unsent else await receive()
-
-    return receive_again
-
-
-class RecordedAnswer:
-    """An ASGI `send` that keeps an answer's status and body, passing each message on to `forward` if given."""
-
-    def __init__(self, forward=None):
-        self.status, self.parts, self.forward = 500, [], forward
-
-    async def __call__(self, message) -> None:
-        self.status = message.get("status", self.status)
-        self.parts.append(message.get("body", b""))
-        if self.forward is not None:
-            await self.forward(message)
-
-    def value(self):
-        try:
-            return json.loads(b"".join(self.parts))
-        except ValueError:
-            return None
-
-
-async def contained(app, scope, receive, send, malformed: str = "") -> None:
-    """The wrapped app run; its failure is one log line and, if nothing was answered yet, one line to the client (400
-    `malformed` if given and not an OSError, else 500). A 5xx start is held until the app returns, so that Starlette's
-    plain answer to a failure is replaced by the line."""
-    started, held = False, []
 
     async def tracked(message) -> None:
         nonlocal started
-        if held or (message["type"] == "http.response.start" and message["status"] >= 500):
-            held.append(message)
-            return
-        started = started or message["type"] == "http.response.start"
+        if noted or held or (message["type"] == "http.response.start" and message["status"] >= 500):
+            return held.append(message)
+        started = True
         await send(message)
 
     try:
-        await app(scope, receive, tracked)
+        await app(scope, receive if body is None else replayed, tracked)
     except asyncio.CancelledError:
-        return  # the server is stopping and cancels the streams still open: nothing to answer, nothing to log
+        held.clear()  # the server is stopping and cancels the streams still open: nothing to answer, nothing to log
     except Exception as error:  # noqa: BLE001 - any failure of a request is that request's, and is said once
         where = f"{scope.get('method')} {scope.get('path', '')[:80]}"
         print(f"app.py: {where} failed: {type(error).__name__}: {str(error)[:200]}".replace("\n", " "), flush=True)
         if not started:
+            held.clear()
             bad = malformed and not isinstance(error, OSError)
-            await refuse(send, 400 if bad else 500, malformed if bad else "The server could not answer this request.")
-        return
+            await refuse(
+                tracked, 400 if bad else 500, malformed if bad else "The server could not answer this request."
+            )
+    if noted:
+        try:
+            value = json.loads(b"".join(message.get("body", b"") for message in held))
+        except ValueError:
+            value = None
+        noted(held[0]["status"] if held else 500, value)
     for message in held:  # an error the app answered without failing goes to the client as it was
         await send(message)
 
 
-async def body_within(receive, send, most: int, seconds: float, too_large: str) -> bytes | None:
-    """The whole body; None once the client went away or was refused: past `most` bytes (413, `too_large`), or not
-    all in within `seconds` (408, closing the connection: hostile_clients, slow bodies)."""
-    parts, seen, more, drained = [], 0, True, None
+async def body_within(receive, send, most: int, seconds: float, too_large: str, status: int = 413) -> bytes | None:
+    """The whole body; None once the client went away or was refused: past `most` bytes (`status`, `too_large`; -1
+    refuses any body), the rest read and dropped up to 64 MB so that the client reads the answer, or not all in within
+    `seconds` (408, closing the connection: hostile_clients, slow bodies)."""
+    parts, seen, more = [], 0, True
     try:
         async with asyncio.timeout(seconds):
-            while more and drained is None:
+            while more and seen <= most + 64_000_000:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     return None
-                parts.append(message.get("body", b""))
-                seen += len(parts[-1])
-                more = message.get("more_body", False)
-                if seen > most:
-                    drained = not more or await drain(receive)  # if not, the answer closes the connection
+                part, more = message.get("body", b""), message.get("more_body", False)
+                seen += len(part)
+                if seen <= most:
+                    parts.append(part)
     except TimeoutError:
         return await refuse(send, 408, f"The request body did not arrive within {seconds:g} s; send it at once.", False)
-    if drained is not None:
-        return await refuse(send, 413, too_large, drained)
+    if seen > most:
+        return await refuse(send, status, too_large, drained=not more)
     return b"".join(parts)
 
 
-async def drain(receive, most: int = 64_000_000) -> bool:
-    """Whether the rest of a refused body was read and dropped (so that the client reads the answer) within `most`."""
-    seen, more = 0, True
-    while more and seen <= most:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        seen += len(message.get("body", b""))
-        more = message.get("more_body", False)
-    return not more
-
-
-async def answer(send, status: int, value, close: bool = False) -> None:
-    body = json.dumps(value).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def refuse(send, status: int, message: str, drained: bool = True) -> None:
-    await answer(send, status, {"error": message}, close=not drained)
+    """{"error": message}; the connection closes after it unless the request's body was read to its end."""
+    headers = None if drained else {"connection": "close"}
+    answer = Response(json.dumps({"error": message}), status, headers, media_type="application/json")
+    await send({"type": "http.response.start", "status": status, "headers": answer.raw_headers})
+    await send({"type": "http.response.body", "body": answer.body})
 
 
 class OpenResponses:

@@ -5,9 +5,10 @@ What Gradio and uvicorn offer no public way to do, and what it costs:
 - A mounted page's queue runs at most 40 calls at once (`launch(max_threads=...)` has no `mount_gradio_app`
   counterpart; gradio-app/gradio#7734 brought other settings over): translations have 24 slots and side work 14, so
   that 90 looks inside cannot hold a translation (hostile_clients: views at once).
-- A mounted page keeps 10,000 sessions' state (no `state_session_capacity`); a closed page's `gr.State` goes an hour
-  after its last change (gradio-app/gradio#7829), nothing public forgets it sooner (gradio-app/gradio#3852, open):
-  memory grows with every visitor until 10,000 have come (mixed_use.py).
+- A mounted page keeps 10,000 sessions' state (no `state_session_capacity`; gradio-app/gradio#13756 left that bound
+  as Gradio's one limit on it), each a copy of every block's config (~150 kB for this page); a closed page's `gr.State`
+  goes an hour after its last change (gradio-app/gradio#7829), nothing public forgets it sooner (gradio-app/gradio#3852,
+  open): memory grows with every visitor until 10,000 have come (mixed_use.py).
 - A mounted page does not check that a file value sent to a callback is an upload (only `launch()` does): the front
   does (`guard.check_file_value`; hostile_clients: server files).
 - Gradio publishes no table of its client routes (its curl guide documents them): `guard.py` recognizes them, and

@@ -202,8 +202,12 @@ class TranslationApp:
         return self.rendered_side_work(request, self.corpus_markdown, gr.skip())
 
     def corpus_markdown(self) -> tuple[str, str]:
-        notes, rows = corpus_table(self.ours.model_id, COMPARISON_PATH)
+        notes, rows = self.corpus()
         return notes, corpus_markdown(rows)
+
+    def corpus(self) -> tuple[str, list[list[str]]]:
+        """The Corpus tab's notes and rows, which the leaderboard's BLEU column reads too."""
+        return corpus_table(self.ours.model_id, COMPARISON_PATH)
 
     def status(self):
         """Each comparison model's loading state, what decodes ours, and the requests in progress (Markdown)."""
@@ -270,8 +274,7 @@ class TranslationApp:
 
     def leaderboard_table(self) -> tuple[list, str]:
         """(the first board's rows, the boards' Markdown), from the votes and each system's corpus BLEU."""
-        # The Corpus tab's own rows: the two never disagree
-        scored = bleu_by_model(corpus_table(self.ours.model_id, COMPARISON_PATH)[1])
+        scored = bleu_by_model(self.corpus()[1])  # the Corpus tab's own rows: the two never disagree
         bleu = {model: score for model, (score, _) in scored.items()}
         how = "; ".join(f"{model}: {decoding}" for model, (_, decoding) in scored.items())
         bleu_line = f"BLEU: cased sacreBLEU on test 2016 flickr, decoded as scored ({how})." if scored else ""

@@ -29,10 +29,10 @@ def fit_ratings(wins: np.ndarray) -> np.ndarray:
     """Bradley–Terry ratings from `wins[..., i, j]` (i's wins over j, ties as halves): (..., k) on the Elo scale."""
     wins = wins + PRIOR_GAMES / 2 * (1 - np.eye(wins.shape[-1]))
     games = wins + np.swapaxes(wins, -1, -2)  # (..., k, k), zero on the diagonal
-    log_strength = np.zeros(wins.shape[:-1])
+    total_wins, log_strength = wins.sum(-1), np.zeros(wins.shape[:-1])  # (..., k) each
     for _ in range(10_000):
         strength = np.exp(log_strength)[..., None]  # (..., k, 1)
-        updated = np.log(wins.sum(-1) / (games / (strength + np.swapaxes(strength, -1, -2))).sum(-1))
+        updated = np.log(total_wins / (games / (strength + np.swapaxes(strength, -1, -2))).sum(-1))
         updated -= updated.mean(-1, keepdims=True)  # strengths are defined up to a factor: fix their geometric mean
         log_strength, change = updated, np.abs(updated - log_strength).max()
         if change < 1e-10:
